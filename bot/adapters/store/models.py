@@ -1,0 +1,268 @@
+"""SQLAlchemy 2 typed models of the release history.
+
+The schema is owned by the Alembic migrations in ``migrations/``; a test runs
+Alembic's autogenerate comparison to prove these models and the migrations agree.
+Rows that must never change after they are written (releases, audit entries,
+decided gate results) are guarded in :mod:`bot.adapters.store.guards`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Timezone-aware UTC on the way in and out, on SQLite as on PostgreSQL."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use timezone-aware UTC")
+        return value.astimezone(dt.timezone.utc)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:  # SQLite keeps no offset; everything stored is UTC
+            return value.replace(tzinfo=dt.timezone.utc)
+        return value.astimezone(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dt.datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
+
+
+class Endpoint(Base):
+    __tablename__ = "endpoints"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    environment: Mapped[str] = mapped_column(String(32))
+    namespace: Mapped[str] = mapped_column(String(63))
+    url: Mapped[str] = mapped_column(String(512))
+    admission_open: Mapped[bool] = mapped_column(Boolean, default=True)
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[dt.datetime]
+
+    __table_args__ = (CheckConstraint("kind IN ('hyperpod', 'eks')", name="kind"),)
+
+
+class Release(Base):
+    """The immutable release tuple: the rollback unit."""
+
+    __tablename__ = "releases"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    model_repo: Mapped[str] = mapped_column(String(256))
+    model_commit: Mapped[str] = mapped_column(String(40))
+    weights_prefix: Mapped[str] = mapped_column(String(1024))
+    objects: Mapped[list[Any]] = mapped_column()
+    image: Mapped[str] = mapped_column(String(512))
+    serving_args: Mapped[list[Any]] = mapped_column()
+    serving_env: Mapped[dict[str, Any]] = mapped_column()
+    licence_version: Mapped[str] = mapped_column(String(128))
+    licence_uri: Mapped[str | None] = mapped_column(String(1024))
+    licence_sha256: Mapped[str] = mapped_column(String(64))
+    evaluation_report: Mapped[str | None] = mapped_column(String(1024))
+    trust_remote_code_exception: Mapped[str | None] = mapped_column(String(256))
+    tuple_hash: Mapped[str] = mapped_column(String(64), index=True)
+    registered_by: Mapped[str] = mapped_column(String(128))
+    registered_at: Mapped[dt.datetime]
+
+
+class Deployment(Base):
+    """One attempt to make a release live on an endpoint (a persisted state machine).
+
+    ``in_flight`` is ``True`` while the deployment holds its endpoint and ``NULL``
+    afterwards; the unique constraint on (endpoint, in_flight) lets the database,
+    not the bot, guarantee one deployment in flight per endpoint across replicas.
+    """
+
+    __tablename__ = "deployments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id"), index=True)
+    release_id: Mapped[int] = mapped_column(ForeignKey("releases.id"))
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(32))
+    state_reason: Mapped[str | None] = mapped_column(Text)
+    in_flight: Mapped[bool | None] = mapped_column(Boolean, default=True)
+    requested_by: Mapped[str] = mapped_column(String(128))
+    replaces_release_id: Mapped[int | None] = mapped_column(ForeignKey("releases.id"))
+    rollback_of_id: Mapped[int | None] = mapped_column(ForeignKey("deployments.id"))
+    applied_manifest: Mapped[str | None] = mapped_column(Text)
+    manifest_hash: Mapped[str | None] = mapped_column(String(64))
+    slack_channel: Mapped[str | None] = mapped_column(String(32))
+    slack_thread_ts: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[dt.datetime]
+    updated_at: Mapped[dt.datetime]
+    finished_at: Mapped[dt.datetime | None]
+
+    endpoint: Mapped[Endpoint] = relationship(lazy="joined")
+    release: Mapped[Release] = relationship(foreign_keys=[release_id], lazy="joined")
+    replaces_release: Mapped[Release | None] = relationship(foreign_keys=[replaces_release_id])
+
+    __table_args__ = (
+        UniqueConstraint("endpoint_id", "in_flight"),
+        CheckConstraint("kind IN ('deploy', 'rollback')", name="kind"),
+        CheckConstraint("in_flight IS NULL OR in_flight = true", name="in_flight_true_or_null"),
+    )
+
+
+class GateResult(Base):
+    """One run of a gate's automated checks and, at most once per gate, its decision.
+
+    ``gate recheck`` adds a new row (reports are never overwritten); the partial
+    unique index makes a second decision on the same gate of a deployment impossible.
+    """
+
+    __tablename__ = "gate_results"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id"), index=True)
+    gate: Mapped[str] = mapped_column(String(16))
+    report: Mapped[dict[str, Any]] = mapped_column()
+    report_hash: Mapped[str] = mapped_column(String(64))
+    checked_at: Mapped[dt.datetime]
+    decision: Mapped[str | None] = mapped_column(String(16))
+    decided_by: Mapped[str | None] = mapped_column(String(128))
+    decided_at: Mapped[dt.datetime | None]
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    seen: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    slack_channel: Mapped[str | None] = mapped_column(String(32))
+    slack_ts: Mapped[str | None] = mapped_column(String(32))
+
+    __table_args__ = (
+        CheckConstraint("gate IN ('artifact', 'infrastructure', 'model', 'traffic')", name="gate"),
+        CheckConstraint("decision IS NULL OR decision IN ('approved', 'rejected')", name="decision"),
+        Index(
+            "uq_gate_results_one_decision",
+            "deployment_id",
+            "gate",
+            unique=True,
+            sqlite_where=text("decision IS NOT NULL"),
+            postgresql_where=text("decision IS NOT NULL"),
+        ),
+    )
+
+
+class Reservation(Base):
+    """Reserved capacity as last seen in AWS (Capacity Block or training plan)."""
+
+    __tablename__ = "reservations"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    region: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str | None] = mapped_column(String(32))
+    instance_count: Mapped[int] = mapped_column(Integer, default=1)
+    start_at: Mapped[dt.datetime | None]
+    end_at: Mapped[dt.datetime | None]
+    state: Mapped[str] = mapped_column(String(32))
+    endpoint_name: Mapped[str | None] = mapped_column(String(63))
+    alerts_sent: Mapped[list[Any]] = mapped_column(default=list)
+    first_seen_at: Mapped[dt.datetime]
+    last_seen_at: Mapped[dt.datetime]
+    gone_at: Mapped[dt.datetime | None]
+
+    __table_args__ = (CheckConstraint("kind IN ('capacity-block', 'training-plan')", name="kind"),)
+
+
+class ReadinessCheck(Base):
+    """One readiness completion against an endpoint: timings and outcome, never the text."""
+
+    __tablename__ = "readiness_checks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id"), index=True)
+    at: Mapped[dt.datetime]
+    ok: Mapped[bool] = mapped_column(Boolean)
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    ttft_ms: Mapped[float | None] = mapped_column(Float)
+    total_ms: Mapped[float | None] = mapped_column(Float)
+    failure_kind: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class Incident(Base):
+    """An open alert for an endpoint; at most one open incident per endpoint and kind."""
+
+    __tablename__ = "incidents"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id"))
+    kind: Mapped[str] = mapped_column(String(32))
+    open: Mapped[bool | None] = mapped_column(Boolean, default=True)
+    reason: Mapped[str] = mapped_column(Text)
+    opened_at: Mapped[dt.datetime]
+    closed_at: Mapped[dt.datetime | None]
+
+    __table_args__ = (UniqueConstraint("endpoint_id", "kind", "open"),)
+
+
+class AuditEntry(Base):
+    """Append-only audit log: one row for every state change and refusal."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[dt.datetime] = mapped_column(index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(256))
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    correlation_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class Event(Base):
+    """Transactional outbox of notifications (thread messages, alerts).
+
+    Written in the same transaction as the change it reports, delivered
+    afterwards; an undelivered event survives a crash and is sent on restart.
+    """
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[dt.datetime]
+    kind: Mapped[str] = mapped_column(String(64))
+    deployment_id: Mapped[int | None] = mapped_column(ForeignKey("deployments.id"), index=True)
+    endpoint_name: Mapped[str | None] = mapped_column(String(63))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    delivered_at: Mapped[dt.datetime | None] = mapped_column(index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,0 +1,230 @@
+"""Repositories: every query the services need, so that no SQL lives outside this package.
+
+Repositories add and read; they never commit. The unit of work commits.
+There are deliberately no update or delete methods for releases or audit entries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.adapters.store.models import (
+    AuditEntry,
+    Deployment,
+    Endpoint,
+    Event,
+    GateResult,
+    Incident,
+    ReadinessCheck,
+    Release,
+    Reservation,
+)
+
+
+class _Repository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+
+class EndpointRepository(_Repository):
+    def get(self, name: str) -> Endpoint | None:
+        return self.session.scalar(select(Endpoint).where(Endpoint.name == name))
+
+    def get_for_update(self, name: str) -> Endpoint | None:
+        return self.session.scalar(select(Endpoint).where(Endpoint.name == name).with_for_update())
+
+    def list(self) -> Sequence[Endpoint]:
+        return self.session.scalars(select(Endpoint).order_by(Endpoint.name)).all()
+
+    def add(self, endpoint: Endpoint) -> Endpoint:
+        self.session.add(endpoint)
+        self.session.flush()
+        return endpoint
+
+
+class ReleaseRepository(_Repository):
+    def get(self, name: str) -> Release | None:
+        return self.session.scalar(select(Release).where(Release.name == name))
+
+    def get_by_id(self, release_id: int) -> Release | None:
+        return self.session.get(Release, release_id)
+
+    def by_tuple_hash(self, tuple_hash: str) -> Sequence[Release]:
+        return self.session.scalars(select(Release).where(Release.tuple_hash == tuple_hash)).all()
+
+    def list(self, limit: int | None = None) -> Sequence[Release]:
+        stmt = select(Release).order_by(Release.registered_at.desc(), Release.id.desc())
+        if limit:
+            stmt = stmt.limit(limit)
+        return self.session.scalars(stmt).all()
+
+    def add(self, release: Release) -> Release:
+        self.session.add(release)
+        self.session.flush()
+        return release
+
+
+class DeploymentRepository(_Repository):
+    def get(self, deployment_id: int) -> Deployment | None:
+        return self.session.get(Deployment, deployment_id)
+
+    def get_for_update(self, deployment_id: int) -> Deployment | None:
+        return self.session.scalar(select(Deployment).where(Deployment.id == deployment_id).with_for_update())
+
+    def in_flight(self, endpoint_id: int) -> Deployment | None:
+        return self.session.scalar(
+            select(Deployment).where(Deployment.endpoint_id == endpoint_id, Deployment.in_flight.is_(True))
+        )
+
+    def all_in_flight(self) -> Sequence[Deployment]:
+        return self.session.scalars(select(Deployment).where(Deployment.in_flight.is_(True)).order_by(Deployment.id)).all()
+
+    def for_endpoint(self, endpoint_id: int, limit: int | None = None) -> Sequence[Deployment]:
+        stmt = select(Deployment).where(Deployment.endpoint_id == endpoint_id).order_by(Deployment.id.desc())
+        if limit:
+            stmt = stmt.limit(limit)
+        return self.session.scalars(stmt).all()
+
+    def in_states(self, endpoint_id: int, states: Sequence[str]) -> Sequence[Deployment]:
+        return self.session.scalars(
+            select(Deployment)
+            .where(Deployment.endpoint_id == endpoint_id, Deployment.state.in_(list(states)))
+            .order_by(Deployment.id.desc())
+        ).all()
+
+    def add(self, deployment: Deployment) -> Deployment:
+        self.session.add(deployment)
+        self.session.flush()
+        return deployment
+
+
+class GateResultRepository(_Repository):
+    def latest(self, deployment_id: int, gate: str) -> GateResult | None:
+        return self.session.scalar(
+            select(GateResult)
+            .where(GateResult.deployment_id == deployment_id, GateResult.gate == gate)
+            .order_by(GateResult.id.desc())
+            .limit(1)
+        )
+
+    def for_deployment(self, deployment_id: int) -> Sequence[GateResult]:
+        return self.session.scalars(
+            select(GateResult).where(GateResult.deployment_id == deployment_id).order_by(GateResult.id)
+        ).all()
+
+    def pending(self) -> Sequence[GateResult]:
+        """Latest undecided gate result of each in-flight deployment."""
+        rows = self.session.scalars(
+            select(GateResult)
+            .join(Deployment, Deployment.id == GateResult.deployment_id)
+            .where(Deployment.in_flight.is_(True), GateResult.decision.is_(None))
+            .order_by(GateResult.id)
+        ).all()
+        latest: dict[tuple[int, str], GateResult] = {}
+        for row in rows:
+            latest[(row.deployment_id, row.gate)] = row
+        return list(latest.values())
+
+    def add(self, result: GateResult) -> GateResult:
+        self.session.add(result)
+        self.session.flush()
+        return result
+
+
+class ReservationRepository(_Repository):
+    def get(self, reservation_id: str) -> Reservation | None:
+        return self.session.get(Reservation, reservation_id)
+
+    def list(self, include_gone: bool = False) -> Sequence[Reservation]:
+        stmt = select(Reservation).order_by(Reservation.end_at)
+        if not include_gone:
+            stmt = stmt.where(Reservation.gone_at.is_(None))
+        return self.session.scalars(stmt).all()
+
+    def add(self, reservation: Reservation) -> Reservation:
+        self.session.add(reservation)
+        self.session.flush()
+        return reservation
+
+
+class ReadinessRepository(_Repository):
+    def add(self, check: ReadinessCheck) -> ReadinessCheck:
+        self.session.add(check)
+        self.session.flush()
+        return check
+
+    def recent(self, endpoint_id: int, limit: int = 10) -> Sequence[ReadinessCheck]:
+        return self.session.scalars(
+            select(ReadinessCheck)
+            .where(ReadinessCheck.endpoint_id == endpoint_id)
+            .order_by(ReadinessCheck.at.desc(), ReadinessCheck.id.desc())
+            .limit(limit)
+        ).all()
+
+
+class IncidentRepository(_Repository):
+    def open_for(self, endpoint_id: int, kind: str) -> Incident | None:
+        return self.session.scalar(
+            select(Incident).where(Incident.endpoint_id == endpoint_id, Incident.kind == kind, Incident.open.is_(True))
+        )
+
+    def add(self, incident: Incident) -> Incident:
+        self.session.add(incident)
+        self.session.flush()
+        return incident
+
+
+class AuditRepository(_Repository):
+    def record(
+        self,
+        *,
+        at: dt.datetime,
+        actor: str,
+        action: str,
+        subject: str,
+        details: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+    ) -> AuditEntry:
+        entry = AuditEntry(
+            at=at, actor=actor, action=action, subject=subject, details=details or {}, correlation_id=correlation_id
+        )
+        self.session.add(entry)
+        self.session.flush()
+        return entry
+
+    def list(self, subject: str | None = None, limit: int = 100) -> Sequence[AuditEntry]:
+        stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
+        if subject is not None:
+            stmt = stmt.where(AuditEntry.subject == subject)
+        return self.session.scalars(stmt).all()
+
+
+class EventRepository(_Repository):
+    def emit(
+        self,
+        *,
+        at: dt.datetime,
+        kind: str,
+        deployment_id: int | None = None,
+        endpoint_name: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> Event:
+        event = Event(
+            at=at, kind=kind, deployment_id=deployment_id, endpoint_name=endpoint_name, payload=payload or {}
+        )
+        self.session.add(event)
+        self.session.flush()
+        return event
+
+    def undelivered(self, limit: int = 100) -> Sequence[Event]:
+        return self.session.scalars(
+            select(Event).where(Event.delivered_at.is_(None)).order_by(Event.id).limit(limit)
+        ).all()
+
+    def for_deployment(self, deployment_id: int) -> Sequence[Event]:
+        return self.session.scalars(select(Event).where(Event.deployment_id == deployment_id).order_by(Event.id)).all()

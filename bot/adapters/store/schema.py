@@ -1,0 +1,69 @@
+"""Schema version management over Alembic: upgrade, downgrade, current, and the start-up check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+import migrations
+
+MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+
+
+class SchemaMismatch(Exception):
+    """The database schema is not the one this code expects; the message says what to run."""
+
+
+def alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"migrations have {len(heads)} heads; merge them")
+    return heads[0]
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+def check_schema(engine: Engine, auto_migrate: bool = False) -> None:
+    """Refuse to run against a schema that is behind or ahead of the code."""
+    head = head_revision()
+    current = current_revision(engine)
+    if current == head:
+        return
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    known = {rev.revision for rev in script.walk_revisions()}
+    if current is not None and current not in known:
+        raise SchemaMismatch(
+            f"the database schema ({current}) is newer than this kimi-ops ({head}); upgrade kimi-ops, "
+            "or run `kimi-ops db downgrade` with the newer version first"
+        )
+    if auto_migrate:
+        upgrade(engine.url.render_as_string(hide_password=False))
+        return
+    where = "empty" if current is None else f"at {current}"
+    raise SchemaMismatch(
+        f"the database schema is {where}, behind this kimi-ops ({head}); run `kimi-ops db upgrade` "
+        "(or set KIMI_AUTO_MIGRATE=1)"
+    )

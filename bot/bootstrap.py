@@ -1,0 +1,81 @@
+"""The composition root: builds settings, the store and the adapters once per process.
+
+Entrypoints (CLI, Slack app, scheduler) ask for a :class:`Context` and hand it to
+services; nothing else constructs engines or clients.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.adapters.clock import Clock, SystemClock
+from bot.adapters.store import UnitOfWorkFactory, make_engine
+from bot.adapters.store.models import Endpoint
+from bot.adapters.store.schema import check_schema
+from bot.config import Settings, load_settings
+
+
+@dataclass
+class Context:
+    """Everything a service needs: settings, a unit-of-work factory, a clock, and adapters."""
+
+    settings: Settings
+    uow: UnitOfWorkFactory
+    clock: Clock = field(default_factory=SystemClock)
+    adapters: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        self.uow.engine.dispose()
+
+
+def build_context(
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    check: bool = True,
+    **adapters: Any,
+) -> Context:
+    """Connect to the configured database, verify its schema and sync declared endpoints."""
+    settings = settings or load_settings()
+    engine = make_engine(settings.effective_database_url)
+    if check:
+        check_schema(engine, auto_migrate=settings.auto_migrate)
+    ctx = Context(settings=settings, uow=UnitOfWorkFactory(engine), clock=clock or SystemClock(), adapters=adapters)
+    if check:
+        sync_endpoints(ctx)
+    return ctx
+
+
+def sync_endpoints(ctx: Context) -> None:
+    """Make the database's endpoints match the settings file (adds new, updates changed settings)."""
+    now: dt.datetime = ctx.clock.now()
+    with ctx.uow() as uow:
+        changed = False
+        for spec in ctx.settings.endpoints:
+            data = spec.model_dump(mode="json")
+            row = uow.endpoints.get(spec.name)
+            if row is None:
+                uow.endpoints.add(
+                    Endpoint(
+                        name=spec.name,
+                        kind=spec.kind,
+                        environment=spec.environment,
+                        namespace=spec.namespace,
+                        url=spec.url,
+                        admission_open=True,
+                        settings=data,
+                        created_at=now,
+                    )
+                )
+                uow.audit.record(at=now, actor="system", action="endpoint.declared", subject=f"endpoint:{spec.name}", details=data)
+                changed = True
+            elif row.settings != data or row.url != spec.url or row.kind != spec.kind:
+                row.kind, row.environment, row.namespace, row.url, row.settings = (
+                    spec.kind, spec.environment, spec.namespace, spec.url, data,
+                )
+                uow.audit.record(at=now, actor="system", action="endpoint.settings_changed", subject=f"endpoint:{spec.name}", details=data)
+                changed = True
+        if changed:
+            uow.commit()

@@ -1,0 +1,1 @@
+"""The ``kimi-ops`` command line: thin entrypoints over ``bot.services``."""

@@ -1,0 +1,19 @@
+"""Shared plumbing for CLI commands: the context and the acting identity."""
+
+from __future__ import annotations
+
+import getpass
+
+from bot.bootstrap import Context, build_context
+
+
+def context() -> Context:
+    return build_context()
+
+
+def default_actor() -> str:
+    """CLI identity: ``cli:<login>`` unless ``--as`` names a Slack user ID."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # no login name in some containers
+        return "cli:unknown"

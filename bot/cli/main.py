@@ -1,0 +1,96 @@
+"""The ``kimi-ops`` console script: a Typer app whose commands call services.
+
+Errors meant for a person (:class:`ConfigError`, :class:`UserError`,
+:class:`SchemaMismatch`) are printed as one line on stderr; anything else is
+logged with a correlation id and only that id is shown. No traceback reaches
+the operator.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from bot import __version__
+from bot.cli import output
+from bot.config import ConfigError
+
+log = logging.getLogger("kimi_ops.cli")
+
+app = typer.Typer(
+    name="kimi-ops",
+    help="Gated, reversible Kimi K3 deployments on SageMaker HyperPod and EKS.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kimi-ops {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+) -> None:
+    """Gated, reversible Kimi K3 deployments on SageMaker HyperPod and EKS."""
+
+
+# Sub-command groups register themselves here; one line each, in help order.
+from bot.cli import db as _db  # noqa: E402
+from bot.cli import demo as _demo  # noqa: E402
+from bot.cli import release as _release  # noqa: E402
+
+app.add_typer(_db.app, name="db")
+app.add_typer(_release.app, name="release")
+_demo.register(app)
+
+
+def run_guarded(fn: Callable[[], Any]) -> Any:
+    """Run a CLI body, turning every failure into one line and an exit code."""
+    from bot.adapters.store.schema import SchemaMismatch
+    from bot.services.errors import UserError, ValidationFailed
+
+    try:
+        return fn()
+    except (typer.Exit, typer.Abort, SystemExit):
+        raise
+    except ConfigError as exc:
+        output.error(str(exc))
+        raise typer.Exit(2) from None
+    except SchemaMismatch as exc:
+        output.error(str(exc))
+        raise typer.Exit(3) from None
+    except ValidationFailed as exc:
+        output.error(f"{len(exc.problems)} problem(s); nothing was stored:")
+        for problem in exc.problems:
+            output.error(f"  - {problem}")
+        raise typer.Exit(exc.exit_code) from None
+    except UserError as exc:
+        output.error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    except Exception:
+        correlation = uuid.uuid4().hex[:12]
+        log.exception("unexpected error", extra={"correlation_id": correlation})
+        output.error(f"kimi-ops hit an unexpected error; kimi-ops.log in the data directory has the details under correlation id {correlation}")
+        raise typer.Exit(70) from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    from bot.logs import configure_logging
+
+    configure_logging(interactive=True)
+    try:
+        app(args=argv if argv is not None else sys.argv[1:], prog_name="kimi-ops")
+    except ConfigError as exc:  # raised while Typer builds defaults
+        output.error(str(exc))
+        sys.exit(2)

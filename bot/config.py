@@ -1,0 +1,201 @@
+"""The one place settings come from.
+
+``Settings`` reads environment variables prefixed ``KIMI_`` (plus Slack's own
+``SLACK_*`` names) and, when ``KIMI_CONFIG`` names a YAML file, endpoints and
+roles from it. Environment variables win over the file. Nothing else in the
+code base reads ``os.environ``.
+
+A bad setting raises :class:`ConfigError` whose message is one line naming the
+setting and the fix; the CLI prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+Role = Literal["viewer", "deployer", "approver", "admin"]
+EndpointKind = Literal["hyperpod", "eks"]
+
+
+class ConfigError(Exception):
+    """A setting is missing or wrong; the message is one line fit for a user."""
+
+
+class RequestLimits(BaseModel):
+    """Per-pod admission limits (HyperPod ``worker.requestLimits``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrent_requests: int = Field(default=8, ge=1, le=10_000)
+    max_queue_size: int = Field(default=16, ge=0, le=100_000)
+    overflow_status_code: Literal[429, 503] = 429
+
+
+class EndpointSettings(BaseModel):
+    """One serving target, as an operator declares it in the ``KIMI_CONFIG`` file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+    kind: EndpointKind = "hyperpod"
+    environment: str = "prod"
+    namespace: str = "model-serving"
+    cluster_context: str | None = None
+    url: str = "http://127.0.0.1:8000"
+    served_model_name: str = "Kimi-K3"
+    channel: str | None = None
+    region: str = "us-east-1"
+    instance_type: str = "p6-b300.48xlarge"
+    availability_zone: str | None = None
+    reservation_id: str | None = None
+    request_limits: RequestLimits = Field(default_factory=RequestLimits)
+    warmup_minutes: int = Field(default=45, ge=0)
+    soak_minutes: int = Field(default=120, ge=0)
+    rollout_window_minutes: int = Field(default=240, ge=0)
+    max_deploy_seconds: int = Field(default=3600, ge=60)
+    ttft_objective_ms: int = Field(default=2000, ge=1)
+    separate_approver: bool | None = None
+    rollback_approvals: int = Field(default=1, ge=0, le=4)
+
+    @property
+    def requires_separate_approver(self) -> bool:
+        """Self-approval is refused by default on production endpoints."""
+        if self.separate_approver is not None:
+            return self.separate_approver
+        return self.environment == "prod"
+
+    @property
+    def sagemaker_instance_type(self) -> str:
+        return self.instance_type if self.instance_type.startswith("ml.") else f"ml.{self.instance_type}"
+
+
+class Roles(BaseModel):
+    """Who may do what: Slack user IDs (``U…``/``W…``) or user-group IDs (``S…``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    viewer: list[str] = Field(default_factory=list)
+    deployer: list[str] = Field(default_factory=list)
+    approver: list[str] = Field(default_factory=list)
+    admin: list[str] = Field(default_factory=list)
+
+
+class Settings(BaseSettings):
+    """Every setting of kimi-ops; see the README's settings table."""
+
+    model_config = SettingsConfigDict(env_prefix="KIMI_", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(default=Path(".kimi-ops"), description="Directory for the embedded SQLite database and local state.")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL of the release-history database.")
+    config: Path | None = Field(default=None, description="YAML file with `endpoints:` and `roles:`.")
+    auto_migrate: bool = Field(default=False, description="Upgrade the database schema at start instead of refusing.")
+    log_format: Literal["text", "json"] = Field(default="text", description="`json` in production, `text` locally.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    aws_regions: list[str] = Field(default_factory=lambda: ["us-east-1"], description="Regions watched for reservations.")
+    slack_api_url: str | None = Field(default=None, description="Base URL of the Slack Web API (tests, sandbox).")
+    oncall_group: str | None = Field(default=None, description="Slack user group mentioned on escalations.")
+    alert_thresholds_hours: list[float] = Field(default_factory=lambda: [168, 72, 24, 6, 1])
+    readiness_failures_to_alert: int = Field(default=3, ge=1)
+    reservation_watch_minutes: int = Field(default=15, ge=1)
+    readiness_probe_minutes: int = Field(default=5, ge=1)
+    slack_bot_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"))
+    slack_signing_secret: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"))
+    slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
+    endpoints: list[EndpointSettings] = Field(default_factory=list)
+    roles: Roles = Field(default_factory=Roles)
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_driver(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        scheme = value.split(":", 1)[0]
+        if scheme not in {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg"}:
+            raise ValueError("use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_endpoints(self) -> "Settings":
+        names = [e.name for e in self.endpoints]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"endpoint names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @property
+    def effective_database_url(self) -> str:
+        """The configured URL, or a SQLite file under ``data_dir`` (created on first use)."""
+        if self.database_url:
+            url = self.database_url
+            if url.startswith("postgresql://"):
+                url = "postgresql+psycopg://" + url[len("postgresql://") :]
+            return url
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(self.data_dir / 'kimi-ops.db').resolve()}"
+
+    def endpoint(self, name: str) -> EndpointSettings | None:
+        return next((e for e in self.endpoints if e.name == name), None)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlFileSource(settings_cls))
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by ``KIMI_CONFIG``; lower priority than the environment."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("KIMI_CONFIG")
+        if not path:
+            return {}
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"KIMI_CONFIG: file {path} does not exist; point KIMI_CONFIG at your YAML settings file") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise ConfigError(f"KIMI_CONFIG: {path} is not valid YAML{where}; fix the file") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"KIMI_CONFIG: {path} must hold a mapping with keys such as endpoints: and roles:")
+        return data
+
+
+def _describe(error: dict[str, Any]) -> str:
+    loc = [str(p) for p in error.get("loc", ())]
+    top = loc[0] if loc else "settings"
+    field = Settings.model_fields.get(top)
+    env_name = None
+    if field is not None and top not in {"endpoints", "roles"}:
+        alias = field.validation_alias
+        env_name = alias.choices[0] if isinstance(alias, AliasChoices) else f"KIMI_{top.upper()}"
+    where = env_name or ("KIMI_CONFIG " + ".".join(loc))
+    msg = error.get("msg", "invalid value").removeprefix("Value error, ")
+    return f"{where}: {msg}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build :class:`Settings`, turning validation errors into one-line :class:`ConfigError`."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = _describe(errors[0])
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise ConfigError(first + more) from None

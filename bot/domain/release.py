@@ -1,0 +1,194 @@
+"""The release tuple: the immutable rollback unit of the guide.
+
+model repo + 40-hex commit, versioned S3 weights prefix + per-object SHA-256
+manifest, image pinned by digest, vLLM serving args + env, licence version +
+licence document checksum, evaluation report, trust-remote-code exception.
+
+:class:`ReleaseManifest` is both the YAML file format operators write and the
+value the services pass around; its JSON schema is published from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+COMMIT_HEX = re.compile(r"^[0-9a-f]{40}$")
+DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:(?P<digest>[0-9a-f]{64})$")
+S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(?P<key>.*)$")
+NAME = r"^[a-z0-9]([-a-z0-9._]{0,126}[a-z0-9])?$"
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """Split ``s3://bucket/key`` into (bucket, key)."""
+    match = S3_URI.match(uri)
+    if not match:
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    return match["bucket"], match["key"]
+
+
+class ModelSource(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str = Field(min_length=1, max_length=256, description="Upstream model repository, e.g. moonshotai/Kimi-K3.")
+    commit: str = Field(description="Full 40-hex revision of the model repository that was mirrored.")
+
+    @field_validator("commit")
+    @classmethod
+    def _full_revision(cls, value: str) -> str:
+        if not COMMIT_HEX.match(value):
+            raise ValueError("must be the full 40-hex commit, not a branch, tag or short hash")
+        return value
+
+
+class WeightObject(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1, description="Object key relative to the weights prefix.")
+    size: int = Field(ge=0, description="Size in bytes.")
+    sha256: str = Field(description="Lower-case hex SHA-256 of the object's bytes.")
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        value = value.lower()
+        if not SHA256_HEX.match(value):
+            raise ValueError("must be 64 hex characters")
+        return value
+
+
+class Weights(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefix: str = Field(description="Versioned S3 prefix, s3://bucket/path/ (ends with a slash).")
+    objects: list[WeightObject] = Field(min_length=1)
+
+    @field_validator("prefix")
+    @classmethod
+    def _s3_prefix(cls, value: str) -> str:
+        if not S3_URI.match(value):
+            raise ValueError("must be an s3://bucket/prefix/ URI")
+        if not value.endswith("/"):
+            raise ValueError("must end with '/' so it names a prefix, not an object")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_keys(self) -> "Weights":
+        keys = [o.key for o in self.objects]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise ValueError(f"object keys repeat: {', '.join(dupes[:5])}")
+        return self
+
+    @property
+    def bucket(self) -> str:
+        return parse_s3_uri(self.prefix)[0]
+
+    @property
+    def key_prefix(self) -> str:
+        return parse_s3_uri(self.prefix)[1]
+
+
+class Serving(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    args: list[str] = Field(min_length=1, description="vLLM arguments, one list item per token.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables of the serving container.")
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _stringify_env(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
+        return value
+
+    def arg_value(self, flag: str) -> str | None:
+        """The value following ``flag`` (or given as ``flag=value``), if present."""
+        for i, arg in enumerate(self.args):
+            if arg == flag and i + 1 < len(self.args):
+                return self.args[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    def has_flag(self, flag: str) -> bool:
+        return any(a == flag or a.startswith(flag + "=") for a in self.args)
+
+
+class Licence(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str = Field(min_length=1, max_length=128)
+    document: str | None = Field(default=None, description="s3:// URI of the reviewed licence document.")
+    sha256: str
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        value = value.lower()
+        if not SHA256_HEX.match(value):
+            raise ValueError("must be 64 hex characters")
+        return value
+
+    @field_validator("document")
+    @classmethod
+    def _s3(cls, value: str | None) -> str | None:
+        if value is not None and not S3_URI.match(value):
+            raise ValueError("must be an s3://bucket/key URI")
+        return value
+
+
+class ReleaseManifest(BaseModel):
+    """A release manifest file (YAML) and the release tuple it describes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME, description="Unique release name, e.g. kimi-k3-2026-08-01.")
+    model: ModelSource
+    weights: Weights
+    image: str = Field(description="Serving image pinned by digest: REPO@sha256:<64 hex>.")
+    serving: Serving
+    licence: Licence
+    evaluation_report: str | None = Field(default=None, description="Where the evaluation report of this tuple lives.")
+    trust_remote_code_exception: str | None = Field(
+        default=None, description="Reference of the security exception that allows --trust-remote-code."
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if not DIGEST_REF.match(value):
+            raise ValueError("must be pinned by digest (REPO@sha256:<64 hex>); a floating tag makes rollback ambiguous")
+        return value
+
+    @property
+    def served_model_name(self) -> str | None:
+        return self.serving.arg_value("--served-model-name")
+
+    def tuple_dict(self) -> dict[str, Any]:
+        """The tuple without its name: what makes two releases the same deployment."""
+        return self.model_dump(mode="json", exclude={"name"})
+
+    def tuple_hash(self) -> str:
+        """SHA-256 of the canonical JSON of the tuple (name excluded)."""
+        canonical = json.dumps(self.tuple_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    schema = ReleaseManifest.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "kimi-ops release manifest"
+    return schema

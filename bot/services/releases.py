@@ -1,0 +1,131 @@
+"""Release use cases: register, list, show.
+
+Services return plain values (:class:`ReleaseView`), never ORM rows, so that
+entrypoints never touch the database layer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from bot.adapters.store.models import Release
+from bot.bootstrap import Context
+from bot.domain.release import ReleaseManifest
+from bot.services.errors import NotFound, Refused, ValidationFailed
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    manifest: ReleaseManifest
+    tuple_hash: str
+    registered_by: str
+    registered_at: dt.datetime
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+
+@dataclass(frozen=True)
+class Registered:
+    release: ReleaseView
+    warnings: list[str] = field(default_factory=list)
+
+
+def manifest_from_row(row: Release) -> ReleaseManifest:
+    return ReleaseManifest.model_validate(
+        {
+            "name": row.name,
+            "model": {"repo": row.model_repo, "commit": row.model_commit},
+            "weights": {"prefix": row.weights_prefix, "objects": row.objects},
+            "image": row.image,
+            "serving": {"args": row.serving_args, "env": row.serving_env},
+            "licence": {"version": row.licence_version, "document": row.licence_uri, "sha256": row.licence_sha256},
+            "evaluation_report": row.evaluation_report,
+            "trust_remote_code_exception": row.trust_remote_code_exception,
+        }
+    )
+
+
+def view_of(row: Release) -> ReleaseView:
+    return ReleaseView(
+        manifest=manifest_from_row(row),
+        tuple_hash=row.tuple_hash,
+        registered_by=row.registered_by,
+        registered_at=row.registered_at,
+    )
+
+
+def parse_manifest(data: Any) -> ReleaseManifest:
+    """Validate raw manifest data; every problem is reported with its field path."""
+    if not isinstance(data, dict):
+        raise ValidationFailed(["(top level): a release manifest is a mapping of fields, see `kimi-ops release schema`"])
+    try:
+        return ReleaseManifest.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{path}: {msg}")
+        raise ValidationFailed(problems) from None
+
+
+def register_release(ctx: Context, data: Any, actor: str) -> Registered:
+    """Validate, store and audit a release; refuse a name already taken."""
+    manifest = parse_manifest(data)
+    now = ctx.clock.now()
+    digest = manifest.tuple_hash()
+    with ctx.uow() as uow:
+        if uow.releases.get(manifest.name) is not None:
+            raise Refused(f"release {manifest.name} is already registered; releases are immutable, register a new name")
+        warnings = [
+            f"this tuple is identical to release {twin.name}; rollback and diff will treat them as the same deployment"
+            for twin in uow.releases.by_tuple_hash(digest)
+        ]
+        row = uow.releases.add(
+            Release(
+                name=manifest.name,
+                model_repo=manifest.model.repo,
+                model_commit=manifest.model.commit,
+                weights_prefix=manifest.weights.prefix,
+                objects=[o.model_dump() for o in manifest.weights.objects],
+                image=manifest.image,
+                serving_args=list(manifest.serving.args),
+                serving_env=dict(manifest.serving.env),
+                licence_version=manifest.licence.version,
+                licence_uri=manifest.licence.document,
+                licence_sha256=manifest.licence.sha256,
+                evaluation_report=manifest.evaluation_report,
+                trust_remote_code_exception=manifest.trust_remote_code_exception,
+                tuple_hash=digest,
+                registered_by=actor,
+                registered_at=now,
+            )
+        )
+        uow.audit.record(
+            at=now,
+            actor=actor,
+            action="release.registered",
+            subject=f"release:{manifest.name}",
+            details={"tuple_hash": digest, "image": manifest.image, "model_commit": manifest.model.commit, "warnings": warnings},
+        )
+        uow.commit()
+        return Registered(release=view_of(row), warnings=warnings)
+
+
+def list_releases(ctx: Context, limit: int | None = None) -> list[ReleaseView]:
+    with ctx.uow() as uow:
+        return [view_of(r) for r in uow.releases.list(limit)]
+
+
+def get_release(ctx: Context, name: str) -> ReleaseView:
+    with ctx.uow() as uow:
+        row = uow.releases.get(name)
+        if row is None:
+            raise NotFound(f"no release named {name}; `release list` shows the registered ones")
+        return view_of(row)

@@ -1,0 +1,1 @@
+"""Scheduler entrypoints: module-level job functions that call services and notify."""

@@ -1,0 +1,1 @@
+"""Alembic environment and versions; run them with ``kimi-ops db upgrade``."""

@@ -1,0 +1,107 @@
+"""Shared fixtures: real SQLite and real PostgreSQL databases, migrated by Alembic.
+
+PostgreSQL comes from ``KIMI_TEST_POSTGRES_URL`` (``.ci/run`` sets it to a throwaway
+database); every test that asks for it gets a fresh database created on that server.
+Under CI a missing or unreachable server is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from bot.adapters.clock import FrozenClock
+from bot.adapters.store import schema
+from bot.bootstrap import Context, build_context
+from bot.config import load_settings
+
+DEFAULT_PG = "postgresql+psycopg://root@127.0.0.1:5432/root"
+START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_RELEASE = REPO / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml"
+
+
+def _pg_admin_url() -> str:
+    url = os.environ.get("KIMI_TEST_POSTGRES_URL", DEFAULT_PG)
+    return url.replace("postgresql://", "postgresql+psycopg://", 1) if url.startswith("postgresql://") else url
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    url = _pg_admin_url()
+    try:
+        engine = create_engine(url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        engine.dispose()
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {url} is required in CI and is not reachable: {exc}")
+        pytest.skip(f"PostgreSQL not reachable at {url} (set KIMI_TEST_POSTGRES_URL): {exc}")
+    return url
+
+
+@pytest.fixture()
+def fresh_pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database for one test; dropped afterwards."""
+    name = f"kimi_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of each kind (no schema yet)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'kimi.db'}"
+    return request.getfixturevalue("fresh_pg_url")
+
+
+@pytest.fixture()
+def db_url(empty_db_url: str) -> str:
+    """A database of each kind, migrated to head."""
+    schema.upgrade(empty_db_url)
+    return empty_db_url
+
+
+@pytest.fixture()
+def clock() -> FrozenClock:
+    return FrozenClock(START)
+
+
+@pytest.fixture()
+def make_ctx(db_url: str, clock: FrozenClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Build a Context on the migrated database, with optional settings overrides."""
+    monkeypatch.delenv("KIMI_CONFIG", raising=False)
+    contexts: list[Context] = []
+
+    def factory(**overrides: object) -> Context:
+        overrides.setdefault("database_url", db_url)
+        overrides.setdefault("data_dir", tmp_path / "data")
+        ctx = build_context(load_settings(**overrides), clock=clock)
+        contexts.append(ctx)
+        return ctx
+
+    yield factory
+    for ctx in contexts:
+        ctx.close()
+
+
+@pytest.fixture()
+def ctx(make_ctx) -> Context:
+    return make_ctx()

@@ -1,0 +1,30 @@
+"""Layering and documentation rules that keep the code base honest."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from bot.config import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_hold() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_readme_documents_every_setting() -> None:
+    readme = (REPO / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", readme, flags=re.M))
+    expected = set()
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        expected.add(alias.choices[0] if alias is not None else f"KIMI_{name.upper()}")
+    assert expected - documented == set(), "README settings table misses these"

@@ -1,0 +1,124 @@
+"""The ``kimi-ops`` CLI and the Settings object, as an operator meets them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from bot.cli.main import app
+from bot.config import ConfigError, load_settings
+from tests.conftest import EXAMPLE_RELEASE
+
+runner = CliRunner()
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIMI_")}
+    env["KIMI_DATA_DIR"] = str(tmp_path / "data")
+    env.update(extra)
+    return env
+
+
+def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from bot.cli.main import main; main()", *args],
+        capture_output=True, text=True, env=_env(tmp_path, **env), cwd=tmp_path, timeout=120,
+    )
+
+
+def _all_commands(group: typer.main.TyperGroup, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [path]
+    if hasattr(group, "commands"):
+        for name, cmd in group.commands.items():
+            found += _all_commands(cmd, path + (name,))
+    return found
+
+
+def test_every_command_has_help() -> None:
+    root = typer.main.get_command(app)
+    paths = _all_commands(root)
+    assert ("release", "list") in paths and ("db", "upgrade") in paths
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage:" in result.output
+
+
+def test_version(tmp_path: Path) -> None:
+    result = _run(tmp_path, "--version")
+    assert result.returncode == 0 and result.stdout.startswith("kimi-ops ")
+
+
+def test_quickstart_path_on_embedded_sqlite(tmp_path: Path) -> None:
+    assert _run(tmp_path, "db", "upgrade").returncode == 0
+    assert (tmp_path / "data" / "kimi-ops.db").exists()
+    registered = _run(tmp_path, "release", "register", str(EXAMPLE_RELEASE), "--as", "U0DEPLOYER")
+    assert registered.returncode == 0, registered.stderr
+    listed = _run(tmp_path, "release", "list")
+    assert "kimi-k3-2026-08-01" in listed.stdout.replace("\n", "").replace("│", "").replace(" ", "") or "kimi-k3" in listed.stdout
+    shown = _run(tmp_path, "release", "show", "kimi-k3-2026-08-01")
+    assert "SEC-EXC-2026-0142" in shown.stdout
+    missing = _run(tmp_path, "release", "show", "nope")
+    assert missing.returncode == 1 and "no release named nope" in missing.stderr
+
+
+def test_bad_setting_stops_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = _run(tmp_path, "release", "list", KIMI_DATABASE_URL="mysql://db/x")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: KIMI_DATABASE_URL:")
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_bad_config_file_names_the_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "kimi.yaml"
+    cfg.write_text("endpoints:\n  - name: Bad_Name\n")
+    result = _run(tmp_path, "release", "list", KIMI_CONFIG=str(cfg))
+    assert result.returncode == 2
+    assert "KIMI_CONFIG endpoints.0.name" in result.stderr and "Traceback" not in result.stderr
+    missing = _run(tmp_path, "release", "list", KIMI_CONFIG=str(tmp_path / "absent.yaml"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_schema_behind_refuses_to_start(tmp_path: Path) -> None:
+    result = _run(tmp_path, "release", "list")
+    assert result.returncode == 3 and "kimi-ops db upgrade" in result.stderr
+    auto = _run(tmp_path, "release", "list", KIMI_AUTO_MIGRATE="1")
+    assert auto.returncode == 0, auto.stderr
+
+
+def test_invalid_manifest_lists_every_problem_and_stores_nothing(tmp_path: Path) -> None:
+    _run(tmp_path, "db", "upgrade")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        EXAMPLE_RELEASE.read_text()
+        .replace("3f7c2a9e41d0b85c6a1e9f2d47b03c58e6a9d114\nweights", "main\nweights")
+        .replace("vllm-openai@sha256:4e6f8a0b2c4d6e8f0a1b3c5d7e9f1a2b4c6d8e0f2a3b5c7d9e1f3a4b6c8d0e2f", "vllm-openai:kimi-k3")
+    )
+    result = _run(tmp_path, "release", "register", str(bad))
+    assert result.returncode == 2
+    assert "model.commit" in result.stderr and "image" in result.stderr and "floating tag" in result.stderr
+    assert "no releases registered" in _run(tmp_path, "release", "list").stdout
+
+
+def test_settings_yaml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "kimi.yaml"
+    cfg.write_text("endpoints:\n  - name: kimi-k3-prod\n    environment: prod\nroles:\n  approver: [U1]\nlog_format: json\n")
+    monkeypatch.setenv("KIMI_CONFIG", str(cfg))
+    monkeypatch.setenv("KIMI_LOG_FORMAT", "text")
+    monkeypatch.setenv("KIMI_DATA_DIR", str(tmp_path / "d"))
+    monkeypatch.delenv("KIMI_DATABASE_URL", raising=False)
+    settings = load_settings()
+    assert settings.log_format == "text"  # the environment wins over the file
+    assert settings.endpoint("kimi-k3-prod").requires_separate_approver is True
+    assert settings.roles.approver == ["U1"]
+    assert settings.effective_database_url.endswith("/d/kimi-ops.db")
+    monkeypatch.setenv("KIMI_READINESS_FAILURES_TO_ALERT", "zero")
+    with pytest.raises(ConfigError, match="^KIMI_READINESS_FAILURES_TO_ALERT: "):
+        load_settings()

@@ -1,0 +1,201 @@
+"""The release-history store on real SQLite and real PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+import yaml
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, func, inspect, select
+from sqlalchemy.exc import IntegrityError
+
+from bot.adapters.store import make_engine, schema
+from bot.adapters.store.guards import ImmutableRowError
+from bot.adapters.store.models import AuditEntry, Base, Deployment, Endpoint, GateResult, Release
+from bot.bootstrap import build_context
+from bot.config import load_settings
+from bot.services.errors import Refused
+from bot.services.releases import list_releases, register_release
+from tests.conftest import EXAMPLE_RELEASE, START
+
+
+def example(name: str = "kimi-k3-2026-08-01") -> dict:
+    data = yaml.safe_load(EXAMPLE_RELEASE.read_text())
+    data["name"] = name
+    return data
+
+
+def test_upgrade_downgrade_upgrade_round_trip(empty_db_url: str) -> None:
+    engine = make_engine(empty_db_url)
+    schema.upgrade(empty_db_url)
+    assert schema.current_revision(engine) == schema.head_revision()
+    assert "releases" in inspect(engine).get_table_names()
+    schema.downgrade(empty_db_url, "base")
+    assert schema.current_revision(engine) is None
+    assert "releases" not in inspect(engine).get_table_names()
+    schema.upgrade(empty_db_url)
+    assert schema.current_revision(engine) == schema.head_revision()
+    engine.dispose()
+
+
+def test_models_and_migrations_agree(db_url: str) -> None:
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        diff = compare_metadata(ctx, Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_schema_behind_is_refused_with_the_command_to_run(empty_db_url: str) -> None:
+    engine = make_engine(empty_db_url)
+    with pytest.raises(schema.SchemaMismatch, match="kimi-ops db upgrade"):
+        schema.check_schema(engine)
+    schema.check_schema(engine, auto_migrate=True)
+    assert schema.current_revision(engine) == schema.head_revision()
+    engine.dispose()
+
+
+def test_schema_ahead_is_refused(db_url: str) -> None:
+    engine = make_engine(db_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'ffff9999'")
+    with pytest.raises(schema.SchemaMismatch, match="newer than this kimi-ops"):
+        schema.check_schema(engine, auto_migrate=True)
+    engine.dispose()
+
+
+def test_register_and_list_round_trips_the_full_tuple(ctx) -> None:
+    result = register_release(ctx, example(), "U0DEPLOYER")
+    assert result.warnings == []
+    [view] = list_releases(ctx)
+    assert view.manifest == result.release.manifest
+    assert view.manifest.weights.objects[2].size == 44739242496
+    assert view.registered_at == START and view.registered_at.tzinfo is not None
+    with ctx.uow() as uow:
+        [entry] = uow.audit.list()
+        assert (entry.actor, entry.action, entry.subject) == ("U0DEPLOYER", "release.registered", "release:kimi-k3-2026-08-01")
+
+
+def test_duplicate_release_name_is_rejected(ctx) -> None:
+    register_release(ctx, example(), "U1")
+    with pytest.raises(Refused, match="already registered"):
+        register_release(ctx, example(), "U2")
+    # and the database itself refuses it, whatever the code path
+    with ctx.uow() as uow:
+        row = uow.releases.get("kimi-k3-2026-08-01")
+        clone = Release(**{c.key: getattr(row, c.key) for c in Release.__table__.columns if c.key != "id"})
+        with pytest.raises(IntegrityError):
+            uow.releases.add(clone)
+    assert len(list_releases(ctx)) == 1
+
+
+def test_identical_tuple_under_new_name_warns(ctx) -> None:
+    register_release(ctx, example("a-release"), "U1")
+    result = register_release(ctx, example("b-release"), "U1")
+    assert result.warnings and "a-release" in result.warnings[0]
+
+
+def test_releases_and_audit_rows_cannot_be_changed(ctx) -> None:
+    register_release(ctx, example(), "U1")
+    with ctx.uow() as uow:
+        row = uow.releases.get("kimi-k3-2026-08-01")
+        row.image = "evil@sha256:" + "0" * 64
+        with pytest.raises(ImmutableRowError):
+            uow.commit()
+    with ctx.uow() as uow:
+        entry = uow.audit.list()[0]
+        entry.actor = "someone-else"
+        with pytest.raises(ImmutableRowError):
+            uow.commit()
+    with ctx.uow() as uow:
+        uow.session.delete(uow.audit.list()[0])
+        with pytest.raises(ImmutableRowError):
+            uow.commit()
+    with ctx.uow() as uow:
+        assert uow.releases.get("kimi-k3-2026-08-01").image.endswith("0e2f")
+        assert uow.audit.list()[0].actor == "U1"
+
+
+def _endpoint_and_deployment(uow, now: dt.datetime) -> Deployment:
+    ep = uow.endpoints.add(Endpoint(name="ep", kind="hyperpod", environment="prod", namespace="ns", url="http://x", settings={}, created_at=now))
+    rel = uow.releases.get("kimi-k3-2026-08-01")
+    return uow.deployments.add(
+        Deployment(endpoint_id=ep.id, release_id=rel.id, kind="deploy", state="requested", requested_by="U1", created_at=now, updated_at=now)
+    )
+
+
+def test_second_decision_on_a_gate_is_rejected_by_the_database(ctx) -> None:
+    register_release(ctx, example(), "U1")
+    with ctx.uow() as uow:
+        dep = _endpoint_and_deployment(uow, START)
+        common = dict(deployment_id=dep.id, gate="artifact", report={}, report_hash="h", checked_at=START)
+        uow.gates.add(GateResult(**common, decision="approved", decided_by="U2", decided_at=START))
+        uow.gates.add(GateResult(**common))  # a recheck row without a decision is fine
+        with pytest.raises(IntegrityError):
+            uow.gates.add(GateResult(**common, decision="rejected", decided_by="U3", decided_at=START))
+        uow.rollback()
+
+
+def test_a_decided_gate_result_is_frozen(ctx) -> None:
+    register_release(ctx, example(), "U1")
+    with ctx.uow() as uow:
+        dep = _endpoint_and_deployment(uow, START)
+        gate = uow.gates.add(GateResult(deployment_id=dep.id, gate="model", report={}, report_hash="h", checked_at=START))
+        uow.commit()
+        gate.decision, gate.decided_by, gate.decided_at = "approved", "U2", START
+        uow.commit()
+        gate.decision = "rejected"
+        with pytest.raises(ImmutableRowError):
+            uow.commit()
+
+
+def test_one_deployment_in_flight_per_endpoint_is_a_database_rule(ctx) -> None:
+    register_release(ctx, example(), "U1")
+    with ctx.uow() as uow:
+        first = _endpoint_and_deployment(uow, START)
+        uow.commit()
+        second = Deployment(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy", state="requested", requested_by="U2", created_at=START, updated_at=START)
+        with pytest.raises(IntegrityError):
+            uow.deployments.add(second)
+        uow.rollback()
+        done = uow.deployments.get(first.id)
+        done.in_flight = None  # finished deployments no longer hold the endpoint
+        uow.deployments.add(Deployment(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy", state="requested", requested_by="U2", created_at=START, updated_at=START))
+        uow.commit()
+
+
+def test_naive_datetimes_are_refused(ctx) -> None:
+    with ctx.uow() as uow:
+        with pytest.raises(Exception, match="naive datetime"):
+            uow.audit.record(at=dt.datetime(2026, 1, 1), actor="a", action="x", subject="y")
+
+
+@pytest.mark.postgres
+def test_twenty_concurrent_writers_on_postgres_lose_no_rows(fresh_pg_url: str, clock, tmp_path) -> None:
+    schema.upgrade(fresh_pg_url)
+    ctx = build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path), clock=clock)
+    barrier = threading.Barrier(20)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(5):
+                register_release(ctx, example(f"rel-{n}-{i}"), f"U{n}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with ctx.uow() as uow:
+        assert uow.session.scalar(select(func.count()).select_from(Release)) == 100
+        assert uow.session.scalar(select(func.count()).select_from(AuditEntry)) == 100
+    ctx.close()
