@@ -1,0 +1,41 @@
+"""Values of readiness completions and vLLM metrics snapshots (never prompt or answer text)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+FailureKind = Literal[
+    "connection_refused", "timeout", "http_status", "empty_answer", "wrong_model", "no_finish_reason", "unhealthy", "protocol"
+]
+
+
+@dataclass(frozen=True)
+class ReadinessResult:
+    ok: bool
+    http_status: int | None = None
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    failure_kind: FailureKind | None = None
+    error: str | None = None
+    completion_tokens: int | None = None
+
+    @property
+    def summary(self) -> str:
+        if self.ok:
+            return f"answered: first token {self.ttft_ms:.0f} ms, complete {self.total_ms:.0f} ms"
+        return f"failed ({self.failure_kind}): {self.error}"
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    running: float | None
+    waiting: float | None
+    kv_cache_usage: float | None
+    prefix_cache_hit_rate: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+
+    @property
+    def idle(self) -> bool:
+        return (self.running or 0) == 0 and (self.waiting or 0) == 0

@@ -1,0 +1,79 @@
+"""What the services need from the outside world, as protocols the adapters implement.
+
+The composition root (:mod:`bot.bootstrap`) puts one implementation of each in
+``Context.adapters`` under the key given here; tests and the sandbox give the
+same real adapters pointed at local stand-ins.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from bot.config import EndpointSettings
+from bot.domain.checks import Check
+from bot.domain.readiness import MetricsSnapshot, ReadinessResult
+from bot.domain.release import ReleaseManifest
+from bot.domain.reservations import ReservationInfo
+from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+
+ARTIFACTS = "artifacts"
+CLUSTER = "cluster"
+ENDPOINT = "endpoint"
+RESERVATIONS = "reservations"
+NOTIFIER = "notifier"
+
+
+class ArtifactVerifier(Protocol):
+    """Checks a release tuple against S3 and the image registry (artifact gate)."""
+
+    def verify(self, release: ReleaseManifest) -> list[Check]: ...
+
+    def verify_weights(self, release: ReleaseManifest) -> list[Check]:
+        """Only the per-object size and SHA-256 checks (re-run before a rollback)."""
+        ...
+
+
+class Cluster(Protocol):
+    """Renders, validates, applies and follows Kimi K3 on HyperPod or EKS."""
+
+    def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
+        """Render and validate; raises ``bot.adapters.cluster.InvalidManifest`` listing schema paths."""
+        ...
+
+    def preflight(self, endpoint: EndpointSettings) -> list[Check]: ...
+
+    def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult: ...
+
+    def watch(
+        self,
+        endpoint: EndpointSettings,
+        manifest: RenderedManifest,
+        *,
+        timeout_seconds: float,
+        on_progress: Callable[[RolloutProgress], None],
+        stop: threading.Event | None = None,
+    ) -> RolloutOutcome: ...
+
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None: ...
+
+
+class EndpointClient(Protocol):
+    """Talks to the endpoint's OpenAI-compatible API and its Prometheus metrics."""
+
+    def readiness(self, endpoint: EndpointSettings) -> ReadinessResult: ...
+
+    def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot: ...
+
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
+        """Wait until no request runs or waits; ``(drained, last snapshot)``."""
+        ...
+
+
+class ReservationSource(Protocol):
+    """Reads Capacity Blocks and HyperPod training plans from AWS."""
+
+    def capacity_blocks(self, region: str, instance_type: str) -> list[ReservationInfo]: ...
+
+    def training_plans(self, region: str) -> list[ReservationInfo]: ...
