@@ -10,7 +10,7 @@ import yaml
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, func, inspect, select
-from sqlalchemy.exc import IntegrityError
+from bot.adapters.store.repositories import Conflict
 
 from bot.adapters.store import make_engine, schema
 from bot.adapters.store.guards import ImmutableRowError
@@ -88,7 +88,7 @@ def test_duplicate_release_name_is_rejected(ctx) -> None:
     with ctx.uow() as uow:
         row = uow.releases.get("kimi-k3-2026-08-01")
         clone = Release(**{c.key: getattr(row, c.key) for c in Release.__table__.columns if c.key != "id"})
-        with pytest.raises(IntegrityError):
+        with pytest.raises(Conflict):
             uow.releases.add(clone)
     assert len(list_releases(ctx)) == 1
 
@@ -135,7 +135,7 @@ def test_second_decision_on_a_gate_is_rejected_by_the_database(ctx) -> None:
         common = dict(deployment_id=dep.id, gate="artifact", report={}, report_hash="h", checked_at=START)
         uow.gates.add(GateResult(**common, decision="approved", decided_by="U2", decided_at=START))
         uow.gates.add(GateResult(**common))  # a recheck row without a decision is fine
-        with pytest.raises(IntegrityError):
+        with pytest.raises(Conflict):
             uow.gates.add(GateResult(**common, decision="rejected", decided_by="U3", decided_at=START))
         uow.rollback()
 
@@ -159,7 +159,7 @@ def test_one_deployment_in_flight_per_endpoint_is_a_database_rule(ctx) -> None:
         first = _endpoint_and_deployment(uow, START)
         uow.commit()
         second = Deployment(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy", state="requested", requested_by="U2", created_at=START, updated_at=START)
-        with pytest.raises(IntegrityError):
+        with pytest.raises(Conflict):
             uow.deployments.add(second)
         uow.rollback()
         done = uow.deployments.get(first.id)

@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from bot.adapters.store.models import Release
+from bot.adapters.store.repositories import Conflict
+from bot.adapters.store.uow import SqlUnitOfWork
 from bot.bootstrap import Context
 from bot.domain.release import ReleaseManifest
 from bot.services.errors import NotFound, Refused, ValidationFailed
@@ -87,26 +89,10 @@ def register_release(ctx: Context, data: Any, actor: str) -> Registered:
             f"this tuple is identical to release {twin.name}; rollback and diff will treat them as the same deployment"
             for twin in uow.releases.by_tuple_hash(digest)
         ]
-        row = uow.releases.add(
-            Release(
-                name=manifest.name,
-                model_repo=manifest.model.repo,
-                model_commit=manifest.model.commit,
-                weights_prefix=manifest.weights.prefix,
-                objects=[o.model_dump() for o in manifest.weights.objects],
-                image=manifest.image,
-                serving_args=list(manifest.serving.args),
-                serving_env=dict(manifest.serving.env),
-                licence_version=manifest.licence.version,
-                licence_uri=manifest.licence.document,
-                licence_sha256=manifest.licence.sha256,
-                evaluation_report=manifest.evaluation_report,
-                trust_remote_code_exception=manifest.trust_remote_code_exception,
-                tuple_hash=digest,
-                registered_by=actor,
-                registered_at=now,
-            )
-        )
+        try:
+            row = _add_release(uow, manifest, digest, actor, now)
+        except Conflict:
+            raise Refused(f"release {manifest.name} was registered by someone else a moment ago; register a new name") from None
         uow.audit.record(
             at=now,
             actor=actor,
@@ -116,6 +102,29 @@ def register_release(ctx: Context, data: Any, actor: str) -> Registered:
         )
         uow.commit()
         return Registered(release=view_of(row), warnings=warnings)
+
+
+def _add_release(uow: SqlUnitOfWork, manifest: ReleaseManifest, digest: str, actor: str, now: dt.datetime) -> Release:
+    return uow.releases.add(
+        Release(
+            name=manifest.name,
+            model_repo=manifest.model.repo,
+            model_commit=manifest.model.commit,
+            weights_prefix=manifest.weights.prefix,
+            objects=[o.model_dump() for o in manifest.weights.objects],
+            image=manifest.image,
+            serving_args=list(manifest.serving.args),
+            serving_env=dict(manifest.serving.env),
+            licence_version=manifest.licence.version,
+            licence_uri=manifest.licence.document,
+            licence_sha256=manifest.licence.sha256,
+            evaluation_report=manifest.evaluation_report,
+            trust_remote_code_exception=manifest.trust_remote_code_exception,
+            tuple_hash=digest,
+            registered_by=actor,
+            registered_at=now,
+        )
+    )
 
 
 def list_releases(ctx: Context, limit: int | None = None) -> list[ReleaseView]:

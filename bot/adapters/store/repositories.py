@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from bot.adapters.store.models import (
@@ -26,9 +27,26 @@ from bot.adapters.store.models import (
 )
 
 
+class Conflict(Exception):
+    """A write broke a database constraint (unique name, one decision per gate, one deployment in flight)."""
+
+
+def flush(session: Session) -> None:
+    """Flush, translating constraint violations into :class:`Conflict` so services need no SQL types."""
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict(str(exc.orig).splitlines()[0] if exc.orig else str(exc)) from exc
+
+
 class _Repository:
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    def _add(self, obj: Any) -> Any:
+        self.session.add(obj)
+        flush(self.session)
+        return obj
 
 
 class EndpointRepository(_Repository):
@@ -42,9 +60,7 @@ class EndpointRepository(_Repository):
         return self.session.scalars(select(Endpoint).order_by(Endpoint.name)).all()
 
     def add(self, endpoint: Endpoint) -> Endpoint:
-        self.session.add(endpoint)
-        self.session.flush()
-        return endpoint
+        return self._add(endpoint)
 
 
 class ReleaseRepository(_Repository):
@@ -64,9 +80,7 @@ class ReleaseRepository(_Repository):
         return self.session.scalars(stmt).all()
 
     def add(self, release: Release) -> Release:
-        self.session.add(release)
-        self.session.flush()
-        return release
+        return self._add(release)
 
 
 class DeploymentRepository(_Repository):
@@ -98,9 +112,7 @@ class DeploymentRepository(_Repository):
         ).all()
 
     def add(self, deployment: Deployment) -> Deployment:
-        self.session.add(deployment)
-        self.session.flush()
-        return deployment
+        return self._add(deployment)
 
 
 class GateResultRepository(_Repository):
@@ -131,9 +143,7 @@ class GateResultRepository(_Repository):
         return list(latest.values())
 
     def add(self, result: GateResult) -> GateResult:
-        self.session.add(result)
-        self.session.flush()
-        return result
+        return self._add(result)
 
 
 class ReservationRepository(_Repository):
@@ -147,16 +157,12 @@ class ReservationRepository(_Repository):
         return self.session.scalars(stmt).all()
 
     def add(self, reservation: Reservation) -> Reservation:
-        self.session.add(reservation)
-        self.session.flush()
-        return reservation
+        return self._add(reservation)
 
 
 class ReadinessRepository(_Repository):
     def add(self, check: ReadinessCheck) -> ReadinessCheck:
-        self.session.add(check)
-        self.session.flush()
-        return check
+        return self._add(check)
 
     def recent(self, endpoint_id: int, limit: int = 10) -> Sequence[ReadinessCheck]:
         return self.session.scalars(
@@ -174,9 +180,7 @@ class IncidentRepository(_Repository):
         )
 
     def add(self, incident: Incident) -> Incident:
-        self.session.add(incident)
-        self.session.flush()
-        return incident
+        return self._add(incident)
 
 
 class AuditRepository(_Repository):
@@ -193,9 +197,7 @@ class AuditRepository(_Repository):
         entry = AuditEntry(
             at=at, actor=actor, action=action, subject=subject, details=details or {}, correlation_id=correlation_id
         )
-        self.session.add(entry)
-        self.session.flush()
-        return entry
+        return self._add(entry)
 
     def list(self, subject: str | None = None, limit: int = 100) -> Sequence[AuditEntry]:
         stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
@@ -217,9 +219,7 @@ class EventRepository(_Repository):
         event = Event(
             at=at, kind=kind, deployment_id=deployment_id, endpoint_name=endpoint_name, payload=payload or {}
         )
-        self.session.add(event)
-        self.session.flush()
-        return event
+        return self._add(event)
 
     def undelivered(self, limit: int = 100) -> Sequence[Event]:
         return self.session.scalars(

@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
 from bot.adapters.store.repositories import (
+    Conflict,
+    flush,
     AuditRepository,
     DeploymentRepository,
     EndpointRepository,
@@ -69,6 +71,11 @@ class SqlUnitOfWork:
     def commit(self) -> None:
         assert self.session is not None, "commit() outside a `with` block"
         self.session.commit()
+
+    def flush(self) -> None:
+        """Send pending changes now; a broken constraint raises ``Conflict``."""
+        assert self.session is not None
+        flush(self.session)
 
     def rollback(self) -> None:
         assert self.session is not None

@@ -1,0 +1,79 @@
+"""Who may do what: one fail-closed filter in front of every state change.
+
+Roles come from settings (``roles:`` in the ``KIMI_CONFIG`` file): lists of Slack
+user IDs and user-group IDs. The CLI uses the same identities (``--as U…`` or
+``KIMI_CLI_USER``). Anything not explicitly allowed is refused, and every refusal
+is written to the audit log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bot.bootstrap import Context
+from bot.services.errors import Forbidden
+
+# The role each action needs; an action missing here is refused (fail closed).
+REQUIRED_ROLE: dict[str, str] = {
+    "view": "viewer",
+    "register": "deployer",
+    "deploy": "deployer",
+    "rollback": "deployer",
+    "cancel": "deployer",
+    "recheck": "deployer",
+    "resume": "deployer",
+    "decide": "approver",
+    "accept_limits": "approver",
+    "break_lock": "admin",
+}
+
+# A role includes the roles listed for it.
+IMPLIES: dict[str, frozenset[str]] = {
+    "viewer": frozenset({"viewer"}),
+    "deployer": frozenset({"deployer", "viewer"}),
+    "approver": frozenset({"approver", "viewer"}),
+    "admin": frozenset({"admin", "approver", "deployer", "viewer"}),
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """An acting person: a Slack user ID and the user groups they belong to."""
+
+    user_id: str
+    groups: frozenset[str] = field(default_factory=frozenset)
+
+    def __str__(self) -> str:
+        return self.user_id
+
+
+def roles_of(ctx: Context, identity: Identity) -> frozenset[str]:
+    ids = {identity.user_id, *identity.groups}
+    granted: set[str] = set()
+    roles = ctx.settings.roles
+    for role in ("viewer", "deployer", "approver", "admin"):
+        if ids & set(getattr(roles, role)):
+            granted |= IMPLIES[role]
+    return frozenset(granted)
+
+
+def is_allowed(ctx: Context, identity: Identity, action: str) -> bool:
+    needed = REQUIRED_ROLE.get(action)
+    return needed is not None and needed in roles_of(ctx, identity)
+
+
+def authorize(ctx: Context, identity: Identity, action: str, subject: str) -> None:
+    """Raise :class:`Forbidden` (and audit the refusal) unless ``identity`` may do ``action``."""
+    if is_allowed(ctx, identity, action):
+        return
+    needed = REQUIRED_ROLE.get(action, "an unknown role")
+    with ctx.uow() as uow:
+        uow.audit.record(
+            at=ctx.clock.now(),
+            actor=identity.user_id,
+            action="access.refused",
+            subject=subject,
+            details={"wanted": action, "needs": needed, "groups": sorted(identity.groups)},
+        )
+        uow.commit()
+    raise Forbidden(f"you need the {needed} role to {action.replace('_', ' ')} ({subject}); ask a kimi-ops admin")

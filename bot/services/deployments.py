@@ -1,0 +1,439 @@
+"""Deployment use cases: request, decide, recheck, cancel, roll back, and read history.
+
+Every state change goes through :func:`transition`, which in one transaction
+moves the persisted state machine, writes one audit row and one outbox event.
+The slow steps (checks, apply, rollout, readiness) are run by
+:mod:`bot.services.engine`, which entrypoints call after acknowledging the user.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.adapters.store.models import Deployment, Endpoint, GateResult
+from bot.adapters.store.repositories import Conflict
+from bot.adapters.store.uow import SqlUnitOfWork
+from bot.bootstrap import Context
+from bot.config import EndpointSettings
+from bot.domain.checks import GateReport
+from bot.domain.states import GATE_OF_STATE, PAST_APPLY, STATE_OF_GATE, TERMINAL, check_transition
+from bot.services.access import Identity, authorize
+from bot.services.errors import NotFound, Refused
+
+# ---------------------------------------------------------------------------- read models
+
+
+@dataclass(frozen=True)
+class PendingGate:
+    deployment_id: int
+    gate: str
+    report: dict[str, Any]
+    report_hash: str
+    release_name: str
+    release_hash: str
+    endpoint: str
+    requested_by: str
+    checked_at: dt.datetime
+
+    @property
+    def approvable(self) -> bool:
+        return GateReport.model_validate(self.report).approvable
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    gate: str
+    status: str
+    decision: str | None
+    decided_by: str | None
+    decided_at: dt.datetime | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    id: int
+    endpoint: str
+    release: str
+    release_hash: str
+    kind: str
+    state: str
+    state_reason: str | None
+    requested_by: str
+    replaces_release: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    finished_at: dt.datetime | None
+    manifest_hash: str | None
+    gates: list[GateSummary] = field(default_factory=list)
+    pending: PendingGate | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self.state not in TERMINAL
+
+    @property
+    def rollback_offered(self) -> bool:
+        return self.state == "failed" and bool(self.state_reason and "rollback offered" in self.state_reason)
+
+    @property
+    def duration(self) -> dt.timedelta | None:
+        return (self.finished_at - self.created_at) if self.finished_at else None
+
+
+def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
+    gates: dict[str, GateSummary] = {}
+    pending: PendingGate | None = None
+    waiting_gate = GATE_OF_STATE.get(dep.state)
+    for row in uow.gates.for_deployment(dep.id):
+        gates[row.gate] = GateSummary(
+            gate=row.gate,
+            status=GateReport.model_validate(row.report).status,
+            decision=row.decision,
+            decided_by=row.decided_by,
+            decided_at=row.decided_at,
+            reason=row.decision_reason,
+        )
+        if row.gate == waiting_gate and row.decision is None and dep.state not in TERMINAL:
+            pending = PendingGate(
+                deployment_id=dep.id,
+                gate=row.gate,
+                report=row.report,
+                report_hash=row.report_hash,
+                release_name=dep.release.name,
+                release_hash=dep.release.tuple_hash,
+                endpoint=dep.endpoint.name,
+                requested_by=dep.requested_by,
+                checked_at=row.checked_at,
+            )
+    return DeploymentView(
+        id=dep.id,
+        endpoint=dep.endpoint.name,
+        release=dep.release.name,
+        release_hash=dep.release.tuple_hash,
+        kind=dep.kind,
+        state=dep.state,
+        state_reason=dep.state_reason,
+        requested_by=dep.requested_by,
+        replaces_release=dep.replaces_release.name if dep.replaces_release else None,
+        created_at=dep.created_at,
+        updated_at=dep.updated_at,
+        finished_at=dep.finished_at,
+        manifest_hash=dep.manifest_hash,
+        gates=list(gates.values()),
+        pending=pending,
+    )
+
+
+def get_deployment(ctx: Context, deployment_id: int) -> DeploymentView:
+    with ctx.uow() as uow:
+        dep = uow.deployments.get(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment #{deployment_id}; `history` lists them")
+        return _view(uow, dep)
+
+
+# ---------------------------------------------------------------------------- transitions
+
+
+def transition(
+    uow: SqlUnitOfWork,
+    ctx: Context,
+    dep: Deployment,
+    target: str,
+    *,
+    actor: str = "kimi-ops",
+    reason: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Move ``dep`` to ``target`` inside the caller's transaction: state, audit row, outbox event."""
+    check_transition(dep.kind, dep.state, target)
+    now = ctx.clock.now()
+    before = dep.state
+    dep.state = target
+    dep.state_reason = reason
+    dep.updated_at = now
+    if target in TERMINAL:
+        dep.in_flight = None
+        dep.finished_at = now
+    if target == "live":
+        for other in uow.deployments.in_states(dep.endpoint_id, ["live"]):
+            if other.id != dep.id:
+                check_transition(other.kind, "live", "superseded")
+                other.state, other.state_reason, other.updated_at = "superseded", f"superseded by deployment #{dep.id}", now
+                uow.audit.record(at=now, actor=actor, action="deployment.superseded", subject=f"deployment:{other.id}",
+                                 details={"by": dep.id})
+    payload = {"from": before, "to": target, "reason": reason, "release": dep.release.name, "kind": dep.kind,
+               "endpoint": dep.endpoint.name, **(details or {})}
+    uow.audit.record(at=now, actor=actor, action=f"deployment.{target}", subject=f"deployment:{dep.id}", details=payload)
+    uow.events.emit(at=now, kind="deployment.state", deployment_id=dep.id, endpoint_name=dep.endpoint.name, payload=payload)
+
+
+def store_gate_report(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops") -> GateResult:
+    """Keep a gate's check report (a recheck adds a row; reports are never overwritten) and announce it."""
+    now = ctx.clock.now()
+    row = uow.gates.add(
+        GateResult(
+            deployment_id=dep.id,
+            gate=report.gate,
+            report=report.model_dump(mode="json"),
+            report_hash=report.digest(),
+            checked_at=now,
+        )
+    )
+    uow.audit.record(at=now, actor=actor, action="gate.checked", subject=f"deployment:{dep.id}",
+                     details={"gate": report.gate, "status": report.status, "report_hash": row.report_hash})
+    uow.events.emit(
+        at=now, kind="gate.waiting", deployment_id=dep.id, endpoint_name=dep.endpoint.name,
+        payload={"gate": report.gate, "gate_result_id": row.id, "report": row.report, "report_hash": row.report_hash,
+                 "release": dep.release.name, "release_hash": dep.release.tuple_hash, "requested_by": dep.requested_by,
+                 "kind": dep.kind},
+    )
+    return row
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+def endpoint_settings(ctx: Context, name: str) -> EndpointSettings:
+    """Settings of an endpoint as stored (the YAML file plus limits accepted since)."""
+    with ctx.uow() as uow:
+        row = uow.endpoints.get(name)
+        if row is None:
+            known = ", ".join(e.name for e in uow.endpoints.list()) or "none are configured (KIMI_CONFIG)"
+            raise NotFound(f"no endpoint named {name}; known endpoints: {known}")
+        return EndpointSettings.model_validate(row.settings)
+
+
+def resolve_endpoint(ctx: Context, name: str | None) -> str:
+    if name:
+        endpoint_settings(ctx, name)
+        return name
+    with ctx.uow() as uow:
+        names = [e.name for e in uow.endpoints.list()]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise NotFound("no endpoints are configured; declare them in the KIMI_CONFIG file")
+    raise Refused(f"name the endpoint: one of {', '.join(names)}")
+
+
+def _busy_message(uow: SqlUnitOfWork, endpoint: Endpoint) -> str:
+    holder = uow.deployments.in_flight(endpoint.id)
+    if holder is None:
+        return f"{endpoint.name} is busy with another deployment; try again"
+    return (
+        f"{endpoint.name} already has deployment #{holder.id} ({holder.kind} of {holder.release.name}, {holder.state}) "
+        f"in flight, requested by {holder.requested_by} since {holder.created_at:%Y-%m-%d %H:%M} UTC; "
+        f"wait for it or `cancel {holder.id}`"
+    )
+
+
+def live_deployment(uow: SqlUnitOfWork, endpoint_id: int) -> Deployment | None:
+    lives = uow.deployments.in_states(endpoint_id, ["live"])
+    return lives[0] if lives else None
+
+
+def _create(
+    ctx: Context, uow: SqlUnitOfWork, endpoint: Endpoint, release_id: int, kind: str, actor: Identity,
+    replaces: int | None, rollback_of: int | None = None,
+) -> Deployment:
+    now = ctx.clock.now()
+    if uow.deployments.in_flight(endpoint.id) is not None:
+        raise Refused(_busy_message(uow, endpoint))
+    dep = Deployment(
+        endpoint_id=endpoint.id, release_id=release_id, kind=kind, state="requested", in_flight=True,
+        requested_by=actor.user_id, replaces_release_id=replaces, rollback_of_id=rollback_of, created_at=now, updated_at=now,
+    )
+    try:
+        uow.deployments.add(dep)
+    except Conflict:
+        # Another replica took the endpoint between our check and our insert: the database decided.
+        uow.rollback()
+        endpoint = uow.endpoints.get(endpoint.name)  # type: ignore[assignment]
+        raise Refused(_busy_message(uow, endpoint)) from None
+    payload = {"release": dep.release.name if dep.release else None, "kind": kind, "endpoint": endpoint.name,
+               "replaces": replaces}
+    uow.audit.record(at=now, actor=actor.user_id, action=f"{kind}.requested", subject=f"deployment:{dep.id}", details=payload)
+    uow.events.emit(at=now, kind="deployment.requested", deployment_id=dep.id, endpoint_name=endpoint.name, payload=payload)
+    return dep
+
+
+def request_deploy(ctx: Context, release_name: str, endpoint_name: str | None, actor: Identity) -> DeploymentView:
+    """Open a deployment of ``release_name`` on the endpoint; the engine then runs its gates."""
+    name = resolve_endpoint(ctx, endpoint_name)
+    authorize(ctx, actor, "deploy", f"endpoint:{name}")
+    with ctx.uow() as uow:
+        endpoint = uow.endpoints.get(name)
+        release = uow.releases.get(release_name)
+        if release is None:
+            raise NotFound(f"no release named {release_name}; `release list` shows the registered ones")
+        live = live_deployment(uow, endpoint.id)
+        if live is not None and live.release_id == release.id:
+            raise Refused(f"{release_name} is already live on {name} (deployment #{live.id})")
+        dep = _create(ctx, uow, endpoint, release.id, "deploy", actor, live.release_id if live else None)
+        view = _view(uow, dep)
+        uow.commit()
+        return view
+
+
+def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, to_release: str | None = None) -> DeploymentView:
+    """Restore the complete previous release tuple (or ``to_release``) with its exact applied manifest."""
+    name = resolve_endpoint(ctx, endpoint_name)
+    authorize(ctx, actor, "rollback", f"endpoint:{name}")
+    with ctx.uow() as uow:
+        endpoint = uow.endpoints.get(name)
+        history = uow.deployments.for_endpoint(endpoint.id)
+        live = live_deployment(uow, endpoint.id)
+        current = live or next((d for d in history if d.state == "failed" and d.manifest_hash), None)
+        if current is None:
+            raise Refused(f"nothing to roll back on {name}: no live release and no failed deployment past apply")
+        if to_release is None and current.kind == "rollback":
+            raise Refused(
+                f"the current release on {name} is itself a rollback (deployment #{current.id}); "
+                "name the release to restore: `rollback {name} to RELEASE`"
+            )
+        # Candidates: releases that were live before, newest first, with the manifest that made them live.
+        previous = [d for d in history if d.state in ("live", "superseded") and d.applied_manifest and d.id != current.id]
+        if to_release is not None:
+            target = next((d for d in previous if d.release.name == to_release), None)
+            if target is None:
+                raise Refused(f"{to_release} was never live on {name}; a rollback restores a release that was")
+        else:
+            target = next((d for d in previous if d.release_id != current.release_id), None)
+            if target is None:
+                raise Refused(f"no earlier live release on {name} to roll back to")
+        if target.release_id == current.release_id and current.state == "live":
+            raise Refused(f"{target.release.name} is already live on {name}")
+        dep = _create(ctx, uow, endpoint, target.release_id, "rollback", actor, current.release_id, rollback_of=target.id)
+        dep.applied_manifest = target.applied_manifest
+        dep.manifest_hash = target.manifest_hash
+        view = _view(uow, dep)
+        uow.commit()
+        return view
+
+
+# ---------------------------------------------------------------------------- decisions
+
+
+def decide_gate(
+    ctx: Context,
+    deployment_id: int,
+    gate: str,
+    decision: str,
+    actor: Identity,
+    *,
+    seen_report_hash: str,
+    seen_release_hash: str,
+    reason: str | None = None,
+) -> DeploymentView:
+    """Approve or reject the waiting gate, bound to the exact report and release the decider saw."""
+    if decision not in ("approved", "rejected"):
+        raise Refused("a decision is approved or rejected")
+    authorize(ctx, actor, "decide", f"deployment:{deployment_id}")
+    now = ctx.clock.now()
+
+    def refuse(uow: SqlUnitOfWork, message: str, why: str) -> Refused:
+        uow.rollback()
+        uow.audit.record(at=now, actor=actor.user_id, action="gate.decision_refused", subject=f"deployment:{deployment_id}",
+                         details={"gate": gate, "decision": decision, "why": why})
+        uow.commit()
+        return Refused(message)
+
+    with ctx.uow() as uow:
+        dep = uow.deployments.get_for_update(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment #{deployment_id}")
+        if GATE_OF_STATE.get(dep.state) != gate:
+            where = "finished" if dep.state in TERMINAL else f"at {dep.state.replace('_', ' ')}"
+            raise refuse(uow, f"the {gate} gate of deployment #{dep.id} is not waiting for a decision (the deployment is {where})", "not_waiting")
+        row = uow.gates.latest(dep.id, gate)
+        if row is None:
+            raise refuse(uow, f"the {gate} gate of deployment #{dep.id} has no report yet; wait for its checks", "no_report")
+        if row.decision is not None:
+            raise refuse(uow, f"the {gate} gate was already {row.decision} by {row.decided_by} at {row.decided_at:%H:%M} UTC", "already_decided")
+        if seen_report_hash != row.report_hash or seen_release_hash != dep.release.tuple_hash:
+            raise refuse(uow, f"the {gate} report changed since you looked (it was re-checked); review the new report and decide again", "stale")
+        endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
+        if decision == "approved":
+            if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
+                raise refuse(uow, f"you requested deployment #{dep.id}; someone else must approve its gates on {endpoint.name}", "self_approval")
+            report = GateReport.model_validate(row.report)
+            if not report.approvable:
+                names = ", ".join(c.name for c in report.blocking)
+                raise refuse(uow, f"the {gate} gate has failed or errored checks ({names}); reject it or `gate recheck {dep.id}`", "blocking_checks")
+        row.decision, row.decided_by, row.decided_at, row.decision_reason = decision, actor.user_id, now, reason
+        row.seen = {"report_hash": seen_report_hash, "release_hash": seen_release_hash, "release": dep.release.name,
+                    "status": GateReport.model_validate(row.report).status}
+        try:
+            uow.flush()
+        except Conflict:
+            raise refuse(uow, f"the {gate} gate was decided by someone else a moment ago", "race") from None
+        details = {"gate": gate, "decision": decision, "reason": reason, "gate_result_id": row.id, **row.seen}
+        uow.audit.record(at=now, actor=actor.user_id, action=f"gate.{decision}", subject=f"deployment:{dep.id}", details=details)
+        uow.events.emit(at=now, kind="gate.decided", deployment_id=dep.id, endpoint_name=dep.endpoint.name,
+                        payload={**details, "decided_by": actor.user_id, "decided_at": now.isoformat(),
+                                 "slack_channel": row.slack_channel, "slack_ts": row.slack_ts})
+        if decision == "rejected":
+            transition(uow, ctx, dep, "rejected", actor=actor.user_id, reason=f"{gate} gate rejected by {actor.user_id}: {reason or 'no reason given'}")
+        view = _view(uow, dep)
+        uow.commit()
+        return view
+
+
+def cancel(ctx: Context, deployment_id: int, actor: Identity, *, force: bool = False) -> DeploymentView:
+    """Cancel an in-flight deployment; ``force`` (admins) breaks a stuck one and marks it interrupted."""
+    authorize(ctx, actor, "break_lock" if force else "cancel", f"deployment:{deployment_id}")
+    with ctx.uow() as uow:
+        dep = uow.deployments.get_for_update(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment #{deployment_id}")
+        if dep.state in TERMINAL:
+            raise Refused(f"deployment #{dep.id} already ended ({dep.state})")
+        if force:
+            transition(uow, ctx, dep, "interrupted", actor=actor.user_id,
+                       reason=f"lock broken by admin {actor.user_id} while {dep.state}", details={"forced": True})
+        else:
+            note = "; the cluster may carry its manifest, rollback offered" if dep.state in PAST_APPLY else ""
+            transition(uow, ctx, dep, "cancelled", actor=actor.user_id, reason=f"cancelled by {actor.user_id} while {dep.state}{note}")
+        view = _view(uow, dep)
+        uow.commit()
+        return view
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+def pending_gates(ctx: Context, actor: Identity | None = None) -> list[PendingGate]:
+    """Gates waiting for a decision (those ``actor`` may decide, when given)."""
+    with ctx.uow() as uow:
+        result = []
+        for row in uow.gates.pending():
+            dep = uow.deployments.get(row.deployment_id)
+            view = _view(uow, dep)
+            if view.pending is None or view.pending.gate != row.gate:
+                continue
+            if actor is not None:
+                endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
+                if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
+                    continue
+            result.append(view.pending)
+        return result
+
+
+def history(ctx: Context, endpoint_name: str | None = None, limit: int = 20) -> list[DeploymentView]:
+    name = resolve_endpoint(ctx, endpoint_name)
+    with ctx.uow() as uow:
+        endpoint = uow.endpoints.get(name)
+        return [_view(uow, d) for d in uow.deployments.for_endpoint(endpoint.id, limit)]
+
+
+def in_flight(ctx: Context) -> list[DeploymentView]:
+    with ctx.uow() as uow:
+        return [_view(uow, d) for d in uow.deployments.all_in_flight()]
+
+
+def gate_state(gate: str) -> str:
+    return STATE_OF_GATE[gate]
