@@ -2,8 +2,10 @@
 
 deploy:   requested → artifact_gate → infrastructure_gate → applying → rolling_out
           → readiness → model_gate → traffic_gate → live
-rollback: requested → close_admission → draining → applying → rolling_out
-          → readiness → reopen → live
+rollback: requested → artifact_gate → close_admission → draining → applying
+          → rolling_out → readiness → reopen → live
+          (its artifact gate re-verifies the weights' checksums and needs
+          ``rollback_approvals`` approvals, one by default, zero to auto-approve)
 any gate rejected → rejected; any failure → failed (rollback offered);
 cancel → cancelled; a crash in a step that cannot be resumed → interrupted;
 live → superseded when the next deployment of the endpoint goes live.
@@ -54,10 +56,8 @@ DEPLOY_PATH: tuple[str, ...] = (
     "requested", "artifact_gate", "infrastructure_gate", "applying", "rolling_out", "readiness", "model_gate", "traffic_gate", "live",
 )
 ROLLBACK_PATH: tuple[str, ...] = (
-    "requested", "close_admission", "draining", "applying", "rolling_out", "readiness", "reopen", "live",
+    "requested", "artifact_gate", "close_admission", "draining", "applying", "rolling_out", "readiness", "reopen", "live",
 )
-# A rollback that needs approvals waits at a gate-like pause before closing admission.
-ROLLBACK_APPROVAL_STATE = "requested"
 
 _ENDINGS = {"failed", "cancelled", "interrupted"}
 
@@ -73,7 +73,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset(
     _edges(DEPLOY_PATH)
     | _edges(ROLLBACK_PATH)
     | {(gate_state, "rejected") for gate_state in GATE_STATES}
-    | {("requested", "rejected")}  # a rollback's approval refused
     | {("live", "superseded")}
 )
 

@@ -287,13 +287,19 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
         endpoint = uow.endpoints.get(name)
         history = uow.deployments.for_endpoint(endpoint.id)
         live = live_deployment(uow, endpoint.id)
-        current = live or next((d for d in history if d.state == "failed" and d.manifest_hash), None)
-        if current is None:
+        latest = history[0] if history else None
+        # A deployment that ended badly after its manifest was stored may be what the cluster now runs.
+        if latest is not None and latest.state in ("failed", "cancelled", "interrupted") and latest.manifest_hash \
+                and (live is None or latest.id > live.id):
+            current, restore_same_release = latest, True
+        elif live is not None:
+            current, restore_same_release = live, False
+        else:
             raise Refused(f"nothing to roll back on {name}: no live release and no failed deployment past apply")
         if to_release is None and current.kind == "rollback":
             raise Refused(
                 f"the current release on {name} is itself a rollback (deployment #{current.id}); "
-                "name the release to restore: `rollback {name} to RELEASE`"
+                f"name the release to restore: `rollback {name} to RELEASE`"
             )
         # Candidates: releases that were live before, newest first, with the manifest that made them live.
         previous = [d for d in history if d.state in ("live", "superseded") and d.applied_manifest and d.id != current.id]
@@ -302,7 +308,7 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
             if target is None:
                 raise Refused(f"{to_release} was never live on {name}; a rollback restores a release that was")
         else:
-            target = next((d for d in previous if d.release_id != current.release_id), None)
+            target = next((d for d in previous if restore_same_release or d.release_id != current.release_id), None)
             if target is None:
                 raise Refused(f"no earlier live release on {name} to roll back to")
         if target.release_id == current.release_id and current.state == "live":

@@ -88,7 +88,7 @@ class DeploymentRepository(_Repository):
         return self.session.get(Deployment, deployment_id)
 
     def get_for_update(self, deployment_id: int) -> Deployment | None:
-        return self.session.scalar(select(Deployment).where(Deployment.id == deployment_id).with_for_update())
+        return self.session.scalar(select(Deployment).where(Deployment.id == deployment_id).with_for_update(of=Deployment))
 
     def in_flight(self, endpoint_id: int) -> Deployment | None:
         return self.session.scalar(

@@ -1,0 +1,150 @@
+"""Each gate's automated checks, producing the :class:`GateReport` a human then decides on.
+
+An adapter that cannot answer (AWS down, cluster unreachable) yields an ``error``
+check, never a ``pass``: a report with an error cannot be approved.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bot.bootstrap import Context
+from bot.config import EndpointSettings
+from bot.domain.checks import Check, GateReport
+from bot.domain.infrastructure import reservation_checks, select_reservation
+from bot.domain.release import ReleaseManifest
+from bot.services import ports
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GateSubject:
+    """What a gate looks at: the deployment's release and endpoint."""
+
+    deployment_id: int
+    kind: str
+    endpoint: EndpointSettings
+    release: ReleaseManifest
+    release_hash: str
+    manifest_hash: str | None
+    baseline_reports: dict[str, Any]
+
+
+def adapter(ctx: Context, key: str) -> Any:
+    """The adapter registered under ``key``, or ``None`` when this process has none."""
+    return ctx.adapters.get(key)
+
+
+def guarded(name: str, fn: Callable[[], list[Check]]) -> list[Check]:
+    """Run an adapter-backed check; any failure to ask becomes an ``error`` check."""
+    try:
+        return fn()
+    except Exception as exc:  # the check could not be made: never a pass
+        log.warning("check %s could not run: %s", name, exc, exc_info=True)
+        return [Check.errored(name, f"could not be checked: {_short(exc)}")]
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:200]
+
+
+def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
+    verifier: ports.ArtifactVerifier | None = adapter(ctx, ports.ARTIFACTS)
+    if verifier is None:
+        return GateReport(gate="artifact", checks=[Check.errored("artifact.aws", "no S3/ECR access is configured for this process")])
+    if subject.kind == "rollback":
+        checks = guarded("weights", lambda: verifier.verify_weights(subject.release))
+        checks.append(
+            Check.passed("manifest.restore", f"restores the exact manifest applied before (sha256 {str(subject.manifest_hash)[:12]})")
+            if subject.manifest_hash
+            else Check.failed("manifest.restore", "no stored manifest for the target release; it cannot be restored exactly")
+        )
+        return GateReport(gate="artifact", checks=checks, summary=f"rollback to {subject.release.name}: weights re-verified")
+    checks = guarded("artifact", lambda: verifier.verify(subject.release))
+    return GateReport(gate="artifact", checks=checks)
+
+
+def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) -> GateReport:
+    endpoint = subject.endpoint
+    cluster: ports.Cluster | None = adapter(ctx, ports.CLUSTER)
+    source: ports.ReservationSource | None = adapter(ctx, ports.RESERVATIONS)
+    checks: list[Check] = []
+    preflight = guarded("cluster.preflight", lambda: cluster.preflight(endpoint)) if cluster else [
+        Check.errored("cluster.preflight", "no cluster access is configured for this process")
+    ]
+    zones = sorted({z for c in preflight for z in c.details.get("zones", [])})
+    if source is None:
+        checks.append(Check.errored("reservation", "no AWS access is configured to read reservations"))
+    else:
+        def reservation() -> list[Check]:
+            if endpoint.kind == "hyperpod":
+                found = source.training_plans(endpoint.region)
+            else:
+                found = source.capacity_blocks(endpoint.region, endpoint.instance_type.removeprefix("ml."))
+            chosen = select_reservation(
+                found,
+                reservation_id=endpoint.reservation_id,
+                instance_type=endpoint.instance_type,
+                availability_zone=endpoint.availability_zone,
+                kind="training-plan" if endpoint.kind == "hyperpod" else "capacity-block",
+            )
+            return reservation_checks(
+                chosen,
+                endpoint_kind=endpoint.kind,
+                instance_type=endpoint.instance_type,
+                availability_zone=endpoint.availability_zone,
+                node_zones=zones,
+                now=now,
+                warmup=dt.timedelta(minutes=endpoint.warmup_minutes),
+                soak=dt.timedelta(minutes=endpoint.soak_minutes),
+                rollout_window=dt.timedelta(minutes=endpoint.rollout_window_minutes),
+            )
+
+        checks.extend(guarded("reservation", reservation))
+    checks.extend(preflight)
+    return GateReport(gate="infrastructure", checks=checks)
+
+
+def model_report(ctx: Context, subject: GateSubject) -> GateReport:
+    runner = adapter(ctx, "model_gate")
+    if runner is None:
+        return GateReport(
+            gate="model",
+            checks=[Check.warned("model.evaluation", "no automated evaluation ran for this gate: review the endpoint by hand and decide")],
+            summary="no automated model checks ran; a human decides",
+        )
+    return runner(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
+
+
+def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:
+    runner = adapter(ctx, "traffic_gate")
+    if runner is None:
+        return GateReport(
+            gate="traffic",
+            checks=[Check.warned("traffic.sweep", "no automated load sweep ran for this gate: send a small internal cohort and decide")],
+            summary="no automated traffic checks ran; a human decides",
+        )
+    return runner(ctx, subject.endpoint)
+
+
+def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
+    """Run one gate's checks; an unexpected failure becomes an ``error`` report, never a crash."""
+    try:
+        if gate == "artifact":
+            return artifact_report(ctx, subject)
+        if gate == "infrastructure":
+            return infrastructure_report(ctx, subject, ctx.clock.now())
+        if gate == "model":
+            return model_report(ctx, subject)
+        if gate == "traffic":
+            return traffic_report(ctx, subject)
+    except Exception as exc:
+        log.exception("gate %s checks crashed", gate)
+        return GateReport(gate=gate, checks=[Check.errored(f"{gate}.checks", f"the checks could not run: {_short(exc)}")])  # type: ignore[arg-type]
+    raise ValueError(f"unknown gate {gate}")

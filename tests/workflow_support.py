@@ -1,0 +1,135 @@
+"""Test doubles of the service ports for workflow-rule tests, plus settings shared by those tests.
+
+These stand in for adapters only where a test is about the workflow's rules (who may
+approve, what is stale, what is locked); the adapters themselves are tested against
+their real stand-ins (moto, kmock, the local OpenAI-compatible server), and the
+end-to-end workflow test uses those.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import yaml
+
+from bot.config import EndpointSettings
+from bot.domain.checks import Check
+from bot.domain.readiness import MetricsSnapshot, ReadinessResult
+from bot.domain.release import ReleaseManifest
+from bot.domain.reservations import ReservationInfo
+from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+from bot.services.access import Identity
+from tests.conftest import EXAMPLE_RELEASE, START
+
+import datetime as dt
+
+REQUESTER = Identity("U0DEPLOYER")
+APPROVER_1 = Identity("U0APPROVER1")
+APPROVER_2 = Identity("U0APPROVER2")
+ADMIN = Identity("U0ADMIN")
+STRANGER = Identity("U0STRANGER")
+
+ROLES = {
+    "deployer": ["U0DEPLOYER"],
+    "approver": ["U0APPROVER1", "S0APPROVERS"],
+    "admin": ["U0ADMIN"],
+    "viewer": [],
+}
+
+
+def endpoint_config(name: str = "kimi-prod", **overrides: object) -> dict:
+    data = {
+        "name": name, "kind": "hyperpod", "environment": "prod", "namespace": "model-serving",
+        "url": "http://127.0.0.1:9", "availability_zone": "us-east-1a",
+        "reservation_id": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi",
+    }
+    data.update(overrides)
+    return data
+
+
+def release_data(name: str, **serving_env: str) -> dict:
+    data = yaml.safe_load(EXAMPLE_RELEASE.read_text())
+    data["name"] = name
+    data["serving"]["env"].update(serving_env)
+    return data
+
+
+@dataclass
+class FakeVerifier:
+    extra: list[Check] = field(default_factory=list)
+    calls: int = 0
+
+    def verify(self, release: ReleaseManifest) -> list[Check]:
+        self.calls += 1
+        return [Check.passed("image.pinned", "pinned"), *self.extra]
+
+    def verify_weights(self, release: ReleaseManifest) -> list[Check]:
+        self.calls += 1
+        return [Check.passed("weights.objects", "all objects match"), *self.extra]
+
+
+@dataclass
+class FakeReservations:
+    end: dt.datetime = START + dt.timedelta(days=20)
+
+    def capacity_blocks(self, region: str, instance_type: str) -> list[ReservationInfo]:
+        return []
+
+    def training_plans(self, region: str) -> list[ReservationInfo]:
+        return [ReservationInfo(
+            id="arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi", kind="training-plan", region=region,
+            instance_type="ml.p6-b300.48xlarge", availability_zone="us-east-1a", instance_count=1,
+            start=START - dt.timedelta(days=1), end=self.end, state="Active",
+        )]
+
+
+@dataclass
+class FakeCluster:
+    outcome: str = "succeeded"
+    applied: list[str] = field(default_factory=list)
+    admission: list[bool] = field(default_factory=list)
+    block: threading.Event | None = None
+
+    def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
+        return RenderedManifest.of([{
+            "apiVersion": "inference.sagemaker.aws.amazon.com/v1", "kind": "InferenceEndpointConfig",
+            "metadata": {"name": endpoint.name, "namespace": endpoint.namespace, "annotations": {"kimi-ops.io/tuple-hash": release_hash}},
+            "spec": {"worker": {"image": release.image, "args": list(release.serving.args)}},
+        }])
+
+    def preflight(self, endpoint: EndpointSettings) -> list[Check]:
+        return [Check.passed("gpu_nodes", "1 node with 8 GPUs", zones=["us-east-1a"])]
+
+    def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult:
+        changed = not self.applied or self.applied[-1] != manifest.text
+        self.applied.append(manifest.text)
+        return ApplyResult(manifest=manifest, changed=changed)
+
+    def watch(self, endpoint, manifest, *, timeout_seconds, on_progress, stop=None) -> RolloutOutcome:
+        on_progress(RolloutProgress("DeploymentInProgress", state="DeploymentInProgress"))
+        if self.block is not None:
+            self.block.wait(timeout=10)
+        if self.outcome == "succeeded":
+            on_progress(RolloutProgress("DeploymentComplete", state="DeploymentComplete"))
+            return RolloutOutcome("succeeded", "DeploymentComplete", 1.0)
+        return RolloutOutcome("failed", "DeploymentFailed: image pull backoff", 1.0)  # type: ignore[arg-type]
+
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
+        self.admission.append(open_)
+
+
+@dataclass
+class FakeEndpoint:
+    ok: bool = True
+
+    def readiness(self, endpoint: EndpointSettings) -> ReadinessResult:
+        if self.ok:
+            return ReadinessResult(ok=True, http_status=200, ttft_ms=120.0, total_ms=900.0)
+        return ReadinessResult(ok=False, http_status=500, failure_kind="http_status", error="HTTP 500: engine dead")
+
+    def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
+        return MetricsSnapshot(0, 0, 0.1, 0.5, 0.1, 0.3)
+
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float):
+        return True, self.metrics(endpoint)
