@@ -98,6 +98,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(default="text", description="`json` in production, `text` locally.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     aws_regions: list[str] = Field(default_factory=lambda: ["us-east-1"], description="Regions watched for reservations.")
+    cli_user: str | None = Field(default=None, description="Slack user ID the CLI acts as when --as is not given.")
     slack_api_url: str | None = Field(default=None, description="Base URL of the Slack Web API (tests, sandbox).")
     oncall_group: str | None = Field(default=None, description="Slack user group mentioned on escalations.")
     alert_thresholds_hours: list[float] = Field(default_factory=lambda: [168, 72, 24, 6, 1])

@@ -48,10 +48,12 @@ def _root(
 from bot.cli import db as _db  # noqa: E402
 from bot.cli import demo as _demo  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
+from bot.cli import workflow as _workflow  # noqa: E402
 
 app.add_typer(_db.app, name="db")
 app.add_typer(_release.app, name="release")
 _demo.register(app)
+_workflow.register(app)
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:

@@ -1,0 +1,193 @@
+"""``kimi-ops deploy / gate / rollback / cancel / history / resume``: the gated workflow from a terminal.
+
+Each command acts as a Slack identity (``--as U…`` or ``KIMI_CLI_USER``) so the
+same roles and separation of duties apply as in Slack. Slow steps run in this
+process after the request is recorded, until the deployment waits for a person.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from bot.cli import output
+from bot.cli.common import context
+
+gate_app = typer.Typer(help="Decide or re-run a deployment's gates.", no_args_is_help=True)
+
+AS_OPTION = typer.Option(None, "--as", help="Slack user ID to act as (default: KIMI_CLI_USER).")
+
+
+def _identity(ctx, user: str | None):
+    from bot.services.access import Identity
+    from bot.services.errors import Refused
+
+    user = user or ctx.settings.cli_user
+    if not user:
+        raise Refused("say who you are: --as U123ABC (a Slack user ID) or set KIMI_CLI_USER")
+    return Identity(user)
+
+
+def _show(view) -> None:
+    from bot.cli.render import deployment_lines
+
+    for line in deployment_lines(view):
+        output.info(line)
+
+
+def _run(body) -> None:
+    from bot.cli.main import run_guarded
+
+    run_guarded(body)
+
+
+def deploy(
+    release: str = typer.Argument(..., help="Release name."),
+    to: str = typer.Option(None, "--to", help="Endpoint (optional when only one is configured)."),
+    user: str = AS_OPTION,
+) -> None:
+    """Request a deployment of RELEASE and run it up to its first gate."""
+    from bot.services.deployments import request_deploy
+    from bot.services.engine import Engine
+
+    def body() -> None:
+        ctx = context()
+        view = request_deploy(ctx, release, to, _identity(ctx, user))
+        _show(Engine(ctx).advance(view.id))
+
+    _run(body)
+
+
+def rollback(
+    endpoint: str = typer.Argument(None, help="Endpoint (optional when only one is configured)."),
+    to: str = typer.Option(None, "--to", help="Release to restore (default: the one live before the current)."),
+    user: str = AS_OPTION,
+) -> None:
+    """Roll back to the complete previous release tuple and its exact manifest."""
+    from bot.services.deployments import request_rollback
+    from bot.services.engine import Engine
+
+    def body() -> None:
+        ctx = context()
+        view = request_rollback(ctx, endpoint, _identity(ctx, user), to)
+        _show(Engine(ctx).advance(view.id))
+
+    _run(body)
+
+
+def cancel(
+    deployment: int = typer.Argument(..., help="Deployment number."),
+    force: bool = typer.Option(False, "--force", help="Admins: break a stuck deployment's hold on its endpoint."),
+    user: str = AS_OPTION,
+) -> None:
+    """Cancel an in-flight deployment, releasing its endpoint."""
+    from bot.services.deployments import cancel as cancel_deployment
+
+    def body() -> None:
+        ctx = context()
+        _show(cancel_deployment(ctx, deployment, _identity(ctx, user), force=force))
+
+    _run(body)
+
+
+def resume() -> None:
+    """Continue every in-flight deployment from its stored state (after a restart)."""
+    from bot.services.engine import Engine
+
+    def body() -> None:
+        views = Engine(context()).resume_all()
+        if not views:
+            output.info("no deployment in flight")
+        for view in views:
+            _show(view)
+
+    _run(body)
+
+
+def history(
+    endpoint: str = typer.Argument(None, help="Endpoint (optional when only one is configured)."),
+    limit: int = typer.Option(20, "--limit", "-n", min=1),
+) -> None:
+    """Deployments of an endpoint: release, kind, outcome, who requested and approved, durations."""
+    from bot.cli.render import history_rows
+    from bot.services.deployments import history as deployment_history
+
+    def body() -> None:
+        views = deployment_history(context(), endpoint, limit)
+        output.table("History", ["#", "kind", "release", "outcome", "requested by", "gates (decided by)", "started (UTC)", "took"],
+                     history_rows(views), empty="no deployments yet")
+
+    _run(body)
+
+
+@gate_app.command("show")
+def gate_show(deployment: int = typer.Argument(..., help="Deployment number.")) -> None:
+    """Show a deployment, its gates and the report of the gate waiting for a decision."""
+    from bot.services.deployments import get_deployment
+
+    _run(lambda: _show(get_deployment(context(), deployment)))
+
+
+def _decide(deployment: int, gate: str, decision: str, user: str | None, reason: str | None) -> None:
+    from bot.services.deployments import decide_gate, get_deployment
+    from bot.services.engine import Engine
+    from bot.services.errors import Refused
+
+    def body() -> None:
+        ctx = context()
+        who = _identity(ctx, user)
+        seen = get_deployment(ctx, deployment).pending
+        if seen is None or seen.gate != gate:
+            raise Refused(f"the {gate} gate of deployment #{deployment} is not waiting for a decision")
+        # The report printed here is the one the decision is bound to.
+        _show(get_deployment(ctx, deployment))
+        decide_gate(ctx, deployment, gate, decision, who, seen_report_hash=seen.report_hash,
+                    seen_release_hash=seen.release_hash, reason=reason)
+        _show(Engine(ctx).advance(deployment))
+
+    _run(body)
+
+
+@gate_app.command("approve")
+def gate_approve(
+    deployment: int = typer.Argument(..., help="Deployment number."),
+    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
+    user: str = AS_OPTION,
+) -> None:
+    """Approve the waiting GATE of DEPLOYMENT (bound to the report shown)."""
+    _decide(deployment, gate, "approved", user, None)
+
+
+@gate_app.command("reject")
+def gate_reject(
+    deployment: int = typer.Argument(..., help="Deployment number."),
+    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
+    reason: str = typer.Option(..., "--reason", help="Why; recorded and shown in the thread."),
+    user: str = AS_OPTION,
+) -> None:
+    """Reject the waiting GATE of DEPLOYMENT; the deployment ends."""
+    _decide(deployment, gate, "rejected", user, reason)
+
+
+@gate_app.command("recheck")
+def gate_recheck(
+    deployment: int = typer.Argument(..., help="Deployment number."),
+    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
+    user: str = AS_OPTION,
+) -> None:
+    """Run the waiting GATE's automated checks again."""
+    from bot.services.engine import Engine
+
+    def body() -> None:
+        ctx = context()
+        _show(Engine(ctx).recheck(deployment, gate, _identity(ctx, user)))
+
+    _run(body)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("deploy")(deploy)
+    app.command("rollback")(rollback)
+    app.command("cancel")(cancel)
+    app.command("resume")(resume)
+    app.command("history")(history)
+    app.add_typer(gate_app, name="gate")
