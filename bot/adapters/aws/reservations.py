@@ -1,0 +1,144 @@
+"""Reserved GPU capacity from AWS: EC2 Capacity Blocks and SageMaker HyperPod training plans.
+
+Implements :class:`bot.services.ports.ReservationSource` over boto3. Every list
+call goes through boto3's paginators so accounts with many reservations are read
+completely. Responses are normalised to :class:`ReservationInfo`: timestamps
+become timezone-aware UTC, states become lower case (EC2 says ``active``,
+SageMaker says ``Active``), and training plans are identified by their ARN.
+
+moto implements neither API; the tests drive this adapter with botocore's
+``Stubber``, which checks requests and responses against AWS's own models.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from bot.domain.reservations import ReservationInfo
+
+ClientFactory = Callable[[str, str], Any]
+"""``(service, region) -> boto3 client``."""
+
+CAPACITY_BLOCK = "capacity-block"
+# A plan in one of these states needs no detail call: it will never hold capacity again.
+_FINISHED_PLAN_STATES = frozenset({"Expired", "Failed"})
+# Before a Capacity Block starts its TotalInstanceCount is 0; the purchased count is in this tag.
+_REQUESTED_QUANTITY_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
+
+
+def default_client_factory(session: boto3.Session | None = None, config: Config | None = None) -> ClientFactory:
+    """boto3 clients with adaptive retries, built from one session (credentials from the usual chain)."""
+    session = session or boto3.Session()
+    config = config or Config(retries={"mode": "adaptive", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+
+    def factory(service: str, region: str) -> Any:
+        return session.client(service, region_name=region, config=config)
+
+    return factory
+
+
+class AwsReservationSource:
+    """Reads Capacity Blocks (``ec2``) and training plans (``sagemaker``) region by region."""
+
+    def __init__(self, client_factory: ClientFactory | None = None) -> None:
+        self._factory = client_factory or default_client_factory()
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._lock = threading.Lock()
+
+    def client(self, service: str, region: str) -> Any:
+        """The cached client for ``service`` in ``region`` (tests attach a Stubber to it)."""
+        with self._lock:
+            key = (service, region)
+            if key not in self._clients:
+                self._clients[key] = self._factory(service, region)
+            return self._clients[key]
+
+    def capacity_blocks(self, region: str, instance_type: str) -> list[ReservationInfo]:
+        """Capacity Blocks for ``instance_type`` (EC2 name, no ``ml.`` prefix) in ``region``.
+
+        The API filters by instance type server-side; it has no reservation-type
+        filter, so ordinary On-Demand Capacity Reservations are dropped here by
+        ``ReservationType``.
+        """
+        ec2 = self.client("ec2", region)
+        paginator = ec2.get_paginator("describe_capacity_reservations")
+        pages = paginator.paginate(Filters=[{"Name": "instance-type", "Values": [instance_type.removeprefix("ml.")]}])
+        found: list[ReservationInfo] = []
+        for page in pages:
+            for item in page.get("CapacityReservations", []):
+                if item.get("ReservationType") != CAPACITY_BLOCK:
+                    continue
+                found.append(_capacity_block(item, region))
+        return found
+
+    def training_plans(self, region: str) -> list[ReservationInfo]:
+        """Every training plan in ``region``, with details from ``describe_training_plan`` while it can still run."""
+        sagemaker = self.client("sagemaker", region)
+        paginator = sagemaker.get_paginator("list_training_plans")
+        found: list[ReservationInfo] = []
+        for page in paginator.paginate():
+            for summary in page.get("TrainingPlanSummaries", []):
+                if summary.get("Status") in _FINISHED_PLAN_STATES:
+                    found.append(_training_plan(summary, region))
+                    continue
+                detail = sagemaker.describe_training_plan(TrainingPlanName=summary["TrainingPlanName"])
+                found.append(_training_plan(detail, region))
+        return found
+
+
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:  # botocore parses with tzutc; be safe with anything else
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc)
+
+
+def _tags(item: Mapping[str, Any]) -> dict[str, str]:
+    return {t.get("Key", ""): t.get("Value", "") for t in item.get("Tags", []) or []}
+
+
+def _capacity_block(item: Mapping[str, Any], region: str) -> ReservationInfo:
+    count = int(item.get("TotalInstanceCount") or 0)
+    if count == 0:
+        requested = _tags(item).get(_REQUESTED_QUANTITY_TAG, "")
+        count = int(requested) if requested.isdigit() else 0
+    return ReservationInfo(
+        id=item["CapacityReservationId"],
+        kind="capacity-block",
+        region=region,
+        instance_type=item.get("InstanceType", ""),
+        availability_zone=item.get("AvailabilityZone"),
+        instance_count=count,
+        start=_utc(item.get("StartDate")),
+        end=_utc(item.get("EndDate")),
+        state=str(item.get("State", "unknown")).lower(),
+    )
+
+
+def _one(values: Iterable[str | None]) -> str | None:
+    """The single distinct value, or ``None`` when there are none or several."""
+    distinct = {v for v in values if v}
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def _training_plan(plan: Mapping[str, Any], region: str) -> ReservationInfo:
+    capacities = plan.get("ReservedCapacitySummaries", []) or []
+    instance_type = _one(c.get("InstanceType") for c in capacities) or (capacities[0].get("InstanceType", "") if capacities else "")
+    return ReservationInfo(
+        id=plan["TrainingPlanArn"],
+        kind="training-plan",
+        region=region,
+        instance_type=instance_type,
+        availability_zone=_one(c.get("AvailabilityZone") for c in capacities),
+        instance_count=int(plan.get("TotalInstanceCount") or sum(int(c.get("TotalInstanceCount") or 0) for c in capacities)),
+        start=_utc(plan.get("StartTime")),
+        end=_utc(plan.get("EndTime")),
+        state=str(plan.get("Status", "unknown")).lower(),
+    )
