@@ -1,0 +1,532 @@
+"""Reservation watch: what reserved capacity exists, whose it is, and how long it has left.
+
+``watch_reservations`` reads Capacity Blocks and training plans in every watched
+region (``KIMI_AWS_REGIONS`` plus each endpoint's region) through the
+``reservations`` adapter, stores what it saw in the ``reservations`` table and,
+in the same transaction, writes one audit row and one outbox event for every
+change:
+
+* a reservation that appears, changes state, moves its end, or disappears;
+* a reservation matched to an endpoint (the endpoint's ``reservation_id``,
+  else the same region, kind, instance type and, when named, zone) whose
+  instance type, kind or Availability Zone does not fit that endpoint;
+* thresholds before the end (``KIMI_ALERT_THRESHOLDS_HOURS``): each fires once
+  per reservation; the thresholds already sent are stored in ``alerts_sent`` so
+  a restart neither repeats nor skips one. When several are crossed at once
+  (the bot was down, or a reservation was shortened) one alert is sent for the
+  smallest and the larger ones are marked as sent. An extension re-arms the
+  thresholds that are no longer crossed;
+* an escalation mentioning ``KIMI_ONCALL_GROUP`` when a live endpoint's
+  reservation ends (or is cancelled or vanishes) and nothing tested can take
+  over: no other endpoint with a live deployment whose reservation lasts
+  longer, and no other reservation fitting the endpoint that starts by the end
+  and lasts beyond it.
+
+A region the adapter could not read is reported and changes nothing: its
+reservations are never declared gone because AWS did not answer.
+
+``alerts_sent`` holds the thresholds (numbers, in hours) already announced and
+``"mismatch:…"`` strings for fit warnings already given, so neither repeats.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bot.adapters.store.models import Reservation
+from bot.adapters.store.uow import SqlUnitOfWork
+from bot.bootstrap import Context
+from bot.config import EndpointSettings
+from bot.domain.infrastructure import select_reservation
+from bot.domain.reservations import ReservationInfo, same_instance_type
+from bot.services import ports
+from bot.services.deployments import live_deployment
+from bot.services.errors import NotFound, Refused
+
+log = logging.getLogger(__name__)
+
+ACTOR = "kimi-ops:reservation-watch"
+DEFAULT_INSTANCE_TYPE = "p6-b300.48xlarge"
+# States in which a reservation holds, or will hold, capacity.
+USABLE_STATES = frozenset({"active", "scheduled", "pending", "payment-pending", "assessing", "delayed"})
+MISMATCH_PREFIX = "mismatch:"
+
+
+# ---------------------------------------------------------------------------- read models
+
+
+@dataclass(frozen=True)
+class ReservationView:
+    """A stored reservation as ``/kimi reservations`` and ``kimi-ops reservations`` show it."""
+
+    id: str
+    kind: str
+    region: str
+    instance_type: str
+    availability_zone: str | None
+    instance_count: int
+    start: dt.datetime | None
+    end: dt.datetime | None
+    state: str
+    endpoint: str | None
+    remaining: dt.timedelta | None
+    alerts_sent_hours: list[float]
+    first_seen_at: dt.datetime
+    last_seen_at: dt.datetime
+    gone_at: dt.datetime | None
+
+
+@dataclass
+class WatchReport:
+    """What one run of the watch saw and did."""
+
+    seen: int = 0
+    appeared: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    alerts: list[str] = field(default_factory=list)
+    escalations: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        parts = [f"{self.seen} reservation(s) seen"]
+        for label, items in (("appeared", self.appeared), ("changed", self.changed), ("gone", self.gone),
+                             ("alerts", self.alerts), ("escalations", self.escalations), ("warnings", self.warnings)):
+            if items:
+                parts.append(f"{label}: {', '.join(items)}")
+        if self.errors:
+            parts.append("could not read " + "; ".join(self.errors))
+        return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------- pure rules
+
+
+def expected_kind(endpoint: EndpointSettings) -> str:
+    """HyperPod consumes a flexible training plan; EKS targets an EC2 Capacity Block."""
+    return "training-plan" if endpoint.kind == "hyperpod" else "capacity-block"
+
+
+def names_reservation(reservation_id: str, wanted: str) -> bool:
+    """An endpoint may name a training plan by ARN or by name, a Capacity Block by its ``cr-`` id."""
+    return wanted in {reservation_id, reservation_id.rsplit("/", 1)[-1]}
+
+
+def fits(info: ReservationInfo, endpoint: EndpointSettings) -> bool:
+    """Would this reservation serve the endpoint: region, kind, instance type and (when named) zone."""
+    return (
+        info.region == endpoint.region
+        and info.kind == expected_kind(endpoint)
+        and same_instance_type(info.instance_type, endpoint.instance_type)
+        and (endpoint.availability_zone is None or info.availability_zone == endpoint.availability_zone)
+    )
+
+
+def match_endpoint(info: ReservationInfo, endpoints: Sequence[EndpointSettings]) -> EndpointSettings | None:
+    """The endpoint naming this reservation, else the first (by name) it fits without naming one."""
+    for endpoint in endpoints:
+        if endpoint.reservation_id and names_reservation(info.id, endpoint.reservation_id):
+            return endpoint
+    for endpoint in sorted(endpoints, key=lambda e: e.name):
+        if not endpoint.reservation_id and fits(info, endpoint):
+            return endpoint
+    return None
+
+
+def mismatches(info: ReservationInfo, endpoint: EndpointSettings) -> list[str]:
+    """Ways the reservation does not fit its endpoint, each a short phrase."""
+    problems: list[str] = []
+    if info.kind != expected_kind(endpoint):
+        problems.append(f"it is a {info.kind} but a {endpoint.kind} endpoint needs a {expected_kind(endpoint)}")
+    if not same_instance_type(info.instance_type, endpoint.instance_type):
+        problems.append(f"instance type {info.instance_type} is not the endpoint's {endpoint.instance_type}")
+    if info.region != endpoint.region:
+        problems.append(f"region {info.region} is not the endpoint's {endpoint.region}")
+    if info.availability_zone and endpoint.availability_zone and info.availability_zone != endpoint.availability_zone:
+        problems.append(f"zone {info.availability_zone} is not the endpoint's {endpoint.availability_zone}")
+    return problems
+
+
+def crossed_thresholds(remaining: dt.timedelta, thresholds: Iterable[float]) -> set[float]:
+    hours = remaining.total_seconds() / 3600
+    return {float(t) for t in thresholds if hours <= float(t)}
+
+
+def threshold_to_announce(remaining: dt.timedelta, thresholds: Iterable[float], sent: set[float]) -> tuple[float | None, set[float]]:
+    """``(threshold to alert for, thresholds sent afterwards)``: one alert for the smallest newly crossed."""
+    crossed = crossed_thresholds(remaining, thresholds)
+    new = crossed - sent
+    return (min(new) if new else None), sent | crossed
+
+
+def rearm(remaining: dt.timedelta, sent: set[float]) -> set[float]:
+    """After an extension, keep only the thresholds that are still crossed."""
+    hours = remaining.total_seconds() / 3600
+    return {t for t in sent if hours <= t}
+
+
+def format_remaining(delta: dt.timedelta | None) -> str:
+    if delta is None:
+        return "no end date"
+    seconds = delta.total_seconds()
+    if seconds <= 0:
+        return "ended"
+    hours = seconds / 3600
+    if hours >= 48:
+        return f"{hours / 24:.1f} days"
+    if hours >= 1:
+        return f"{hours:.1f} h"
+    return f"{seconds / 60:.0f} min"
+
+
+def _fmt_hours(hours: float) -> str:
+    return f"{hours / 24:g} days" if hours >= 48 and hours % 24 == 0 else f"{hours:g} h"
+
+
+def _when(at: dt.datetime | None) -> str:
+    return "no end date" if at is None else f"{at:%Y-%m-%d %H:%M} UTC"
+
+
+# ---------------------------------------------------------------------------- the watch
+
+
+def _info(row: Reservation) -> ReservationInfo:
+    return ReservationInfo(
+        id=row.id, kind=row.kind, region=row.region, instance_type=row.instance_type,  # type: ignore[arg-type]
+        availability_zone=row.availability_zone, instance_count=row.instance_count,
+        start=row.start_at, end=row.end_at, state=row.state,
+    )
+
+
+def _describe(info: ReservationInfo) -> str:
+    zone = info.availability_zone or "no zone"
+    return f"{info.kind} `{info.id.rsplit('/', 1)[-1]}` ({info.instance_count} × {info.instance_type}, {info.region}/{zone})"
+
+
+def _thresholds(row: Reservation) -> set[float]:
+    return {float(x) for x in row.alerts_sent or [] if isinstance(x, (int, float))}
+
+
+def _markers(row: Reservation) -> set[str]:
+    return {x for x in row.alerts_sent or [] if isinstance(x, str)}
+
+
+def _store_alerts(row: Reservation, thresholds: set[float], markers: set[str]) -> None:
+    # A new list object so SQLAlchemy sees the JSON column change.
+    row.alerts_sent = sorted(thresholds, reverse=True) + sorted(markers)
+
+
+def _regions(ctx: Context) -> list[str]:
+    regions = list(dict.fromkeys([*ctx.settings.aws_regions, *(e.region for e in ctx.settings.endpoints)]))
+    return regions
+
+
+def _instance_types(ctx: Context, region: str) -> list[str]:
+    wanted = [e.instance_type.removeprefix("ml.") for e in ctx.settings.endpoints if e.region == region]
+    return list(dict.fromkeys([*wanted, DEFAULT_INSTANCE_TYPE]))
+
+
+def read_all(ctx: Context) -> tuple[dict[str, ReservationInfo], set[str], list[str]]:
+    """Ask AWS, region by region: ``(reservations by id, regions read, errors)``; no transaction is open."""
+    source: ports.ReservationSource | None = ctx.adapters.get(ports.RESERVATIONS)
+    if source is None:
+        raise Refused("no AWS access is configured to read reservations; give this process AWS credentials and regions")
+    seen: dict[str, ReservationInfo] = {}
+    read: set[str] = set()
+    errors: list[str] = []
+    for region in _regions(ctx):
+        types = _instance_types(ctx, region)
+        try:
+            found: list[ReservationInfo] = []
+            for instance_type in types:
+                found.extend(source.capacity_blocks(region, instance_type))
+            found.extend(p for p in source.training_plans(region) if any(same_instance_type(p.instance_type, t) for t in types))
+        except Exception as exc:  # AWS unreachable or refusing: report it, change nothing in that region
+            log.warning("reading reservations in %s failed: %s", region, exc, exc_info=True)
+            errors.append(f"{region}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+            continue
+        read.add(region)
+        for info in found:
+            # Normalise the state's case: EC2 says ``active``, SageMaker ``Active``.
+            seen[info.id] = replace(info, state=info.state.lower())
+    return seen, read, errors
+
+
+class _Watch:
+    """One run of the watch inside one unit of work."""
+
+    def __init__(self, ctx: Context, uow: SqlUnitOfWork, report: WatchReport) -> None:
+        self.ctx = ctx
+        self.uow = uow
+        self.report = report
+        self.now = ctx.clock.now()
+        self.endpoints = list(ctx.settings.endpoints)
+        self.by_name = {e.name: e for e in self.endpoints}
+        self.live = self._live_endpoints()
+
+    def _live_endpoints(self) -> set[str]:
+        live: set[str] = set()
+        for endpoint in self.endpoints:
+            row = self.uow.endpoints.get(endpoint.name)
+            if row is not None and live_deployment(self.uow, row.id) is not None:
+                live.add(endpoint.name)
+        return live
+
+    # -- outbox and audit, always together
+    def _say(self, kind: str, row: Reservation, text: str, **details: Any) -> None:
+        endpoint = self.by_name.get(row.endpoint_name or "")
+        payload = {"text": text, "channel": endpoint.channel if endpoint else None, "reservation_id": row.id, **details}
+        self.uow.events.emit(at=self.now, kind=kind, endpoint_name=row.endpoint_name, payload=payload)
+        self.uow.audit.record(at=self.now, actor=ACTOR, action=kind, subject=f"reservation:{row.id}",
+                              details={"text": text, **details})
+
+    def _mention(self) -> str:
+        group = self.ctx.settings.oncall_group
+        return f"<!subteam^{group}>" if group else "(no on-call group configured: set KIMI_ONCALL_GROUP)"
+
+    # -- storing what was seen
+    def apply_seen(self, seen: dict[str, ReservationInfo], regions_read: set[str]) -> None:
+        rows = {row.id: row for row in self.uow.reservations.list(include_gone=True)}
+        for info in seen.values():
+            row = rows.get(info.id)
+            if row is None:
+                if info.state not in USABLE_STATES and (info.end is None or info.end <= self.now):
+                    continue  # long-finished history: nothing to announce or watch
+                row = self.uow.reservations.add(Reservation(
+                    id=info.id, kind=info.kind, region=info.region, instance_type=info.instance_type,
+                    availability_zone=info.availability_zone, instance_count=info.instance_count,
+                    start_at=info.start, end_at=info.end, state=info.state, endpoint_name=None,
+                    alerts_sent=[], first_seen_at=self.now, last_seen_at=self.now, gone_at=None,
+                ))
+                self._match(row)
+                self._say("reservation.appeared", row,
+                          f"New reservation {_describe(info)}: {info.state}, ends {_when(info.end)} "
+                          f"({format_remaining(info.remaining(self.now))} left)"
+                          + (f", for endpoint `{row.endpoint_name}`" if row.endpoint_name else ", matched to no endpoint"),
+                          state=info.state, end=info.end.isoformat() if info.end else None)
+                self.report.appeared.append(_short_id(info.id))
+                continue
+            self._update(row, info)
+        for row in rows.values():
+            if row.gone_at is None and row.region in regions_read and row.id not in seen:
+                self._gone(row)
+
+    def _update(self, row: Reservation, info: ReservationInfo) -> None:
+        old = _info(row)
+        row.last_seen_at = self.now
+        if row.gone_at is not None:
+            row.gone_at = None
+            self._say("reservation.appeared", row, f"Reservation {_describe(info)} is listed again: {info.state}, ends {_when(info.end)}",
+                      state=info.state)
+            self.report.appeared.append(_short_id(info.id))
+        row.kind, row.region, row.instance_type = info.kind, info.region, info.instance_type
+        row.availability_zone, row.instance_count, row.start_at = info.availability_zone, info.instance_count, info.start
+        if info.state != old.state:
+            row.state = info.state
+            self._say("reservation.changed", row, f"Reservation {_describe(info)} is now {info.state} (was {old.state})",
+                      change="state", before=old.state, after=info.state)
+            self.report.changed.append(f"{_short_id(info.id)} {old.state}→{info.state}")
+            if info.state not in USABLE_STATES and info.end is not None and info.end > self.now:
+                self._escalate_early_end(row, f"is {info.state}")
+        if info.end != old.end:
+            row.end_at = info.end
+            later = old.end is not None and info.end is not None and info.end > old.end
+            if later and info.end is not None:
+                _store_alerts(row, rearm(info.end - self.now, _thresholds(row)), _markers(row))
+            verb = "extended" if later else "moved"
+            self._say("reservation.changed", row,
+                      f"Reservation {_describe(info)} {verb}: now ends {_when(info.end)} (was {_when(old.end)}), "
+                      f"{format_remaining(info.remaining(self.now))} left",
+                      change="end", before=old.end.isoformat() if old.end else None, after=info.end.isoformat() if info.end else None)
+            self.report.changed.append(f"{_short_id(info.id)} {verb}")
+        if (old.availability_zone, old.instance_type) != (info.availability_zone, info.instance_type):
+            self.uow.audit.record(at=self.now, actor=ACTOR, action="reservation.updated", subject=f"reservation:{row.id}",
+                                  details={"availability_zone": info.availability_zone, "instance_type": info.instance_type})
+
+    def _gone(self, row: Reservation) -> None:
+        row.gone_at = self.now
+        ended_naturally = row.end_at is not None and row.end_at <= self.now
+        how = "ended and is no longer listed" if ended_naturally else "is no longer listed by AWS (cancelled or removed)"
+        self._say("reservation.gone", row, f"Reservation {_describe(_info(row))} {how}", ended=ended_naturally)
+        self.report.gone.append(_short_id(row.id))
+        if not ended_naturally:
+            self._escalate_early_end(row, "disappeared")
+
+    # -- endpoints
+    def _match(self, row: Reservation) -> None:
+        endpoint = match_endpoint(_info(row), self.endpoints)
+        name = endpoint.name if endpoint else None
+        if name != row.endpoint_name:
+            self.uow.audit.record(at=self.now, actor=ACTOR, action="reservation.matched", subject=f"reservation:{row.id}",
+                                  details={"endpoint": name, "before": row.endpoint_name})
+            row.endpoint_name = name
+
+    def match_all(self) -> None:
+        for row in self.uow.reservations.list():
+            self._match(row)
+            self._check_fit(row)
+
+    def _check_fit(self, row: Reservation) -> None:
+        endpoint = self.by_name.get(row.endpoint_name or "")
+        problems = mismatches(_info(row), endpoint) if endpoint else []
+        wanted = {f"{MISMATCH_PREFIX}{p}" for p in problems}
+        markers = _markers(row)
+        known = {m for m in markers if m.startswith(MISMATCH_PREFIX)}
+        new = sorted(wanted - known)
+        if new and endpoint is not None:
+            text = (f":warning: Reservation {_describe(_info(row))} does not fit endpoint `{endpoint.name}`: "
+                    + "; ".join(m.removeprefix(MISMATCH_PREFIX) for m in new)
+                    + ". Fix the reservation or the endpoint's settings before the next deployment.")
+            self._say("reservation.mismatch", row, text, problems=[m.removeprefix(MISMATCH_PREFIX) for m in new])
+            self.report.warnings.append(f"{_short_id(row.id)} mismatch")
+        if wanted != known:
+            _store_alerts(row, _thresholds(row), (markers - known) | wanted)
+
+    # -- thresholds and escalation
+    def replacement(self, row: Reservation, ends: dt.datetime) -> str | None:
+        """What tested capacity can take over when ``row`` ends at ``ends``, or ``None``."""
+        endpoint = self.by_name.get(row.endpoint_name or "")
+        others = [r for r in self.uow.reservations.list() if r.id != row.id and r.state in USABLE_STATES]
+        if endpoint is not None:
+            for other in others:
+                if other.end_at is None or other.end_at <= ends:
+                    continue
+                if (other.start_at is None or other.start_at <= ends) and fits(_info(other), endpoint):
+                    return f"reservation `{_short_id(other.id)}` covers it until {_when(other.end_at)}"
+        for other in others:
+            if (other.endpoint_name and other.endpoint_name != row.endpoint_name and other.endpoint_name in self.live
+                    and other.end_at is not None and other.end_at > ends
+                    and (other.start_at is None or other.start_at <= ends)):
+                return f"live endpoint `{other.endpoint_name}` has capacity until {_when(other.end_at)}"
+        return None
+
+    def _escalate_early_end(self, row: Reservation, what: str) -> None:
+        if row.endpoint_name not in self.live:
+            return
+        if self.replacement(row, self.now) is not None:
+            return
+        text = (f":rotating_light: {self._mention()} Reservation {_describe(_info(row))} behind live endpoint "
+                f"`{row.endpoint_name}` {what} before its end ({_when(row.end_at)}) and no tested endpoint or reservation "
+                "can take over. Reserve capacity now.")
+        self._say("reservation.escalation", row, text, reason=what, oncall_group=self.ctx.settings.oncall_group)
+        self.report.escalations.append(_short_id(row.id))
+
+    def thresholds(self) -> None:
+        configured = [float(t) for t in self.ctx.settings.alert_thresholds_hours]
+        for row in self.uow.reservations.list():
+            if row.endpoint_name is None or row.end_at is None or row.state not in USABLE_STATES:
+                continue
+            remaining = row.end_at - self.now
+            sent = _thresholds(row)
+            fire, after = threshold_to_announce(remaining, configured, sent)
+            if after != sent:
+                _store_alerts(row, after, _markers(row))
+            if fire is None:
+                continue
+            takeover = self.replacement(row, row.end_at)
+            live = row.endpoint_name in self.live
+            escalate = live and takeover is None
+            left = format_remaining(remaining)
+            ending = "has ended" if left == "ended" else f"ends in {left}"
+            text = (f":hourglass_flowing_sand: Reservation {_describe(_info(row))} for endpoint `{row.endpoint_name}` "
+                    f"{ending} ({_when(row.end_at)}; alert at {_fmt_hours(fire)}).")
+            if escalate:
+                text = (f":rotating_light: {self._mention()} " + text.split(" ", 1)[1]
+                        + " The endpoint is live and no tested endpoint or reservation can take over: "
+                          "extend the reservation or reserve new capacity now.")
+            elif takeover:
+                text += f" Taking over: {takeover}."
+            elif not live:
+                text += " The endpoint has no live release."
+            kind = "reservation.escalation" if escalate else "reservation.alert"
+            self._say(kind, row, text, threshold_hours=fire, remaining_seconds=int(remaining.total_seconds()),
+                      oncall_group=self.ctx.settings.oncall_group if escalate else None)
+            (self.report.escalations if escalate else self.report.alerts).append(f"{_short_id(row.id)}@{_fmt_hours(fire)}")
+
+
+def _short_id(reservation_id: str) -> str:
+    return reservation_id.rsplit("/", 1)[-1]
+
+
+def watch_reservations(ctx: Context) -> WatchReport:
+    """One run of the reservation watch; returns what it saw and announced."""
+    report = WatchReport()
+    seen, regions_read, report.errors = read_all(ctx)
+    report.seen = len(seen)
+    with ctx.uow() as uow:
+        watch = _Watch(ctx, uow, report)
+        watch.apply_seen(seen, regions_read)
+        uow.flush()
+        watch.match_all()
+        watch.thresholds()
+        uow.commit()
+    return report
+
+
+# ---------------------------------------------------------------------------- readers
+
+
+def _view(row: Reservation, now: dt.datetime) -> ReservationView:
+    return ReservationView(
+        id=row.id, kind=row.kind, region=row.region, instance_type=row.instance_type,
+        availability_zone=row.availability_zone, instance_count=row.instance_count, start=row.start_at, end=row.end_at,
+        state=row.state, endpoint=row.endpoint_name, remaining=None if row.end_at is None else row.end_at - now,
+        alerts_sent_hours=sorted(_thresholds(row), reverse=True), first_seen_at=row.first_seen_at,
+        last_seen_at=row.last_seen_at, gone_at=row.gone_at,
+    )
+
+
+def reservation_overview(ctx: Context, include_gone: bool = False) -> list[ReservationView]:
+    """What the watch last saw, soonest end first."""
+    now = ctx.clock.now()
+    with ctx.uow() as uow:
+        return [_view(row, now) for row in uow.reservations.list(include_gone=include_gone)]
+
+
+def reservations_of(ctx: Context, endpoint_name: str) -> list[ReservationView]:
+    """The stored reservations matched to one endpoint (soonest end first)."""
+    return [v for v in reservation_overview(ctx) if v.endpoint == endpoint_name]
+
+
+def reservation_for(ctx: Context, endpoint: EndpointSettings | str, *, fresh: bool = True) -> ReservationInfo | None:
+    """The reservation an endpoint deploys onto: the one it names, else the latest-ending usable fit.
+
+    ``fresh`` asks AWS now (the infrastructure gate); otherwise the watch's last
+    stored view is used (status pages), which needs no AWS access.
+    """
+    if isinstance(endpoint, str):
+        spec = ctx.settings.endpoint(endpoint)
+        if spec is None:
+            raise NotFound(f"no endpoint named {endpoint}; `kimi-ops reservations` lists what is watched")
+        endpoint = spec
+    if fresh:
+        source: ports.ReservationSource | None = ctx.adapters.get(ports.RESERVATIONS)
+        if source is None:
+            raise Refused("no AWS access is configured to read reservations; give this process AWS credentials")
+        if endpoint.kind == "hyperpod":
+            candidates = source.training_plans(endpoint.region)
+        else:
+            candidates = source.capacity_blocks(endpoint.region, endpoint.instance_type.removeprefix("ml."))
+    else:
+        with ctx.uow() as uow:
+            candidates = [_info(row) for row in uow.reservations.list() if row.region == endpoint.region]
+    return select_reservation(
+        candidates,
+        reservation_id=_resolve_named(candidates, endpoint.reservation_id),
+        instance_type=endpoint.instance_type,
+        availability_zone=endpoint.availability_zone,
+        kind=expected_kind(endpoint),
+    )
+
+
+def _resolve_named(candidates: Sequence[ReservationInfo], wanted: str | None) -> str | None:
+    """Turn a training plan's name into its ARN so ``select_reservation`` finds it."""
+    if not wanted:
+        return None
+    return next((c.id for c in candidates if names_reservation(c.id, wanted)), wanted)

@@ -1,0 +1,187 @@
+"""The reservation watch: thresholds once each (across restarts), extension, cancellation, escalation, fit."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from bot.adapters.clock import FrozenClock
+from bot.services.reservations import reservation_for, reservation_overview, watch_reservations
+from tests.conftest import START
+from tests.jobs_support import ScriptedReservations, capacity_block, eks_endpoint, make_live
+
+H = dt.timedelta(hours=1)
+D = dt.timedelta(days=1)
+
+
+def events(ctx, prefix: str = "reservation.") -> list[tuple[str, dict]]:
+    with ctx.uow() as uow:
+        return [(e.kind, dict(e.payload)) for e in uow.events.undelivered(limit=10_000) if e.kind.startswith(prefix)]
+
+
+def alerts(ctx) -> list[tuple[str, float]]:
+    return [(kind, p["threshold_hours"]) for kind, p in events(ctx) if kind in {"reservation.alert", "reservation.escalation"}
+            and "threshold_hours" in p]
+
+
+@pytest.fixture()
+def source() -> ScriptedReservations:
+    return ScriptedReservations()
+
+
+@pytest.fixture()
+def new_ctx(make_ctx, source):
+    """A fresh process on the same database: new Context, same settings, same AWS."""
+    def factory(**overrides: object):
+        overrides.setdefault("endpoints", [eks_endpoint("kimi-prod")])
+        overrides.setdefault("oncall_group", "S0ONCALL")
+        ctx = make_ctx(**overrides)
+        ctx.adapters["reservations"] = source
+        return ctx
+    return factory
+
+
+def at_remaining(clock: FrozenClock, end: dt.datetime, remaining: dt.timedelta) -> None:
+    clock.set(end - remaining)
+
+
+def test_each_threshold_fires_once_across_a_restart_and_skipped_ones_collapse(new_ctx, source, clock) -> None:
+    block = source.put(capacity_block("cr-0001", ends_in=8 * D))
+    ctx = new_ctx()
+    report = watch_reservations(ctx)
+    assert report.appeared == ["cr-0001"] and alerts(ctx) == []
+    appeared = [p for k, p in events(ctx) if k == "reservation.appeared"]
+    assert len(appeared) == 1 and appeared[0]["channel"] == "CKIMIPROD" and "kimi-prod" in appeared[0]["text"]
+
+    at_remaining(clock, block.end, 6 * D)
+    watch_reservations(ctx)
+    watch_reservations(ctx)
+    assert alerts(ctx) == [("reservation.alert", 168.0)]
+
+    restarted = new_ctx()  # a new process on the same database: nothing is repeated
+    watch_reservations(restarted)
+    assert alerts(restarted) == [("reservation.alert", 168.0)]
+
+    at_remaining(clock, block.end, 71 * H)
+    watch_reservations(restarted)
+    # The bot was down from 71 h to 5 h before the end: one alert for 6 h, none for 24 h.
+    at_remaining(clock, block.end, 5 * H)
+    watch_reservations(new_ctx())
+    assert alerts(ctx) == [("reservation.alert", 168.0), ("reservation.alert", 72.0), ("reservation.alert", 6.0)]
+    with ctx.uow() as uow:
+        assert uow.reservations.get("cr-0001").alerts_sent == [168.0, 72.0, 24.0, 6.0]
+
+    at_remaining(clock, block.end, 30 * dt.timedelta(minutes=1))
+    watch_reservations(new_ctx())
+    watch_reservations(new_ctx())
+    assert [t for _, t in alerts(ctx)] == [168.0, 72.0, 6.0, 1.0]
+    text = [p["text"] for k, p in events(ctx) if p.get("threshold_hours") == 1.0][0]
+    assert "ends in 30 min" in text and "no live release" in text
+
+
+def test_a_live_endpoint_without_a_replacement_escalates_to_the_oncall_group(new_ctx, source, clock) -> None:
+    block = source.put(capacity_block("cr-0001", ends_in=2 * D))
+    ctx = new_ctx()
+    make_live(ctx, "kimi-prod")
+    watch_reservations(ctx)
+    [(kind, payload)] = [(k, p) for k, p in events(ctx) if "threshold_hours" in p]
+    assert kind == "reservation.escalation" and payload["threshold_hours"] == 72.0
+    assert payload["text"].startswith(":rotating_light: <!subteam^S0ONCALL>") and "no tested endpoint or reservation" in payload["text"]
+    assert payload["channel"] == "CKIMIPROD"
+
+    # A second block that starts before the first ends and lasts longer can take over: an alert, not a page.
+    source.put(capacity_block("cr-0002", ends_in=9 * D, starts=block.end - H, state="scheduled"))
+    at_remaining(clock, block.end, 20 * H)
+    watch_reservations(ctx)
+    kind, payload = [(k, p) for k, p in events(ctx) if p.get("threshold_hours") == 24.0][0]
+    assert kind == "reservation.alert" and "cr-0002" in payload["text"] and "subteam" not in payload["text"]
+
+
+def test_another_live_endpoint_with_longer_capacity_counts_as_a_tested_replacement(new_ctx, source, clock) -> None:
+    source.put(capacity_block("cr-0001", ends_in=2 * D))
+    source.put(capacity_block("cr-0777", ends_in=30 * D, zone="us-east-1b"))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-dr", availability_zone="us-east-1b")])
+    make_live(ctx, "kimi-prod")
+    make_live(ctx, "kimi-dr")
+    watch_reservations(ctx)
+    [(kind, payload)] = [(k, p) for k, p in events(ctx) if p.get("reservation_id") == "cr-0001" and "threshold_hours" in p]
+    assert kind == "reservation.alert" and "kimi-dr" in payload["text"]
+
+
+def test_an_extension_rearms_thresholds_and_is_reported(new_ctx, source, clock) -> None:
+    block = source.put(capacity_block("cr-0001", ends_in=20 * H))
+    ctx = new_ctx()
+    watch_reservations(ctx)
+    assert [t for _, t in alerts(ctx)] == [24.0]
+
+    source.update("cr-0001", end=block.end + 4 * D)  # extended: 116 h left
+    watch_reservations(ctx)
+    extended = [p for k, p in events(ctx) if k == "reservation.changed" and p.get("change") == "end"]
+    assert len(extended) == 1 and "extended" in extended[0]["text"]
+    with ctx.uow() as uow:
+        assert uow.reservations.get("cr-0001").alerts_sent == [168.0]  # 72 h and 24 h armed again
+
+    at_remaining(clock, block.end + 4 * D, 70 * H)
+    watch_reservations(ctx)
+    assert [t for _, t in alerts(ctx)] == [24.0, 72.0]
+
+
+def test_a_cancelled_reservation_is_reported_and_pages_for_a_live_endpoint(new_ctx, source, clock) -> None:
+    source.put(capacity_block("cr-0001", ends_in=10 * D))
+    ctx = new_ctx()
+    make_live(ctx, "kimi-prod")
+    watch_reservations(ctx)
+    source.update("cr-0001", state="cancelled")
+    report = watch_reservations(ctx)
+    assert report.changed == ["cr-0001 active→cancelled"] and report.escalations == ["cr-0001"]
+    kinds = [k for k, _ in events(ctx)]
+    assert kinds.count("reservation.changed") == 1 and kinds.count("reservation.escalation") == 1
+    watch_reservations(ctx)
+    assert [k for k, _ in events(ctx)] == kinds  # nothing repeated
+
+
+def test_a_vanished_reservation_is_reported_once_and_an_unreadable_region_changes_nothing(new_ctx, source) -> None:
+    source.put(capacity_block("cr-0001", ends_in=10 * D))
+    ctx = new_ctx()
+    watch_reservations(ctx)
+
+    source.failing_regions.add("us-east-1")
+    report = watch_reservations(ctx)
+    assert report.gone == [] and "us-east-1" in report.errors[0]
+    assert [v.id for v in reservation_overview(ctx)] == ["cr-0001"]
+
+    source.failing_regions.clear()
+    source.remove("cr-0001")
+    assert watch_reservations(ctx).gone == ["cr-0001"]
+    watch_reservations(ctx)
+    gone = [p for k, p in events(ctx) if k == "reservation.gone"]
+    assert len(gone) == 1 and "no longer listed" in gone[0]["text"]
+    assert reservation_overview(ctx) == [] and reservation_overview(ctx, include_gone=True)[0].gone_at is not None
+    with ctx.uow() as uow:
+        actions = [a.action for a in uow.audit.list(subject="reservation:cr-0001")]
+    assert actions.count("reservation.gone") == 1 and "reservation.appeared" in actions
+
+
+def test_a_named_reservation_in_the_wrong_zone_is_warned_about_once(new_ctx, source) -> None:
+    source.put(capacity_block("cr-0009", ends_in=10 * D, zone="us-east-1b"))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-prod", reservation_id="cr-0009")])
+    watch_reservations(ctx)
+    watch_reservations(ctx)
+    warnings = [p for k, p in events(ctx) if k == "reservation.mismatch"]
+    assert len(warnings) == 1
+    assert "zone us-east-1b is not the endpoint's us-east-1a" in warnings[0]["text"] and warnings[0]["channel"] == "CKIMIPROD"
+
+
+def test_reservation_for_reads_aws_or_the_stored_view(new_ctx, source) -> None:
+    source.put(capacity_block("cr-0001", ends_in=3 * D))
+    source.put(capacity_block("cr-0002", ends_in=9 * D))
+    source.put(capacity_block("cr-0003", ends_in=20 * D, zone="us-east-1c"))
+    ctx = new_ctx()
+    assert reservation_for(ctx, "kimi-prod").id == "cr-0002"  # latest-ending fit in the endpoint's zone
+    assert reservation_for(ctx, "kimi-prod", fresh=False) is None  # the watch has not run yet
+    watch_reservations(ctx)
+    assert reservation_for(ctx, "kimi-prod", fresh=False).id == "cr-0002"
+    view = {v.id: v for v in reservation_overview(ctx)}
+    assert view["cr-0001"].remaining == 3 * D and view["cr-0001"].endpoint == "kimi-prod"
+    assert view["cr-0003"].endpoint is None
