@@ -1,0 +1,295 @@
+"""Readiness probes: a real, timed completion against every live endpoint, and the incidents they open.
+
+``probe_endpoints`` sends the readiness completion (through the ``endpoint``
+adapter) to each endpoint that has a live release and whose admission is open;
+an endpoint closed for a rollback is never probed, and a result that arrives
+after admission closed is dropped. Each probe is stored in
+``readiness_checks`` (timings and outcome, never text).
+
+Incidents (table ``incidents``, at most one open per endpoint and kind, a
+database rule) keep alerts from storming:
+
+* ``readiness``: ``KIMI_READINESS_FAILURES_TO_ALERT`` consecutive failed
+  completions open it, with the reason; the next completion that answers closes it;
+* ``ttft``: the same number of consecutive answers slower (time to first token)
+  than the endpoint's ``ttft_objective_ms`` open it; an answer within the
+  objective closes it.
+
+Opening sends one alert, closing one recovery message (one message even when
+both close together); each is an audit row and an outbox event written in the
+same transaction as the probe.
+
+``endpoint_status`` is the read model ``/kimi status`` renders: live release,
+admission, last probe and its timings, recent probes, open incidents and the
+endpoint's reservation countdown.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from bot.adapters.store.models import Endpoint, Incident, ReadinessCheck
+from bot.adapters.store.repositories import Conflict
+from bot.adapters.store.uow import SqlUnitOfWork
+from bot.bootstrap import Context
+from bot.config import EndpointSettings
+from bot.domain.readiness import ReadinessResult
+from bot.services import ports
+from bot.services.deployments import live_deployment
+from bot.services.errors import NotFound, Refused
+from bot.services.reservations import USABLE_STATES, ReservationView, format_remaining, reservations_of
+
+log = logging.getLogger(__name__)
+
+ACTOR = "kimi-ops:readiness-probe"
+FAILING = "readiness"
+SLOW = "ttft"
+INCIDENT_KINDS = (FAILING, SLOW)
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class ProbeView:
+    at: dt.datetime
+    ok: bool
+    http_status: int | None
+    ttft_ms: float | None
+    total_ms: float | None
+    failure_kind: str | None
+    error: str | None
+
+    @property
+    def summary(self) -> str:
+        if self.ok:
+            return f"answered: first token {self.ttft_ms or 0:.0f} ms, complete {self.total_ms or 0:.0f} ms"
+        return f"failed ({self.failure_kind}): {self.error}"
+
+
+@dataclass(frozen=True)
+class IncidentView:
+    kind: str
+    reason: str
+    opened_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """What the probe job did for one endpoint."""
+
+    endpoint: str
+    probed: bool
+    result: ProbeView | None = None
+    skipped: str | None = None
+    opened: tuple[str, ...] = ()
+    closed: tuple[str, ...] = ()
+
+    @property
+    def line(self) -> str:
+        if not self.probed:
+            return f"{self.endpoint}: not probed ({self.skipped})"
+        assert self.result is not None
+        extra = "".join(f"; {k} incident opened" for k in self.opened) + "".join(f"; {k} incident closed" for k in self.closed)
+        return f"{self.endpoint}: {self.result.summary}{extra}"
+
+
+@dataclass(frozen=True)
+class EndpointStatus:
+    """Everything ``/kimi status`` shows about one endpoint."""
+
+    name: str
+    kind: str
+    environment: str
+    url: str
+    admission_open: bool
+    live_release: str | None
+    live_since: dt.datetime | None
+    ttft_objective_ms: int
+    last_probe: ProbeView | None
+    recent_probes: list[ProbeView] = field(default_factory=list)
+    incidents: list[IncidentView] = field(default_factory=list)
+    reservation: ReservationView | None = None
+
+    @property
+    def reservation_left(self) -> str:
+        if self.reservation is None:
+            return "no reservation seen"
+        return format_remaining(self.reservation.remaining)
+
+
+# ---------------------------------------------------------------------------- pure rule
+
+
+def streaks(history: Sequence[ProbeView], needed: int, ttft_objective_ms: float) -> tuple[bool, bool]:
+    """``(failing, slow)`` over the newest ``needed`` probes (newest first)."""
+    window = list(history[:needed])
+    if len(window) < needed:
+        return False, False
+    failing = all(not p.ok for p in window)
+    slow = all(p.ok and p.ttft_ms is not None and p.ttft_ms > ttft_objective_ms for p in window)
+    return failing, slow
+
+
+# ---------------------------------------------------------------------------- probing
+
+
+def _probe_view(row: ReadinessCheck) -> ProbeView:
+    return ProbeView(at=row.at, ok=row.ok, http_status=row.http_status, ttft_ms=row.ttft_ms, total_ms=row.total_ms,
+                     failure_kind=row.failure_kind, error=row.error)
+
+
+def _spec(ctx: Context, row: Endpoint) -> EndpointSettings:
+    return ctx.settings.endpoint(row.name) or EndpointSettings.model_validate(row.settings)
+
+
+def _targets(ctx: Context) -> tuple[list[EndpointSettings], list[ProbeOutcome]]:
+    targets: list[EndpointSettings] = []
+    skipped: list[ProbeOutcome] = []
+    with ctx.uow() as uow:
+        for row in uow.endpoints.list():
+            if live_deployment(uow, row.id) is None:
+                skipped.append(ProbeOutcome(row.name, probed=False, skipped="no live release"))
+            elif not row.admission_open:
+                skipped.append(ProbeOutcome(row.name, probed=False, skipped="admission closed"))
+            else:
+                targets.append(_spec(ctx, row))
+    return targets, skipped
+
+
+def _ask(client: ports.EndpointClient, spec: EndpointSettings) -> ReadinessResult:
+    try:
+        return client.readiness(spec)
+    except Exception as exc:  # the adapter should report failures as results; never let one endpoint stop the job
+        log.warning("readiness completion against %s raised: %s", spec.name, exc, exc_info=True)
+        text = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        return ReadinessResult(ok=False, failure_kind="protocol", error=text)
+
+
+def probe_endpoints(ctx: Context) -> list[ProbeOutcome]:
+    """One round of readiness probes over every live endpoint with open admission."""
+    client: ports.EndpointClient | None = ctx.adapters.get(ports.ENDPOINT)
+    if client is None:
+        raise Refused("no endpoint client is configured for this process; readiness cannot be probed")
+    targets, outcomes = _targets(ctx)
+    for spec in targets:
+        result = _ask(client, spec)  # outside any transaction: a completion can take seconds
+        try:
+            outcomes.append(_record(ctx, spec, result))
+        except Conflict:
+            # Another replica opened the same incident at the same moment: its alert stands, this round is dropped.
+            log.info("incident for %s was opened concurrently; probe result dropped", spec.name)
+            outcomes.append(ProbeOutcome(spec.name, probed=False, skipped="another replica recorded this round"))
+    return sorted(outcomes, key=lambda o: o.endpoint)
+
+
+def _record(ctx: Context, spec: EndpointSettings, result: ReadinessResult) -> ProbeOutcome:
+    now = ctx.clock.now()
+    with ctx.uow() as uow:
+        row = uow.endpoints.get(spec.name)
+        if row is None or not row.admission_open or live_deployment(uow, row.id) is None:
+            # A rollback closed admission while the completion ran: its answer says nothing about service.
+            return ProbeOutcome(spec.name, probed=False, skipped="admission closed during the probe")
+        check = uow.readiness.add(ReadinessCheck(
+            endpoint_id=row.id, at=now, ok=result.ok, http_status=result.http_status, ttft_ms=result.ttft_ms,
+            total_ms=result.total_ms, failure_kind=result.failure_kind, error=result.error,
+        ))
+        needed = ctx.settings.readiness_failures_to_alert
+        history = [_probe_view(r) for r in uow.readiness.recent(row.id, needed)]
+        failing, slow = streaks(history, needed, spec.ttft_objective_ms)
+        incidents = _Incidents(ctx, uow, row, spec, now)
+        opened: list[str] = []
+        closed: list[str] = []
+        if failing and incidents.open(FAILING, f"{needed} readiness completions in a row failed; latest {result.error or result.failure_kind}"
+                                      f" ({result.failure_kind})"):
+            opened.append(FAILING)
+        if slow and incidents.open(SLOW, f"time to first token above the {spec.ttft_objective_ms} ms objective in {needed} "
+                                         f"completions in a row; latest {result.ttft_ms:.0f} ms"):
+            opened.append(SLOW)
+        if result.ok:
+            closed.extend(incidents.close(FAILING))
+            if result.ttft_ms is None or result.ttft_ms <= spec.ttft_objective_ms:
+                closed.extend(incidents.close(SLOW))
+        if closed:
+            incidents.recovered(closed, _probe_view(check))
+        uow.commit()
+        return ProbeOutcome(spec.name, probed=True, result=_probe_view(check), opened=tuple(opened), closed=tuple(closed))
+
+
+class _Incidents:
+    """Open and close one endpoint's incidents, with their audit rows and outbox events."""
+
+    def __init__(self, ctx: Context, uow: SqlUnitOfWork, row: Endpoint, spec: EndpointSettings, now: dt.datetime) -> None:
+        self.ctx, self.uow, self.row, self.spec, self.now = ctx, uow, row, spec, now
+
+    def _mention(self) -> str:
+        group = self.ctx.settings.oncall_group
+        return f"<!subteam^{group}> " if group and self.spec.environment == "prod" else ""
+
+    def open(self, kind: str, reason: str) -> bool:
+        if self.uow.incidents.open_for(self.row.id, kind) is not None:
+            return False  # already alerted: no storm
+        self.uow.incidents.add(Incident(endpoint_id=self.row.id, kind=kind, open=True, reason=reason, opened_at=self.now))
+        if kind == FAILING:
+            text = f":red_circle: {self._mention()}Endpoint `{self.spec.name}` is not answering: {reason}."
+        else:
+            text = f":large_orange_circle: Endpoint `{self.spec.name}` is slow: {reason}."
+        self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{self.spec.name}",
+                              details={"kind": kind, "reason": reason})
+        self.uow.events.emit(at=self.now, kind="readiness.alert", endpoint_name=self.spec.name,
+                             payload={"text": text, "channel": self.spec.channel, "incident": kind, "reason": reason})
+        return True
+
+    def close(self, kind: str) -> list[str]:
+        incident = self.uow.incidents.open_for(self.row.id, kind)
+        if incident is None:
+            return []
+        incident.open = None  # NULL, not false: the unique (endpoint, kind, open) then allows many closed ones
+        incident.closed_at = self.now
+        self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.closed", subject=f"endpoint:{self.spec.name}",
+                              details={"kind": kind, "opened_at": incident.opened_at.isoformat(), "reason": incident.reason})
+        return [kind]
+
+    def recovered(self, kinds: list[str], probe: ProbeView) -> None:
+        what = " and ".join("answering" if k == FAILING else "within its first-token objective" for k in kinds)
+        text = f":large_green_circle: Endpoint `{self.spec.name}` is {what} again: {probe.summary}."
+        self.uow.events.emit(at=self.now, kind="readiness.recovered", endpoint_name=self.spec.name,
+                             payload={"text": text, "channel": self.spec.channel, "incidents": kinds})
+
+
+# ---------------------------------------------------------------------------- readers
+
+
+def _status(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, history: int) -> EndpointStatus:
+    spec = _spec(ctx, row)
+    live = live_deployment(uow, row.id)
+    probes = [_probe_view(r) for r in uow.readiness.recent(row.id, history)]
+    incidents = [
+        IncidentView(kind=i.kind, reason=i.reason, opened_at=i.opened_at)
+        for i in (uow.incidents.open_for(row.id, kind) for kind in INCIDENT_KINDS) if i is not None
+    ]
+    return EndpointStatus(
+        name=row.name, kind=row.kind, environment=row.environment, url=row.url, admission_open=row.admission_open,
+        live_release=live.release.name if live else None, live_since=live.updated_at if live else None,
+        ttft_objective_ms=spec.ttft_objective_ms, last_probe=probes[0] if probes else None, recent_probes=probes,
+        incidents=incidents,
+    )
+
+
+def endpoint_status(ctx: Context, name: str | None = None, history: int = 10) -> list[EndpointStatus]:
+    """Status of one endpoint (``name``) or of all, with the reservation each runs on."""
+    with ctx.uow() as uow:
+        rows = [uow.endpoints.get(name)] if name else list(uow.endpoints.list())
+        if name and rows[0] is None:
+            raise NotFound(f"no endpoint named {name}; `kimi-ops status` lists them all")
+        statuses = [_status(ctx, uow, row, history) for row in rows if row is not None]
+    result: list[EndpointStatus] = []
+    for status in statuses:
+        usable = [r for r in reservations_of(ctx, status.name) if r.state in USABLE_STATES]
+        # The reservation that matters is the one running now; else the next to start.
+        current = next((r for r in usable if r.start is None or r.start <= ctx.clock.now()), usable[0] if usable else None)
+        result.append(replace(status, reservation=current))
+    return result

@@ -1,0 +1,128 @@
+"""Readiness probes: alert after N failures or N slow answers, one recovery message, no storm, no probe while closed."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+import pytest
+
+from bot.config import EndpointSettings
+from bot.domain.readiness import MetricsSnapshot, ReadinessResult
+from bot.services.readiness import endpoint_status, probe_endpoints
+from bot.services.reservations import watch_reservations
+from tests.jobs_support import ScriptedReservations, capacity_block, eks_endpoint, make_live
+
+OK = ReadinessResult(ok=True, http_status=200, ttft_ms=180.0, total_ms=950.0, completion_tokens=8)
+SLOW = ReadinessResult(ok=True, http_status=200, ttft_ms=4200.0, total_ms=6100.0, completion_tokens=8)
+DOWN = ReadinessResult(ok=False, failure_kind="connection_refused", error="connection refused by 127.0.0.1:9")
+
+
+@dataclass
+class ScriptedEndpoint:
+    """Answers readiness completions with what the test scripted, counting calls per endpoint."""
+
+    answer: ReadinessResult = OK
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def readiness(self, endpoint: EndpointSettings) -> ReadinessResult:
+        self.calls[endpoint.name] = self.calls.get(endpoint.name, 0) + 1
+        return self.answer
+
+    def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
+        return MetricsSnapshot(0, 0, 0.0, 0.0, None, None)
+
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
+        return True, self.metrics(endpoint)
+
+
+def messages(ctx) -> list[tuple[str, str]]:
+    with ctx.uow() as uow:
+        return [(e.kind, e.payload["text"]) for e in uow.events.undelivered(limit=10_000) if e.kind.startswith("readiness.")]
+
+
+@pytest.fixture()
+def probe(make_ctx, clock):
+    endpoint = ScriptedEndpoint()
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod", ttft_objective_ms=2000)], oncall_group="S0ONCALL",
+                   readiness_failures_to_alert=3)
+    ctx.adapters["endpoint"] = endpoint
+    make_live(ctx, "kimi-prod")
+
+    def run(answer: ReadinessResult, times: int = 1) -> None:
+        endpoint.answer = answer
+        for _ in range(times):
+            clock.advance(dt.timedelta(minutes=5))
+            probe_endpoints(ctx)
+
+    return ctx, endpoint, run
+
+
+def test_failures_alert_after_n_then_one_recovery_and_no_storm(probe) -> None:
+    ctx, _, run = probe
+    run(DOWN, 2)
+    assert messages(ctx) == []
+    run(DOWN)
+    [(kind, text)] = messages(ctx)
+    assert kind == "readiness.alert" and "<!subteam^S0ONCALL>" in text and "connection refused" in text
+    run(DOWN, 5)
+    assert len(messages(ctx)) == 1  # one open incident, no storm
+    run(OK, 3)
+    assert [k for k, _ in messages(ctx)] == ["readiness.alert", "readiness.recovered"]
+    assert "answering again" in messages(ctx)[1][1] and "180 ms" in messages(ctx)[1][1]
+    with ctx.uow() as uow:
+        actions = [a.action for a in uow.audit.list(subject="endpoint:kimi-prod")]
+    assert actions.count("incident.opened") == 1 and actions.count("incident.closed") == 1
+
+    run(DOWN, 3)  # a new outage is a new incident
+    assert [k for k, _ in messages(ctx)] == ["readiness.alert", "readiness.recovered", "readiness.alert"]
+
+
+def test_a_pass_between_failures_resets_the_count(probe) -> None:
+    ctx, _, run = probe
+    run(DOWN, 2)
+    run(OK)
+    run(DOWN, 2)
+    assert messages(ctx) == []
+
+
+def test_slow_first_tokens_alert_with_the_objective_and_recover(probe) -> None:
+    ctx, _, run = probe
+    run(SLOW, 3)
+    [(kind, text)] = messages(ctx)
+    assert kind == "readiness.alert" and "2000 ms objective" in text and "4200 ms" in text
+    run(SLOW, 4)
+    assert len(messages(ctx)) == 1
+    run(OK)
+    assert messages(ctx)[-1][0] == "readiness.recovered" and "first-token objective" in messages(ctx)[-1][1]
+
+
+def test_no_probe_while_admission_is_closed_or_nothing_is_live(probe, make_ctx) -> None:
+    ctx, endpoint, run = probe
+    with ctx.uow() as uow:
+        uow.endpoints.get("kimi-prod").admission_open = False
+        uow.commit()
+    run(DOWN, 5)
+    assert endpoint.calls == {} and messages(ctx) == []
+    outcome = probe_endpoints(ctx)
+    assert outcome[0].skipped == "admission closed"
+    with ctx.uow() as uow:
+        assert list(uow.readiness.recent(uow.endpoints.get("kimi-prod").id)) == []
+
+
+def test_status_shows_last_probe_history_and_reservation_countdown(probe, clock) -> None:
+    ctx, _, run = probe
+    source = ScriptedReservations()
+    source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=3)))
+    ctx.adapters["reservations"] = source
+    watch_reservations(ctx)
+    run(OK)
+    run(DOWN, 3)
+    [status] = endpoint_status(ctx, "kimi-prod")
+    assert status.live_release == "rel-live" and status.admission_open
+    assert status.last_probe is not None and not status.last_probe.ok and status.last_probe.failure_kind == "connection_refused"
+    assert [p.ok for p in status.recent_probes] == [False, False, False, True]
+    assert status.recent_probes[-1].ttft_ms == 180.0 and status.recent_probes[-1].total_ms == 950.0
+    assert [i.kind for i in status.incidents] == ["readiness"]
+    assert status.reservation is not None and status.reservation.id == "cr-0001"
+    assert status.reservation.remaining == dt.timedelta(days=3, minutes=-20) and status.reservation_left == "3.0 days"
