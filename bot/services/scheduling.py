@@ -1,0 +1,150 @@
+"""The scheduled jobs kimi-ops runs, how often, and what each run did.
+
+``JOBS`` names every job once: its period (from settings), the importable
+module-level function APScheduler stores as a textual reference
+(``jobs.reservation_watch:run``), and the service call it makes.
+``run_job`` runs one job now and records its outcome as an audit row
+(``job.run`` on subject ``job:NAME``), which is where ``kimi-ops jobs list`` reads
+each job's last outcome; a failing job records the failure and never raises, so
+the scheduler keeps its schedule.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from bot.bootstrap import Context
+from bot.config import Settings
+from bot.services.errors import NotFound, UserError
+from bot.services.readiness import probe_endpoints
+from bot.services.reservations import watch_reservations
+
+log = logging.getLogger(__name__)
+
+SUMMARY_LIMIT = 2000
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    description: str
+    func: str
+    """``module:function`` of the entrypoint APScheduler calls (a textual, picklable reference)."""
+    period_minutes: Callable[[Settings], int]
+    service: Callable[[Context], str]
+
+
+@dataclass(frozen=True)
+class JobRun:
+    name: str
+    started_at: dt.datetime
+    ok: bool
+    summary: str
+    trigger: str
+    actor: str
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    name: str
+    description: str
+    every_minutes: int
+    next_run: dt.datetime | None
+    last_run: JobRun | None
+
+
+def _watch(ctx: Context) -> str:
+    return watch_reservations(ctx).summary
+
+
+def _probe(ctx: Context) -> str:
+    outcomes = probe_endpoints(ctx)
+    return "; ".join(o.line for o in outcomes) if outcomes else "no endpoints declared"
+
+
+JOBS: dict[str, JobSpec] = {
+    spec.name: spec
+    for spec in (
+        JobSpec(
+            name="reservation-watch",
+            description="Capacity Blocks and training plans: store, match, alert before the end",
+            func="jobs.reservation_watch:run",
+            period_minutes=lambda s: s.reservation_watch_minutes,
+            service=_watch,
+        ),
+        JobSpec(
+            name="readiness-probe",
+            description="a real, timed completion against every live endpoint with open admission",
+            func="jobs.readiness_probe:run",
+            period_minutes=lambda s: s.readiness_probe_minutes,
+            service=_probe,
+        ),
+    )
+}
+
+
+def job_spec(name: str) -> JobSpec:
+    spec = JOBS.get(name)
+    if spec is None:
+        raise NotFound(f"no job named {name}; jobs are: {', '.join(JOBS)}")
+    return spec
+
+
+def run_job(ctx: Context, name: str, *, trigger: str = "schedule", actor: str = "kimi-ops:scheduler") -> JobRun:
+    """Run one job now and record its outcome; failures are recorded, not raised."""
+    spec = job_spec(name)
+    started = ctx.clock.now()
+    try:
+        summary, ok = spec.service(ctx), True
+    except UserError as exc:
+        summary, ok = str(exc), False
+    except Exception as exc:  # a broken run must not kill the scheduler thread; the outcome says what happened
+        log.exception("job %s failed", name)
+        first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        summary, ok = f"error: {first}", False
+    run = JobRun(name=name, started_at=started, ok=ok, summary=summary[:SUMMARY_LIMIT], trigger=trigger, actor=actor)
+    with ctx.uow() as uow:
+        uow.audit.record(
+            at=ctx.clock.now(), actor=actor, action="job.run", subject=f"job:{name}",
+            details={"ok": ok, "summary": run.summary, "trigger": trigger, "started_at": started.isoformat()},
+        )
+        uow.commit()
+    return run
+
+
+def last_run(ctx: Context, name: str) -> JobRun | None:
+    with ctx.uow() as uow:
+        entries = uow.audit.list(subject=f"job:{name}", limit=1)
+        if not entries:
+            return None
+        entry = entries[0]
+        details = dict(entry.details)
+    started = details.get("started_at")
+    return JobRun(
+        name=name, started_at=dt.datetime.fromisoformat(started) if started else entry.at, ok=bool(details.get("ok")),
+        summary=str(details.get("summary", "")), trigger=str(details.get("trigger", "")), actor=entry.actor,
+    )
+
+
+def runs_of(ctx: Context, name: str, limit: int = 1000) -> list[JobRun]:
+    """Recorded runs of one job, newest first."""
+    job_spec(name)
+    with ctx.uow() as uow:
+        entries = [(e.at, e.actor, dict(e.details)) for e in uow.audit.list(subject=f"job:{name}", limit=limit)]
+    return [
+        JobRun(name=name, started_at=dt.datetime.fromisoformat(d["started_at"]) if d.get("started_at") else at,
+               ok=bool(d.get("ok")), summary=str(d.get("summary", "")), trigger=str(d.get("trigger", "")), actor=actor)
+        for at, actor, d in entries
+    ]
+
+
+def job_overview(ctx: Context, next_runs: Mapping[str, dt.datetime | None]) -> list[JobInfo]:
+    """Every job with its period, next run (from the scheduler's store) and last recorded outcome."""
+    return [
+        JobInfo(name=spec.name, description=spec.description, every_minutes=spec.period_minutes(ctx.settings),
+                next_run=next_runs.get(spec.name), last_run=last_run(ctx, spec.name))
+        for spec in JOBS.values()
+    ]

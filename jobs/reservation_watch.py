@@ -1,0 +1,16 @@
+"""Scheduled entrypoint: the reservation watch (default every 15 minutes).
+
+APScheduler calls :func:`run` by its textual reference; the Context comes from
+:mod:`bot.runtime`, and the outcome is recorded by the scheduling service.
+"""
+
+from __future__ import annotations
+
+from bot import runtime
+from bot.services.scheduling import run_job
+
+NAME = "reservation-watch"
+
+
+def run() -> None:
+    run_job(runtime.current(), NAME)
