@@ -1,8 +1,10 @@
-"""Helpers for the scheduled-job tests: a scripted reservation source and a live endpoint.
+"""Helpers for the scheduled-job tests: scripted reservation and endpoint ports, and a live endpoint.
 
 ``ScriptedReservations`` stands in for the AWS adapter ONLY in watch and scheduler
 tests (the adapter itself is tested against botocore's Stubber); it returns the
 ``ReservationInfo`` values a test puts in it, region by region.
+``ScriptedEndpoint`` answers readiness completions with scripted results, so the
+incident rules (N in a row, one recovery) are tested exactly.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from bot.adapters.store.models import Deployment
 from bot.bootstrap import Context
+from bot.config import EndpointSettings
+from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.reservations import ReservationInfo, same_instance_type
 from bot.services.releases import register_release
 from tests.conftest import START
@@ -86,3 +90,26 @@ def make_live(ctx: Context, endpoint: str, release: str = "rel-live") -> int:
         ))
         uow.commit()
         return dep.id
+
+
+OK = ReadinessResult(ok=True, http_status=200, ttft_ms=180.0, total_ms=950.0, completion_tokens=8)
+SLOW = ReadinessResult(ok=True, http_status=200, ttft_ms=4200.0, total_ms=6100.0, completion_tokens=8)
+DOWN = ReadinessResult(ok=False, failure_kind="connection_refused", error="connection refused by 127.0.0.1:9")
+
+
+@dataclass
+class ScriptedEndpoint:
+    """Answers readiness completions with what the test scripted, counting calls per endpoint."""
+
+    answer: ReadinessResult = OK
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def readiness(self, endpoint: EndpointSettings) -> ReadinessResult:
+        self.calls[endpoint.name] = self.calls.get(endpoint.name, 0) + 1
+        return self.answer
+
+    def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
+        return MetricsSnapshot(0, 0, 0.0, 0.0, None, None)
+
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
+        return True, self.metrics(endpoint)

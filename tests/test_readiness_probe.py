@@ -3,38 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
-
 import pytest
 
-from bot.config import EndpointSettings
-from bot.domain.readiness import MetricsSnapshot, ReadinessResult
+from bot.domain.readiness import ReadinessResult
 from bot.services.readiness import endpoint_status, probe_endpoints
 from bot.services.reservations import watch_reservations
-from tests.jobs_support import ScriptedReservations, capacity_block, eks_endpoint, make_live
-
-OK = ReadinessResult(ok=True, http_status=200, ttft_ms=180.0, total_ms=950.0, completion_tokens=8)
-SLOW = ReadinessResult(ok=True, http_status=200, ttft_ms=4200.0, total_ms=6100.0, completion_tokens=8)
-DOWN = ReadinessResult(ok=False, failure_kind="connection_refused", error="connection refused by 127.0.0.1:9")
-
-
-@dataclass
-class ScriptedEndpoint:
-    """Answers readiness completions with what the test scripted, counting calls per endpoint."""
-
-    answer: ReadinessResult = OK
-    calls: dict[str, int] = field(default_factory=dict)
-
-    def readiness(self, endpoint: EndpointSettings) -> ReadinessResult:
-        self.calls[endpoint.name] = self.calls.get(endpoint.name, 0) + 1
-        return self.answer
-
-    def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
-        return MetricsSnapshot(0, 0, 0.0, 0.0, None, None)
-
-    def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
-        return True, self.metrics(endpoint)
-
+from tests.jobs_support import DOWN, OK, SLOW, ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
 
 def messages(ctx) -> list[tuple[str, str]]:
     with ctx.uow() as uow:

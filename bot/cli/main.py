@@ -47,6 +47,7 @@ def _root(
 # Sub-command groups register themselves here; one line each, in help order.
 from bot.cli import db as _db  # noqa: E402
 from bot.cli import demo as _demo  # noqa: E402
+from bot.cli import jobs as _jobs  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
 from bot.cli import workflow as _workflow  # noqa: E402
 
@@ -54,6 +55,7 @@ app.add_typer(_db.app, name="db")
 app.add_typer(_release.app, name="release")
 _demo.register(app)
 _workflow.register(app)
+_jobs.register(app)
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:

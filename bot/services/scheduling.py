@@ -116,17 +116,8 @@ def run_job(ctx: Context, name: str, *, trigger: str = "schedule", actor: str = 
 
 
 def last_run(ctx: Context, name: str) -> JobRun | None:
-    with ctx.uow() as uow:
-        entries = uow.audit.list(subject=f"job:{name}", limit=1)
-        if not entries:
-            return None
-        entry = entries[0]
-        details = dict(entry.details)
-    started = details.get("started_at")
-    return JobRun(
-        name=name, started_at=dt.datetime.fromisoformat(started) if started else entry.at, ok=bool(details.get("ok")),
-        summary=str(details.get("summary", "")), trigger=str(details.get("trigger", "")), actor=entry.actor,
-    )
+    runs = runs_of(ctx, name, limit=1)
+    return runs[0] if runs else None
 
 
 def runs_of(ctx: Context, name: str, limit: int = 1000) -> list[JobRun]:

@@ -1,0 +1,158 @@
+"""``kimi-ops jobs list / run / start``, ``kimi-ops reservations`` and ``kimi-ops status``.
+
+``jobs list`` shows each scheduled job's period, next run (from the scheduler's
+job store) and last recorded outcome; ``jobs run NAME`` runs one job now in
+this process and prints what it did; ``jobs start`` runs the scheduler in the
+foreground (with leader election) until interrupted. ``reservations`` and
+``status`` show what the reservation watch and the readiness probes last saw.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import typer
+
+from bot.cli import output
+from bot.cli.common import context, default_actor
+
+app = typer.Typer(help="Scheduled jobs: the reservation watch and readiness probes.", no_args_is_help=True)
+
+
+def _run(body) -> None:
+    from bot.cli.main import run_guarded
+
+    run_guarded(body)
+
+
+def _at(value: dt.datetime | None) -> str:
+    return "-" if value is None else value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@app.command("list")
+def list_() -> None:
+    """Each job: schedule, next run, last run and its outcome."""
+    from bot.scheduler import next_runs
+    from bot.services.scheduling import job_overview
+
+    def body() -> None:
+        ctx = context()
+        jobs = job_overview(ctx, next_runs(ctx))
+        output.table(
+            "Scheduled jobs",
+            ["name", "every", "next run", "last run", "last outcome"],
+            [
+                (
+                    j.name,
+                    f"{j.every_minutes} min",
+                    _at(j.next_run) if j.next_run else "not scheduled (no scheduler has run)",
+                    _at(j.last_run.started_at) if j.last_run else "never",
+                    ("ok: " if j.last_run.ok else "FAILED: ") + j.last_run.summary if j.last_run else "-",
+                )
+                for j in jobs
+            ],
+        )
+
+    _run(body)
+
+
+@app.command("run")
+def run(name: str = typer.Argument(..., help="Job name, as `jobs list` shows it.")) -> None:
+    """Run one job now, in this process, and print what it did."""
+    from bot.services.scheduling import run_job
+
+    def body() -> None:
+        result = run_job(context(), name, trigger="manual", actor=default_actor())
+        if result.ok:
+            output.info(f"{name}: {result.summary}")
+            return
+        output.error(f"{name} failed: {result.summary}")
+        raise typer.Exit(1)
+
+    _run(body)
+
+
+@app.command("start")
+def start() -> None:
+    """Run the scheduler in the foreground (only the elected replica runs jobs) until Ctrl-C."""
+    import threading
+
+    from bot.scheduler import JobRunner
+
+    def body() -> None:
+        runner = JobRunner(context())
+        runner.start()
+        output.info(f"scheduler running as {runner.lock.identity} ({'leader' if runner.leading else 'standby'}); Ctrl-C stops it")
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            output.info("stopping")
+        finally:
+            runner.stop()
+
+    _run(body)
+
+
+def reservations(all_: bool = typer.Option(False, "--all", help="Also show reservations that are gone.")) -> None:
+    """What the reservation watch last saw: each reservation, its endpoint and the time left."""
+    from bot.services.reservations import format_remaining, reservation_overview
+
+    def body() -> None:
+        views = reservation_overview(context(), include_gone=all_)
+        output.table(
+            "Reservations",
+            ["id", "kind", "instance type", "zone", "state", "endpoint", "ends", "left", "alerts sent (h)", "last seen"],
+            [
+                (
+                    v.id.rsplit("/", 1)[-1], v.kind, f"{v.instance_count} × {v.instance_type}",
+                    v.availability_zone or "-", v.state + (" (gone)" if v.gone_at else ""), v.endpoint or "-",
+                    _at(v.end), format_remaining(v.remaining), ", ".join(f"{h:g}" for h in v.alerts_sent_hours) or "-",
+                    _at(v.last_seen_at),
+                )
+                for v in views
+            ],
+            empty="none seen yet; `kimi-ops jobs run reservation-watch` reads AWS now",
+        )
+
+    _run(body)
+
+
+def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")) -> None:
+    """Each endpoint: live release, admission, last readiness probe, incidents and reservation time left."""
+    from bot.services.readiness import endpoint_status
+
+    def body() -> None:
+        for s in endpoint_status(context(), endpoint):
+            last = s.last_probe
+            output.table(
+                f"Endpoint {s.name}",
+                ["field", "value"],
+                [
+                    ("live release", f"{s.live_release} since {_at(s.live_since)}" if s.live_release else "none"),
+                    ("admission", "open" if s.admission_open else "closed"),
+                    ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
+                    ("first-token objective", f"{s.ttft_objective_ms} ms"),
+                    ("open incidents", "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
+                    ("reservation", f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
+                     if s.reservation else "none seen"),
+                ],
+            )
+            output.table(
+                f"Probes of {s.name} (newest first)",
+                ["at", "result", "HTTP", "first token (ms)", "total (ms)"],
+                [
+                    (_at(p.at), "ok" if p.ok else f"failed ({p.failure_kind}): {p.error}", p.http_status or "-",
+                     f"{p.ttft_ms:.0f}" if p.ttft_ms is not None else "-", f"{p.total_ms:.0f}" if p.total_ms is not None else "-")
+                    for p in s.recent_probes
+                ],
+                empty="none yet",
+            )
+
+    _run(body)
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``jobs``, ``reservations`` and ``status`` to the root CLI."""
+    root.add_typer(app, name="jobs")
+    root.command("reservations")(reservations)
+    root.command("status")(status)

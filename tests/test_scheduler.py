@@ -1,0 +1,161 @@
+"""The scheduler: two replicas on one PostgreSQL run each job once; leader locks; ``kimi-ops jobs`` and friends."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from apscheduler.schedulers.base import STATE_PAUSED
+from sqlalchemy import create_engine, text
+from typer.testing import CliRunner
+
+from bot.adapters.leader import PostgresAdvisoryLock, SingleProcess, leader_lock
+from bot.adapters.store import schema
+from bot.bootstrap import build_context
+from bot.cli import output
+from bot.cli.main import app
+from bot.config import load_settings
+from bot.scheduler import JobRunner, next_runs
+from bot.services.scheduling import runs_of
+from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
+
+cli = CliRunner()
+
+
+def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    """Poll until ``condition`` holds; the limit only guards against a hang, it is not what is tested."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_two_schedulers_on_one_postgres_run_each_job_once(fresh_pg_url: str, clock, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("KIMI_CONFIG", raising=False)
+    schema.upgrade(fresh_pg_url)
+    source, endpoint = ScriptedReservations(), ScriptedEndpoint()
+    source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=2)))
+
+    def replica():
+        settings = load_settings(database_url=fresh_pg_url, data_dir=tmp_path / "data", endpoints=[eks_endpoint("kimi-prod")])
+        return build_context(settings, clock=clock, reservations=source, endpoint=endpoint)
+
+    ctx_a, ctx_b = replica(), replica()
+    make_live(ctx_a, "kimi-prod")
+    a = JobRunner(ctx_a, PostgresAdvisoryLock(ctx_a.uow.engine, identity="replica-a"), election_seconds=0.1)
+    b = JobRunner(ctx_b, PostgresAdvisoryLock(ctx_b.uow.engine, identity="replica-b"), election_seconds=0.1)
+    try:
+        a.start()
+        b.start()
+        assert a.leading and not b.leading and b.scheduler.state == STATE_PAUSED
+        wait_for(lambda: runs_of(ctx_a, "reservation-watch") and runs_of(ctx_a, "readiness-probe"), "both jobs to run")
+        # The leader stops; the standby takes over and finds the schedule already stored: nothing runs again early.
+        a.stop()
+        wait_for(lambda: b.leading, "replica b to take over")
+        assert set(next_runs(ctx_b)) == {"reservation-watch", "readiness-probe"}
+    finally:
+        a.stop()
+        b.stop()
+        ctx_a.close()
+        ctx_b.close()
+
+    ctx = replica()
+    try:
+        assert len(runs_of(ctx, "reservation-watch")) == 1 and len(runs_of(ctx, "readiness-probe")) == 1
+        assert all(r.ok for name in ("reservation-watch", "readiness-probe") for r in runs_of(ctx, name))
+        assert endpoint.calls == {"kimi-prod": 1}
+        # one escalation: the live endpoint's reservation ends in two days and nothing can take over
+        with ctx.uow() as uow:
+            kinds = [e.kind for e in uow.events.undelivered(limit=100)]
+        assert kinds.count("reservation.escalation") == 1 and kinds.count("reservation.appeared") == 1
+        runs = next_runs(ctx)
+        assert runs["reservation-watch"] is not None and runs["readiness-probe"] is not None
+    finally:
+        ctx.close()
+
+
+def test_the_advisory_lock_has_one_holder_and_passes_on_when_its_connection_dies(fresh_pg_url: str) -> None:
+    engine = create_engine(fresh_pg_url)
+    first, second = PostgresAdvisoryLock(engine, identity="a"), PostgresAdvisoryLock(engine, identity="b")
+    try:
+        assert first.acquire() and first.acquire()  # renewing keeps it
+        assert not second.acquire()
+        first.release()
+        assert second.acquire() and not first.acquire()
+        # The holder's connection is killed (e.g. a network partition): PostgreSQL frees the lock.
+        pid = second._conn.execute(text("SELECT pg_backend_pid()")).scalar()  # type: ignore[union-attr]
+        with engine.connect() as admin:
+            admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        assert first.acquire()
+        assert not second.acquire()
+    finally:
+        first.release()
+        second.release()
+        engine.dispose()
+
+
+def test_sqlite_means_a_single_replica(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'one.db'}")
+    lock = leader_lock(engine)
+    assert isinstance(lock, SingleProcess) and lock.acquire()
+    engine.dispose()
+
+
+def test_postgres_outside_a_cluster_uses_the_advisory_lock(fresh_pg_url: str) -> None:
+    engine = create_engine(fresh_pg_url)
+    assert isinstance(leader_lock(engine), PostgresAdvisoryLock)
+    engine.dispose()
+
+
+@pytest.fixture()
+def cli_ctx(make_ctx, monkeypatch):
+    source, endpoint = ScriptedReservations(), ScriptedEndpoint()
+    source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=5)))
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")])
+    ctx.adapters.update(reservations=source, endpoint=endpoint)
+    monkeypatch.setattr("bot.cli.jobs.context", lambda: ctx)
+    monkeypatch.setattr(output.stdout, "width", 400)  # one table row per line, whatever the terminal
+    return ctx
+
+
+def test_jobs_list_and_run_from_the_cli(cli_ctx) -> None:
+    listed = cli.invoke(app, ["jobs", "list"])
+    assert listed.exit_code == 0, listed.output
+    assert "reservation-watch" in listed.output and "readiness-probe" in listed.output and "never" in listed.output
+
+    ran = cli.invoke(app, ["jobs", "run", "reservation-watch"])
+    assert ran.exit_code == 0, ran.output
+    assert "1 reservation(s) seen; appeared: cr-0001" in ran.output
+
+    listed = cli.invoke(app, ["jobs", "list"])
+    assert "ok: 1 reservation(s) seen" in listed.output
+
+    unknown = cli.invoke(app, ["jobs", "run", "nope"])
+    assert unknown.exit_code == 1 and "no job named nope" in unknown.output
+
+
+def test_a_failing_job_run_says_why_and_is_recorded(cli_ctx) -> None:
+    del cli_ctx.adapters["reservations"]
+    ran = cli.invoke(app, ["jobs", "run", "reservation-watch"])
+    assert ran.exit_code == 1 and "no AWS access is configured" in ran.output
+    [run] = runs_of(cli_ctx, "reservation-watch")
+    assert not run.ok and run.trigger == "manual"
+
+
+def test_reservations_and_status_show_the_countdown_and_the_probe_history(cli_ctx, clock) -> None:
+    make_live(cli_ctx, "kimi-prod")
+    assert cli.invoke(app, ["jobs", "run", "reservation-watch"]).exit_code == 0
+    clock.advance(dt.timedelta(hours=12))
+    assert cli.invoke(app, ["jobs", "run", "readiness-probe"]).exit_code == 0
+
+    shown = cli.invoke(app, ["reservations"])
+    assert shown.exit_code == 0, shown.output
+    assert "cr-0001" in shown.output and "kimi-prod" in shown.output and "4.5 days" in shown.output
+
+    status = cli.invoke(app, ["status", "kimi-prod"])
+    assert status.exit_code == 0, status.output
+    assert "rel-live" in status.output and "first token 180 ms" in status.output and "(4.5 days left)" in status.output
