@@ -5,8 +5,9 @@ whether this process leads now; ``release`` gives leadership up):
 
 * :class:`KubernetesLease` — a ``coordination.k8s.io/v1`` Lease, when the bot
   runs in a cluster. The holder renews it; another replica takes it over only
-  after ``leaseDurationSeconds`` without renewal. Writes carry the Lease's
-  ``resourceVersion``, so two replicas racing for an expired Lease cannot both win.
+  after ``leaseDurationSeconds`` without renewal. Renewals are merge patches
+  carrying the Lease's ``resourceVersion``, so two replicas racing for an
+  expired Lease cannot both win (the API server answers 409 to the loser).
 * :class:`PostgresAdvisoryLock` — ``pg_try_advisory_lock`` held on a dedicated
   connection for as long as this process leads; PostgreSQL frees it when the
   connection (or the process) dies.
@@ -164,6 +165,10 @@ class KubernetesLease:
             },
         }
 
+    def _patch(self, body: dict[str, Any]) -> None:
+        """Merge-patch the Lease; the ``resourceVersion`` in the body makes it conditional (409 if it moved)."""
+        self.api.patch_namespaced_lease(self.name, self.namespace, body, _content_type="application/merge-patch+json")
+
     def acquire(self) -> bool:
         from kubernetes.client.exceptions import ApiException
 
@@ -193,7 +198,7 @@ class KubernetesLease:
             acquired, transitions = now, transitions + 1
         body = self._body(acquired=acquired, renewed=now, transitions=transitions, version=lease.metadata.resource_version)
         try:
-            self.api.replace_namespaced_lease(self.name, self.namespace, body)
+            self._patch(body)
         except ApiException as exc:
             if exc.status == 409:  # the Lease changed since we read it: someone else renewed or took it
                 return False
@@ -210,7 +215,7 @@ class KubernetesLease:
             body = self._body(acquired=_parse(lease.spec.acquire_time) or self._now(), renewed=self._now(),
                               transitions=lease.spec.lease_transitions or 0, version=lease.metadata.resource_version)
             body["spec"]["holderIdentity"] = None  # the next replica takes over at once instead of waiting out the Lease
-            self.api.replace_namespaced_lease(self.name, self.namespace, body)
+            self._patch(body)
         except ApiException as exc:
             log.warning("releasing the Lease failed (it expires by itself): %s", exc)
 
