@@ -100,3 +100,34 @@ def test_status_shows_last_probe_history_and_reservation_countdown(probe, clock)
     assert [i.kind for i in status.incidents] == ["readiness"]
     assert status.reservation is not None and status.reservation.id == "cr-0001"
     assert status.reservation.remaining == dt.timedelta(days=3, minutes=-20) and status.reservation_left == "3.0 days"
+
+
+def test_an_answer_arriving_after_admission_closed_is_dropped(probe) -> None:
+    ctx, endpoint, run = probe
+
+    class ClosesMidProbe(ScriptedEndpoint):
+        def readiness(self, spec):
+            with ctx.uow() as uow:  # a rollback closes admission while the completion is in flight
+                uow.endpoints.get(spec.name).admission_open = False
+                uow.commit()
+            return DOWN
+
+    ctx.adapters["endpoint"] = ClosesMidProbe()
+    [outcome] = probe_endpoints(ctx)
+    assert not outcome.probed and outcome.skipped == "admission closed during the probe"
+    with ctx.uow() as uow:
+        assert list(uow.readiness.recent(uow.endpoints.get("kimi-prod").id)) == []
+
+
+def test_an_adapter_that_raises_counts_as_a_failed_probe(probe) -> None:
+    ctx, _, run = probe
+
+    class Broken(ScriptedEndpoint):
+        def readiness(self, spec):
+            raise OSError("[Errno 111] Connection refused")
+
+    ctx.adapters["endpoint"] = Broken()
+    for _ in range(3):
+        [outcome] = probe_endpoints(ctx)
+    assert outcome.probed and not outcome.result.ok and outcome.opened == ("readiness",)
+    assert "Connection refused" in messages(ctx)[0][1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
@@ -185,3 +186,15 @@ def test_reservation_for_reads_aws_or_the_stored_view(new_ctx, source) -> None:
     view = {v.id: v for v in reservation_overview(ctx)}
     assert view["cr-0001"].remaining == 3 * D and view["cr-0001"].endpoint == "kimi-prod"
     assert view["cr-0003"].endpoint is None
+
+
+def test_a_training_plan_named_by_a_hyperpod_endpoint_is_matched_by_name(new_ctx, source) -> None:
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi-plan"
+    source.put(capacity_block("cr-0001", ends_in=10 * D))  # an EKS Capacity Block: not this endpoint's
+    source.put(replace(capacity_block(arn, ends_in=30 * H), kind="training-plan", instance_type="ml.p6-b300.48xlarge"))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-hp", kind="hyperpod", reservation_id="kimi-plan")])
+    watch_reservations(ctx)
+    view = {v.id: v for v in reservation_overview(ctx)}
+    assert view[arn].endpoint == "kimi-hp" and view["cr-0001"].endpoint is None
+    assert [t for _, t in alerts(ctx)] == [72.0]
+    assert [k for k, _ in events(ctx) if k == "reservation.mismatch"] == []
