@@ -1,0 +1,347 @@
+"""The artifact gate's checks as pure functions over a release tuple and what S3/ECR reported.
+
+The manifest model already refuses tag-only images and short commits at
+registration; these checks verify them again on their own, because a stored
+tuple may predate a rule and tests build tuples with ``model_construct``. Checks
+that need AWS take plain observations (:class:`ObservedObject`,
+:class:`BucketPosture`, :class:`ImageScan`) gathered by the adapter, so the
+rules are tested without any I/O. A check never echoes a secret value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.domain.checks import Check
+from bot.domain.release import COMMIT_HEX, DIGEST_REF, WeightObject
+
+NODE_GPUS = 8
+ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
+SECRET_NAME = re.compile(r"(_TOKEN|_SECRET|_KEY|PASSWORD|PASSWD)", re.IGNORECASE)
+SECRET_FLAG = re.compile(r"^--?[a-z0-9-]*(api-key|token|secret|password|passwd)[a-z0-9-]*$", re.IGNORECASE)
+# Credential shapes worth catching even when the name gives nothing away.
+SECRET_VALUE = re.compile(
+    r"(hf_[A-Za-z0-9]{30,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{30,})"
+)
+# A value that only names where the secret lives is not a secret.
+SECRET_REFERENCE = re.compile(r"^(\$\{[^}]+\}|\$\([^)]+\)|arn:aws[a-z-]*:(secretsmanager|ssm):.+)$")
+READ_ACTIONS = ("s3:getobject", "s3:getobjectversion", "s3:listbucket", "s3:get*", "s3:list*", "s3:*", "*")
+BPA_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A container image reference split into its parts."""
+
+    repository: str
+    digest: str | None
+    registry: str | None
+    ecr_account: str | None = None
+    ecr_region: str | None = None
+    ecr_repository: str | None = None
+
+    @property
+    def is_ecr(self) -> bool:
+        return self.ecr_account is not None
+
+
+def parse_image(image: str) -> ImageRef:
+    """Split ``[registry/]repo[:tag][@sha256:…]``; ECR hosts yield account, region and repository name."""
+    match = DIGEST_REF.match(image)
+    repo, digest = (match["repo"], "sha256:" + match["digest"]) if match else (image.split("@", 1)[0], None)
+    first, _, rest = repo.partition("/")
+    registry = first if rest and ("." in first or ":" in first or first == "localhost") else None
+    path = rest if registry else repo
+    ecr = ECR_HOST.match(registry or "")
+    if ecr:
+        name = re.sub(r":[^/:]+$", "", path)  # drop a tag that rides along with the digest
+        return ImageRef(repo, digest, registry, ecr["account"], ecr["region"], name)
+    return ImageRef(repo, digest, registry)
+
+
+def check_image_pinned(image: str) -> Check:
+    if DIGEST_REF.match(image or ""):
+        return Check.passed("image.pinned", "image is pinned by sha256 digest")
+    if "@sha256:" in (image or ""):
+        return Check.failed("image.pinned", "image digest is not sha256:<64 lower-case hex>; pin the full digest")
+    return Check.failed("image.pinned", "image is referenced by tag only; a floating tag makes rollback ambiguous, pin @sha256:<digest>")
+
+
+def check_model_commit(commit: str) -> Check:
+    if COMMIT_HEX.match(commit or ""):
+        return Check.passed("model.commit", "model commit is a full 40-hex revision")
+    return Check.failed("model.commit", "model commit must be the full 40-hex revision, not a branch, tag or short hash")
+
+
+def _flag_value(args: Sequence[str], *flags: str) -> str | None:
+    for i, arg in enumerate(args):
+        for flag in flags:
+            if arg == flag and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _has_flag(args: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def check_tensor_parallel(args: Sequence[str], gpus: int = NODE_GPUS) -> Check:
+    raw = _flag_value(args, "--tensor-parallel-size", "-tp")
+    if raw is None:
+        return Check.warned("serving.tensor_parallel", f"--tensor-parallel-size is not set; vLLM would use 1 of the node's {gpus} GPUs")
+    if not raw.isdigit() or int(raw) < 1:
+        return Check.failed("serving.tensor_parallel", f"--tensor-parallel-size {raw!r} is not a positive whole number")
+    size = int(raw)
+    if gpus % size:
+        return Check.failed("serving.tensor_parallel", f"--tensor-parallel-size {size} does not divide the node's {gpus} GPUs")
+    return Check.passed("serving.tensor_parallel", f"--tensor-parallel-size {size} divides the node's {gpus} GPUs")
+
+
+def check_served_model_name(args: Sequence[str]) -> Check:
+    name = _flag_value(args, "--served-model-name")
+    if not name or name.startswith("-"):
+        return Check.failed("serving.served_model_name", "--served-model-name is missing; clients and readiness probes need a stable model name")
+    return Check.passed("serving.served_model_name", f"served as {name}")
+
+
+def check_trust_remote_code(args: Sequence[str], exception: str | None) -> Check:
+    if not _has_flag(args, "--trust-remote-code"):
+        return Check.passed("serving.trust_remote_code", "--trust-remote-code is not requested")
+    if exception and exception.strip():
+        return Check.passed("serving.trust_remote_code", f"--trust-remote-code allowed by security exception {exception.strip()}")
+    return Check.failed(
+        "serving.trust_remote_code", "--trust-remote-code runs code from the model repo; record trust_remote_code_exception first"
+    )
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable's name says it holds a credential."""
+    return bool(SECRET_NAME.search(name))
+
+
+def _is_literal_secret(value: str) -> bool:
+    return bool(value.strip()) and not SECRET_REFERENCE.match(value.strip())
+
+
+def secret_locations(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """Where literal secrets sit (``args[3] (--api-key)``, ``env HF_TOKEN``), never the values themselves."""
+    found: list[str] = []
+    skip_next = False
+    for i, arg in enumerate(args):
+        if skip_next:
+            skip_next = False
+            continue
+        flag, eq, inline = arg.partition("=")
+        if SECRET_FLAG.match(flag):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "")
+            skip_next = not eq and bool(value)
+            if _is_literal_secret(value):
+                found.append(f"args {flag}")
+                continue
+        if eq and not arg.startswith("-") and is_secret_name(flag) and _is_literal_secret(inline):
+            found.append(f"args {flag}=")
+        elif SECRET_VALUE.search(arg):
+            found.append(f"args[{i}]")
+    for name, value in sorted(env.items()):
+        if (is_secret_name(name) and _is_literal_secret(value)) or SECRET_VALUE.search(value or ""):
+            found.append(f"env {name}")
+    return found
+
+
+def check_no_secrets(args: Sequence[str], env: Mapping[str, str]) -> Check:
+    where = secret_locations(args, env)
+    if where:
+        return Check.failed(
+            "serving.no_secrets",
+            f"literal secret in {', '.join(where)}; mount it from a Kubernetes Secret instead (value not shown)",
+            locations=where,
+        )
+    return Check.passed("serving.no_secrets", "no secret values in serving args or env")
+
+
+def serving_checks(args: Sequence[str], env: Mapping[str, str], trust_remote_code_exception: str | None) -> list[Check]:
+    return [
+        check_tensor_parallel(args),
+        check_served_model_name(args),
+        check_trust_remote_code(args, trust_remote_code_exception),
+        check_no_secrets(args, env),
+    ]
+
+
+@dataclass(frozen=True)
+class ObservedObject:
+    """One object as S3 reported it; ``sha256`` is ``None`` when it was not read (e.g. wrong size)."""
+
+    key: str
+    size: int
+    sha256: str | None = None
+
+
+def _sample(items: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def compare_objects(expected: Iterable[WeightObject], observed: Mapping[str, ObservedObject]) -> list[Check]:
+    """Missing, wrong-size or wrong-checksum objects fail; objects the manifest does not list warn."""
+    expected = list(expected)
+    missing = [o.key for o in expected if o.key not in observed]
+    wrong_size = [o.key for o in expected if o.key in observed and observed[o.key].size != o.size]
+    unread = [o.key for o in expected if o.key in observed and o.key not in wrong_size and observed[o.key].sha256 is None]
+    wrong_sha = [
+        o.key
+        for o in expected
+        if o.key in observed and o.key not in wrong_size and observed[o.key].sha256 not in (None, o.sha256)
+    ]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing ({_sample(missing)})")
+    if wrong_size:
+        problems.append(f"{len(wrong_size)} with a different size ({_sample(wrong_size)})")
+    if wrong_sha:
+        problems.append(f"{len(wrong_sha)} with a different SHA-256 ({_sample(wrong_sha)})")
+    checks: list[Check]
+    if problems:
+        checks = [
+            Check.failed(
+                "weights.objects", "objects differ from the manifest: " + "; ".join(problems),
+                missing=missing, size_mismatch=wrong_size, sha256_mismatch=wrong_sha,
+            )
+        ]
+    elif unread:
+        checks = [Check.errored("weights.objects", f"{len(unread)} object(s) could not be checksummed ({_sample(unread)})")]
+    else:
+        total = sum(o.size for o in expected)
+        checks = [Check.passed("weights.objects", f"all {len(expected)} objects present with recorded size and SHA-256 ({total:,} bytes)")]
+    listed = {o.key for o in expected}
+    extra = sorted(k for k in observed if k not in listed)
+    if extra:
+        checks.append(Check.warned("weights.extra", f"{len(extra)} object(s) under the prefix are not in the manifest ({_sample(extra)})", extra=extra))
+    else:
+        checks.append(Check.passed("weights.extra", "no objects under the prefix beyond the manifest"))
+    return checks
+
+
+@dataclass(frozen=True)
+class BucketPosture:
+    """The weights bucket's protection settings as S3 reported them (``None``: not configured)."""
+
+    bucket: str
+    versioning: str | None = None
+    public_access_block: Mapping[str, bool] | None = None
+    encryption: Sequence[str] = field(default_factory=tuple)
+    logging_target: str | None = None
+    policy: str | None = None
+
+
+def _principal_is_everyone(principal: Any) -> bool:
+    if principal == "*":
+        return True
+    if isinstance(principal, Mapping):
+        values = principal.get("AWS")
+        values = values if isinstance(values, list) else [values]
+        return "*" in values
+    return False
+
+
+def _grants_read(actions: Any) -> bool:
+    actions = actions if isinstance(actions, list) else [actions]
+    return any(str(a).lower() in READ_ACTIONS for a in actions)
+
+
+def public_read_statements(policy_text: str) -> tuple[list[str], list[str]]:
+    """``(unconditional, conditional)`` statement ids that allow ``Principal: *`` to read."""
+    document = json.loads(policy_text)
+    statements = document.get("Statement", [])
+    statements = statements if isinstance(statements, list) else [statements]
+    unconditional, conditional = [], []
+    for index, st in enumerate(statements):
+        if not isinstance(st, Mapping) or st.get("Effect") != "Allow":
+            continue
+        if _principal_is_everyone(st.get("Principal")) and _grants_read(st.get("Action", [])):
+            (conditional if st.get("Condition") else unconditional).append(str(st.get("Sid") or f"#{index}"))
+    return unconditional, conditional
+
+
+def bucket_checks(posture: BucketPosture) -> list[Check]:
+    b = posture.bucket
+    checks = [
+        Check.passed("bucket.versioning", f"versioning is enabled on {b}")
+        if posture.versioning == "Enabled"
+        else Check.failed("bucket.versioning", f"versioning is {(posture.versioning or 'off').lower()} on {b}; old weights could be overwritten"),
+    ]
+    bpa = posture.public_access_block or {}
+    off = [flag for flag in BPA_FLAGS if not bpa.get(flag)]
+    checks.append(
+        Check.failed("bucket.public_access_block", f"Block Public Access is off on {b}: {', '.join(off)}", off=off)
+        if off
+        else Check.passed("bucket.public_access_block", "all four Block Public Access settings are on")
+    )
+    checks.append(
+        Check.passed("bucket.encryption", f"default encryption: {', '.join(posture.encryption)}")
+        if posture.encryption
+        else Check.failed("bucket.encryption", f"{b} has no default encryption")
+    )
+    checks.append(
+        Check.passed("bucket.logging", f"access logs go to {posture.logging_target}")
+        if posture.logging_target
+        else Check.failed("bucket.logging", f"{b} has no server access logging; reads of the weights would leave no trace")
+    )
+    if not posture.policy:
+        checks.append(Check.passed("bucket.policy", "no bucket policy; access comes only from IAM"))
+        return checks
+    try:
+        unconditional, conditional = public_read_statements(posture.policy)
+    except (ValueError, AttributeError):
+        checks.append(Check.errored("bucket.policy", f"the bucket policy of {b} is not readable JSON"))
+        return checks
+    if unconditional:
+        checks.append(Check.failed("bucket.policy", f"bucket policy lets anyone (Principal *) read: statement {', '.join(unconditional)}"))
+    elif conditional:
+        checks.append(Check.warned("bucket.policy", f"bucket policy lets Principal * read under conditions: statement {', '.join(conditional)}; review them"))
+    else:
+        checks.append(Check.passed("bucket.policy", "bucket policy grants no public read"))
+    return checks
+
+
+def check_licence(expected_sha256: str, actual_sha256: str | None, document: str | None) -> Check:
+    if not document:
+        return Check.failed("licence.sha256", "no licence document is recorded; record the reviewed document's s3:// URI")
+    if actual_sha256 is None:
+        return Check.failed("licence.sha256", f"licence document {document} does not exist")
+    if actual_sha256 != expected_sha256.lower():
+        return Check.failed("licence.sha256", "licence document changed since review: SHA-256 differs from the recorded one")
+    return Check.passed("licence.sha256", "licence document matches the recorded SHA-256")
+
+
+@dataclass(frozen=True)
+class ImageScan:
+    """What the registry knows about a digest: whether it exists and its scan's severity counts."""
+
+    exists: bool
+    severity_counts: Mapping[str, int] | None = None
+
+
+def image_registry_checks(ref: ImageRef, scan: ImageScan | None) -> list[Check]:
+    """Existence of the digest and absence of CRITICAL findings (ECR images only)."""
+    if not ref.is_ecr or scan is None:
+        return [Check.warned("image.exists", f"{ref.registry or 'Docker Hub'} is not ECR; the digest's existence is not checked")]
+    if not scan.exists:
+        return [Check.failed("image.exists", f"digest {ref.digest} does not exist in ECR repository {ref.ecr_repository}")]
+    checks = [Check.passed("image.exists", f"digest exists in ECR repository {ref.ecr_repository}")]
+    if scan.severity_counts is None:
+        checks.append(Check.passed("image.scan", "no scan findings recorded for this digest"))
+        return checks
+    critical = int(scan.severity_counts.get("CRITICAL", 0))
+    if critical:
+        checks.append(Check.failed("image.scan", f"image scan reports {critical} CRITICAL finding(s)", severity_counts=dict(scan.severity_counts)))
+    else:
+        summary = ", ".join(f"{k} {v}" for k, v in sorted(scan.severity_counts.items())) or "none"
+        checks.append(Check.passed("image.scan", f"no CRITICAL scan findings ({summary})"))
+    return checks
