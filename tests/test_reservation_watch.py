@@ -198,3 +198,54 @@ def test_a_training_plan_named_by_a_hyperpod_endpoint_is_matched_by_name(new_ctx
     assert view[arn].endpoint == "kimi-hp" and view["cr-0001"].endpoint is None
     assert [t for _, t in alerts(ctx)] == [72.0]
     assert [k for k, _ in events(ctx) if k == "reservation.mismatch"] == []
+
+
+def test_two_watches_at_once_on_postgres_send_each_alert_once(fresh_pg_url, clock, tmp_path, monkeypatch) -> None:
+    """A manual `jobs run` racing the scheduled watch: the row lock makes the second see the first's alert."""
+    import threading
+
+    from bot.adapters.store import schema
+    from bot.bootstrap import build_context
+    from bot.config import load_settings
+
+    monkeypatch.delenv("KIMI_CONFIG", raising=False)
+    schema.upgrade(fresh_pg_url)
+    source = ScriptedReservations()
+    block = source.put(capacity_block("cr-0001", ends_in=10 * D))
+    contexts = [
+        build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[eks_endpoint("kimi-prod")]),
+                      clock=clock, reservations=source)
+        for _ in range(2)
+    ]
+    barrier = threading.Barrier(2)
+
+    class InStep:
+        """The watch reads the clock once, right after opening its transaction: both runs start it together."""
+
+        def now(self) -> dt.datetime:
+            barrier.wait(timeout=30)
+            return clock.now()
+
+    try:
+        watch_reservations(contexts[0])
+        at_remaining(clock, block.end, 6 * D)
+        for c in contexts:
+            c.clock = InStep()
+        errors: list[BaseException] = []
+
+        def run(c) -> None:
+            try:
+                watch_reservations(c)
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(c,)) for c in contexts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert alerts(contexts[0]) == [("reservation.alert", 168.0)]
+    finally:
+        for c in contexts:
+            c.close()

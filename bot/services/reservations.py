@@ -292,7 +292,8 @@ class _Watch:
 
     # -- storing what was seen
     def apply_seen(self, seen: dict[str, ReservationInfo], regions_read: set[str]) -> None:
-        rows = {row.id: row for row in self.uow.reservations.list(include_gone=True)}
+        # Locked: a manual `jobs run` racing the scheduled watch waits here, then sees the alerts already sent.
+        rows = {row.id: row for row in self.uow.reservations.list(include_gone=True, for_update=True)}
         for info in seen.values():
             row = rows.get(info.id)
             if row is None:

@@ -150,10 +150,13 @@ class ReservationRepository(_Repository):
     def get(self, reservation_id: str) -> Reservation | None:
         return self.session.get(Reservation, reservation_id)
 
-    def list(self, include_gone: bool = False) -> Sequence[Reservation]:
+    def list(self, include_gone: bool = False, for_update: bool = False) -> Sequence[Reservation]:
+        """Soonest end first; ``for_update`` locks the rows so two concurrent watches cannot both send an alert."""
         stmt = select(Reservation).order_by(Reservation.end_at)
         if not include_gone:
             stmt = stmt.where(Reservation.gone_at.is_(None))
+        if for_update:
+            stmt = stmt.with_for_update()
         return self.session.scalars(stmt).all()
 
     def add(self, reservation: Reservation) -> Reservation:
