@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import boto3
-from botocore.config import Config
 
+from bot.adapters.aws.session import make_client
 from bot.domain.reservations import ReservationInfo
 
 ClientFactory = Callable[[str, str], Any]
@@ -32,13 +32,12 @@ _FINISHED_PLAN_STATES = frozenset({"Expired", "Failed"})
 _REQUESTED_QUANTITY_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
 
 
-def default_client_factory(session: boto3.Session | None = None, config: Config | None = None) -> ClientFactory:
-    """boto3 clients with adaptive retries, built from one session (credentials from the usual chain)."""
+def default_client_factory(session: boto3.Session | None = None) -> ClientFactory:
+    """boto3 clients built by :func:`bot.adapters.aws.session.make_client` from one session."""
     session = session or boto3.Session()
-    config = config or Config(retries={"mode": "adaptive", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
     def factory(service: str, region: str) -> Any:
-        return session.client(service, region_name=region, config=config)
+        return make_client(service, region=region, session=session)
 
     return factory
 
