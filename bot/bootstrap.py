@@ -56,6 +56,9 @@ def sync_endpoints(ctx: Context) -> None:
         for spec in ctx.settings.endpoints:
             data = spec.model_dump(mode="json")
             row = uow.endpoints.get(spec.name)
+            if row is not None and (row.settings or {}).get("accepted_request_limits"):
+                # Limits an approver accepted from a traffic gate outlive the YAML file's re-sync.
+                data["accepted_request_limits"] = row.settings["accepted_request_limits"]
             if row is None:
                 uow.endpoints.add(
                     Endpoint(

@@ -19,6 +19,8 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from bot.domain.sweep import Objectives, SweepPlan
+
 Role = Literal["viewer", "deployer", "approver", "admin"]
 EndpointKind = Literal["hyperpod", "eks"]
 
@@ -55,6 +57,8 @@ class EndpointSettings(BaseModel):
     availability_zone: str | None = None
     reservation_id: str | None = None
     request_limits: RequestLimits = Field(default_factory=RequestLimits)
+    # Written by an approver accepting the traffic gate's proposal; kept across restarts by sync_endpoints.
+    accepted_request_limits: RequestLimits | None = None
     warmup_minutes: int = Field(default=45, ge=0)
     soak_minutes: int = Field(default=120, ge=0)
     rollout_window_minutes: int = Field(default=240, ge=0)
@@ -69,6 +73,11 @@ class EndpointSettings(BaseModel):
         if self.separate_approver is not None:
             return self.separate_approver
         return self.environment == "prod"
+
+    @property
+    def effective_request_limits(self) -> RequestLimits:
+        """The limits to render: those accepted from a traffic gate, else the declared ones."""
+        return self.accepted_request_limits or self.request_limits
 
     @property
     def sagemaker_instance_type(self) -> str:
@@ -110,6 +119,9 @@ class Settings(BaseSettings):
     slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
     endpoints: list[EndpointSettings] = Field(default_factory=list)
     roles: Roles = Field(default_factory=Roles)
+    evaluation_set: Path | None = Field(default=None, description="YAML evaluation set of the model gate (default: deploy/evaluation/kimi-k3-default.yaml).")
+    traffic_sweep: SweepPlan = Field(default_factory=SweepPlan, description="Bounds of the traffic gate's concurrency sweep.")
+    traffic_objectives: Objectives = Field(default_factory=Objectives, description="Service objectives whose first breach is the knee.")
 
     @field_validator("database_url")
     @classmethod
