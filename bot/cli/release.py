@@ -105,3 +105,97 @@ def schema() -> None:
     from bot.domain.release import manifest_json_schema
 
     output.stdout.print_json(json.dumps(manifest_json_schema()))
+
+
+class _ByteProgress:
+    """Progress bars on stderr while objects without S3 checksums are streamed and hashed."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+        self.bars = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+            console=output.stderr, transient=True,
+        )
+        self.tasks: dict[str, object] = {}
+
+    def __enter__(self) -> "_ByteProgress":
+        self.bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bars.stop()
+
+    def __call__(self, key: str, done: int, total: int) -> None:
+        if key not in self.tasks:
+            self.tasks[key] = self.bars.add_task(f"sha256 {key.rsplit('/', 1)[-1]}", total=total)
+        self.bars.update(self.tasks[key], completed=done, total=total)  # type: ignore[arg-type]
+
+
+@app.command()
+def build(
+    weights: str = typer.Option(..., "--weights", help="Versioned S3 prefix of the weights: s3://bucket/prefix/."),
+    image: str = typer.Option(..., "--image", help="Serving image pinned by digest: REPO@sha256:<64 hex>."),
+    model_repo: str = typer.Option(..., "--model-repo", help="Upstream model repository, e.g. moonshotai/Kimi-K3."),
+    model_commit: str = typer.Option(..., "--model-commit", help="Full 40-hex revision that was mirrored."),
+    licence_version: str = typer.Option(..., "--licence-version", help="Reviewed licence version."),
+    licence: str = typer.Option(..., "--licence", help="s3:// URI of the reviewed licence document."),
+    serving_args: Path = typer.Option(None, "--serving-args", help="YAML: list of vLLM args, or {args: [...], env: {...}}. Default: the guide's launch args."),
+    name: str = typer.Option(None, "--name", help="Release name (default: <model>-<commit[:12]>)."),
+    evaluation_report: str = typer.Option(None, "--evaluation-report", help="Where the evaluation report lives."),
+    trust_remote_code_exception: str = typer.Option(None, "--trust-remote-code-exception", help="Security exception allowing --trust-remote-code."),
+    out: Path = typer.Option(None, "--output", "-o", help="Manifest file to write (default: ./<name>.yaml)."),
+) -> None:
+    """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
+    from bot.cli.main import run_guarded
+    from bot.services.release_build import DEFAULT_SERVING_ARGS, BuildRequest, build_manifest, read_serving_file, write_manifest
+
+    def body() -> None:
+        args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), {})
+        request = BuildRequest(
+            weights=weights, image=image, model_repo=model_repo, model_commit=model_commit, licence_version=licence_version,
+            licence=licence, name=name, serving_args=args, serving_env=env, evaluation_report=evaluation_report,
+            trust_remote_code_exception=trust_remote_code_exception,
+        )
+        with _ByteProgress() as progress:
+            manifest = build_manifest(request, progress=progress)
+        target = out or Path(f"{manifest.name}.yaml")
+        write_manifest(manifest, target)
+        total = sum(o.size for o in manifest.weights.objects)
+        output.info(f"wrote {target}: release {manifest.name}, {len(manifest.weights.objects)} objects, {total:,} bytes")
+
+    run_guarded(body)
+
+
+@app.command()
+def diff(
+    a: str = typer.Argument(..., help="Release to compare from (e.g. the one running)."),
+    b: str = typer.Argument(..., help="Release to compare to (e.g. the candidate)."),
+) -> None:
+    """Field-by-field difference of two release tuples."""
+    from bot.cli.main import run_guarded
+    from bot.domain.release_diff import render_diff
+    from bot.services.releases import diff_releases
+
+    def body() -> None:
+        output.info(render_diff(diff_releases(context(), a, b)))
+
+    run_guarded(body)
+
+
+@app.command()
+def verify(name: str = typer.Argument(..., help="Release name.")) -> None:
+    """Run the artifact gate's checks against S3 and ECR; exits 1 when the report blocks approval."""
+    from bot.cli.main import run_guarded
+    from bot.services.artifact_gate import verify_release
+
+    def body() -> None:
+        with _ByteProgress() as progress:
+            report = verify_release(context(), name, progress=progress)
+        output.table(f"Artifact checks: {name}", ["check", "status", "reason"], [(c.name, c.status, c.reason) for c in report.checks])
+        output.info(report.summary)
+        if not report.approvable:
+            output.error(f"{len(report.blocking)} check(s) block the artifact gate: {', '.join(c.name for c in report.blocking)}")
+            raise typer.Exit(1)
+
+    run_guarded(body)

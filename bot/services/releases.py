@@ -1,4 +1,4 @@
-"""Release use cases: register, list, show.
+"""Release use cases: register, list, show, diff.
 
 Services return plain values (:class:`ReleaseView`), never ORM rows, so that
 entrypoints never touch the database layer.
@@ -17,6 +17,8 @@ from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.bootstrap import Context
 from bot.domain.release import ReleaseManifest
+from bot.domain.release_diff import ReleaseDiff
+from bot.domain.release_diff import diff_releases as diff_tuples
 from bot.services.errors import NotFound, Refused, ValidationFailed
 
 
@@ -138,3 +140,8 @@ def get_release(ctx: Context, name: str) -> ReleaseView:
         if row is None:
             raise NotFound(f"no release named {name}; `release list` shows the registered ones")
         return view_of(row)
+
+
+def diff_releases(ctx: Context, a: str, b: str) -> ReleaseDiff:
+    """Field-by-field difference from registered release ``a`` to ``b`` (render with ``render_diff``)."""
+    return diff_tuples(get_release(ctx, a).manifest, get_release(ctx, b).manifest)

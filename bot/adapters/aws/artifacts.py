@@ -63,8 +63,10 @@ def full_object_sha256(head: dict[str, Any]) -> str | None:
     if not value:
         return None
     kind = head.get("ChecksumType")
-    # A composite checksum is a hash of part hashes, shown as "<base64>-<parts>"; it is not the object's SHA-256.
-    if kind == "COMPOSITE" or (kind is None and "-" in value):
+    # A multipart upload's SHA-256 is a hash of the part hashes ("COMPOSITE"), not the object's SHA-256.
+    # Older responses carry no ChecksumType: a multipart ETag ("<md5>-<parts>") or value then means composite.
+    multipart = "-" in str(head.get("ETag", "")).strip('"') or "-" in value
+    if kind == "COMPOSITE" or (kind != "FULL_OBJECT" and multipart):
         return None
     try:
         raw = base64.b64decode(value, validate=True)
