@@ -249,3 +249,29 @@ def test_two_watches_at_once_on_postgres_send_each_alert_once(fresh_pg_url, cloc
     finally:
         for c in contexts:
             c.close()
+
+
+def test_the_watch_reads_aws_through_the_real_adapter(make_ctx, clock) -> None:
+    """AwsReservationSource against the sandbox's capacity stand-in (paged, validated against AWS's models)."""
+    from bot.adapters.aws.reservations import AwsReservationSource
+    from bot.sandbox.capacity import CapacityStandIn
+
+    aws = CapacityStandIn(page_size=1)
+    aws.add_capacity_block("cr-0aaa", region="us-east-1", zone="us-east-1a", start=START - D, end=START + 2 * D)
+    aws.add_capacity_block("cr-0p5", region="us-east-1", zone="us-east-1a", start=START - D, end=START + 2 * D,
+                           instance_type="p5.48xlarge")
+    plan = aws.add_training_plan("kimi-plan", region="us-east-1", zone="us-east-1b", start=START, end=START + 14 * D)
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b")])
+    ctx.adapters["reservations"] = AwsReservationSource(aws.client_factory())
+
+    report = watch_reservations(ctx)
+    assert sorted(report.appeared) == ["cr-0aaa", "kimi-plan"]  # the p5 block is not watched
+    view = {v.id: v for v in reservation_overview(ctx)}
+    assert view["cr-0aaa"].endpoint == "kimi-prod" and view[plan].endpoint == "kimi-hp"
+    assert [t for _, t in alerts(ctx)] == [72.0]
+
+    aws.extend("cr-0aaa", START + 9 * D)
+    aws.remove("kimi-plan")
+    report = watch_reservations(ctx)
+    assert report.changed == ["cr-0aaa extended"] and report.gone == ["kimi-plan"]
+    assert reservation_overview(ctx)[0].remaining == 9 * D

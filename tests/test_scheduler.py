@@ -12,14 +12,17 @@ from apscheduler.schedulers.base import STATE_PAUSED
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
 
+from bot.adapters.aws.reservations import AwsReservationSource
 from bot.adapters.leader import PostgresAdvisoryLock, SingleProcess, leader_lock
 from bot.adapters.store import schema
 from bot.bootstrap import build_context
 from bot.cli import output
 from bot.cli.main import app
 from bot.config import load_settings
+from bot.sandbox.capacity import CapacityStandIn
 from bot.scheduler import JobRunner, next_runs
 from bot.services.scheduling import runs_of
+from tests.conftest import START
 from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
 
 cli = CliRunner()
@@ -37,12 +40,13 @@ def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> N
 def test_two_schedulers_on_one_postgres_run_each_job_once(fresh_pg_url: str, clock, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("KIMI_CONFIG", raising=False)
     schema.upgrade(fresh_pg_url)
-    source, endpoint = ScriptedReservations(), ScriptedEndpoint()
-    source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=2)))
+    aws, endpoint = CapacityStandIn(), ScriptedEndpoint()
+    aws.add_capacity_block("cr-0001", region="us-east-1", zone="us-east-1a", start=START - dt.timedelta(days=1),
+                           end=START + dt.timedelta(days=2))
 
     def replica():
         settings = load_settings(database_url=fresh_pg_url, data_dir=tmp_path / "data", endpoints=[eks_endpoint("kimi-prod")])
-        return build_context(settings, clock=clock, reservations=source, endpoint=endpoint)
+        return build_context(settings, clock=clock, reservations=AwsReservationSource(aws.client_factory()), endpoint=endpoint)
 
     ctx_a, ctx_b = replica(), replica()
     make_live(ctx_a, "kimi-prod")
@@ -68,6 +72,7 @@ def test_two_schedulers_on_one_postgres_run_each_job_once(fresh_pg_url: str, clo
         assert len(runs_of(ctx, "reservation-watch")) == 1 and len(runs_of(ctx, "readiness-probe")) == 1
         assert all(r.ok for name in ("reservation-watch", "readiness-probe") for r in runs_of(ctx, name))
         assert endpoint.calls == {"kimi-prod": 1}
+        assert aws.calls.count(("us-east-1", "DescribeCapacityReservations")) == 1
         # one escalation: the live endpoint's reservation ends in two days and nothing can take over
         with ctx.uow() as uow:
             kinds = [e.kind for e in uow.events.undelivered(limit=100)]
