@@ -23,6 +23,7 @@ import logging
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -138,7 +139,7 @@ class KubernetesLease:
         name: str = LEASE_NAME,
         identity: str | None = None,
         duration_seconds: int = 30,
-        now: Any = None,
+        now: Callable[[], dt.datetime] | None = None,
     ) -> None:
         """``api`` is a ``kubernetes.client.CoordinationV1Api``; ``now`` a zero-argument clock (tests move it)."""
         self.api = api

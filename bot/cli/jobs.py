@@ -10,6 +10,7 @@ foreground (with leader election) until interrupted. ``reservations`` and
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import typer
 
@@ -19,7 +20,7 @@ from bot.cli.common import context, default_actor
 app = typer.Typer(help="Scheduled jobs: the reservation watch and readiness probes.", no_args_is_help=True)
 
 
-def _run(body) -> None:
+def _run(body: Callable[[], None]) -> None:
     from bot.cli.main import run_guarded
 
     run_guarded(body)
