@@ -1,0 +1,13 @@
+"""Cluster adapter: render, validate, preflight, server-side apply, watch and admission.
+
+:class:`KubernetesCluster` implements the ``Cluster`` port of
+:mod:`bot.services.ports` with the official ``kubernetes`` client, for HyperPod
+(``InferenceEndpointConfig``) and plain EKS endpoints alike.
+"""
+
+from __future__ import annotations
+
+from bot.adapters.cluster.errors import InvalidManifest
+from bot.adapters.cluster.kube import FIELD_MANAGER, KubernetesCluster, render_manifest
+
+__all__ = ["FIELD_MANAGER", "InvalidManifest", "KubernetesCluster", "render_manifest"]

@@ -1,0 +1,298 @@
+"""The ``Cluster`` port on the official ``kubernetes`` client.
+
+* ``render`` builds the objects (:mod:`.render`) and validates them
+  (:mod:`.validate`); an invalid manifest raises :class:`InvalidManifest`.
+* ``preflight`` answers the guide's questions before any apply: CRD and
+  operator (HyperPod), namespace, a node of the instance type with 8 GPUs.
+* ``apply`` is server-side apply with field manager ``kimi-ops``. All objects are
+  first applied as a server-side dry run, so a conflict or a refusal on any of
+  them applies nothing. ``changed`` compares each object's ``resourceVersion``
+  before and after: applying the same bytes twice is a no-op on the server.
+* ``watch`` polls the endpoint object, its pods and its events every
+  ``poll_seconds`` until success, failure, the deadline or ``stop``. It only
+  reads, so it resumes after a restart by simply being called again.
+* Admission (see DESIGN.md, "Admission control"): the ConfigMap
+  ``kimi-ops-admission-<endpoint>`` holds ``open: "true"|"false"``, ``reason``
+  and ``changed-at``; the application layer in front of the model reads it.
+  The endpoint object gets the annotation ``kimi-ops.io/admission`` for people
+  using ``kubectl``. Both are written under their own field manager, so the
+  release apply never removes or conflicts with them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bot.adapters.clock import Clock, SystemClock
+from bot.adapters.cluster import render as rendering
+from bot.adapters.cluster.errors import InvalidManifest
+from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
+from bot.adapters.cluster.rollout import (
+    Reading, belongs_to, event_key, event_summary, pod_summary, read_deployment, read_hyperpod,
+)
+from bot.adapters.cluster.validate import crd_schema_document, manifest_errors
+from bot.config import EndpointSettings
+from bot.domain.checks import Check
+from bot.domain.release import ReleaseManifest
+from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "kimi-ops"
+ADMISSION_MANAGER = "kimi-ops-admission"
+ADMISSION_ANNOTATION = "kimi-ops.io/admission"
+OPERATOR_NAMESPACE = "hyperpod-inference-system"
+OPERATOR_DEPLOYMENT = "hyperpod-inference-operator-controller-manager"
+GPU_RESOURCE = "nvidia.com/gpu"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+EVENTS_PER_POLL = 5
+
+
+def crd_name() -> str:
+    doc = crd_schema_document()
+    return f"{doc['plural']}.{doc['group']}"
+
+
+def admission_configmap_name(endpoint: EndpointSettings) -> str:
+    return f"kimi-ops-admission-{endpoint.name}"
+
+
+def render_manifest(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
+    """Render and validate; raises :class:`InvalidManifest` listing each schema path."""
+    objects = rendering.render_objects(release, endpoint, release_hash)
+    errors = rendering.consistency_errors(release, endpoint) + manifest_errors(objects)
+    if errors:
+        raise InvalidManifest(errors)
+    return RenderedManifest.of(objects)
+
+
+def _gpus(node: dict[str, Any]) -> int:
+    raw = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0)
+    try:
+        return int(str(raw))
+    except ValueError:
+        return 0
+
+
+def _available(deployment: dict[str, Any]) -> bool:
+    status = deployment.get("status") or {}
+    condition = next((c for c in status.get("conditions") or [] if c.get("type") == "Available"), None)
+    if condition is not None:
+        return str(condition.get("status")) == "True"
+    return int(status.get("availableReplicas") or 0) >= 1
+
+
+class KubernetesCluster:
+    """HyperPod and EKS endpoints through one ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: Any, *, poll_seconds: float = 5.0, clock: Clock | None = None) -> None:
+        self.rest = Rest(api_client)
+        self.poll_seconds = poll_seconds
+        self.clock: Clock = clock or SystemClock()
+
+    # -- render ---------------------------------------------------------------------------------------
+
+    def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
+        return render_manifest(release, endpoint, release_hash)
+
+    # -- preflight ------------------------------------------------------------------------------------
+
+    def preflight(self, endpoint: EndpointSettings) -> list[Check]:
+        checks: list[Check] = []
+        if endpoint.kind == "hyperpod":
+            checks.append(self._check("cluster.crd", self._crd_check))
+            checks.append(self._check("cluster.operator", self._operator_check))
+        checks.append(self._check("cluster.namespace", lambda: self._namespace_check(endpoint)))
+        checks.append(self._check("cluster.gpu_nodes", lambda: self._nodes_check(endpoint)))
+        return checks
+
+    @staticmethod
+    def _check(name: str, run: Callable[[], Check]) -> Check:
+        try:
+            return run()
+        except Exception as exc:  # an unreachable API server is an error, never a pass
+            return Check.errored(name, f"could not ask the Kubernetes API: {api_error(exc)}")
+
+    def _crd_check(self) -> Check:
+        name = crd_name()
+        crd = self.rest.get(object_path("CustomResourceDefinition", name))
+        if crd is None:
+            return Check.failed("cluster.crd", f"CRD {name} is missing; install the HyperPod inference operator add-on")
+        versions = {v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")}
+        if "v1" not in versions:
+            return Check.failed("cluster.crd", f"CRD {name} does not serve v1 (serves {', '.join(sorted(map(str, versions))) or 'nothing'}); upgrade the operator")
+        return Check.passed("cluster.crd", f"CRD {name} serves v1")
+
+    def _operator_check(self) -> Check:
+        deployment = self.rest.get(object_path("Deployment", OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE))
+        where = f"{OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT}"
+        if deployment is None:
+            return Check.failed("cluster.operator", f"operator Deployment {where} not found; install the inference operator")
+        if not _available(deployment):
+            return Check.failed("cluster.operator", f"operator Deployment {where} is not available; check its pods")
+        return Check.passed("cluster.operator", f"operator {where} is available")
+
+    def _namespace_check(self, endpoint: EndpointSettings) -> Check:
+        if self.rest.get(object_path("Namespace", endpoint.namespace)) is None:
+            return Check.failed("cluster.namespace", f"namespace {endpoint.namespace} does not exist; create it first")
+        return Check.passed("cluster.namespace", f"namespace {endpoint.namespace} exists")
+
+    def _nodes_check(self, endpoint: EndpointSettings) -> Check:
+        bare = endpoint.instance_type.removeprefix("ml.")
+        # HyperPod labels its nodes ml.<type>, EKS node groups <type>: either is the instance type.
+        wanted = {bare, f"ml.{bare}"}
+        selector = f"{INSTANCE_TYPE_LABEL} in ({bare},ml.{bare})"
+        nodes = [n for n in self.rest.items(collection_path("Node"), label_selector=selector)
+                 if ((n.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL) in wanted]
+        full = [n for n in nodes if _gpus(n) >= rendering.GPUS]
+        zones = sorted({str(((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)) for n in full
+                        if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)})
+        if not nodes:
+            return Check.failed("cluster.gpu_nodes", f"no node of type {bare} in the cluster; is the reserved capacity attached?",
+                                zones=[])
+        if not full:
+            counts = ", ".join(f"{n['metadata'].get('name')}={_gpus(n)}" for n in nodes)
+            return Check.failed("cluster.gpu_nodes", f"no {bare} node reports {rendering.GPUS} allocatable {GPU_RESOURCE} ({counts}); "
+                                "check the NVIDIA device plugin", zones=[])
+        names = [str(n["metadata"].get("name")) for n in full]
+        return Check.passed("cluster.gpu_nodes", f"{len(full)} {bare} node(s) with {rendering.GPUS} GPUs in {', '.join(zones) or 'an unlabelled zone'}",
+                            zones=zones, nodes=names)
+
+    # -- apply ----------------------------------------------------------------------------------------
+
+    def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult:
+        errors = manifest_errors(manifest.objects)
+        errors += [f"{describe_object(o)} metadata.namespace: must be {endpoint.namespace}"
+                   for o in manifest.objects if (o.get("metadata") or {}).get("namespace") not in (None, endpoint.namespace)]
+        if errors:
+            raise InvalidManifest(errors)
+        # Dry run every object first: a conflict or refusal on any one of them applies none of them.
+        conflicts: list[str] = []
+        for obj in manifest.objects:
+            try:
+                self.rest.apply(obj, manager=FIELD_MANAGER, force=force, dry_run=True)
+            except ApplyConflict as exc:
+                conflicts.extend(exc.conflicts)
+        if conflicts:
+            return ApplyResult(manifest=manifest, changed=False, conflicts=conflicts)
+        changed = False
+        for obj in manifest.objects:
+            meta = obj["metadata"]
+            before = self.rest.get(object_path(obj["kind"], meta["name"], meta.get("namespace")))
+            after = self.rest.apply(obj, manager=FIELD_MANAGER, force=force)
+            before_version = (before or {}).get("metadata", {}).get("resourceVersion")
+            if before is None or before_version != (after.get("metadata") or {}).get("resourceVersion"):
+                changed = True
+                log.info("applied %s (changed)", describe_object(obj))
+        return ApplyResult(manifest=manifest, changed=changed)
+
+    # -- watch ----------------------------------------------------------------------------------------
+
+    def _endpoint_object(self, endpoint: EndpointSettings) -> tuple[str, str]:
+        kind = "InferenceEndpointConfig" if endpoint.kind == "hyperpod" else "Deployment"
+        return kind, object_path(kind, endpoint.name, endpoint.namespace)
+
+    def _read(self, endpoint: EndpointSettings) -> Reading:
+        _, path = self._endpoint_object(endpoint)
+        obj = self.rest.get(path)
+        return read_hyperpod(obj) if endpoint.kind == "hyperpod" else read_deployment(obj)
+
+    def watch(
+        self,
+        endpoint: EndpointSettings,
+        manifest: RenderedManifest,
+        *,
+        timeout_seconds: float,
+        on_progress: Callable[[RolloutProgress], None],
+        stop: threading.Event | None = None,
+    ) -> RolloutOutcome:
+        stop = stop or threading.Event()
+        started = time.monotonic()
+        deadline = started + max(0.0, timeout_seconds)
+        said: set[str] = set()
+        last_state: str | None = None
+        last_error: str | None = None
+
+        def tell(message: str, state: str | None) -> None:
+            try:
+                on_progress(RolloutProgress(message=message, state=state, at=self.clock.now().isoformat()))
+            except Exception:  # a failing notifier must not end the watch
+                log.exception("rollout progress callback failed")
+
+        while True:
+            if stop.is_set():
+                return RolloutOutcome("stopped", "the watch was stopped", time.monotonic() - started)
+            try:
+                reading = self._read(endpoint)
+                last_error = None
+                if reading.state != last_state:
+                    tell(f"{endpoint.name}: {reading.reason}", reading.state)
+                    last_state = reading.state
+                for line in self._pods_and_events(endpoint):
+                    if line not in said:
+                        said.add(line)
+                        tell(line, last_state)
+                if reading.verdict == "succeeded":
+                    return RolloutOutcome("succeeded", reading.reason, time.monotonic() - started)
+                if reading.verdict == "failed":
+                    return RolloutOutcome("failed", reading.reason, time.monotonic() - started)
+            except Exception as exc:  # transient API trouble: say so once, keep polling until the deadline
+                message = api_error(exc)
+                if message != last_error:
+                    tell(f"{endpoint.name}: cannot read the rollout ({message}); retrying", last_state)
+                    last_error = message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                where = f"still {last_state}" if last_state else "state unknown"
+                return RolloutOutcome("timed_out", f"no verdict within {timeout_seconds:.0f}s ({where})",
+                                      time.monotonic() - started)
+            stop.wait(min(self.poll_seconds, remaining))
+
+    def _pods_and_events(self, endpoint: EndpointSettings) -> list[str]:
+        lines: list[str] = []
+        for pod in self.rest.items(collection_path("Pod", endpoint.namespace)):
+            if belongs_to(str((pod.get("metadata") or {}).get("name", "")), endpoint.name):
+                lines.append(pod_summary(pod))
+        events = [e for e in self.rest.items(collection_path("Event", endpoint.namespace))
+                  if belongs_to(str((e.get("involvedObject") or {}).get("name", "")), endpoint.name)]
+        events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+        # Each event once, keyed by name and count, newest few only so a resumed watch does not flood the thread.
+        lines.extend(f"event {event_summary(e)} [{event_key(e)}]" for e in events[-EVENTS_PER_POLL:])
+        return lines
+
+    # -- admission ------------------------------------------------------------------------------------
+
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
+        now = self.clock.now().isoformat()
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": admission_configmap_name(endpoint),
+                "namespace": endpoint.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "kimi-ops", rendering.ENDPOINT_LABEL: endpoint.name},
+            },
+            "data": {"open": "true" if open_ else "false", "reason": reason, "changed-at": now, "endpoint": endpoint.name},
+        }
+        # force: this manager is the only writer of the admission fields by design.
+        self.rest.apply(configmap, manager=ADMISSION_MANAGER, force=True)
+        kind, path = self._endpoint_object(endpoint)
+        if self.rest.get(path) is None:
+            return  # nothing deployed yet: the ConfigMap alone is the switch
+        marker = {
+            "apiVersion": rendering.IEC_API_VERSION if kind == "InferenceEndpointConfig" else "apps/v1",
+            "kind": kind,
+            "metadata": {"name": endpoint.name, "namespace": endpoint.namespace,
+                         "annotations": {ADMISSION_ANNOTATION: "open" if open_ else "closed"}},
+        }
+        self.rest.apply(marker, manager=ADMISSION_MANAGER, force=True)
+
+    def admission(self, endpoint: EndpointSettings) -> dict[str, str] | None:
+        """The admission ConfigMap's data, or ``None`` when it was never written (admission open)."""
+        configmap = self.rest.get(object_path("ConfigMap", admission_configmap_name(endpoint), endpoint.namespace))
+        return None if configmap is None else dict(configmap.get("data") or {})

@@ -1,0 +1,317 @@
+"""Render a release tuple onto one endpoint as Kubernetes objects.
+
+HyperPod: one ``InferenceEndpointConfig`` following the guide's launch manifest,
+with the weights read from the release's versioned S3 prefix
+(``modelSourceType: s3``), the image by digest, the release's vLLM arguments and
+environment, ``worker.requestLimits`` from the endpoint settings and metrics on.
+
+EKS: a dedicated ServiceAccount (no token mounted, no IAM role), the weights as
+a read-only Mountpoint-for-S3 volume (PersistentVolume + claim: the CSI driver's
+own role reads the bucket, the pod holds no AWS credentials), a Deployment on
+one ``p6-b300.48xlarge`` of the reservation with 8 GPUs, startup and readiness
+probes on ``/health``, a private ClusterIP Service, a PodDisruptionBudget and a
+NetworkPolicy that admits only the serving port and lets out only DNS.
+
+Every object carries the release name and the tuple hash as labels and
+annotations, so ``kubectl`` shows which release is running.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.config import EndpointSettings
+from bot.domain.release import ReleaseManifest
+
+IEC_API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
+RELEASE_LABEL = "kimi-ops.io/release"
+HASH_ANNOTATION = "kimi-ops.io/tuple-hash"
+ENDPOINT_LABEL = "kimi-ops.io/endpoint"
+APP = "kimi-k3"
+GPUS = 8
+PORT = 8000
+MODEL_MOUNT = "/opt/ml/model"
+MOUNTPOINT_S3_DRIVER = "s3.csi.aws.com"
+CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
+
+
+def _labels(release: ReleaseManifest, endpoint: EndpointSettings) -> dict[str, str]:
+    # Label values are at most 63 characters: the release name fits, the 64-hex hash does not (annotation).
+    return {
+        "app.kubernetes.io/name": APP,
+        "app.kubernetes.io/instance": endpoint.name,
+        "app.kubernetes.io/managed-by": "kimi-ops",
+        ENDPOINT_LABEL: endpoint.name,
+        RELEASE_LABEL: release.name[:63],
+    }
+
+
+def _annotations(release: ReleaseManifest, release_hash: str) -> dict[str, str]:
+    return {
+        RELEASE_LABEL: release.name,
+        HASH_ANNOTATION: release_hash,
+        "kimi-ops.io/model-commit": release.model.commit,
+        "kimi-ops.io/weights-prefix": release.weights.prefix,
+        "kimi-ops.io/licence-version": release.licence.version,
+    }
+
+
+def _metadata(name: str, namespace: str | None, release: ReleaseManifest, endpoint: EndpointSettings,
+              release_hash: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": _labels(release, endpoint),
+        "annotations": _annotations(release, release_hash),
+    }
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return meta
+
+
+def served_model_name(release: ReleaseManifest, endpoint: EndpointSettings) -> str:
+    return release.served_model_name or endpoint.served_model_name
+
+
+def model_location(release: ReleaseManifest) -> str:
+    """The key prefix inside the bucket, without the trailing slash the release keeps."""
+    return release.weights.key_prefix.rstrip("/")
+
+
+def _env(release: ReleaseManifest) -> list[dict[str, str]]:
+    return [{"name": key, "value": value} for key, value in sorted(release.serving.env.items())]
+
+
+def _zone_affinity(endpoint: EndpointSettings) -> dict[str, Any] | None:
+    if not endpoint.availability_zone:
+        return None
+    return {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{
+                "matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [endpoint.availability_zone]},
+                ],
+            }],
+        },
+    }
+
+
+def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> list[dict[str, Any]]:
+    """The guide's InferenceEndpointConfig, with S3 weights, a pinned image and request limits."""
+    limits = endpoint.request_limits
+    gpus = {"nvidia.com/gpu": GPUS}
+    spec: dict[str, Any] = {
+        "modelName": served_model_name(release, endpoint),
+        "endpointName": endpoint.name,
+        "instanceType": endpoint.sagemaker_instance_type,
+        "invocationEndpoint": "v1/chat/completions",
+        "replicas": 1,
+        "maxDeployTimeInSeconds": endpoint.max_deploy_seconds,
+        "modelSourceConfig": {
+            "modelSourceType": "s3",
+            "s3Storage": {"bucketName": release.weights.bucket, "region": endpoint.region},
+            "modelLocation": model_location(release),
+            # Copy the weights to local storage before vLLM starts: a cold pod reads them at NVMe speed.
+            "prefetchEnabled": True,
+        },
+        "loadBalancer": {"healthCheckPath": "/health"},
+        "metrics": {"enabled": True, "modelMetrics": {"port": PORT, "path": "/metrics"}},
+        "tags": [
+            {"name": RELEASE_LABEL, "value": release.name},
+            {"name": HASH_ANNOTATION, "value": release_hash},
+        ],
+        "worker": {
+            "image": release.image,
+            "modelInvocationPort": {"containerPort": PORT, "name": "http"},
+            "modelVolumeMount": {"name": "model-weights", "mountPath": MODEL_MOUNT},
+            "resources": {"requests": dict(gpus), "limits": dict(gpus)},
+            "args": list(release.serving.args),
+            "environmentVariables": _env(release),
+            "requestLimits": {
+                "maxConcurrentRequests": limits.max_concurrent_requests,
+                "maxQueueSize": limits.max_queue_size,
+                "overflowStatusCode": limits.overflow_status_code,
+            },
+        },
+    }
+    affinity = _zone_affinity(endpoint)
+    if affinity is not None:
+        spec["nodeAffinity"] = affinity
+    return [{
+        "apiVersion": IEC_API_VERSION,
+        "kind": "InferenceEndpointConfig",
+        "metadata": _metadata(endpoint.name, endpoint.namespace, release, endpoint, release_hash),
+        "spec": spec,
+    }]
+
+
+def weights_volume_name(endpoint: EndpointSettings, release_hash: str) -> str:
+    """One PersistentVolume per (endpoint, tuple): a PV's source is immutable, a new tuple gets a new one."""
+    return f"{endpoint.name}-weights-{release_hash[:12]}"
+
+
+def _selector_labels(endpoint: EndpointSettings) -> dict[str, str]:
+    return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": endpoint.name}
+
+
+def _node_selector(endpoint: EndpointSettings) -> dict[str, str]:
+    selector = {
+        "node.kubernetes.io/instance-type": endpoint.instance_type.removeprefix("ml."),
+        # Managed node groups launched into an EC2 Capacity Block carry this label: only reserved nodes qualify.
+        CAPACITY_TYPE_LABEL: "CAPACITY_BLOCK",
+    }
+    if endpoint.availability_zone:
+        selector["topology.kubernetes.io/zone"] = endpoint.availability_zone
+    return selector
+
+
+def _probe(failure_threshold: int, period: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failure_threshold,
+    }
+
+
+def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> list[dict[str, Any]]:
+    """ServiceAccount, weights volume, Deployment, Service, PodDisruptionBudget and NetworkPolicy."""
+    ns = endpoint.namespace
+    name = endpoint.name
+    meta = lambda obj_name, namespace=ns: _metadata(obj_name, namespace, release, endpoint, release_hash)  # noqa: E731
+    selector = _selector_labels(endpoint)
+    volume = weights_volume_name(endpoint, release_hash)
+    bucket_prefix = model_location(release) + "/"
+    gpus = {"nvidia.com/gpu": str(GPUS)}
+    # Loading 2.8T parameters takes a long time: the startup probe allows the whole deploy window.
+    startup_failures = max(1, endpoint.max_deploy_seconds // 10)
+    container = {
+        "name": "vllm",
+        "image": release.image,
+        "args": list(release.serving.args),
+        "env": _env(release),
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "resources": {"requests": dict(gpus), "limits": dict(gpus)},
+        "volumeMounts": [
+            {"name": "model-weights", "mountPath": MODEL_MOUNT, "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+        "startupProbe": _probe(startup_failures, 10),
+        "readinessProbe": _probe(3, 10),
+        "livenessProbe": _probe(6, 20),
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": name,
+        "automountServiceAccountToken": False,
+        "nodeSelector": _node_selector(endpoint),
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 120,
+        "containers": [container],
+        "volumes": [
+            {"name": "model-weights", "persistentVolumeClaim": {"claimName": volume, "readOnly": True}},
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+        ],
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": meta(name),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": meta(volume, None),
+            "spec": {
+                "capacity": {"storage": "8Ti"},
+                "accessModes": ["ReadOnlyMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "claimRef": {"namespace": ns, "name": volume},
+                "mountOptions": ["read-only", f"region {endpoint.region}", f"prefix {bucket_prefix}"],
+                "csi": {"driver": MOUNTPOINT_S3_DRIVER, "volumeHandle": volume,
+                        "volumeAttributes": {"bucketName": release.weights.bucket}},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": meta(volume),
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "8Ti"}},
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(name),
+            "spec": {
+                "replicas": 1,
+                # One reserved node holds one copy: the old pod must leave before the new one fits.
+                "strategy": {"type": "Recreate"},
+                "progressDeadlineSeconds": endpoint.max_deploy_seconds,
+                "selector": {"matchLabels": dict(selector)},
+                "template": {
+                    "metadata": {"labels": _labels(release, endpoint), "annotations": _annotations(release, release_hash)},
+                    "spec": pod_spec,
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta(name),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": dict(selector),
+                "ports": [{"name": "http", "port": PORT, "targetPort": "http", "protocol": "TCP"}],
+            },
+        },
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": meta(name),
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": dict(selector)}},
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta(name),
+            "spec": {
+                "podSelector": {"matchLabels": dict(selector)},
+                "policyTypes": ["Ingress", "Egress"],
+                # Only pods of the namespace (the application layer, the metrics scraper) reach the API port.
+                "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": PORT}]}],
+                # Weights arrive through the node's CSI driver, so the model pod needs no way out but DNS.
+                "egress": [{
+                    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                }],
+            },
+        },
+    ]
+
+
+def consistency_errors(release: ReleaseManifest, endpoint: EndpointSettings) -> list[str]:
+    """Mismatches between the release and the endpoint that a schema cannot see."""
+    errors: list[str] = []
+    served = release.served_model_name
+    if served is not None and served != endpoint.served_model_name:
+        errors.append(
+            f"serving.args --served-model-name: the release serves {served!r} but endpoint {endpoint.name} "
+            f"expects {endpoint.served_model_name!r}; align served_model_name in the endpoint settings"
+        )
+    model_arg = release.serving.arg_value("--model")
+    if model_arg is not None and model_arg != MODEL_MOUNT:
+        errors.append(f"serving.args --model: must be {MODEL_MOUNT} (where the S3 weights are mounted), not {model_arg!r}")
+    return errors
+
+
+def render_objects(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> list[dict[str, Any]]:
+    if endpoint.kind == "hyperpod":
+        return render_hyperpod(release, endpoint, release_hash)
+    return render_eks(release, endpoint, release_hash)
