@@ -1,0 +1,274 @@
+"""The stand-in's serving state: admission, queueing, pacing and vLLM-named Prometheus metrics.
+
+One :class:`Engine` per stand-in server. Request threads call :meth:`Engine.admit`
+(which may queue or reject with the overflow status), then pace their tokens
+through :meth:`Engine.first_token` / :meth:`Engine.next_token`, and always end with
+:meth:`Engine.finish`. The metrics it exposes are real state, not canned text:
+running and waiting counts, a time-to-first-token histogram fed by the requests
+it served, prefix-cache hits and queries, and KV-cache usage that grows with the
+tokens of the running requests.
+
+All waits go through one stop event so :meth:`Engine.stop` wakes every thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bot.sandbox.openai_answers import Behaviour, PrefixCache, Prompt
+
+# vLLM v1's bucket boundaries for time to first token and end-to-end latency.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+ENGINE_LABEL = "0"
+
+
+class Overflow(Exception):
+    """More requests than ``max_running + max_waiting``: answer with the overflow status."""
+
+
+class Stopped(Exception):
+    """The stand-in is shutting down; the request is abandoned."""
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """What the stand-in has done so far (for tests and the sandbox's status)."""
+
+    running: int
+    waiting: int
+    served: int
+    rejected: int
+    aborted: int
+    prefix_hits: int
+    prefix_queries: int
+    kv_usage: float
+
+
+@dataclass
+class Ticket:
+    """One admitted request."""
+
+    id: int
+    arrived: float
+    prompt_tokens: int
+    model: str
+    first_token_delay: float
+    generated: int = 0
+    first_token_at: float | None = None
+
+
+class Engine:
+    def __init__(self, behaviour: Behaviour) -> None:
+        self._cond = threading.Condition()
+        self._behaviour = behaviour
+        self._stopping = threading.Event()
+        self._gate = threading.Event()
+        self._gate.set()
+        self._ids = itertools.count(1)
+        self._running: dict[int, Ticket] = {}
+        self._waiting = 0
+        self._served = self._rejected = self._aborted = 0
+        self._prefix = PrefixCache(block_tokens=behaviour.prefix_block_tokens)
+        self._hits = self._queries = self._prompt_tokens = self._generation_tokens = 0
+        self._finished: Tally[str] = Tally()
+        self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self._ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                               labels, buckets=TTFT_BUCKETS, registry=self.registry)
+        self._e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                              labels, buckets=E2E_BUCKETS, registry=self.registry)
+        self.registry.register(_StateCollector(self))
+
+    # -- behaviour -------------------------------------------------------------------------------------------
+
+    @property
+    def behaviour(self) -> Behaviour:
+        with self._cond:
+            return self._behaviour
+
+    def configure(self, **changes: object) -> Behaviour:
+        """Change behaviour fields atomically; unknown field names raise ``TypeError``."""
+        with self._cond:
+            self._behaviour = replace(self._behaviour, **changes)  # type: ignore[arg-type]
+            self._prefix.block_tokens = self._behaviour.prefix_block_tokens
+            self._cond.notify_all()  # a raised max_running lets queued requests in
+            return self._behaviour
+
+    def reset(self, behaviour: Behaviour) -> None:
+        """Back to ``behaviour`` with an empty prefix cache (counters keep counting, like a live server)."""
+        with self._cond:
+            self._behaviour = behaviour
+            self._prefix = PrefixCache(block_tokens=behaviour.prefix_block_tokens)
+            self._cond.notify_all()
+
+    def hold(self) -> None:
+        """Admitted requests stop before their first token until :meth:`release`."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._gate.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- request lifecycle -----------------------------------------------------------------------------------
+
+    def admit(self, prompt: Prompt) -> Ticket:
+        """Take a running slot, queue for one, or raise :class:`Overflow` when the queue is full."""
+        arrived = time.monotonic()
+        with self._cond:
+            b = self._behaviour
+            if b.max_running is not None and len(self._running) >= b.max_running:
+                if self._waiting >= b.max_waiting:
+                    self._rejected += 1
+                    self._cond.notify_all()
+                    raise Overflow(f"the endpoint is at capacity ({b.max_running} running, {self._waiting} queued)")
+                self._waiting += 1
+                self._cond.notify_all()
+                try:
+                    self._cond.wait_for(lambda: self._stopping.is_set() or self._has_slot())
+                finally:
+                    self._waiting -= 1
+                if self._stopping.is_set():
+                    raise Stopped()
+                b = self._behaviour
+            hits = self._prefix.lookup_and_fill(prompt.tokens)
+            self._hits += hits
+            self._queries += len(prompt.tokens)
+            self._prompt_tokens += len(prompt.tokens)
+            others = len(self._running)
+            ticket = Ticket(
+                id=next(self._ids), arrived=arrived, prompt_tokens=len(prompt.tokens),
+                model=b.served_model, first_token_delay=b.first_token_delay + b.ttft_per_running * others,
+            )
+            self._running[ticket.id] = ticket
+            self._cond.notify_all()
+            return ticket
+
+    def _has_slot(self) -> bool:
+        limit = self._behaviour.max_running
+        return limit is None or len(self._running) < limit
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0 and self._stopping.wait(seconds):
+            raise Stopped()
+
+    def first_token(self, ticket: Ticket) -> None:
+        """Wait until the first token is due (prefill time, saturation, a hold), then record its time."""
+        self._sleep(ticket.first_token_delay)
+        self._gate.wait()
+        if self._stopping.is_set():
+            raise Stopped()
+        self._emitted(ticket)
+
+    def next_token(self, ticket: Ticket) -> None:
+        """Wait one inter-token interval, then count the token."""
+        self._sleep(self.behaviour.token_delay)
+        self._emitted(ticket)
+
+    def _emitted(self, ticket: Ticket) -> None:
+        now = time.monotonic()
+        with self._cond:
+            ticket.generated += 1
+            self._generation_tokens += 1
+            if ticket.first_token_at is None:
+                ticket.first_token_at = now
+                self._ttft.labels(ticket.model, ENGINE_LABEL).observe(now - ticket.arrived)
+
+    def finish(self, ticket: Ticket, reason: str) -> None:
+        """Free the slot; ``reason`` is the finish reason, or ``abort`` when the client went away."""
+        now = time.monotonic()
+        with self._cond:
+            if self._running.pop(ticket.id, None) is None:
+                return
+            self._finished[reason] += 1
+            if reason == "abort":
+                self._aborted += 1
+            else:
+                self._served += 1
+                self._e2e.labels(ticket.model, ENGINE_LABEL).observe(now - ticket.arrived)
+            self._cond.notify_all()
+
+    # -- observation -----------------------------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        with self._cond:
+            return self._stats()
+
+    def _stats(self) -> EngineStats:
+        return EngineStats(
+            running=len(self._running), waiting=self._waiting, served=self._served, rejected=self._rejected,
+            aborted=self._aborted, prefix_hits=self._hits, prefix_queries=self._queries, kv_usage=self._kv_usage(),
+        )
+
+    def _kv_usage(self) -> float:
+        held = sum(t.prompt_tokens + t.generated for t in self._running.values())
+        return min(1.0, held / max(1, self._behaviour.kv_capacity_tokens))
+
+    def wait_for(self, predicate: Callable[[EngineStats], bool], timeout: float = 10.0) -> bool:
+        """Block until ``predicate(stats)`` holds (tests use it instead of sleeping); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self._stats()), timeout=timeout)
+
+    def metrics_text(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def _families(self) -> Iterator[Metric]:
+        with self._cond:
+            b = self._behaviour
+            stats = self._stats()
+            finished = dict(self._finished)
+            prompt_tokens, generation_tokens = self._prompt_tokens, self._generation_tokens
+        labels = [b.served_model, ENGINE_LABEL]
+        names = ["model_name", "engine"]
+        legacy = b.legacy_metric_names
+
+        def gauge(name: str, help_: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, help_, labels=names)
+            family.add_metric(labels, value)
+            return family
+
+        def counter(name: str, help_: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, help_, labels=names)
+            family.add_metric(labels, value)
+            return family
+
+        yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", stats.running)
+        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting)
+        kv_name = "vllm:gpu_cache_usage_perc" if legacy else "vllm:kv_cache_usage_perc"
+        yield gauge(kv_name, "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage)
+        prefix = "vllm:gpu_prefix_cache" if legacy else "vllm:prefix_cache"
+        yield counter(f"{prefix}_queries", "Prefix cache queries, in terms of number of queried tokens.", stats.prefix_queries)
+        yield counter(f"{prefix}_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_hits)
+        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", prompt_tokens)
+        yield counter("vllm:generation_tokens", "Number of generation tokens processed.", generation_tokens)
+        success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+                                      labels=[*names, "finished_reason"])
+        for reason in sorted(finished):
+            success.add_metric([*labels, reason], finished[reason])
+        yield success
+
+
+class _StateCollector(Collector):
+    """Exposes the engine's live state on each scrape."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        return self._engine._families()
