@@ -204,6 +204,16 @@ def next_level(tried: dict[int, bool], levels: Sequence[int], refine_steps: int)
 
 
 @dataclass(frozen=True)
+class SweepOutcome:
+    """Everything one sweep measured, and why it stopped if it stopped before its plan's end."""
+
+    levels: list[LevelStats]
+    requests: int
+    elapsed_seconds: float
+    stopped_early: str | None = None
+
+
+@dataclass(frozen=True)
 class Proposal:
     max_concurrent_requests: int | None
     max_queue_size: int | None

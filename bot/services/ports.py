@@ -8,21 +8,25 @@ same real adapters pointed at local stand-ins.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from bot.config import EndpointSettings
 from bot.domain.checks import Check
+from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+from bot.domain.sweep import LevelStats, Objectives, SweepOutcome, SweepPlan
 
 ARTIFACTS = "artifacts"
 CLUSTER = "cluster"
 ENDPOINT = "endpoint"
 RESERVATIONS = "reservations"
 NOTIFIER = "notifier"
+EVALUATOR = "evaluator"
+LOADGEN = "loadgen"
 
 
 class ArtifactVerifier(Protocol):
@@ -69,6 +73,19 @@ class EndpointClient(Protocol):
     def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
         """Wait until no request runs or waits; ``(drained, last snapshot)``."""
         ...
+
+
+class Evaluator(Protocol):
+    """Sends the model gate's evaluation cases to an endpoint (bounded concurrency)."""
+
+    def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float) -> list[Answer]: ...
+
+
+class LoadGenerator(Protocol):
+    """Runs the traffic gate's bounded concurrency sweep against an endpoint."""
+
+    def sweep(self, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
+              on_level: Callable[[LevelStats], None] | None = None) -> SweepOutcome: ...
 
 
 class ReservationSource(Protocol):

@@ -1,0 +1,225 @@
+"""The traffic gate's load generator: a bounded concurrency sweep against one endpoint.
+
+For each prefix mode (shared, then unique) it warms the model, then measures
+levels 1, 2, 4, … up to the plan's ceiling — each a steady interval (every
+client sends its requests back to back) and a burst interval (all clients fire
+at the same instant) — while a sampler thread reads ``/metrics``. It stops a
+mode at the knee (after a few bisection steps), and the whole sweep when its
+request budget or wall-time budget runs out: it always stops by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+
+from bot.adapters.endpoint.evaluation import stream_chat
+from bot.config import EndpointSettings
+from bot.domain.readiness import MetricsSnapshot
+from bot.domain.sweep import (
+    LevelStats,
+    MetricsPeak,
+    Objectives,
+    PrefixMode,
+    Sample,
+    SweepOutcome,
+    SweepPlan,
+    level_stats,
+    next_level,
+)
+
+log = logging.getLogger(__name__)
+
+MetricsReader = Callable[[EndpointSettings], MetricsSnapshot]
+_WORDS = "deploy release endpoint gate capacity reservation token prefix cache kernel node region rollout".split()
+
+
+class _Budget:
+    """Shared, thread-safe request and time budget of one sweep."""
+
+    def __init__(self, max_requests: int, max_seconds: float) -> None:
+        self._left = max_requests
+        self.deadline = time.monotonic() + max_seconds
+        self._lock = threading.Lock()
+        self.used = 0
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._left <= 0 or time.monotonic() >= self.deadline:
+                return False
+            self._left -= 1
+            self.used += 1
+            return True
+
+    @property
+    def exhausted(self) -> str | None:
+        with self._lock:
+            if self._left <= 0:
+                return "request budget used up"
+        if time.monotonic() >= self.deadline:
+            return "time budget used up"
+        return None
+
+
+class _Sampler(threading.Thread):
+    """Reads /metrics while a level runs and keeps the worst queue depth and KV usage."""
+
+    def __init__(self, read: Callable[[], MetricsSnapshot], interval: float) -> None:
+        super().__init__(daemon=True, name="sweep-metrics")
+        self.read = read
+        self.interval = interval
+        self.stop_event = threading.Event()
+        self.queue: float | None = None
+        self.kv: float | None = None
+        self.hit_rate: float | None = None
+        self.failures = 0
+
+    def sample_once(self) -> None:
+        try:
+            snap = self.read()
+        except Exception:  # a missing /metrics must not stop the sweep; the level reports "n/a"
+            self.failures += 1
+            return
+        if snap.waiting is not None:
+            self.queue = max(self.queue or 0.0, snap.waiting)
+        if snap.kv_cache_usage is not None:
+            self.kv = max(self.kv or 0.0, snap.kv_cache_usage)
+        if snap.prefix_cache_hit_rate is not None:
+            self.hit_rate = snap.prefix_cache_hit_rate
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            self.sample_once()
+
+    def finish(self) -> MetricsPeak:
+        self.stop_event.set()
+        self.join()
+        self.sample_once()
+        return MetricsPeak(queue_depth=self.queue, kv_cache_usage=self.kv, prefix_cache_hit_rate=self.hit_rate)
+
+
+class HttpLoadGenerator:
+    """Runs the sweep with one thread per simulated client over a shared httpx connection pool."""
+
+    def __init__(self, metrics: MetricsReader | None = None, *, metrics_interval: float = 0.1,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.metrics = metrics
+        self.metrics_interval = metrics_interval
+        self.transport = transport
+
+    def sweep(self, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
+              on_level: Callable[[LevelStats], None] | None = None) -> SweepOutcome:
+        budget = _Budget(plan.max_requests, plan.max_seconds)
+        started = time.monotonic()
+        levels: list[LevelStats] = []
+        stopped: str | None = None
+        limits = httpx.Limits(max_connections=plan.ceiling + 1, max_keepalive_connections=plan.ceiling + 1)
+        with httpx.Client(timeout=plan.request_timeout_seconds, limits=limits, transport=self.transport) as client:
+            counter = _Counter()
+            for mode in plan.prefix_modes:
+                self._warm(client, endpoint, plan, mode, counter, budget)
+                tried: dict[int, bool] = {}
+                while (concurrency := next_level(tried, plan.levels(), plan.refine_steps)) is not None:
+                    if (stopped := budget.exhausted) is not None:
+                        break
+                    stats = self._level(client, endpoint, plan, objectives, mode, concurrency, counter, budget)
+                    levels.append(stats)
+                    tried[concurrency] = not stats.broken
+                    if on_level is not None:
+                        on_level(stats)
+                if stopped:
+                    break
+        return SweepOutcome(levels=levels, requests=budget.used, elapsed_seconds=time.monotonic() - started, stopped_early=stopped)
+
+    # ------------------------------------------------------------------ internals
+    def _send(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
+              counter: "_Counter", phase: str) -> Sample:
+        n = counter.next()
+        body = {
+            "model": endpoint.served_model_name,
+            "messages": [{"role": "user", "content": _prompt(mode, n, plan.prompt_words)}],
+            "max_tokens": plan.max_tokens,
+            "temperature": 0,
+        }
+        answer = stream_chat(client, endpoint.url, body)
+        return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms,  # type: ignore[arg-type]
+                      total_ms=answer.latency_ms, error=answer.error)
+
+    def _warm(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
+              counter: "_Counter", budget: _Budget) -> None:
+        for _ in range(plan.warmup_requests):
+            if not budget.take():
+                return
+            self._send(client, endpoint, plan, mode, counter, "warmup")
+
+    def _level(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
+               mode: PrefixMode, concurrency: int, counter: "_Counter", budget: _Budget) -> LevelStats:
+        samples: list[Sample] = []
+        lock = threading.Lock()
+        sampler = _Sampler(lambda: self.metrics(endpoint), self.metrics_interval) if self.metrics else None
+        if sampler is not None:
+            sampler.start()
+
+        def record(sample: Sample) -> None:
+            with lock:
+                samples.append(sample)
+
+        steady_end = min(time.monotonic() + plan.steady_seconds, budget.deadline)
+
+        def steady_client() -> None:
+            for _ in range(plan.steady_requests_per_slot):
+                if time.monotonic() >= steady_end or not budget.take():
+                    return
+                record(self._send(client, endpoint, plan, mode, counter, "steady"))
+
+        _run_threads(concurrency, steady_client)
+        for _ in range(plan.burst_rounds):
+            barrier = threading.Barrier(concurrency)
+
+            def burst_client() -> None:
+                # Everyone waits at the barrier, so all prefills hit the server at one instant.
+                allowed = budget.take()
+                try:
+                    barrier.wait(timeout=plan.request_timeout_seconds)
+                except threading.BrokenBarrierError:
+                    return
+                if allowed:
+                    record(self._send(client, endpoint, plan, mode, counter, "burst"))
+
+            _run_threads(concurrency, burst_client)
+        peak = sampler.finish() if sampler is not None else MetricsPeak()
+        stats = level_stats(concurrency, mode, samples, peak, objectives)
+        log.info("sweep level %s (%s prefixes): %d requests, broken: %s", concurrency, mode, stats.requests,
+                 "; ".join(stats.broken) or "none")
+        return stats
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._n += 1
+            return self._n
+
+
+def _prompt(mode: PrefixMode, n: int, words: int) -> str:
+    """Shared mode: one long common prefix and a short distinct tail; unique mode: a distinct prefix per request."""
+    seed = 0 if mode == "shared" else n
+    prefix = " ".join(_WORDS[(seed * 7 + i * 3) % len(_WORDS)] + (str(seed) if mode == "unique" and i == 0 else "")
+                      for i in range(words))
+    return f"{prefix}\nRequest {n}: reply with the word OK."
+
+
+def _run_threads(count: int, target: Callable[[], None]) -> None:
+    threads = [threading.Thread(target=target, daemon=True, name=f"sweep-client-{i}") for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

@@ -1,0 +1,73 @@
+"""PNG plots of gate reports, written where the Slack notifier can upload them.
+
+matplotlib with the Agg backend (no display); each function draws one figure
+from plain values, saves it and closes it so a long-running bot does not leak
+figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+
+def _save(fig: Any, path: Path) -> dict[str, Any]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=110)
+    plt.close(fig)
+    data = path.read_bytes()
+    return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "content_type": "image/png"}
+
+
+def plot_sweep(levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str) -> dict[str, Any]:
+    """Latency (TTFT p99, completion p99) and 429/error rate against concurrency, per prefix mode, knee marked."""
+    fig, (lat, err) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for mode, style in (("shared", "-"), ("unique", "--")):
+        rows = sorted((lv for lv in levels if lv.get("prefix") == mode), key=lambda lv: lv["concurrency"])
+        if not rows:
+            continue
+        xs = [lv["concurrency"] for lv in rows]
+        lat.plot(xs, [lv.get("ttft_p99_ms") for lv in rows], style, marker="o", label=f"TTFT p99 ({mode})")
+        lat.plot(xs, [lv.get("completion_p99_ms") for lv in rows], style, marker="s", label=f"completion p99 ({mode})")
+        err.plot(xs, [100 * (lv.get("reject_rate") or 0) for lv in rows], style, marker="o", label=f"429/503 % ({mode})")
+        err.plot(xs, [100 * (lv.get("error_rate") or 0) for lv in rows], style, marker="x", label=f"errors % ({mode})")
+    for ax in (lat, err):
+        if knee is not None:
+            ax.axvline(knee, color="red", linestyle=":", label=f"knee {knee}")
+        if proposal is not None:
+            ax.axvline(proposal, color="green", linestyle="-.", label=f"proposed limit {proposal}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    lat.set_ylabel("ms")
+    err.set_ylabel("% of requests")
+    err.set_xlabel("concurrent requests")
+    err.set_xscale("log", base=2)
+    lat.set_title(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_evaluation(kinds: Sequence[str], current: Sequence[float], production: Sequence[float] | None,
+                    path: Path, title: str) -> dict[str, Any]:
+    """Pass rate per kind, this release beside production."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    xs = list(range(len(kinds)))
+    width = 0.4 if production is not None else 0.6
+    ax.bar([x - (width / 2 if production is not None else 0) for x in xs], [100 * v for v in current], width, label="this release")
+    if production is not None:
+        ax.bar([x + width / 2 for x in xs], [100 * v for v in production], width, label="production")
+    ax.set_xticks(xs, list(kinds), rotation=20, fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("pass rate %")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)

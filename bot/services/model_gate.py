@@ -1,0 +1,110 @@
+"""The model gate: run the fixed evaluation set against the new endpoint and compare it with production.
+
+The workflow calls :func:`run_model_gate` once the endpoint is ready. Each case's
+result (pass/fail, reasons, latency, tokens — no prompt or answer text unless
+the set turns sampling on) and the aggregates go into the report's attachments,
+so the next release's gate compares against them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from bot.adapters.plots import plot_evaluation
+from bot.bootstrap import Context
+from bot.config import EndpointSettings
+from bot.domain.checks import Check, GateReport
+from bot.domain.evaluation import EvalSet, EvalSetError, Summary, Verdict, compare, expand, kind_verdicts, parse_eval_set, score, summarise
+from bot.services import ports
+
+log = logging.getLogger(__name__)
+
+DEFAULT_EVAL_SET = Path(__file__).resolve().parents[2] / "deploy" / "evaluation" / "kimi-k3-default.yaml"
+
+
+def eval_set_path(ctx: Context) -> Path:
+    return ctx.settings.evaluation_set or DEFAULT_EVAL_SET
+
+
+def load_eval_set(ctx: Context) -> EvalSet:
+    """The configured evaluation set; a missing or malformed file raises :class:`EvalSetError`."""
+    path = eval_set_path(ctx)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        raise EvalSetError(f"evaluation set {path} cannot be read; set KIMI_EVALUATION_SET to an existing YAML file") from None
+    return parse_eval_set(text, source=str(path))
+
+
+def _check(v: Verdict) -> Check:
+    return Check(name=v.name, status=v.status, reason=v.reason, details=v.details)
+
+
+def baseline_summary(baseline: dict[str, Any] | None) -> tuple[Summary | None, str | None]:
+    """The production summary stored in a previous model-gate report, and its release name."""
+    evaluation = ((baseline or {}).get("attachments") or {}).get("evaluation") or {}
+    summary = evaluation.get("summary")
+    if not summary:
+        return None, None
+    return Summary.from_dict(summary), evaluation.get("release")
+
+
+def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, baseline: dict[str, Any] | None) -> GateReport:
+    """Evaluate ``release_name`` as served by ``endpoint``; ``baseline`` is the live release's model-gate report."""
+    evaluator: ports.Evaluator | None = ctx.adapters.get(ports.EVALUATOR)
+    if evaluator is None:
+        return GateReport(gate="model", checks=[Check.errored("model.evaluation", "no endpoint client is configured to run the evaluation set")])
+    try:
+        eval_set = load_eval_set(ctx)
+    except EvalSetError as exc:
+        return GateReport(gate="model", checks=[Check.errored("model.evaluation_set", str(exc))])
+    cases = expand(eval_set)
+    answers = evaluator.run(endpoint, cases, concurrency=eval_set.concurrency, timeout=eval_set.timeout_seconds)
+    if answers and all(a.http_status is None for a in answers):
+        first = answers[0].error or "no answer"
+        return GateReport(gate="model", checks=[Check.errored("model.evaluation", f"the endpoint {endpoint.url} did not answer: {first}")])
+    by_id = {c.id: c for c in cases}
+    results = [score(by_id[a.case_id], a, refusal_patterns=eval_set.refusal_patterns, sampling=eval_set.sampling) for a in answers]
+    summary = summarise(eval_set, results)
+    production, production_release = baseline_summary(baseline)
+    verdicts = kind_verdicts(eval_set, summary, results) + compare(summary, production, eval_set.tolerances)
+    attachments: dict[str, Any] = {
+        "evaluation": {
+            "release": release_name,
+            "set": eval_set.name,
+            "version": eval_set.version,
+            "sampling": eval_set.sampling,
+            "summary": summary.as_dict(),
+            "cases": [r.as_dict() for r in results],
+            "production": {"release": production_release, "summary": production.as_dict()} if production else None,
+        }
+    }
+    plot = _plot(ctx, endpoint, release_name, summary, production)
+    if plot is not None:
+        attachments["plot"] = plot
+    failed = sum(1 for r in results if not r.passed)
+    versus = f" vs production {production_release}" if production_release else ""
+    text = f"{len(results) - failed}/{len(results)} cases passed; p50 {_ms(summary.latency_p50_ms)}, p95 {_ms(summary.latency_p95_ms)}{versus}"
+    return GateReport(gate="model", checks=[_check(v) for v in verdicts], summary=text, attachments=attachments)
+
+
+def _plot(ctx: Context, endpoint: EndpointSettings, release: str, summary: Summary, production: Summary | None) -> dict[str, Any] | None:
+    kinds = sorted(summary.kinds)
+    path = ctx.settings.data_dir / "reports" / f"model-{endpoint.name}-{release}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
+    try:
+        return plot_evaluation(
+            kinds,
+            [summary.kinds[k].pass_rate for k in kinds],
+            [production.kinds[k].pass_rate if k in production.kinds else 0.0 for k in kinds] if production else None,
+            path,
+            f"{release} on {endpoint.name}: pass rate per kind",
+        )
+    except OSError as exc:  # a plot is a convenience: the report stands without it
+        log.warning("model gate plot not written to %s: %s", path, exc)
+        return None
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f} ms"

@@ -1,0 +1,176 @@
+"""The traffic gate: a concurrency sweep, the knee, and request limits proposed below it.
+
+:func:`run_traffic_gate` measures the endpoint with shared and with unique
+prompt prefixes and reports the table, the knee and the proposed HyperPod
+``maxConcurrentRequests``/``maxQueueSize``. :func:`accept_proposed_limits` is the
+approver's one click that stores the proposal in the endpoint's settings, under
+``accepted_request_limits`` (which the start-up re-sync from YAML keeps).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from bot.adapters.plots import plot_sweep
+from bot.bootstrap import Context
+from bot.config import EndpointSettings, RequestLimits
+from bot.domain.checks import Check, GateReport
+from bot.domain.sweep import LevelStats, Objectives, Proposal, SweepOutcome, SweepPlan, propose
+from bot.services import ports
+from bot.services.access import Identity, authorize
+from bot.services.errors import NotFound, Refused
+
+log = logging.getLogger(__name__)
+
+
+def objectives_for(ctx: Context, endpoint: EndpointSettings) -> Objectives:
+    """The configured objectives, with the endpoint's TTFT objective when none is set globally."""
+    objectives = ctx.settings.traffic_objectives
+    if objectives.ttft_p99_ms is None:
+        objectives = objectives.model_copy(update={"ttft_p99_ms": float(endpoint.ttft_objective_ms)})
+    return objectives
+
+
+def run_traffic_gate(ctx: Context, endpoint: EndpointSettings) -> GateReport:
+    """Sweep ``endpoint``'s concurrency and propose admission limits below the knee."""
+    loadgen: ports.LoadGenerator | None = ctx.adapters.get(ports.LOADGEN)
+    if loadgen is None:
+        return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", "no load generator is configured for this process")])
+    plan: SweepPlan = ctx.settings.traffic_sweep
+    objectives = objectives_for(ctx, endpoint)
+    outcome = loadgen.sweep(endpoint, plan, objectives)
+    if not outcome.levels or all(lv.ok == 0 and lv.rejected == 0 for lv in outcome.levels):
+        return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", f"the endpoint {endpoint.url} did not answer the sweep")],
+                          attachments={"sweep": _sweep_attachment(outcome, plan, objectives)})
+    proposal = propose(outcome.levels, objectives, ceiling=plan.ceiling)
+    current = endpoint.effective_request_limits
+    checks = _checks(outcome, proposal, current)
+    attachments: dict[str, Any] = {
+        "sweep": _sweep_attachment(outcome, plan, objectives),
+        "knee": {"concurrency": proposal.knee, "prefix": proposal.limiting_prefix, "broken": list(proposal.knee_reasons)},
+        "proposal": {
+            "max_concurrent_requests": proposal.max_concurrent_requests,
+            "max_queue_size": proposal.max_queue_size,
+            "overflow_status_code": current.overflow_status_code,
+            "reason": proposal.reason,
+        },
+        "current_limits": current.model_dump(mode="json"),
+    }
+    plot = _plot(ctx, endpoint, outcome, proposal)
+    if plot is not None:
+        attachments["plot"] = plot
+    summary = proposal.reason
+    return GateReport(gate="traffic", checks=checks, summary=summary, attachments=attachments)
+
+
+def _sweep_attachment(outcome: SweepOutcome, plan: SweepPlan, objectives: Objectives) -> dict[str, Any]:
+    return {
+        "levels": [lv.as_dict() for lv in outcome.levels],
+        "requests": outcome.requests,
+        "elapsed_seconds": round(outcome.elapsed_seconds, 2),
+        "stopped_early": outcome.stopped_early,
+        "plan": plan.model_dump(mode="json"),
+        "objectives": objectives.model_dump(mode="json"),
+    }
+
+
+def _hit_rate(levels: list[LevelStats], mode: str) -> str:
+    rates = [lv.prefix_cache_hit_rate for lv in levels if lv.prefix == mode and lv.prefix_cache_hit_rate is not None]
+    return "n/a" if not rates else f"{max(rates):.0%}"
+
+
+def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -> list[Check]:
+    checks: list[Check] = []
+    rejected = sum(lv.rejected for lv in outcome.levels)
+    sweep_text = f"{len(outcome.levels)} levels, {outcome.requests} requests ({rejected} rejected) in {outcome.elapsed_seconds:.0f} s"
+    if outcome.stopped_early and proposal.knee is None:
+        checks.append(Check.warned("traffic.sweep", f"{sweep_text}; stopped early ({outcome.stopped_early}) before any objective broke"))
+    else:
+        checks.append(Check.passed("traffic.sweep", sweep_text, stopped_early=outcome.stopped_early))
+    if proposal.max_concurrent_requests is None:
+        checks.append(Check.failed("traffic.knee", proposal.reason))
+    elif proposal.reached_ceiling:
+        checks.append(Check.warned("traffic.knee", proposal.reason))
+    else:
+        checks.append(Check.passed("traffic.knee", proposal.reason, knee=proposal.knee, broken=list(proposal.knee_reasons)))
+    modes = sorted({lv.prefix for lv in outcome.levels})
+    knees = {m: min((lv.concurrency for lv in outcome.levels if lv.prefix == m and lv.broken), default=None) for m in modes}
+    checks.append(Check.passed(
+        "traffic.prefix_cache",
+        "; ".join(f"{m} prefixes: hit rate {_hit_rate(outcome.levels, m)}, knee {knees[m] or 'none'}" for m in modes),
+        knees=knees,
+    ))
+    if proposal.max_concurrent_requests is not None and current.max_concurrent_requests > proposal.max_concurrent_requests:
+        checks.append(Check.warned(
+            "traffic.limits",
+            f"the endpoint admits {current.max_concurrent_requests} concurrent requests, above the measured safe "
+            f"{proposal.max_concurrent_requests}; accept the proposal to lower it",
+        ))
+    elif proposal.max_concurrent_requests is not None:
+        checks.append(Check.passed(
+            "traffic.limits",
+            f"configured {current.max_concurrent_requests} concurrent / queue {current.max_queue_size}; "
+            f"proposed {proposal.max_concurrent_requests} / {proposal.max_queue_size}",
+        ))
+    return checks
+
+
+def _plot(ctx: Context, endpoint: EndpointSettings, outcome: SweepOutcome, proposal: Proposal) -> dict[str, Any] | None:
+    path = ctx.settings.data_dir / "reports" / f"traffic-{endpoint.name}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
+    try:
+        return plot_sweep([lv.as_dict() for lv in outcome.levels], proposal.knee, proposal.max_concurrent_requests, path,
+                          f"{endpoint.name}: latency and rejections against concurrency")
+    except OSError as exc:  # a plot is a convenience: the report stands without it
+        log.warning("traffic gate plot not written to %s: %s", path, exc)
+        return None
+
+
+@dataclass(frozen=True)
+class AcceptedLimits:
+    endpoint: str
+    deployment_id: int
+    previous: dict[str, Any]
+    accepted: dict[str, Any]
+
+
+def accept_proposed_limits(ctx: Context, endpoint_name: str, deployment_id: int, actor: Identity) -> AcceptedLimits:
+    """Store the latest traffic-gate proposal of ``deployment_id`` as ``endpoint_name``'s request limits."""
+    authorize(ctx, actor, "accept_limits", f"endpoint:{endpoint_name}")
+    now = ctx.clock.now()
+    with ctx.uow() as uow:
+        dep = uow.deployments.get(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment #{deployment_id}; list them with `kimi-ops history`")
+        if dep.endpoint.name != endpoint_name:
+            raise Refused(f"deployment #{deployment_id} runs on {dep.endpoint.name}, not {endpoint_name}; name the right endpoint")
+        row = uow.gates.latest(deployment_id, "traffic")
+        if row is None:
+            raise Refused(f"deployment #{deployment_id} has no traffic gate report yet; wait for the sweep to finish")
+        proposal = (row.report.get("attachments") or {}).get("proposal") or {}
+        if not proposal.get("max_concurrent_requests"):
+            raise Refused(f"the traffic gate of deployment #{deployment_id} proposed no limit (no level met the objectives); nothing to accept")
+        endpoint = uow.endpoints.get_for_update(endpoint_name)
+        if endpoint is None:
+            raise NotFound(f"no endpoint named {endpoint_name}")
+        current = EndpointSettings.model_validate(endpoint.settings)
+        previous = current.effective_request_limits
+        accepted = RequestLimits(
+            max_concurrent_requests=int(proposal["max_concurrent_requests"]),
+            max_queue_size=int(proposal.get("max_queue_size") or 0),
+            overflow_status_code=previous.overflow_status_code,
+        )
+        # A new dict, so the JSON column sees the change.
+        endpoint.settings = {**endpoint.settings, "accepted_request_limits": accepted.model_dump(mode="json")}
+        uow.audit.record(
+            at=now,
+            actor=actor.user_id,
+            action="endpoint.limits_accepted",
+            subject=f"endpoint:{endpoint_name}",
+            details={"deployment_id": deployment_id, "gate_result_id": row.id, "report_hash": row.report_hash,
+                     "previous": previous.model_dump(mode="json"), "accepted": accepted.model_dump(mode="json")},
+        )
+        uow.commit()
+    return AcceptedLimits(endpoint=endpoint_name, deployment_id=deployment_id,
+                          previous=previous.model_dump(mode="json"), accepted=accepted.model_dump(mode="json"))
