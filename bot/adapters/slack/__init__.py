@@ -1,0 +1,1 @@
+"""Slack adapters: Block Kit rendering, the outbox notifier, and user-group lookups over the Web API."""

@@ -1,0 +1,151 @@
+"""Block Kit from the chat-neutral message model, always within Slack's limits.
+
+Slack refuses a message with more than 50 blocks, a section text over 3,000
+characters or a button value over 2,000, and in practice a payload of more than
+about 13k characters (``msg_blocks_too_long``). :func:`render` keeps the
+buttons, fills the rest up to those limits, and returns what did not fit as
+plain-text chunks that the notifier posts to the thread, so a long gate report
+is summarised in the message and complete in the thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ContextBlock,
+    DividerBlock,
+    HeaderBlock,
+    MarkdownTextObject,
+    PlainTextObject,
+    SectionBlock,
+)
+
+from bot.domain.messages import REJECT_MODAL, Buttons, Divider, Heading, Note, Part, Text, plain
+
+MAX_BLOCKS = 50
+MAX_VIEW_BLOCKS = 100
+SECTION_CHARS = 3000
+HEADER_CHARS = 150
+BUTTON_VALUE_CHARS = 2000
+BUTTON_TEXT_CHARS = 75
+# Slack answers msg_blocks_too_long well below 50 full sections; stay under the observed ~13k.
+PAYLOAD_CHARS = 11_000
+FALLBACK_CHARS = 3000
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """Blocks to send, the notification text, and what did not fit (to post in the thread)."""
+
+    blocks: list[dict[str, Any]]
+    text: str
+    overflow: list[str] = field(default_factory=list)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def chunks(text: str, limit: int = SECTION_CHARS) -> list[str]:
+    """Split at line boundaries into pieces of at most ``limit`` characters (over-long lines are cut)."""
+    pieces: list[str] = []
+    current = ""
+    for line in text.split("\n"):
+        line = _cut(line, limit)
+        candidate = f"{current}\n{line}" if current else line
+        if len(candidate) > limit:
+            pieces.append(current)
+            current = line
+        else:
+            current = candidate
+    if current or not pieces:
+        pieces.append(current)
+    return pieces
+
+
+def _content_blocks(part: Part) -> list[Block]:
+    if isinstance(part, Heading):
+        return [HeaderBlock(text=PlainTextObject(text=_cut(part.text, HEADER_CHARS)))]
+    if isinstance(part, Text):
+        return [SectionBlock(text=MarkdownTextObject(text=piece)) for piece in chunks(part.text or " ")]
+    if isinstance(part, Note):
+        return [ContextBlock(elements=[MarkdownTextObject(text=_cut(part.text or " ", SECTION_CHARS))])]
+    if isinstance(part, Divider):
+        return [DividerBlock()]
+    raise TypeError(f"not a content part: {part!r}")
+
+
+def _actions(part: Buttons) -> ActionsBlock:
+    elements = []
+    for b in part.buttons:
+        if len(b.value) > BUTTON_VALUE_CHARS:
+            raise ValueError(f"button value of {b.action_id} is {len(b.value)} characters; Slack allows {BUTTON_VALUE_CHARS}")
+        elements.append(ButtonElement(text=PlainTextObject(text=_cut(b.label, BUTTON_TEXT_CHARS)), action_id=b.action_id,
+                                      value=b.value, style=b.style))
+    return ActionsBlock(elements=elements)
+
+
+def _size(block: Block) -> int:
+    return len(str(block.to_dict()))
+
+
+def render(parts: Sequence[Part], *, max_blocks: int = MAX_BLOCKS, max_chars: int = PAYLOAD_CHARS) -> Rendered:
+    """Blocks for ``parts``; buttons always kept, content cut where a limit would be crossed."""
+    actions = [_actions(p) for p in parts if isinstance(p, Buttons)]
+    content = [p for p in parts if not isinstance(p, Buttons)]
+    budget_blocks = max_blocks - len(actions) - 1  # one block is reserved for the "more in the thread" note
+    budget_chars = max_chars - sum(_size(a) for a in actions) - 200
+    blocks: list[Block] = []
+    overflow_lines: list[str] = []
+    used = 0
+    for index, part in enumerate(content):
+        if overflow_lines:
+            overflow_lines.append(plain([part]))
+            continue
+        built = _content_blocks(part)
+        size = sum(_size(b) for b in built)
+        if len(blocks) + len(built) > budget_blocks or used + size > budget_chars:
+            overflow_lines.append(plain([part]))
+            continue
+        blocks.extend(built)
+        used += size
+    overflow = [piece for piece in chunks("\n".join(line for line in overflow_lines if line)) if piece] if overflow_lines else []
+    if overflow:
+        hidden = sum(len([ln for ln in piece.split("\n") if ln]) for piece in overflow)
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(
+            text=f"…and {hidden} more line(s), posted in the thread below")]))
+    blocks.extend(actions)
+    dicts = [b.to_dict() for b in blocks]  # to_dict() validates every per-field limit
+    return Rendered(blocks=dicts, text=_cut(plain(content) or " ", FALLBACK_CHARS), overflow=overflow)
+
+
+def home_view(parts: Sequence[Part]) -> dict[str, Any]:
+    """An App Home ``home`` view (up to 100 blocks)."""
+    rendered = render(parts, max_blocks=MAX_VIEW_BLOCKS, max_chars=40_000)
+    return {"type": "home", "blocks": rendered.blocks}
+
+
+def reject_modal(ticket_value: str, gate: str, deployment_id: int, channel: str | None, message_ts: str | None) -> dict[str, Any]:
+    """The modal asking why a gate is rejected; the ticket rides in ``private_metadata`` (≤ 3000 chars)."""
+    metadata = json.dumps({"ticket": ticket_value, "channel": channel, "ts": message_ts}, separators=(",", ":"))
+    return {
+        "type": "modal",
+        "callback_id": REJECT_MODAL,
+        "private_metadata": metadata,
+        "title": {"type": "plain_text", "text": "Reject gate"},
+        "submit": {"type": "plain_text", "text": "Reject"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn",
+                                         "text": f"Reject the *{gate}* gate of deployment #{deployment_id}? The deployment ends."}},
+            {"type": "input", "block_id": "reason", "label": {"type": "plain_text", "text": "Reason"},
+             "element": {"type": "plain_text_input", "action_id": "reason", "multiline": True, "max_length": 500}},
+        ],
+    }

@@ -1,0 +1,42 @@
+"""Button clicks and the reject-reason modal: decide a gate bound to the report the clicker saw.
+
+The decision service refuses stale reports, decided gates, self-approval on
+production and people without the approver role (auditing each refusal); the
+refusal's sentence goes back to the clicker only.
+"""
+
+from __future__ import annotations
+
+from bot.bootstrap import Context
+from bot.domain.messages import GateTicket, Reply, reply
+from bot.services.access import Identity, authorize
+from bot.services.deployments import decide_gate
+from bot.services.errors import Refused
+from commands.base import engine
+
+
+def ticket(value: str | None) -> GateTicket:
+    try:
+        return GateTicket.decode(value or "")
+    except (ValueError, KeyError, TypeError):
+        raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits") from None
+
+
+def may_decide(ctx: Context, identity: Identity, value: str | None) -> GateTicket:
+    """Before the reason modal opens: refuse (and audit) someone who may not decide at all."""
+    seen = ticket(value)
+    authorize(ctx, identity, "decide", f"deployment:{seen.deployment_id}")
+    return seen
+
+
+def decide(ctx: Context, identity: Identity, value: str | None, decision: str, reason: str | None = None) -> Reply:
+    seen = ticket(value)
+    view = decide_gate(ctx, seen.deployment_id, seen.gate, decision, identity, seen_report_hash=seen.report_hash,
+                       seen_release_hash=seen.release_hash, reason=reason)
+
+    def advance() -> None:
+        engine(ctx).advance(view.id)
+
+    if decision == "approved":
+        return reply(f"You approved the {seen.gate} gate of deployment #{view.id}; the next step is running.", then=advance)
+    return reply(f"You rejected the {seen.gate} gate of deployment #{view.id}; the deployment ended.")

@@ -1,0 +1,36 @@
+"""``/kimi cancel DEPLOYMENT [force]``: cancel an in-flight deployment (admins may force a stuck one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.bootstrap import Context
+from bot.domain.messages import Reply, reply, state_words
+from bot.services.access import Identity
+from bot.services.deployments import cancel
+from commands.base import Usage, deployment_number, engine
+
+NAME = "cancel"
+USAGE = "/kimi cancel DEPLOYMENT [force]"
+HELP = "Cancel an in-flight deployment and release its endpoint; `force` (admins) breaks a stuck one."
+
+
+@dataclass(frozen=True)
+class Args:
+    deployment: int
+    force: bool
+
+
+def parse(args: list[str]) -> Args:
+    if len(args) == 1:
+        return Args(deployment_number(args[0], USAGE), False)
+    if len(args) == 2 and args[1] == "force":
+        return Args(deployment_number(args[0], USAGE), True)
+    raise Usage(USAGE)
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    parsed = parse(args)
+    view = cancel(ctx, parsed.deployment, identity, force=parsed.force)
+    engine(ctx).stop(view.id)  # a rollout watch of this deployment stops instead of running on
+    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}")

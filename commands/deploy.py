@@ -1,0 +1,40 @@
+"""``/kimi deploy RELEASE [to ENDPOINT]``: open a gated deployment; its checks run after Slack has the ack."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.bootstrap import Context
+from bot.domain.messages import Reply, reply
+from bot.services.access import Identity
+from bot.services.deployments import request_deploy
+from commands.base import Usage, engine
+
+NAME = "deploy"
+USAGE = "/kimi deploy RELEASE [to ENDPOINT]"
+HELP = "Deploy a registered release through the four gates; progress goes to the deployment's thread."
+
+
+@dataclass(frozen=True)
+class Args:
+    release: str
+    endpoint: str | None
+
+
+def parse(args: list[str]) -> Args:
+    if len(args) == 1:
+        return Args(args[0], None)
+    if len(args) == 3 and args[1] == "to":
+        return Args(args[0], args[2])
+    raise Usage(USAGE)
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    parsed = parse(args)
+    view = request_deploy(ctx, parsed.release, parsed.endpoint, identity)
+
+    def advance() -> None:
+        engine(ctx).advance(view.id)
+
+    return reply(f"Deployment #{view.id} of *{view.release}* to *{view.endpoint}* requested; "
+                 f"its artifact checks are running — follow the thread.", then=advance)

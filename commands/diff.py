@@ -1,0 +1,28 @@
+"""``/kimi diff A B``: what changes from release A to release B, field by field."""
+
+from __future__ import annotations
+
+from bot.bootstrap import Context
+from bot.domain.messages import Heading, Reply, Text, plain
+from bot.domain.release_diff import render_diff
+from bot.services.access import Identity, authorize
+from bot.services.releases import diff_releases
+from commands.base import Usage
+
+NAME = "diff"
+USAGE = "/kimi diff RELEASE_A RELEASE_B"
+HELP = "Compare two release tuples (weights, image, serving args and env, licence)."
+
+
+def parse(args: list[str]) -> tuple[str, str]:
+    if len(args) != 2:
+        raise Usage(USAGE)
+    return args[0], args[1]
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    a, b = parse(args)
+    authorize(ctx, identity, "view", "releases")
+    text = render_diff(diff_releases(ctx, a, b))
+    parts = (Heading(f"{a} → {b}"), Text(f"```{text}```"))
+    return Reply(parts=parts, text=plain(parts))

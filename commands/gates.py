@@ -1,0 +1,31 @@
+"""``/kimi gates``: the gates waiting for a decision that I may make, each with its report and buttons."""
+
+from __future__ import annotations
+
+from bot.bootstrap import Context
+from bot.domain.messages import GateTicket, Part, Reply, Text, gate_parts, plain
+from bot.services.access import Identity, authorize
+from bot.services.deployments import pending_gates
+from commands.base import Usage
+
+NAME = "gates"
+USAGE = "/kimi gates"
+HELP = "Show the gates waiting for your decision, with Approve and Reject buttons."
+
+
+def parse(args: list[str]) -> None:
+    if args:
+        raise Usage(USAGE)
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    parse(args)
+    authorize(ctx, identity, "decide", "gates")
+    parts: list[Part] = []
+    for p in pending_gates(ctx, identity):
+        ticket = GateTicket(p.deployment_id, p.gate, p.report_hash, p.release_hash)
+        parts += gate_parts(p.report, deployment_id=p.deployment_id, release=p.release_name, endpoint=p.endpoint,
+                            ticket=ticket)
+    if not parts:
+        parts = [Text("No gate is waiting for you.")]
+    return Reply(parts=tuple(parts), text=plain(parts))

@@ -1,0 +1,35 @@
+"""The App Home tab: per endpoint, the live release, the deployment in flight and its gate, reservation left, last readiness."""
+
+from __future__ import annotations
+
+from bot.bootstrap import Context
+from bot.domain.messages import Divider, Heading, Note, Part, Text, deployment_title
+from bot.services.access import Identity, is_allowed
+from bot.services.deployments import in_flight
+from bot.services.readiness import endpoint_status
+from commands.base import at
+
+
+def parts(ctx: Context, identity: Identity) -> tuple[Part, ...]:
+    if not is_allowed(ctx, identity, "view"):
+        return (Heading("kimi-ops"), Text("You need the viewer role to see endpoints here; ask a kimi-ops admin."))
+    flying = {v.endpoint: v for v in in_flight(ctx)}
+    out: list[Part] = [Heading("kimi-ops endpoints")]
+    for s in endpoint_status(ctx, None, history=1):
+        last = s.last_probe
+        lines = [
+            f"*live release:* {s.live_release or 'none'}" + (f" since {at(s.live_since)}" if s.live_since else ""),
+            f"*reservation:* {s.reservation_left} left",
+            f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
+        ]
+        dep = flying.get(s.name)
+        if dep is None:
+            lines.append("*in flight:* nothing")
+        else:
+            lines.append("*in flight:* " + deployment_title(dep.id, dep.kind, dep.release, dep.endpoint, dep.state))
+            if dep.pending is not None:
+                lines.append(f"*pending gate:* {dep.pending.gate} (checks {'approvable' if dep.pending.approvable else 'blocked'})"
+                             " — `/kimi gates` to decide")
+        out += [Text(f"*{s.name}* ({s.kind}, {s.environment})\n" + "\n".join(lines)), Divider()]
+    out.append(Note(f"Updated {at(ctx.clock.now())}"))
+    return tuple(out)

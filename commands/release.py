@@ -1,0 +1,53 @@
+"""``/kimi release list`` and ``/kimi release show NAME``: the registered release tuples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.bootstrap import Context
+from bot.domain.messages import Heading, Reply, Text, plain
+from bot.services.access import Identity, authorize
+from bot.services.releases import get_release, list_releases
+from commands.base import Usage, at
+
+NAME = "release"
+USAGE = "/kimi release list | /kimi release show NAME"
+HELP = "List registered releases, or show one release tuple in full."
+
+
+@dataclass(frozen=True)
+class Args:
+    action: str
+    name: str | None
+
+
+def parse(args: list[str]) -> Args:
+    if args == ["list"]:
+        return Args("list", None)
+    if len(args) == 2 and args[0] == "show":
+        return Args("show", args[1])
+    raise Usage(USAGE)
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    parsed = parse(args)
+    authorize(ctx, identity, "view", "releases")
+    if parsed.action == "list":
+        views = list_releases(ctx, limit=50)
+        lines = [f"*{v.name}* · `{v.tuple_hash[:12]}` · registered {at(v.registered_at)} by <@{v.registered_by}>" for v in views]
+        parts = (Heading("Releases"), Text("\n".join(lines) or "No releases registered yet."))
+        return Reply(parts=parts, text=plain(parts))
+    v = get_release(ctx, parsed.name or "")
+    m = v.manifest
+    lines = [
+        f"*model:* {m.model.repo} @ `{m.model.commit}`",
+        f"*weights:* {m.weights.prefix} ({len(m.weights.objects)} objects)",
+        f"*image:* `{m.image}`",
+        f"*serving args:* `{' '.join(m.serving.args)}`",
+        f"*licence:* {m.licence.version} (sha256 `{m.licence.sha256[:12]}…`)",
+        f"*evaluation report:* {m.evaluation_report or '-'}",
+        f"*trust-remote-code exception:* {m.trust_remote_code_exception or '-'}",
+        f"*tuple hash:* `{v.tuple_hash}`",
+    ]
+    parts = (Heading(f"Release {m.name}"), Text("\n".join(lines)))
+    return Reply(parts=parts, text=plain(parts))

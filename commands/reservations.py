@@ -1,0 +1,30 @@
+"""``/kimi reservations``: the Capacity Blocks and training plans the watch last saw, with the time left."""
+
+from __future__ import annotations
+
+from bot.bootstrap import Context
+from bot.domain.messages import Heading, Reply, Text, plain
+from bot.services.access import Identity, authorize
+from bot.services.reservations import format_remaining, reservation_overview
+from commands.base import Usage, at
+
+NAME = "reservations"
+USAGE = "/kimi reservations"
+HELP = "Show reserved capacity behind each endpoint and how long it lasts."
+
+
+def parse(args: list[str]) -> None:
+    if args:
+        raise Usage(USAGE)
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    parse(args)
+    authorize(ctx, identity, "view", "reservations")
+    lines = [
+        f"*{v.id.rsplit('/', 1)[-1]}* ({v.kind}, {v.instance_count} × {v.instance_type}, {v.availability_zone or 'any zone'}) "
+        f"· {v.state} · endpoint {v.endpoint or '-'} · ends {at(v.end)} · *{format_remaining(v.remaining)} left*"
+        for v in reservation_overview(ctx)
+    ]
+    parts = (Heading("Reservations"), Text("\n".join(lines) or "None seen yet; the reservation watch reads AWS periodically."))
+    return Reply(parts=parts, text=plain(parts))

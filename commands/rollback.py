@@ -1,0 +1,44 @@
+"""``/kimi rollback [ENDPOINT] [to RELEASE]``: restore the complete previous release tuple and its exact manifest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.bootstrap import Context
+from bot.domain.messages import Reply, reply
+from bot.services.access import Identity
+from bot.services.deployments import request_rollback
+from commands.base import Usage, engine
+
+NAME = "rollback"
+USAGE = "/kimi rollback [ENDPOINT] [to RELEASE]"
+HELP = "Roll an endpoint back to the release live before (or to a named one that was live)."
+
+
+@dataclass(frozen=True)
+class Args:
+    endpoint: str | None
+    release: str | None
+
+
+def parse(args: list[str]) -> Args:
+    if not args:
+        return Args(None, None)
+    if len(args) == 1 and args[0] != "to":
+        return Args(args[0], None)
+    if len(args) == 2 and args[0] == "to":
+        return Args(None, args[1])
+    if len(args) == 3 and args[1] == "to":
+        return Args(args[0], args[2])
+    raise Usage(USAGE)
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    parsed = parse(args)
+    view = request_rollback(ctx, parsed.endpoint, identity, parsed.release)
+
+    def advance() -> None:
+        engine(ctx).advance(view.id)
+
+    return reply(f"Rollback #{view.id} of *{view.endpoint}* to *{view.release}* requested; "
+                 f"the weights are being re-verified — follow the thread.", then=advance)

@@ -1,0 +1,45 @@
+"""``/kimi status [ENDPOINT]``: live release, deployment in flight, admission, last readiness probe, reservation left."""
+
+from __future__ import annotations
+
+from bot.bootstrap import Context
+from bot.domain.messages import Divider, Heading, Part, Reply, Text, deployment_title, plain
+from bot.services.access import Identity, authorize
+from bot.services.deployments import in_flight
+from bot.services.readiness import endpoint_status
+from commands.base import Usage, at
+
+NAME = "status"
+USAGE = "/kimi status [ENDPOINT]"
+HELP = "Show each endpoint's live release, deployment in flight, readiness and reservation time left."
+
+
+def parse(args: list[str]) -> str | None:
+    if len(args) > 1:
+        raise Usage(USAGE)
+    return args[0] if args else None
+
+
+def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+    name = parse(args)
+    authorize(ctx, identity, "view", f"endpoint:{name or '*'}")
+    statuses = endpoint_status(ctx, name, history=1)
+    flying = {v.endpoint: v for v in in_flight(ctx)}
+    parts: list[Part] = []
+    for s in statuses:
+        last = s.last_probe
+        lines = [
+            f"*live release:* {s.live_release} since {at(s.live_since)}" if s.live_release else "*live release:* none",
+            f"*admission:* {'open' if s.admission_open else 'closed'}",
+            f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
+            f"*reservation:* {s.reservation_left} left" + (f" (ends {at(s.reservation.end)})" if s.reservation else ""),
+        ]
+        lines += [f"*incident:* {i.kind} since {at(i.opened_at)} — {i.reason}" for i in s.incidents]
+        dep = flying.get(s.name)
+        if dep is not None:
+            lines.append("*in flight:* " + deployment_title(dep.id, dep.kind, dep.release, dep.endpoint, dep.state)
+                         + (f" (waiting for the {dep.pending.gate} gate)" if dep.pending else ""))
+        parts += [Heading(f"{s.name} ({s.kind}, {s.environment})"), Text("\n".join(lines)), Divider()]
+    if not parts:
+        parts = [Text("No endpoints are configured; declare them in the KIMI_CONFIG file.")]
+    return Reply(parts=tuple(parts), text=plain(parts))
