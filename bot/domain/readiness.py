@@ -35,6 +35,9 @@ class MetricsSnapshot:
     prefix_cache_hit_rate: float | None
     ttft_p50_s: float | None
     ttft_p99_s: float | None
+    # Raw cumulative counters, so a caller comparing two snapshots can get the hit rate of an interval.
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
 
     @property
     def idle(self) -> bool:

@@ -1,0 +1,144 @@
+"""Reads vLLM's Prometheus ``/metrics`` into a :class:`~bot.domain.readiness.MetricsSnapshot`.
+
+The text is parsed with prometheus-client's own parser. Samples are matched on
+their metric name only and summed across label sets: current vLLM adds an
+``engine`` label (one series per data-parallel engine) and may serve several
+model names, so a scraper keyed on the full label set would break. Names renamed
+in vLLM 0.9 (``gpu_cache_usage_perc``, ``gpu_prefix_cache_*``) are read when the
+current ones are absent.
+
+Time-to-first-token quantiles come from the cumulative histogram buckets with the
+same linear interpolation as PromQL's ``histogram_quantile``; they describe every
+request since the server started (there is no rate window in one scrape).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from bot.domain.readiness import MetricsSnapshot
+
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+class MetricsUnavailable(Exception):
+    """``/metrics`` could not be read or parsed; the message says why in one line."""
+
+
+def _samples(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]]:
+    """Every sample by its exposed name (``…_total``, ``…_bucket`` included)."""
+    found: dict[str, list[tuple[Mapping[str, str], float]]] = defaultdict(list)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                found[sample.name].append((sample.labels, float(sample.value)))
+    except ValueError as exc:
+        raise MetricsUnavailable(f"/metrics is not Prometheus text: {str(exc).splitlines()[0][:200]}") from None
+    return found
+
+
+def _sum(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], names: Sequence[str]) -> float | None:
+    """The first present name's values summed over label sets; None when no name is exposed."""
+    for name in names:
+        values = [v for _, v in samples.get(name, []) if not math.isnan(v)]
+        if values:
+            return sum(values)
+    return None
+
+
+def _max(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], names: Sequence[str]) -> float | None:
+    # A usage fraction does not add up across engines: each has its own cache, and the fullest one
+    # is the one that starts preempting, so report that one.
+    for name in names:
+        values = [v for _, v in samples.get(name, []) if not math.isnan(v)]
+        if values:
+            return max(values)
+    return None
+
+
+def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
+    """PromQL's ``histogram_quantile`` over cumulative ``(upper bound, count)`` buckets.
+
+    Returns None when there are no observations or no ``+Inf`` bucket. A rank
+    that falls in the ``+Inf`` bucket yields the highest finite upper bound.
+    """
+    ordered = sorted(buckets)
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+        return None
+    # Counts must not fall with the bound; a scrape racing an update can break that, as Prometheus notes.
+    fixed: list[tuple[float, float]] = []
+    for bound, count in ordered:
+        fixed.append((bound, max(count, fixed[-1][1]) if fixed else count))
+    total = fixed[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    below_bound, below_count = 0.0, 0.0
+    for index, (bound, count) in enumerate(fixed):
+        if count >= rank:
+            if math.isinf(bound):
+                return fixed[-2][0]
+            if index == 0 and bound <= 0:
+                return bound
+            in_bucket = count - below_count
+            if in_bucket <= 0:
+                return bound
+            return below_bound + (bound - below_bound) * (rank - below_count) / in_bucket
+        below_bound, below_count = bound, count
+    return fixed[-2][0]
+
+
+def _histogram(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> list[tuple[float, float]]:
+    """Cumulative buckets summed across label sets; ``_count`` stands in for a missing ``+Inf`` bucket."""
+    counts: dict[float, float] = defaultdict(float)
+    for labels, value in samples.get(f"{name}_bucket", []):
+        try:
+            counts[float(labels["le"])] += value
+        except (KeyError, ValueError):
+            continue
+    if counts and math.inf not in counts:
+        total = _sum(samples, (f"{name}_count",))
+        if total is not None:
+            counts[math.inf] = total
+    return sorted(counts.items())
+
+
+def parse_metrics(text: str) -> MetricsSnapshot:
+    """A snapshot from one ``/metrics`` text; a metric the server does not expose is None."""
+    samples = _samples(text)
+    hits = _sum(samples, PREFIX_HITS)
+    queries = _sum(samples, PREFIX_QUERIES)
+    buckets = _histogram(samples, TTFT)
+    return MetricsSnapshot(
+        running=_sum(samples, RUNNING),
+        waiting=_sum(samples, WAITING),
+        kv_cache_usage=_max(samples, KV_USAGE),
+        prefix_cache_hit_rate=(hits / queries) if hits is not None and queries else None,
+        ttft_p50_s=histogram_quantile(0.5, buckets),
+        ttft_p99_s=histogram_quantile(0.99, buckets),
+        prefix_cache_hits=hits,
+        prefix_cache_queries=queries,
+    )
+
+
+def scrape(client: httpx.Client, url: str) -> MetricsSnapshot:
+    """GET ``url`` and parse it; any failure becomes :class:`MetricsUnavailable` with its reason."""
+    try:
+        response = client.get(url)
+    except httpx.TimeoutException:
+        raise MetricsUnavailable(f"timed out reading {url}") from None
+    except httpx.TransportError as exc:
+        raise MetricsUnavailable(f"cannot reach {url}: {exc}") from None
+    if response.status_code != 200:
+        raise MetricsUnavailable(f"{url} answered HTTP {response.status_code}")
+    return parse_metrics(response.text)
