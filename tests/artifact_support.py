@@ -1,0 +1,75 @@
+"""Shared pieces for the artifact tests: moto's server over HTTP and a seeded good release."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from bot.adapters.aws.artifacts import S3EcrArtifactVerifier
+from bot.domain.checks import Check
+from bot.domain.release import ReleaseManifest
+from bot.sandbox import MotoStandIn, seed_good_release, start_moto
+from tests.conftest import EXAMPLE_RELEASE
+
+
+def example_manifest() -> ReleaseManifest:
+    return ReleaseManifest.model_validate(yaml.safe_load(EXAMPLE_RELEASE.read_text()))
+
+
+@dataclass
+class Seeded:
+    """A moto server holding a good release, with clients and a verifier pointed at it."""
+
+    moto: MotoStandIn
+    s3: Any
+    ecr: Any
+    release: ReleaseManifest
+    progress: list[tuple[str, int, int]]
+
+    def verifier(self, **kwargs: Any) -> S3EcrArtifactVerifier:
+        return S3EcrArtifactVerifier(self.s3, self.ecr, progress=lambda *a: self.progress.append(a), **kwargs)
+
+    def variant(self, **changes: Any) -> ReleaseManifest:
+        """The seeded release with some fields replaced, without validation (checks must judge it)."""
+        fields = {name: getattr(self.release, name) for name in type(self.release).model_fields}
+        fields.update(changes)
+        return ReleaseManifest.model_construct(**fields)
+
+    def serving(self, args: list[str] | None = None, env: dict[str, str] | None = None) -> Any:
+        current = self.release.serving
+        return current.model_construct(args=args if args is not None else list(current.args), env=env if env is not None else dict(current.env))
+
+    @property
+    def bucket(self) -> str:
+        return self.release.weights.bucket
+
+    @property
+    def prefix(self) -> str:
+        return self.release.weights.key_prefix
+
+
+@pytest.fixture()
+def moto() -> Iterator[MotoStandIn]:
+    stand_in = start_moto()
+    # moto keeps its state per process, shared by every server in it: start each test from nothing.
+    httpx.post(f"{stand_in.url}/moto-api/reset", timeout=10).raise_for_status()
+    try:
+        yield stand_in
+    finally:
+        stand_in.stop()
+
+
+@pytest.fixture()
+def seeded(moto: MotoStandIn) -> Seeded:
+    s3, ecr = moto.client("s3"), moto.client("ecr")
+    release = seed_good_release(s3, ecr, example_manifest())
+    return Seeded(moto=moto, s3=s3, ecr=ecr, release=release, progress=[])
+
+
+def not_passing(checks: list[Check]) -> dict[str, str]:
+    return {c.name: c.status for c in checks if c.status != "pass"}
