@@ -233,9 +233,9 @@ class KubernetesCluster:
                 if reading.state != last_state:
                     tell(f"{endpoint.name}: {reading.reason}", reading.state)
                     last_state = reading.state
-                for line in self._pods_and_events(endpoint):
-                    if line not in said:
-                        said.add(line)
+                for key, line in self._pods_and_events(endpoint):
+                    if key not in said:
+                        said.add(key)
                         tell(line, last_state)
                 if reading.verdict == "succeeded":
                     return RolloutOutcome("succeeded", reading.reason, time.monotonic() - started)
@@ -253,16 +253,18 @@ class KubernetesCluster:
                                       time.monotonic() - started)
             stop.wait(min(self.poll_seconds, remaining))
 
-    def _pods_and_events(self, endpoint: EndpointSettings) -> list[str]:
-        lines: list[str] = []
+    def _pods_and_events(self, endpoint: EndpointSettings) -> list[tuple[str, str]]:
+        """(dedup key, line) for each pod state and event of the endpoint."""
+        lines: list[tuple[str, str]] = []
         for pod in self.rest.items(collection_path("Pod", endpoint.namespace)):
             if belongs_to(str((pod.get("metadata") or {}).get("name", "")), endpoint.name):
-                lines.append(pod_summary(pod))
+                summary = pod_summary(pod)
+                lines.append((summary, summary))
         events = [e for e in self.rest.items(collection_path("Event", endpoint.namespace))
                   if belongs_to(str((e.get("involvedObject") or {}).get("name", "")), endpoint.name)]
         events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
         # Each event once, keyed by name and count, newest few only so a resumed watch does not flood the thread.
-        lines.extend(f"event {event_summary(e)} [{event_key(e)}]" for e in events[-EVENTS_PER_POLL:])
+        lines.extend((event_key(e), f"event {event_summary(e)}") for e in events[-EVENTS_PER_POLL:])
         return lines
 
     # -- admission ------------------------------------------------------------------------------------

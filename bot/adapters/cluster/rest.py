@@ -83,12 +83,15 @@ class Rest:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
-        response = self.api_client.call_api(
-            path, method, query_params=query or [], header_params=headers, body=body,
-            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-            _request_timeout=REQUEST_TIMEOUT,
+        method, url, headers, body, post = self.api_client.param_serialize(
+            method=method, resource_path=path, query_params=query or [], header_params=headers, body=body,
+            auth_settings=["BearerToken"],
         )
-        data = response.data
+        response = self.api_client.call_api(method, url, header_params=headers, body=body, post_params=post,
+                                            _request_timeout=REQUEST_TIMEOUT)
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response, body=data.decode("utf-8", "replace") if data else None)
         return json.loads(data) if data else {}
 
     def get(self, path: str) -> dict[str, Any] | None:
@@ -119,6 +122,12 @@ class Rest:
             if exc.status == 409:
                 raise ApplyConflict(_conflicts(obj, exc)) from None
             raise
+
+    def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", path, body=obj, content_type="application/json")
+
+    def delete(self, path: str) -> dict[str, Any]:
+        return self._call("DELETE", path)
 
     def merge_patch(self, path: str, patch: dict[str, Any], *, manager: str) -> dict[str, Any]:
         return self._call("PATCH", path, query=[("fieldManager", manager)], body=patch, content_type=MERGE_CONTENT_TYPE)

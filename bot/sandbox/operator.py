@@ -1,0 +1,167 @@
+"""A thread that plays the HyperPod inference operator (or the EKS Deployment controller).
+
+It polls the emulator over HTTP with the official client, like a controller
+would: for every ``InferenceEndpointConfig`` (or ``Deployment``) whose
+``metadata.generation`` it has not handled yet, it walks ``status`` through the
+phases, creates the model pod and events, and ends according to ``behaviour``:
+
+* ``succeed`` — DeploymentPending → DeploymentInProgress → DeploymentComplete
+  (EKS: the Deployment becomes Available);
+* ``fail`` — … → DeploymentFailed with ``failure_reason`` and a CrashLoopBackOff
+  pod (EKS: ProgressDeadlineExceeded);
+* ``hang`` — stays DeploymentInProgress for ever.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import threading
+import uuid
+from typing import Any, Literal
+
+from bot.adapters.cluster.rest import Rest, collection_path, object_path
+
+log = logging.getLogger(__name__)
+
+Behaviour = Literal["succeed", "fail", "hang"]
+DEFAULT_FAILURE = "CUDA out of memory while loading experts: tried to allocate 24.00 GiB"
+
+
+def _ts() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class OperatorSimulator:
+    """Start with ``with OperatorSimulator(rest, "model-serving"):``; stops on exit."""
+
+    def __init__(self, rest: Rest, namespace: str, *, kind: Literal["hyperpod", "eks"] = "hyperpod",
+                 behaviour: Behaviour = "succeed", step_seconds: float = 0.05, failure_reason: str = DEFAULT_FAILURE) -> None:
+        self.rest = rest
+        self.namespace = namespace
+        self.kind = kind
+        self.behaviour: Behaviour = behaviour
+        self.step_seconds = step_seconds
+        self.failure_reason = failure_reason
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"operator-{kind}", daemon=True)
+        self._progress: dict[str, tuple[int, int]] = {}  # name -> (generation, step)
+        self.errors: list[str] = []
+
+    def __enter__(self) -> "OperatorSimulator":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    @property
+    def _resource(self) -> str:
+        return "InferenceEndpointConfig" if self.kind == "hyperpod" else "Deployment"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.step_seconds):
+            try:
+                for obj in self.rest.items(collection_path(self._resource, self.namespace)):
+                    self._advance(obj)
+            except Exception as exc:  # keep playing; the test sees the error list if it matters
+                self.errors.append(repr(exc))
+                log.debug("operator simulator step failed", exc_info=True)
+
+    def _advance(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        name, generation = meta["name"], int(meta.get("generation", 1))
+        seen_generation, step = self._progress.get(name, (0, 0))
+        if generation != seen_generation:
+            step = 0
+        last = 2 if self.behaviour != "hang" else 1
+        if step > last:
+            return
+        pod = f"{name}-{hashlib.sha256(f'{name}{generation}'.encode()).hexdigest()[:8]}-x7k2q"
+        if self.kind == "hyperpod":
+            self._hyperpod_step(name, generation, step, pod)
+        else:
+            self._eks_step(name, generation, step, pod)
+        self._progress[name] = (generation, step + 1)
+
+    def _status(self, name: str, status: dict[str, Any]) -> None:
+        path = object_path(self._resource, name, self.namespace) + "/status"
+        self.rest.merge_patch(path, {"status": status}, manager=f"{self.kind}-operator-simulator")
+
+    def _hyperpod_step(self, name: str, generation: int, step: int, pod: str) -> None:
+        if step == 0:
+            self._status(name, {"state": "DeploymentPending", "observedGeneration": generation,
+                                "deploymentStatus": {"name": name, "deploymentObjectOverallState": "DeploymentPending"}})
+            self._event(name, "InferenceEndpointConfig", "Normal", "DeploymentPending", "Creating the model Deployment")
+        elif step == 1:
+            self._pod(pod, name, "Pending", waiting="ContainerCreating")
+            self._event(pod, "Pod", "Normal", "Scheduled", f"Successfully assigned {self.namespace}/{pod} to the p6-b300 node")
+            self._status(name, {"state": "DeploymentInProgress", "observedGeneration": generation,
+                                "deploymentStatus": {"name": name, "deploymentObjectOverallState": "DeploymentInProgress",
+                                                     "lastUpdated": _ts()}})
+        elif self.behaviour == "succeed":
+            self._pod(pod, name, "Running", ready=True)
+            self._event(pod, "Pod", "Normal", "Started", "Started container vllm")
+            self._status(name, {"state": "DeploymentComplete", "observedGeneration": generation,
+                                "deploymentStatus": {"name": name, "deploymentObjectOverallState": "DeploymentComplete",
+                                                     "lastUpdated": _ts()},
+                                "endpoints": {"sagemaker": {"state": "CreationCompleted"}}})
+        else:
+            self._pod(pod, name, "Running", waiting="CrashLoopBackOff")
+            self._event(pod, "Pod", "Warning", "BackOff", "Back-off restarting failed container vllm")
+            self._status(name, {"state": "DeploymentFailed", "observedGeneration": generation,
+                                "deploymentStatus": {"name": name, "deploymentObjectOverallState": "DeploymentFailed",
+                                                     "reason": "ModelLoadFailed", "message": self.failure_reason,
+                                                     "lastUpdated": _ts()}})
+
+    def _eks_step(self, name: str, generation: int, step: int, pod: str) -> None:
+        base = {"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1}
+        if step == 0:
+            self._status(name, {**base, "availableReplicas": 0, "unavailableReplicas": 1, "conditions": [
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated", "message": "created a new ReplicaSet"}]})
+        elif step == 1:
+            self._pod(pod, name, "Pending", waiting="ContainerCreating")
+            self._event(pod, "Pod", "Normal", "Scheduled", f"Successfully assigned {self.namespace}/{pod}")
+        elif self.behaviour == "succeed":
+            self._pod(pod, name, "Running", ready=True)
+            self._status(name, {**base, "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 0, "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]})
+        else:
+            self._pod(pod, name, "Running", waiting="CrashLoopBackOff")
+            self._event(pod, "Pod", "Warning", "BackOff", "Back-off restarting failed container vllm")
+            self._status(name, {**base, "availableReplicas": 0, "conditions": [
+                {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+                {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                 "message": f'ReplicaSet "{name}" has timed out progressing: {self.failure_reason}'}]})
+
+    def _pod(self, pod: str, owner: str, phase: str, *, ready: bool = False, waiting: str | None = None) -> None:
+        state: dict[str, Any] = {"running": {"startedAt": _ts()}} if waiting is None else {"waiting": {"reason": waiting}}
+        status = {"phase": phase, "containerStatuses": [
+            {"name": "vllm", "ready": ready, "restartCount": 0 if waiting != "CrashLoopBackOff" else 3,
+             "image": "vllm", "imageID": "", "state": state}]}
+        path = object_path("Pod", pod, self.namespace)
+        if self.rest.get(path) is None:
+            self.rest.create(collection_path("Pod", self.namespace), {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "namespace": self.namespace, "labels": {"app": owner}},
+                "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                "status": status,
+            })
+        else:
+            self.rest.merge_patch(path + "/status", {"status": status}, manager="kubelet")
+
+    def _event(self, involved: str, kind: str, type_: str, reason: str, message: str) -> None:
+        name = f"{involved}.{uuid.uuid4().hex[:12]}"
+        self.rest.create(collection_path("Event", self.namespace), {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "involvedObject": {"kind": kind, "name": involved, "namespace": self.namespace},
+            "type": type_, "reason": reason, "message": message, "count": 1,
+            "firstTimestamp": _ts(), "lastTimestamp": _ts(), "source": {"component": f"{self.kind}-operator"},
+        })
