@@ -46,14 +46,17 @@ def _labels(release: ReleaseManifest, endpoint: EndpointSettings) -> dict[str, s
     }
 
 
-def _annotations(release: ReleaseManifest, release_hash: str) -> dict[str, str]:
-    return {
+def _annotations(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> dict[str, str]:
+    annotations = {
         RELEASE_LABEL: release.name,
         HASH_ANNOTATION: release_hash,
         "kimi-ops.io/model-commit": release.model.commit,
         "kimi-ops.io/weights-prefix": release.weights.prefix,
         "kimi-ops.io/licence-version": release.licence.version,
     }
+    if endpoint.reservation_id:
+        annotations["kimi-ops.io/reservation"] = endpoint.reservation_id
+    return annotations
 
 
 def _metadata(name: str, namespace: str | None, release: ReleaseManifest, endpoint: EndpointSettings,
@@ -61,7 +64,7 @@ def _metadata(name: str, namespace: str | None, release: ReleaseManifest, endpoi
     meta: dict[str, Any] = {
         "name": name,
         "labels": _labels(release, endpoint),
-        "annotations": _annotations(release, release_hash),
+        "annotations": _annotations(release, endpoint, release_hash),
     }
     if namespace is not None:
         meta["namespace"] = namespace
@@ -256,7 +259,7 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
                 "progressDeadlineSeconds": endpoint.max_deploy_seconds,
                 "selector": {"matchLabels": dict(selector)},
                 "template": {
-                    "metadata": {"labels": _labels(release, endpoint), "annotations": _annotations(release, release_hash)},
+                    "metadata": {"labels": _labels(release, endpoint), "annotations": _annotations(release, endpoint, release_hash)},
                     "spec": pod_spec,
                 },
             },
