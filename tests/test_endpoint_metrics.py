@@ -1,0 +1,306 @@
+"""vLLM metrics snapshots and drain: from the real sample texts and from the live stand-in.
+
+Samples come from ``protocol-samples/vllm`` (vLLM's own documentation output); the
+live tests drive the stand-in into known states (requests held running, queued,
+prefixes shared) and read them back through ``/metrics`` over HTTP.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.adapters.endpoint import HttpEndpointClient, MetricsUnavailable, histogram_quantile, parse_metrics
+from bot.config import EndpointSettings
+from bot.sandbox.openai_server import OpenAIServer
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "protocol-samples" / "vllm"
+SERVED = "Kimi-K3"
+
+
+def doc_sample(name: str) -> str:
+    """A sample as published in vLLM's docs, minus the shell prompt and the docs' "..." elisions."""
+    lines = (SAMPLES / name).read_text().splitlines()
+    return "\n".join(line for line in lines if not line.startswith("$ ") and line.strip() != "...") + "\n"
+
+
+class FakeTime:
+    """A monotonic clock that only moves when drain sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture()
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer(served_model=SERVED) as running:
+        yield running
+        running.release()
+
+
+@pytest.fixture()
+def endpoint(server: OpenAIServer) -> EndpointSettings:
+    return EndpointSettings(name="kimi-test", url=server.url, served_model_name=SERVED)
+
+
+def chat(url: str, text: str, *, stream: bool = True) -> httpx.Response:
+    body = {"model": SERVED, "messages": [{"role": "user", "content": text}], "stream": stream}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+
+
+def in_background(url: str, texts: list[str]) -> list[threading.Thread]:
+    threads = [threading.Thread(target=chat, args=(url, text), daemon=True) for text in texts]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+# -- real sample texts ----------------------------------------------------------------------------------------
+
+
+def test_docs_example_gives_running_requests_and_ttft_quantiles() -> None:
+    snap = parse_metrics(doc_sample("vllm_metrics_docs_design_example.txt"))
+
+    assert snap.running == 8.0
+    # 140 observations; the 70th falls in (0.02, 0.04] after 13 → 0.02 + 0.02 * 57/84.
+    assert snap.ttft_p50_s == pytest.approx(0.02 + 0.02 * 57 / 84)
+    # The 138.6th falls in (0.08, 0.1] after 138 → 0.08 + 0.02 * 0.6/2 (the _count stands in for +Inf).
+    assert snap.ttft_p99_s == pytest.approx(0.086)
+    assert snap.waiting is None and snap.kv_cache_usage is None and snap.prefix_cache_hit_rate is None
+
+
+def test_sample_without_vllm_serving_metrics_reports_nothing() -> None:
+    snap = parse_metrics(doc_sample("vllm_metrics_docs_usage_example.txt"))
+
+    assert (snap.running, snap.waiting, snap.kv_cache_usage, snap.ttft_p50_s) == (None, None, None, None)
+    assert not (snap.running is not None and snap.idle)
+
+
+def test_text_that_is_not_prometheus_is_refused_with_a_reason() -> None:
+    # The docs' cache-config block elides labels with "...", which no Prometheus parser accepts.
+    with pytest.raises(MetricsUnavailable, match="not Prometheus text"):
+        parse_metrics(doc_sample("vllm_metrics_docs_design_http_and_cacheinfo.txt"))
+
+
+MULTI_ENGINE = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Kimi-K3"} 3.0
+vllm:num_requests_running{engine="1",model_name="Kimi-K3"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="Kimi-K3"} 1.0
+vllm:num_requests_waiting{engine="1",model_name="Kimi-K3"} 4.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Kimi-K3"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="Kimi-K3"} 0.75
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="Kimi-K3"} 600.0
+vllm:prefix_cache_queries_total{engine="1",model_name="Kimi-K3"} 400.0
+vllm:prefix_cache_queries_created{engine="0",model_name="Kimi-K3"} 1.7e9
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{engine="0",model_name="Kimi-K3"} 300.0
+vllm:prefix_cache_hits_total{engine="1",model_name="Kimi-K3"} 100.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="Kimi-K3"} 50.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="Kimi-K3"} 100.0
+vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="Kimi-K3"} 100.0
+vllm:time_to_first_token_seconds_count{engine="0",model_name="Kimi-K3"} 100.0
+vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1",model_name="Kimi-K3"} 0.0
+vllm:time_to_first_token_seconds_bucket{engine="1",le="1.0",model_name="Kimi-K3"} 100.0
+vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="Kimi-K3"} 100.0
+vllm:time_to_first_token_seconds_count{engine="1",model_name="Kimi-K3"} 100.0
+"""
+
+
+def test_label_sets_of_several_engines_are_summed() -> None:
+    snap = parse_metrics(MULTI_ENGINE)
+
+    assert (snap.running, snap.waiting) == (5.0, 5.0)
+    assert snap.kv_cache_usage == 0.75  # the fullest engine, not a meaningless sum of fractions
+    assert snap.prefix_cache_hit_rate == pytest.approx(0.4)
+    assert (snap.prefix_cache_hits, snap.prefix_cache_queries) == (400.0, 1000.0)
+    # 200 observations, 50 at ≤ 0.1 s: the median (100th) is in (0.1, 1.0] → 0.1 + 0.9 * 50/150.
+    assert snap.ttft_p50_s == pytest.approx(0.1 + 0.9 * 50 / 150)
+
+
+def test_names_from_before_vllm_0_9_are_read() -> None:
+    text = """\
+vllm:gpu_cache_usage_perc{model_name="Kimi-K3"} 0.5
+vllm:gpu_prefix_cache_queries_total{model_name="Kimi-K3"} 200.0
+vllm:gpu_prefix_cache_hits_total{model_name="Kimi-K3"} 50.0
+"""
+    snap = parse_metrics(text)
+
+    assert snap.kv_cache_usage == 0.5
+    assert snap.prefix_cache_hit_rate == 0.25
+
+
+@pytest.mark.parametrize(
+    ("q", "buckets", "expected"),
+    [
+        (0.5, [(1.0, 10.0), (math.inf, 10.0)], 0.5),  # the first bucket interpolates from zero
+        (0.99, [(1.0, 1.0), (2.0, 1.0), (math.inf, 10.0)], 2.0),  # rank in +Inf → highest finite bound
+        (0.5, [(1.0, 0.0), (math.inf, 0.0)], None),  # no observations
+        (0.5, [(1.0, 5.0), (2.0, 10.0)], None),  # no +Inf bucket
+        (0.5, [(1.0, 6.0), (2.0, 4.0), (math.inf, 10.0)], 5.0 / 6.0),  # a falling count is treated as flat
+    ],
+)
+def test_histogram_quantile_follows_promql(q, buckets, expected) -> None:
+    result = histogram_quantile(q, buckets)
+    assert result == (pytest.approx(expected) if expected is not None else None)
+
+
+# -- the live stand-in ----------------------------------------------------------------------------------------
+
+
+def test_live_idle_server_reports_zero_running_and_waiting(server, endpoint) -> None:
+    snap = HttpEndpointClient().metrics(endpoint)
+
+    assert (snap.running, snap.waiting) == (0.0, 0.0)
+    assert snap.idle
+    assert snap.kv_cache_usage == 0.0
+    assert snap.ttft_p50_s is None  # nothing served yet
+
+
+def test_live_running_queued_and_kv_usage_reflect_requests(server, endpoint) -> None:
+    server.configure(max_running=2, max_waiting=1, kv_capacity_tokens=64)
+    server.hold()
+    threads = in_background(server.url, ["first request", "second request", "third request"])
+    assert server.wait_for(lambda s: s.running == 2 and s.waiting == 1)
+
+    snap = HttpEndpointClient().metrics(endpoint)
+
+    assert (snap.running, snap.waiting) == (2.0, 1.0)
+    assert 0 < snap.kv_cache_usage <= 1
+    overflow = chat(server.url, "fourth request")
+    assert overflow.status_code == 429
+    server.release()
+    for thread in threads:
+        thread.join(timeout=10)
+    after = HttpEndpointClient().metrics(endpoint)
+    assert (after.running, after.waiting, after.kv_cache_usage) == (0.0, 0.0, 0.0)
+    assert server.stats().served == 3 and server.stats().rejected == 1
+
+
+def test_live_ttft_histogram_is_fed_by_served_requests(server, endpoint) -> None:
+    server.configure(first_token_delay=0.3)
+    for text in ("one", "two"):
+        assert chat(server.url, text).status_code == 200
+
+    snap = HttpEndpointClient().metrics(endpoint)
+
+    # Both first tokens took ≥ 0.3 s, so both sit above vLLM's 0.25 s bucket bound.
+    assert snap.ttft_p50_s >= 0.25
+    assert snap.ttft_p99_s >= snap.ttft_p50_s
+
+
+def test_live_prefix_cache_hits_when_prompts_share_a_prefix(server, endpoint) -> None:
+    shared = "You are Kimi, a coding assistant for the platform team. " * 8
+    chat(server.url, shared + "Question one?")
+    cold = HttpEndpointClient().metrics(endpoint)
+    chat(server.url, shared + "Question two?")
+    warm = HttpEndpointClient().metrics(endpoint)
+
+    assert cold.prefix_cache_hit_rate == 0.0
+    assert warm.prefix_cache_hit_rate > 0.3
+    assert warm.prefix_cache_hits > cold.prefix_cache_hits
+
+
+def test_live_legacy_metric_names_are_read(server, endpoint) -> None:
+    server.configure(legacy_metric_names=True)
+    shared = "a shared system prompt long enough to fill blocks " * 6
+    chat(server.url, shared + "x")
+    chat(server.url, shared + "y")
+
+    text = httpx.get(f"{server.url}/metrics").text
+    snap = HttpEndpointClient().metrics(endpoint)
+
+    assert "vllm:gpu_cache_usage_perc" in text and "vllm:kv_cache_usage_perc" not in text
+    assert snap.kv_cache_usage == 0.0
+    assert snap.prefix_cache_hit_rate > 0
+
+
+def test_metrics_from_a_closed_port_raise_metrics_unavailable(server, endpoint) -> None:
+    server.stop()
+
+    with pytest.raises(MetricsUnavailable, match="cannot reach"):
+        HttpEndpointClient(connect_timeout=1.0).metrics(endpoint)
+
+
+# -- drain ----------------------------------------------------------------------------------------------------
+
+
+def test_drain_succeeds_at_once_when_idle(server, endpoint) -> None:
+    fake = FakeTime()
+    client = HttpEndpointClient(sleep=fake.sleep, clock=fake.clock)
+
+    drained, last = client.drain(endpoint, timeout_seconds=60)
+
+    assert drained
+    assert last is not None and last.idle
+    assert fake.slept == []
+
+
+def test_drain_reports_not_drained_when_requests_run_past_the_deadline(server, endpoint) -> None:
+    server.hold()
+    threads = in_background(server.url, ["a long generation"])
+    assert server.wait_for(lambda s: s.running == 1)
+    fake = FakeTime()
+    client = HttpEndpointClient(sleep=fake.sleep, clock=fake.clock, drain_poll_seconds=5)
+
+    drained, last = client.drain(endpoint, timeout_seconds=12)
+
+    assert not drained
+    assert last is not None and last.running == 1.0
+    assert fake.slept == [5, 5, 2]  # polled until the deadline, never past it
+
+    server.release()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert client.drain(endpoint, timeout_seconds=12)[0]
+
+
+def test_drain_waits_for_the_queue_to_empty(server, endpoint) -> None:
+    server.configure(max_running=1, max_waiting=4)
+    server.hold()
+    threads = in_background(server.url, ["running", "queued"])
+    assert server.wait_for(lambda s: s.running == 1 and s.waiting == 1)
+    polls: list[float] = []
+
+    def release_on_second_poll(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 2:
+            server.release()
+            assert server.wait_for(lambda s: s.running == 0 and s.waiting == 0)
+
+    client = HttpEndpointClient(sleep=release_on_second_poll, drain_poll_seconds=0.01)
+
+    drained, last = client.drain(endpoint, timeout_seconds=600)
+
+    assert drained and last.idle
+    assert len(polls) == 2  # busy twice, then empty
+    for thread in threads:
+        thread.join(timeout=10)
+
+
+def test_drain_of_an_unreachable_endpoint_is_not_drained(server, endpoint) -> None:
+    server.stop()
+    fake = FakeTime()
+    client = HttpEndpointClient(sleep=fake.sleep, clock=fake.clock, connect_timeout=1.0, drain_poll_seconds=10)
+
+    drained, last = client.drain(endpoint, timeout_seconds=20)
+
+    assert not drained and last is None
+    assert sum(fake.slept) == 20
