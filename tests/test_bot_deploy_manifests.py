@@ -7,15 +7,21 @@ Role, a ClusterRole or the IAM policy fails a test until someone changes the con
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import json
 import re
+import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from bot.adapters.cluster import kube
 from bot.adapters.cluster.rest import RESOURCES
@@ -468,3 +474,49 @@ def test_image_contains_every_package_and_the_build_context_keeps_local_state_ou
         assert _dockerignore_admits(source), f".dockerignore excludes {source}, which the Dockerfile copies"
     for private in (".venv/bin/python", ".kimi-ops/kimi-ops.db", ".git/config", "tests/conftest.py", ".env", "bot/__pycache__/x.pyc"):
         assert not _dockerignore_admits(private), f"{private} would be sent to the image build"
+
+
+def _runtime_closure() -> set[str]:
+    """Distributions the image installs: the runtime dependencies (with their extras) and theirs, transitively."""
+    pending = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    seen: set[str] = set()
+    while pending:
+        requirement = pending.pop()
+        name = canonicalize_name(requirement.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        for raw in metadata.requires(requirement.name) or []:
+            child = Requirement(raw)
+            extras = requirement.extras or {""}
+            if child.marker is None or any(child.marker.evaluate({"extra": extra}) for extra in extras):
+                pending.append(child)
+    return seen
+
+
+def test_every_library_the_bot_imports_is_installed_in_the_image() -> None:
+    """The image installs runtime dependencies only; a module imported from a dev-only package breaks it there.
+
+    ``bot/sandbox`` (the embedded stand-ins for the demo) is the one part built on dev dependencies.
+    """
+    installed = _runtime_closure()
+    providers = metadata.packages_distributions()
+    missing: dict[str, str] = {}
+    for package in ("bot", "commands", "jobs", "migrations"):
+        for path in (REPO / package).rglob("*.py"):
+            if path.relative_to(REPO).parts[:2] == ("bot", "sandbox"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    modules = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules = [node.module]
+                else:
+                    continue
+                for module in modules:
+                    top = module.split(".")[0]
+                    if top in sys.stdlib_module_names or top in ("bot", "commands", "jobs", "migrations"):
+                        continue
+                    if not {canonicalize_name(d) for d in providers.get(top, [])} & installed:
+                        missing[top] = str(path.relative_to(REPO))
+    assert missing == {}, "imported but not a runtime dependency (add it to [project].dependencies)"
