@@ -43,6 +43,9 @@ ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 422: "Unprocessable
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # The stdlib's backlog of 5 drops simultaneous connects (the traffic gate's bursts) into
+    # one-second SYN retries; a real server's backlog is far larger.
+    request_queue_size = 1024
     engine: Engine
 
 

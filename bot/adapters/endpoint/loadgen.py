@@ -75,8 +75,9 @@ class _Sampler(threading.Thread):
         self.stop_event = threading.Event()
         self.queue: float | None = None
         self.kv: float | None = None
-        self.hit_rate: float | None = None
         self.failures = 0
+        self.first: MetricsSnapshot | None = None
+        self.last: MetricsSnapshot | None = None
 
     def sample_once(self) -> None:
         try:
@@ -84,12 +85,22 @@ class _Sampler(threading.Thread):
         except Exception:  # a missing /metrics must not stop the sweep; the level reports "n/a"
             self.failures += 1
             return
+        self.first = self.first or snap
+        self.last = snap
         if snap.waiting is not None:
             self.queue = max(self.queue or 0.0, snap.waiting)
         if snap.kv_cache_usage is not None:
             self.kv = max(self.kv or 0.0, snap.kv_cache_usage)
-        if snap.prefix_cache_hit_rate is not None:
-            self.hit_rate = snap.prefix_cache_hit_rate
+
+    def hit_rate(self) -> float | None:
+        """Prefix-cache hits over queries during this level only (the counters are cumulative)."""
+        if self.first is None or self.last is None:
+            return None
+        hits = (self.last.prefix_cache_hits, self.first.prefix_cache_hits)
+        queries = (self.last.prefix_cache_queries, self.first.prefix_cache_queries)
+        if None in hits or None in queries or queries[0] - queries[1] <= 0:  # type: ignore[operator]
+            return None
+        return (hits[0] - hits[1]) / (queries[0] - queries[1])  # type: ignore[operator]
 
     def run(self) -> None:
         while not self.stop_event.wait(self.interval):
@@ -99,13 +110,13 @@ class _Sampler(threading.Thread):
         self.stop_event.set()
         self.join()
         self.sample_once()
-        return MetricsPeak(queue_depth=self.queue, kv_cache_usage=self.kv, prefix_cache_hit_rate=self.hit_rate)
+        return MetricsPeak(queue_depth=self.queue, kv_cache_usage=self.kv, prefix_cache_hit_rate=self.hit_rate())
 
 
 class HttpLoadGenerator:
     """Runs the sweep with one thread per simulated client over a shared httpx connection pool."""
 
-    def __init__(self, metrics: MetricsReader | None = None, *, metrics_interval: float = 0.1,
+    def __init__(self, metrics: MetricsReader | None = None, *, metrics_interval: float = 0.05,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.metrics = metrics
         self.metrics_interval = metrics_interval
@@ -162,6 +173,7 @@ class HttpLoadGenerator:
         lock = threading.Lock()
         sampler = _Sampler(lambda: self.metrics(endpoint), self.metrics_interval) if self.metrics else None
         if sampler is not None:
+            sampler.sample_once()  # the baseline of the cumulative prefix-cache counters
             sampler.start()
 
         def record(sample: Sample) -> None:
