@@ -131,9 +131,22 @@ def apply(owners: Owners, manager: str, api_version: str, live: dict[str, Any], 
         remove(new, path)
     for path in sorted(wanted, key=len):
         put(new, path, get(config, path))
+    _order(new, config)
     owners[manager] = {"operation": "Apply", "apiVersion": api_version, "fields": wanted}
     _drop_empty(owners)
     return new
+
+
+def _order(live: Any, config: Any) -> None:
+    """Named list items follow the applied configuration's order (the others keep theirs, after them)."""
+    if isinstance(config, dict) and isinstance(live, dict):
+        for key, value in config.items():
+            _order(live.get(key), value)
+    elif _named_list(config) and isinstance(live, list):
+        rank = {item["name"]: i for i, item in enumerate(config)}
+        live.sort(key=lambda item: rank.get(item.get("name") if isinstance(item, dict) else None, len(rank)))
+        for item in config:
+            _order(next((i for i in live if isinstance(i, dict) and i.get("name") == item["name"]), None), item)
 
 
 def update(owners: Owners, manager: str, api_version: str, patch: dict[str, Any]) -> None:

@@ -1,0 +1,349 @@
+"""The cluster adapter against kmock's Kubernetes emulator over HTTP, with a simulated HyperPod operator.
+
+Preflight, server-side apply (idempotent, conflicts, refusals), rollout watches to
+success, failure, timeout and stop, resuming after a restart, and admission.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from bot.adapters.clock import FrozenClock
+from bot.adapters.cluster import InvalidManifest, KubernetesCluster
+from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
+from bot.adapters.cluster.rest import object_path
+from bot.config import EndpointSettings
+from bot.domain.release import ReleaseManifest
+from bot.domain.rollout import RenderedManifest, RolloutProgress
+from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
+from bot.sandbox.operator import OperatorSimulator
+from tests.conftest import EXAMPLE_RELEASE, START
+
+NS = "model-serving"
+
+
+@pytest.fixture()
+def kube() -> Iterator[KubeStandIn]:
+    with start_kube() as stand_in:
+        yield stand_in
+
+
+@pytest.fixture()
+def seeded(kube: KubeStandIn) -> KubeStandIn:
+    seed_cluster(kube.rest(), namespace=NS, zone="us-east-1a")
+    return kube
+
+
+@pytest.fixture()
+def cluster(seeded: KubeStandIn) -> KubernetesCluster:
+    return KubernetesCluster(seeded.api_client(), poll_seconds=0.02, clock=FrozenClock(START))
+
+
+@pytest.fixture()
+def release() -> ReleaseManifest:
+    return ReleaseManifest.model_validate(yaml.safe_load(EXAMPLE_RELEASE.read_text()))
+
+
+def endpoint(kind: str = "hyperpod", **overrides: Any) -> EndpointSettings:
+    data: dict[str, Any] = {"name": f"kimi-{kind}", "kind": kind, "namespace": NS, "availability_zone": "us-east-1a"}
+    data.update(overrides)
+    return EndpointSettings(**data)
+
+
+def main_object(kube: KubeStandIn, ep: EndpointSettings) -> dict[str, Any] | None:
+    kind = "InferenceEndpointConfig" if ep.kind == "hyperpod" else "Deployment"
+    return kube.rest().get(object_path(kind, ep.name, NS))
+
+
+def other_release(release: ReleaseManifest) -> ReleaseManifest:
+    data = release.model_dump(mode="json")
+    data["name"] = "kimi-k3-2026-09-01"
+    data["serving"]["env"]["VLLM_LOGGING_LEVEL"] = "INFO"
+    return ReleaseManifest.model_validate(data)
+
+
+class Progress(list[RolloutProgress]):
+    def __call__(self, item: RolloutProgress) -> None:
+        self.append(item)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(p.message for p in self)
+
+
+# -- preflight ---------------------------------------------------------------------------------------------
+
+
+def test_preflight_passes_on_a_ready_hyperpod_cluster_and_reports_the_gpu_zone(cluster: KubernetesCluster) -> None:
+    checks = {c.name: c for c in cluster.preflight(endpoint())}
+    assert {n: c.status for n, c in checks.items()} == {
+        "cluster.crd": "pass", "cluster.operator": "pass", "cluster.namespace": "pass", "cluster.gpu_nodes": "pass"}
+    assert checks["cluster.gpu_nodes"].details["zones"] == ["us-east-1a"]
+
+
+def test_eks_preflight_does_not_ask_for_the_hyperpod_operator(cluster: KubernetesCluster) -> None:
+    assert [c.name for c in cluster.preflight(endpoint("eks"))] == ["cluster.namespace", "cluster.gpu_nodes"]
+
+
+def test_preflight_reports_a_missing_crd(seeded: KubeStandIn, cluster: KubernetesCluster) -> None:
+    seeded.remove("CustomResourceDefinition", crd_name())
+    crd = next(c for c in cluster.preflight(endpoint()) if c.name == "cluster.crd")
+    assert crd.status == "fail" and "install the HyperPod inference operator" in crd.reason
+
+
+def test_preflight_reports_an_unavailable_operator(kube: KubeStandIn) -> None:
+    seed_cluster(kube.rest(), namespace=NS, operator_available=False)
+    checks = {c.name: c for c in KubernetesCluster(kube.api_client()).preflight(endpoint())}
+    assert checks["cluster.operator"].status == "fail" and "not available" in checks["cluster.operator"].reason
+    assert checks["cluster.crd"].status == "pass"
+
+
+def test_preflight_reports_a_missing_namespace(cluster: KubernetesCluster) -> None:
+    checks = {c.name: c for c in cluster.preflight(endpoint(namespace="kimi-elsewhere"))}
+    assert checks["cluster.namespace"].status == "fail" and "kimi-elsewhere does not exist" in checks["cluster.namespace"].reason
+
+
+def test_preflight_reports_a_node_without_eight_gpus(kube: KubeStandIn) -> None:
+    seed_cluster(kube.rest(), namespace=NS, gpus=4)
+    nodes = next(c for c in KubernetesCluster(kube.api_client()).preflight(endpoint()) if c.name == "cluster.gpu_nodes")
+    assert nodes.status == "fail" and "8 allocatable nvidia.com/gpu" in nodes.reason and "=4" in nodes.reason
+
+
+def test_preflight_reports_no_node_of_the_instance_type(kube: KubeStandIn) -> None:
+    seed_cluster(kube.rest(), namespace=NS, instance_type="ml.p5.48xlarge")
+    nodes = next(c for c in KubernetesCluster(kube.api_client()).preflight(endpoint()) if c.name == "cluster.gpu_nodes")
+    assert nodes.status == "fail" and "no node of type p6-b300.48xlarge" in nodes.reason
+
+
+def test_preflight_is_an_error_not_a_pass_when_the_api_server_is_unreachable() -> None:
+    config = client.Configuration()
+    config.host = "http://127.0.0.1:9"
+    config.retries = 0
+    with client.ApiClient(config) as api:
+        checks = KubernetesCluster(api).preflight(endpoint())
+    assert {c.status for c in checks} == {"error"}
+    assert all("could not ask the Kubernetes API" in c.reason for c in checks)
+
+
+# -- apply -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["hyperpod", "eks"])
+def test_apply_creates_the_objects_and_applying_the_same_manifest_again_changes_nothing(
+        kind: str, seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint(kind)
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    first = cluster.apply(ep, manifest)
+    assert first.changed and first.conflicts == [] and first.manifest.sha256 == manifest.sha256
+    live = main_object(seeded, ep)
+    assert live is not None and live["spec"] == manifest.objects[-1 if kind == "hyperpod" else 3]["spec"]
+    managers = {m["manager"] for m in live["metadata"]["managedFields"]}
+    assert managers == {"kimi-ops"}
+    version = live["metadata"]["resourceVersion"]
+
+    again = cluster.apply(ep, RenderedManifest.from_text(manifest.text))
+    assert not again.changed and again.conflicts == []
+    assert main_object(seeded, ep)["metadata"]["resourceVersion"] == version  # type: ignore[index]
+
+
+def test_a_new_release_changes_the_spec_and_its_generation(seeded: KubeStandIn, cluster: KubernetesCluster,
+                                                             release: ReleaseManifest) -> None:
+    ep = endpoint()
+    cluster.apply(ep, cluster.render(release, ep, release.tuple_hash()))
+    newer = other_release(release)
+    result = cluster.apply(ep, cluster.render(newer, ep, newer.tuple_hash()))
+    live = main_object(seeded, ep)
+    assert result.changed and live is not None
+    assert live["metadata"]["generation"] == 2
+    assert live["metadata"]["labels"]["kimi-ops.io/release"] == "kimi-k3-2026-09-01"
+    assert {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"} in live["spec"]["worker"]["environmentVariables"]
+
+
+def test_an_invalid_stored_manifest_is_refused_with_schema_paths_and_nothing_is_applied(
+        seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint()
+    objects = copy.deepcopy(cluster.render(release, ep, release.tuple_hash()).objects)
+    objects[0]["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] = 0
+    broken = RenderedManifest.of(objects)
+    with pytest.raises(InvalidManifest) as refused:
+        cluster.apply(ep, broken)
+    assert refused.value.errors == [
+        "InferenceEndpointConfig/kimi-hyperpod spec.worker.requestLimits.maxConcurrentRequests: 0 is less than the minimum of 1"]
+    assert main_object(seeded, ep) is None
+
+
+def test_a_field_owned_by_another_manager_is_reported_as_a_conflict_and_only_forced_on_request(
+        seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint()
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+    path = object_path("InferenceEndpointConfig", ep.name, NS)
+    seeded.rest().merge_patch(path, {"spec": {"worker": {"requestLimits": {"maxConcurrentRequests": 32}}}},
+                              manager="kubectl-edit")
+
+    refused = cluster.apply(ep, manifest)
+    assert not refused.changed
+    assert refused.conflicts == ['InferenceEndpointConfig/kimi-hyperpod .spec.worker.requestLimits.maxConcurrentRequests: '
+                                 'conflict with "kubectl-edit" using inference.sagemaker.aws.amazon.com/v1']
+    assert main_object(seeded, ep)["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] == 32  # type: ignore[index]
+
+    forced = cluster.apply(ep, manifest, force=True)
+    assert forced.changed and forced.conflicts == []
+    assert main_object(seeded, ep)["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] == 8  # type: ignore[index]
+
+
+def test_a_conflict_on_one_eks_object_applies_none_of_them(seeded: KubeStandIn, cluster: KubernetesCluster,
+                                                           release: ReleaseManifest) -> None:
+    ep = endpoint("eks")
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+    seeded.rest().merge_patch(object_path("Deployment", ep.name, NS), {"spec": {"replicas": 0}}, manager="kubectl-scale")
+    newer = other_release(release)
+    result = cluster.apply(ep, cluster.render(newer, ep, newer.tuple_hash()))
+    assert [c.split(":")[0] for c in result.conflicts] == ["Deployment/kimi-eks .spec.replicas"]
+    service = seeded.rest().get(object_path("Service", ep.name, NS))
+    assert service is not None and service["metadata"]["labels"]["kimi-ops.io/release"] == "kimi-k3-2026-08-01"
+
+
+# -- watch -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["hyperpod", "eks"])
+def test_a_rollout_is_followed_to_success_with_pods_and_events(
+        kind: str, seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint(kind)
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+    progress = Progress()
+    with OperatorSimulator(seeded.rest(), NS, kind=kind, step_seconds=0.02):  # type: ignore[arg-type]
+        outcome = cluster.watch(ep, manifest, timeout_seconds=30, on_progress=progress)
+    assert outcome.status == "succeeded"
+    assert "ContainerCreating" in progress.text and "Running (ready)" in progress.text
+    assert "event Normal Scheduled Pod/" in progress.text
+    if kind == "hyperpod":
+        assert [p.state for p in progress if p.message.startswith("kimi-hyperpod:")][-1] == "DeploymentComplete"
+        assert "DeploymentInProgress" in [p.state for p in progress]
+    assert all(p.at == START.isoformat() for p in progress)
+
+
+@pytest.mark.parametrize("kind", ["hyperpod", "eks"])
+def test_a_failed_rollout_reports_the_operators_reason(kind: str, seeded: KubeStandIn, cluster: KubernetesCluster,
+                                                       release: ReleaseManifest) -> None:
+    ep = endpoint(kind)
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+    progress = Progress()
+    with OperatorSimulator(seeded.rest(), NS, kind=kind, behaviour="fail", step_seconds=0.02,  # type: ignore[arg-type]
+                           failure_reason="CUDA out of memory while loading experts"):
+        outcome = cluster.watch(ep, manifest, timeout_seconds=30, on_progress=progress)
+    assert outcome.status == "failed"
+    assert "CUDA out of memory while loading experts" in outcome.reason
+    assert ("DeploymentFailed" if kind == "hyperpod" else "ProgressDeadlineExceeded") in outcome.reason
+    assert "CrashLoopBackOff" in progress.text and "event Warning BackOff" in progress.text
+
+
+def test_a_rollout_that_never_finishes_times_out_at_the_deadline(seeded: KubeStandIn, cluster: KubernetesCluster,
+                                                                 release: ReleaseManifest) -> None:
+    ep = endpoint()
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+    progress = Progress()
+    with OperatorSimulator(seeded.rest(), NS, behaviour="hang", step_seconds=0.02):
+        outcome = cluster.watch(ep, manifest, timeout_seconds=0.5, on_progress=progress)
+    assert outcome.status == "timed_out"
+    assert "no verdict within" in outcome.reason
+
+
+def test_the_stop_event_ends_a_watch(seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint()
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+    stop = threading.Event()
+    in_progress = threading.Event()
+    outcomes: list[Any] = []
+
+    def note(item: RolloutProgress) -> None:
+        if item.state == "DeploymentInProgress":
+            in_progress.set()
+
+    with OperatorSimulator(seeded.rest(), NS, behaviour="hang", step_seconds=0.02):
+        watcher = threading.Thread(target=lambda: outcomes.append(
+            cluster.watch(ep, manifest, timeout_seconds=600, on_progress=note, stop=stop)))
+        watcher.start()
+        assert in_progress.wait(30)
+        stop.set()
+        watcher.join(30)
+    assert not watcher.is_alive()
+    assert outcomes[0].status == "stopped"
+
+
+def test_a_watch_resumes_after_a_restart_and_never_trusts_the_previous_releases_status(
+        seeded: KubeStandIn, release: ReleaseManifest) -> None:
+    ep = endpoint()
+    before_restart = KubernetesCluster(seeded.api_client(), poll_seconds=0.02)
+    manifest = before_restart.render(release, ep, release.tuple_hash())
+    before_restart.apply(ep, manifest)
+    with OperatorSimulator(seeded.rest(), NS, step_seconds=0.02):
+        assert before_restart.watch(ep, manifest, timeout_seconds=30, on_progress=Progress()).status == "succeeded"
+
+    after_restart = KubernetesCluster(seeded.api_client(), poll_seconds=0.02)  # a new process, same cluster
+    assert after_restart.watch(ep, manifest, timeout_seconds=30, on_progress=Progress()).status == "succeeded"
+
+    newer = other_release(release)
+    newer_manifest = after_restart.render(newer, ep, newer.tuple_hash())
+    after_restart.apply(ep, newer_manifest)
+    # The operator has not seen generation 2 yet: the old DeploymentComplete is not this release's success.
+    stale = after_restart.watch(ep, newer_manifest, timeout_seconds=0.3, on_progress=Progress())
+    assert stale.status == "timed_out"
+    with OperatorSimulator(seeded.rest(), NS, step_seconds=0.02):
+        assert after_restart.watch(ep, newer_manifest, timeout_seconds=30, on_progress=Progress()).status == "succeeded"
+
+
+def test_watching_an_endpoint_that_was_never_applied_fails_at_once(cluster: KubernetesCluster,
+                                                                  release: ReleaseManifest) -> None:
+    ep = endpoint()
+    outcome = cluster.watch(ep, cluster.render(release, ep, release.tuple_hash()), timeout_seconds=30, on_progress=Progress())
+    assert outcome.status == "failed" and "does not exist" in outcome.reason
+
+
+# -- admission ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["hyperpod", "eks"])
+def test_admission_close_and_reopen_are_visible_in_the_configmap_and_on_the_endpoint(
+        kind: str, seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint(kind)
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+
+    cluster.set_admission(ep, False, "closed for rollback #7")
+    configmap = seeded.rest().get(object_path("ConfigMap", f"kimi-ops-admission-{ep.name}", NS))
+    assert configmap is not None
+    assert configmap["data"] == {"open": "false", "reason": "closed for rollback #7", "changed-at": START.isoformat(),
+                                 "endpoint": ep.name}
+    assert main_object(seeded, ep)["metadata"]["annotations"][ADMISSION_ANNOTATION] == "closed"  # type: ignore[index]
+
+    # Re-applying the release neither conflicts with nor removes the admission marker.
+    again = cluster.apply(ep, manifest)
+    assert not again.changed and again.conflicts == []
+    assert main_object(seeded, ep)["metadata"]["annotations"][ADMISSION_ANNOTATION] == "closed"  # type: ignore[index]
+
+    cluster.set_admission(ep, True, "reopened after rollback #7")
+    assert cluster.admission(ep) == {"open": "true", "reason": "reopened after rollback #7",
+                                     "changed-at": START.isoformat(), "endpoint": ep.name}
+    assert main_object(seeded, ep)["metadata"]["annotations"][ADMISSION_ANNOTATION] == "open"  # type: ignore[index]
+
+
+def test_admission_can_be_closed_before_anything_is_deployed(seeded: KubeStandIn, cluster: KubernetesCluster) -> None:
+    ep = endpoint()
+    assert cluster.admission(ep) is None
+    cluster.set_admission(ep, False, "maintenance")
+    assert cluster.admission(ep)["open"] == "false"  # type: ignore[index]
+    assert main_object(seeded, ep) is None
