@@ -37,4 +37,5 @@ def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
         engine(ctx).advance(view.id)
 
     return reply(f"Deployment #{view.id} of *{view.release}* to *{view.endpoint}* requested; "
-                 f"its artifact checks are running — follow the thread.", then=advance)
+                 f"its artifact checks are running — follow the thread.", then=advance,
+                 deployment_id=view.id)

@@ -41,4 +41,5 @@ def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
         engine(ctx).advance(view.id)
 
     return reply(f"Rollback #{view.id} of *{view.endpoint}* to *{view.release}* requested; "
-                 f"the weights are being re-verified — follow the thread.", then=advance)
+                 f"the weights are being re-verified — follow the thread.", then=advance,
+                 deployment_id=view.id)

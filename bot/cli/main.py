@@ -49,6 +49,7 @@ from bot.cli import db as _db  # noqa: E402
 from bot.cli import demo as _demo  # noqa: E402
 from bot.cli import jobs as _jobs  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
+from bot.cli import serve as _serve  # noqa: E402
 from bot.cli import workflow as _workflow  # noqa: E402
 
 app.add_typer(_db.app, name="db")
@@ -56,6 +57,7 @@ app.add_typer(_release.app, name="release")
 _demo.register(app)
 _workflow.register(app)
 _jobs.register(app)
+_serve.register(app)
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:

@@ -72,12 +72,19 @@ class Reply:
     ephemeral: bool = True
     # Runs after Slack got its acknowledgement; its reply (if any) is posted the same way.
     then: Callable[[], "Reply | None"] | None = field(default=None, compare=False)
+    # The deployment this reply opened, so its thread can go where the request was made.
+    deployment_id: int | None = None
 
 
-def reply(*lines: str, ephemeral: bool = True, then: Callable[[], "Reply | None"] | None = None) -> Reply:
+def reply(
+    *lines: str,
+    ephemeral: bool = True,
+    then: Callable[[], "Reply | None"] | None = None,
+    deployment_id: int | None = None,
+) -> Reply:
     """A plain reply: one text part made of ``lines``."""
     body = "\n".join(lines)
-    return Reply(parts=(Text(body),), text=body, ephemeral=ephemeral, then=then)
+    return Reply(parts=(Text(body),), text=body, ephemeral=ephemeral, then=then, deployment_id=deployment_id)
 
 
 # ---------------------------------------------------------------------------- gate reports

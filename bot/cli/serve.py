@@ -1,0 +1,123 @@
+"""``kimi-ops serve``: run the Slack app over HTTP (waitress) or Socket Mode, with the scheduled jobs.
+
+HTTP serves ``/slack/events``, ``/healthz`` and ``/metrics``. ``--socket`` talks
+to Slack over an outbound WebSocket (no public URL, as the guide's private
+exposure wants) and still serves ``/healthz`` and ``/metrics`` on the port for
+the cluster's probes and Prometheus. A missing credential stops start-up with
+one line naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+import typer
+
+from bot.cli import output
+from bot.config import ConfigError, Settings
+
+log = logging.getLogger("kimi_ops.serve")
+
+OUTBOX_SECONDS = 5.0
+
+
+class HttpServer:
+    """A waitress server for a WSGI app on ``host:port`` (port 0 picks a free one), in a thread."""
+
+    def __init__(self, application: Any, host: str = "127.0.0.1", port: int = 0, threads: int = 16) -> None:
+        from waitress.server import create_server
+
+        self._server = create_server(application, host=host, port=port, threads=threads, ident="kimi-ops")
+        self._thread = threading.Thread(target=self._server.run, name="kimi-http", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.effective_port)  # type: ignore[union-attr]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._server.effective_host}:{self.port}"  # type: ignore[union-attr]
+
+    def start(self) -> "HttpServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.close()
+        self._server.task_dispatcher.shutdown()  # type: ignore[union-attr]
+        self._thread.join(timeout=10)
+
+
+def required_credentials(settings: Settings, socket: bool) -> None:
+    """Refuse to start without the credentials the chosen mode needs (one line each)."""
+    if not settings.slack_bot_token:
+        raise ConfigError("SLACK_BOT_TOKEN is not set; give the bot token (xoxb-…) of the Slack app")
+    if socket and not settings.slack_app_token:
+        raise ConfigError("SLACK_APP_TOKEN is not set; Socket Mode needs an app-level token (xapp-…) with connections:write")
+    if not socket and not settings.slack_signing_secret:
+        raise ConfigError("SLACK_SIGNING_SECRET is not set; HTTP mode verifies every request with the app's signing secret")
+
+
+def serve(
+    host: str = typer.Option("0.0.0.0", "--host", help="Address to listen on."),
+    port: int = typer.Option(3000, "--port", help="Port of /slack/events (HTTP mode), /healthz and /metrics."),
+    socket: bool = typer.Option(False, "--socket", help="Socket Mode: connect out to Slack with SLACK_APP_TOKEN."),
+    jobs: bool = typer.Option(True, "--jobs/--no-jobs", help="Also run the scheduled jobs (with leader election)."),
+) -> None:
+    """Run the Slack bot until interrupted."""
+    from bot.cli.common import context
+    from bot.cli.main import run_guarded
+
+    def body() -> None:
+        from bot.config import load_settings
+
+        required_credentials(load_settings(), socket)
+        ctx = context()
+        settings = ctx.settings
+        _run(ctx, settings, host, port, socket, jobs)
+
+    run_guarded(body)
+
+
+def _run(ctx: Any, settings: Settings, host: str, port: int, socket: bool, jobs: bool) -> None:
+    from bot.app import create_app
+
+    kimi = create_app(ctx, bot_token=settings.slack_bot_token or "",
+                      signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign")
+    http = HttpServer(kimi.wsgi(), host, port).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    runner = None
+    if jobs:
+        from bot.scheduler import JobRunner
+
+        runner = JobRunner(ctx)
+        runner.start()
+    handler = None
+    if socket:
+        from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+        handler = SocketModeHandler(kimi.bolt, settings.slack_app_token)
+        handler.connect()
+    kimi.start_background()
+    output.info(f"kimi-ops is serving on {http.url} ({'Socket Mode' if socket else 'HTTP /slack/events'}); Ctrl-C stops it")
+    try:
+        # The outbox is also written by the scheduled jobs: deliver it periodically, not only after requests.
+        while not stop.wait(OUTBOX_SECONDS):
+            kimi.deliver()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if handler is not None:
+            handler.close()
+        if runner is not None:
+            runner.stop()
+        kimi.close()
+        http.stop()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

@@ -1,0 +1,277 @@
+"""A local stand-in for Slack: a Web API stub server, and signed requests like Slack sends them.
+
+:class:`SlackStub` is a real HTTP server on 127.0.0.1 (ephemeral port) that
+slack_sdk's ``WebClient`` talks to through ``base_url``: it answers
+``auth.test``, records ``chat.postMessage``, ``chat.update``,
+``chat.postEphemeral``, ``views.open``, ``views.publish``,
+``usergroups.users.list`` and posts to ``response_url`` (``/response/<id>``),
+and keeps the resulting channel history so a test or the local shell can read
+what a person would see.
+
+:class:`SlackSender` builds the bodies Slack sends (slash command form,
+``block_actions`` / ``view_submission`` payloads, Events API JSON) in the shapes
+of Slack's own samples, and signs them with the ``v0`` HMAC-SHA256 scheme.
+Tests and ``kimi-ops shell`` reuse both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+JSON_FIELDS = ("blocks", "view", "attachments", "metadata")
+
+
+def sign(secret: str, timestamp: str, body: str) -> str:
+    """Slack's request signature: ``v0=`` + hex HMAC-SHA256 of ``v0:{timestamp}:{body}``."""
+    digest = hmac.new(secret.encode(), f"v0:{timestamp}:{body}".encode(), hashlib.sha256).hexdigest()
+    return f"v0={digest}"
+
+
+@dataclass
+class Call:
+    """One Web API call (or response_url post) the bot made."""
+
+    method: str
+    params: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Message:
+    """A message as a channel member would currently see it (after updates)."""
+
+    channel: str
+    ts: str
+    text: str
+    blocks: list[dict[str, Any]]
+    thread_ts: str | None = None
+    ephemeral_to: str | None = None
+    updated: int = 0
+
+
+class SlackStub:
+    """The Slack Web API stand-in; ``with SlackStub() as slack: …`` or ``start()``/``stop()``."""
+
+    def __init__(self, *, groups: dict[str, list[str]] | None = None, bot_user: str = "UKIMIBOT") -> None:
+        self.groups = dict(groups or {})
+        self.bot_user = bot_user
+        self.calls: list[Call] = []
+        self.messages: list[Message] = []
+        self.views: dict[str, dict[str, Any]] = {}
+        self._ts = itertools.count(1)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "SlackStub":
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read calls, not logs
+                return
+
+            def _answer(self, status: int, payload: dict[str, Any] | str) -> None:
+                data = payload if isinstance(payload, str) else json.dumps(payload)
+                raw = data.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8" if not isinstance(payload, str) else "text/plain")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                self._answer(200, stub.handle(parts.path, _flat(parse_qs(parts.query))))
+
+            def do_POST(self) -> None:
+                parts = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length).decode() if length else ""
+                if (self.headers.get("Content-Type") or "").startswith("application/json"):
+                    params = json.loads(raw or "{}")
+                else:
+                    params = _flat(parse_qs(raw))
+                params.update(_flat(parse_qs(parts.query)))
+                answer = stub.handle(parts.path, params)
+                self._answer(200, answer)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="slack-stub", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "SlackStub":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "start() the stub first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def api_url(self) -> str:
+        """What to give ``WebClient(base_url=…)`` / ``KIMI_SLACK_API_URL``."""
+        return self.url + "/api/"
+
+    def response_url(self, name: str = "r") -> str:
+        return f"{self.url}/response/{name}-{next(self._ts)}"
+
+    # ------------------------------------------------------------------ the API
+    def handle(self, path: str, params: dict[str, Any]) -> dict[str, Any] | str:
+        for key in JSON_FIELDS:
+            if isinstance(params.get(key), str) and params[key][:1] in "[{":
+                params[key] = json.loads(params[key])
+        with self._changed:
+            if path.startswith("/response/"):
+                self.calls.append(Call("response_url", {**params, "url": path}))
+                channel = "response:" + path.rsplit("/", 1)[-1]
+                self.messages.append(Message(channel, self._next_ts(), params.get("text", ""), params.get("blocks") or [],
+                                             ephemeral_to="requester" if params.get("response_type", "ephemeral") == "ephemeral" else None))
+                self._changed.notify_all()
+                return "ok"
+            method = path.removeprefix("/api/")
+            self.calls.append(Call(method, params))
+            answer = self._method(method, params)
+            self._changed.notify_all()
+            return answer
+
+    def _next_ts(self) -> str:
+        return f"1700000000.{next(self._ts):06d}"
+
+    def _method(self, method: str, p: dict[str, Any]) -> dict[str, Any]:
+        if method == "auth.test":
+            return {"ok": True, "url": "https://sandbox.slack.com/", "team": "Sandbox", "user": "kimi-ops",
+                    "team_id": "T0SANDBOX", "user_id": self.bot_user, "bot_id": "B0KIMIOPS", "is_enterprise_install": False}
+        if method == "chat.postMessage":
+            ts = self._next_ts()
+            self.messages.append(Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], thread_ts=p.get("thread_ts")))
+            return {"ok": True, "channel": p["channel"], "ts": ts, "message": {"text": p.get("text", ""), "ts": ts}}
+        if method == "chat.update":
+            for m in self.messages:
+                if m.channel == p["channel"] and m.ts == p["ts"]:
+                    m.text, m.blocks, m.updated = p.get("text", m.text), p.get("blocks") or [], m.updated + 1
+                    return {"ok": True, "channel": m.channel, "ts": m.ts, "text": m.text}
+            return {"ok": False, "error": "message_not_found"}
+        if method == "chat.postEphemeral":
+            ts = self._next_ts()
+            self.messages.append(Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], ephemeral_to=p["user"]))
+            return {"ok": True, "message_ts": ts}
+        if method in ("views.open", "views.publish"):
+            view_id = f"V{next(self._ts):08d}"
+            view = {**p["view"], "id": view_id}
+            self.views[p.get("user_id") or p.get("trigger_id", "")] = view
+            return {"ok": True, "view": view}
+        if method == "usergroups.users.list":
+            group = p.get("usergroup", "")
+            if group not in self.groups:
+                return {"ok": False, "error": "no_such_subteam"}
+            return {"ok": True, "users": list(self.groups[group])}
+        return {"ok": False, "error": "unknown_method"}
+
+    # ------------------------------------------------------------------ reading
+    def calls_to(self, method: str) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.method == method]
+
+    def wait_for(self, predicate: Any, timeout: float = 10.0) -> Any:
+        """Block until ``predicate(self)`` is truthy (the bot answers after its acknowledgement)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                result = predicate(self)
+                if result:
+                    return result
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the bot did not send what was expected; calls so far: "
+                                       + ", ".join(c.method for c in self.calls))
+                self._changed.wait(left)
+
+    def thread(self, channel: str, root_ts: str) -> list[Message]:
+        with self._lock:
+            return [m for m in self.messages if m.channel == channel and (m.ts == root_ts or m.thread_ts == root_ts)]
+
+    def seen_by(self, user: str) -> list[Message]:
+        """Messages shown only to ``user`` (ephemeral), oldest first."""
+        with self._lock:
+            return [m for m in self.messages if m.ephemeral_to == user]
+
+
+def _flat(query: dict[str, list[str]]) -> dict[str, Any]:
+    return {k: v[0] if len(v) == 1 else v for k, v in query.items()}
+
+
+class SlackSender:
+    """Builds and signs what Slack sends to the app (shapes from Slack's own samples)."""
+
+    def __init__(self, signing_secret: str, stub: SlackStub, *, team: str = "T0SANDBOX", command: str = "/kimi") -> None:
+        self.secret = signing_secret
+        self.stub = stub
+        self.team = team
+        self.command = command
+
+    def headers(self, body: str, *, timestamp: int | None = None, content_type: str = "application/x-www-form-urlencoded") -> dict[str, str]:
+        ts = str(int(time.time()) if timestamp is None else timestamp)
+        return {"content-type": content_type, "x-slack-request-timestamp": ts, "x-slack-signature": sign(self.secret, ts, body)}
+
+    def slash(self, user: str, text: str, channel: str = "C0KIMIOPS") -> str:
+        return urlencode({
+            "token": "unused-verification-token", "team_id": self.team, "team_domain": "sandbox", "channel_id": channel,
+            "channel_name": "kimi-ops", "user_id": user, "user_name": user.lower(), "command": self.command, "text": text,
+            "response_url": self.stub.response_url("cmd"), "trigger_id": f"{time.time_ns()}.trigger",
+        })
+
+    def click(self, user: str, message: Message, action_id: str, value: str) -> str:
+        payload = {
+            "type": "block_actions", "user": {"id": user, "username": user.lower(), "team_id": self.team},
+            "api_app_id": "A0KIMIOPS", "token": "unused-verification-token",
+            "container": {"type": "message", "message_ts": message.ts, "channel_id": message.channel, "is_ephemeral": False},
+            "trigger_id": f"{time.time_ns()}.trigger", "team": {"id": self.team, "domain": "sandbox"},
+            "channel": {"id": message.channel, "name": "kimi-ops"},
+            "message": {"type": "message", "ts": message.ts, "text": message.text, "blocks": message.blocks},
+            "response_url": self.stub.response_url("act"),
+            "actions": [{"action_id": action_id, "block_id": "b", "type": "button", "value": value,
+                         "text": {"type": "plain_text", "text": action_id}, "action_ts": f"{time.time():.6f}"}],
+        }
+        return urlencode({"payload": json.dumps(payload)})
+
+    def submit(self, user: str, view: dict[str, Any], values: dict[str, dict[str, str]]) -> str:
+        state = {block: {action: {"type": "plain_text_input", "value": value} for action, value in actions.items()}
+                 for block, actions in values.items()}
+        payload = {
+            "type": "view_submission", "team": {"id": self.team, "domain": "sandbox"},
+            "user": {"id": user, "username": user.lower(), "team_id": self.team}, "api_app_id": "A0KIMIOPS",
+            "token": "unused-verification-token", "trigger_id": f"{time.time_ns()}.trigger",
+            "view": {**view, "state": {"values": state}, "team_id": self.team, "app_id": "A0KIMIOPS"},
+            "response_urls": [],
+        }
+        return urlencode({"payload": json.dumps(payload)})
+
+    def home_opened(self, user: str) -> str:
+        return json.dumps({
+            "token": "unused-verification-token", "team_id": self.team, "api_app_id": "A0KIMIOPS", "type": "event_callback",
+            "event_id": f"Ev{time.time_ns()}", "event_time": int(time.time()),
+            "event": {"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home", "event_ts": f"{time.time():.6f}"},
+        })

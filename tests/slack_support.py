@@ -1,0 +1,99 @@
+"""The Slack test bench: the app served over real HTTP on 127.0.0.1, the Web API stub, signed requests.
+
+``SlackBench`` sends what Slack would send (signed, over HTTP) and reads what a
+person would see from the stub's recorded calls.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bot.app import KimiApp, create_app
+from bot.cli.serve import HttpServer
+from bot.domain.messages import APPROVE, REJECT
+from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+CHANNEL = "C0KIMIPROD"
+
+
+@dataclass
+class SlackBench:
+    app: KimiApp
+    stub: SlackStub
+    sender: SlackSender
+    http: HttpServer
+    client: httpx.Client
+
+    def post(self, body: str, headers: dict[str, str] | None = None, content_type: str = "application/x-www-form-urlencoded") -> httpx.Response:
+        return self.client.post(f"{self.http.url}/slack/events", content=body.encode(),
+                                headers=headers or self.sender.headers(body, content_type=content_type))
+
+    def slash(self, user: str, text: str, channel: str = CHANNEL) -> httpx.Response:
+        return self.post(self.sender.slash(user, text, channel))
+
+    def click(self, user: str, message: Message, action_id: str) -> httpx.Response:
+        return self.post(self.sender.click(user, message, action_id, button(message, action_id)["value"]))
+
+    def home(self, user: str, headers: dict[str, str] | None = None) -> httpx.Response:
+        body = self.sender.home_opened(user)
+        return self.post(body, headers or self.sender.headers(body, content_type="application/json"), "application/json")
+
+    def replies_to(self, user: str, count: int = 1) -> list[Message]:
+        """Wait for ``count`` messages shown only to ``user`` (``"requester"``: answers to a slash command)."""
+        return self.stub.wait_for(lambda s: (found := [m for m in s.messages if m.ephemeral_to == user])
+                                  and len(found) >= count and found)
+
+    def gate_message(self, gate: str, deployment_id: int) -> Message:
+        """The gate message in the deployment's thread, once it has its buttons."""
+        def find(stub: SlackStub) -> Message | None:
+            for m in stub.messages:
+                if m.ephemeral_to is None and f"{gate.capitalize()} gate · deployment #{deployment_id}" in blocks_text(m.blocks):
+                    return m
+            return None
+        return self.stub.wait_for(find)
+
+
+def button(message: Message, action_id: str) -> dict[str, Any]:
+    for block in message.blocks:
+        for element in block.get("elements", []):
+            if element.get("action_id") == action_id:
+                return element
+    raise AssertionError(f"no {action_id} button in {json.dumps(message.blocks)[:500]}")
+
+
+def has_buttons(message: Message) -> bool:
+    return any(e.get("action_id") in (APPROVE, REJECT) for b in message.blocks for e in b.get("elements", []))
+
+
+def blocks_text(blocks: list[dict[str, Any]]) -> str:
+    out = []
+    for b in blocks:
+        text = b.get("text")
+        if isinstance(text, dict):
+            out.append(text.get("text", ""))
+        for e in b.get("elements", []):
+            if isinstance(e, dict) and isinstance(e.get("text"), str):
+                out.append(e["text"])
+            elif isinstance(e, dict) and isinstance(e.get("text"), dict):
+                out.append(e["text"].get("text", ""))
+    return "\n".join(out)
+
+
+def start_bench(ctx: Any, groups: dict[str, list[str]] | None = None) -> SlackBench:
+    stub = SlackStub(groups=groups).start()
+    ctx.settings.slack_api_url = stub.api_url
+    app = create_app(ctx, bot_token="xoxb-test-token", signing_secret=SECRET, workers=8)
+    http = HttpServer(app.wsgi(), "127.0.0.1", 0, threads=8).start()
+    return SlackBench(app, stub, SlackSender(SECRET, stub), http, httpx.Client(timeout=10))
+
+
+def stop_bench(bench: SlackBench) -> None:
+    bench.client.close()
+    bench.http.stop()
+    bench.app.close()
+    bench.stub.stop()

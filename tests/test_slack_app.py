@@ -1,0 +1,196 @@
+"""The Slack app over real HTTP: signatures, commands, buttons, the modal, App Home, metrics — as a person sees them."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
+
+import pytest
+
+from bot.domain.messages import APPROVE, REJECT
+from bot.sandbox.slack_stub import sign
+from bot.services import ports
+from bot.services.releases import register_release
+from tests.slack_support import CHANNEL, SECRET, blocks_text, has_buttons, start_bench, stop_bench
+from tests.workflow_support import (
+    ROLES,
+    FakeCluster,
+    FakeEndpoint,
+    FakeReservations,
+    FakeVerifier,
+    endpoint_config,
+    release_data,
+)
+
+SAMPLES = Path("/work/shared/reference/protocol-samples/slack")
+
+
+@pytest.fixture()
+def bench(make_ctx):
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]})
+    ctx.adapters.update({
+        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+        ports.RESERVATIONS: FakeReservations(),
+    })
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
+    b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"], "S0VIEWERS": ["U0VIEWER"]})
+    yield b
+    stop_bench(b)
+
+
+def test_signing_helper_reproduces_slacks_published_vector() -> None:
+    vector = json.loads((SAMPLES / "slack_signing_vector.json").read_text())
+    assert sign(vector["signing_secret"], vector["x_slack_request_timestamp"], vector["raw_body"]) == vector["x_slack_signature"]
+
+
+def test_forged_stale_and_replayed_requests_get_401_and_do_nothing(bench) -> None:
+    form = dict(parse_qsl((SAMPLES / "slack_slash_command_body_bolt_python.txt").read_text()))
+    form.update(command="/kimi", text="help", response_url=bench.stub.response_url("sample"))
+    body = urlencode(form)
+    now = int(time.time())
+    forged = {"content-type": "application/x-www-form-urlencoded", "x-slack-request-timestamp": str(now),
+              "x-slack-signature": sign("not-the-secret", str(now), body)}
+    assert bench.post(body, forged).status_code == 401
+    stale = bench.sender.headers(body, timestamp=now - 600)
+    assert bench.post(body, stale).status_code == 401
+    good = bench.sender.headers(body)
+    tampered = urlencode({**form, "text": "deploy rel-a"})
+    assert bench.post(tampered, good).status_code == 401  # a signed header replayed on another body
+    assert bench.post(body, good).status_code == 200
+    assert bench.post(body, good).status_code == 401  # the very same signed request again
+    calls = bench.stub.wait_for(lambda s: s.calls_to("response_url"))
+    time.sleep(0.2)
+    assert len(bench.stub.calls_to("response_url")) == len(calls) == 1
+
+
+def test_unknown_or_malformed_input_gets_the_usage_line_in_the_ack(bench) -> None:
+    answer = bench.slash("U0DEPLOYER", "deploy")
+    assert answer.status_code == 200 and "Usage: /kimi deploy RELEASE [to ENDPOINT]" in answer.text
+    answer = bench.slash("U0DEPLOYER", "frobnicate now")
+    assert "unknown sub-command `frobnicate`" in answer.text
+    answer = bench.slash("U0DEPLOYER", "history kimi-prod many")
+    assert "/kimi history [ENDPOINT] [N]" in answer.text
+
+
+def test_help_lists_every_sub_command_from_the_modules(bench) -> None:
+    from commands.registry import COMMANDS
+
+    assert bench.slash("U0VIEWER", "help").status_code == 200
+    reply = bench.replies_to("requester")[0]
+    for module in COMMANDS:
+        assert module.USAGE in blocks_text(reply.blocks)
+
+
+def test_release_list_and_diff_for_a_group_member(bench) -> None:
+    bench.slash("U0VIEWER", "release list")
+    listing = blocks_text(bench.replies_to("requester")[0].blocks)
+    assert "rel-a" in listing and "rel-b" in listing
+    bench.slash("U0VIEWER", "diff rel-a rel-b")
+    diff = blocks_text(bench.replies_to("requester", 2)[1].blocks)
+    assert "EXTRA" in diff
+
+
+def test_someone_without_a_role_is_refused_in_one_sentence(bench) -> None:
+    bench.slash("U0NOBODY", "deploy rel-a")
+    text = bench.replies_to("requester")[0].text
+    assert text.startswith("you need the deployer role")
+    assert "Traceback" not in text
+
+
+def test_deploy_opens_a_thread_with_a_gate_message_and_buttons(bench) -> None:
+    assert bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod").status_code == 200
+    ack = bench.replies_to("requester")[0]
+    assert "Deployment #1" in ack.text
+    gate = bench.gate_message("artifact", 1)
+    assert gate.channel == CHANNEL and gate.thread_ts is not None and has_buttons(gate)
+    root = next(m for m in bench.stub.messages if m.ts == gate.thread_ts)
+    assert "Deployment #1: deploy of *rel-a* to *kimi-prod*" in root.text
+    assert "image.pinned" in blocks_text(gate.blocks)
+
+
+def test_approve_updates_the_message_in_place_and_a_double_click_is_refused(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a")
+    gate = bench.gate_message("artifact", 1)
+    as_seen_before = copy.deepcopy(gate)  # a second client still shows the buttons
+    assert bench.click("U0APPROVER1", gate, APPROVE).status_code == 200
+    bench.stub.wait_for(lambda s: not has_buttons(gate) and "Approved by <@U0APPROVER1>" in blocks_text(gate.blocks))
+    bench.gate_message("infrastructure", 1)
+    assert bench.click("U0APPROVER2", as_seen_before, APPROVE).status_code == 200  # the old message, clicked
+    refusal = bench.replies_to("U0APPROVER2")[0].text
+    assert "is not waiting for a decision" in refusal
+
+
+def test_self_approval_and_strangers_are_refused_with_an_audit_row(bench) -> None:
+    bench.slash("U0ADMIN", "deploy rel-a")
+    gate = bench.gate_message("artifact", 1)
+    bench.click("U0ADMIN", gate, APPROVE)
+    assert "you requested deployment #1; someone else must approve" in bench.replies_to("U0ADMIN")[0].text
+    bench.click("U0STRANGER", gate, APPROVE)
+    assert "you need the approver role" in bench.replies_to("U0STRANGER")[0].text
+    with bench.app.ctx.uow() as uow:
+        refused = {(a.actor, a.action) for a in uow.audit.list(limit=50)}
+    assert {("U0ADMIN", "gate.decision_refused"), ("U0STRANGER", "access.refused")} <= refused
+    assert has_buttons(gate)
+
+
+def test_reject_asks_for_a_reason_in_a_modal_and_ends_the_deployment(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a")
+    gate = bench.gate_message("artifact", 1)
+    bench.click("U0APPROVER2", gate, REJECT)
+    opened = bench.stub.wait_for(lambda s: s.calls_to("views.open"))[0]
+    view = opened.params["view"]
+    assert view["title"]["text"] == "Reject gate"
+    empty = bench.post(bench.sender.submit("U0APPROVER2", view, {"reason": {"reason": "  "}}))
+    assert empty.json()["response_action"] == "errors"
+    bench.post(bench.sender.submit("U0APPROVER2", view, {"reason": {"reason": "weights bucket is wrong"}}))
+    bench.stub.wait_for(lambda s: "Rejected by <@U0APPROVER2>" in blocks_text(gate.blocks) and not has_buttons(gate))
+    assert "weights bucket is wrong" in blocks_text(gate.blocks)
+    assert "rejected the artifact gate" in bench.replies_to("U0APPROVER2")[0].text
+
+
+def test_redelivered_events_change_nothing(bench) -> None:
+    body = bench.sender.home_opened("U0VIEWER")
+    headers = {**bench.sender.headers(body, content_type="application/json"), "x-slack-retry-num": "1",
+               "x-slack-retry-reason": "http_timeout"}
+    assert bench.post(body, headers, "application/json").status_code == 200
+    time.sleep(0.3)
+    assert bench.stub.calls_to("views.publish") == []
+
+
+def test_app_home_shows_each_endpoint_and_is_refreshed_on_change(bench) -> None:
+    assert bench.home("U0VIEWER").status_code == 200
+    first = bench.stub.wait_for(lambda s: s.calls_to("views.publish"))[0]
+    text = blocks_text(first.params["view"]["blocks"])
+    assert "kimi-prod" in text and "live release:* none" in text and "in flight:* nothing" in text
+    bench.slash("U0DEPLOYER", "deploy rel-a")
+    bench.gate_message("artifact", 1)
+    refreshed = bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish")
+                                               if "pending gate:* artifact" in blocks_text(c.params["view"]["blocks"])])
+    assert refreshed[-1].params["user_id"] == "U0VIEWER"
+
+
+def test_unexpected_errors_show_a_correlation_id_that_is_in_the_log(bench, caplog, monkeypatch) -> None:
+    import commands.status as status
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("database exploded with secrets inside")
+
+    monkeypatch.setattr(status, "endpoint_status", broken)
+    with caplog.at_level("ERROR"):
+        bench.slash("U0VIEWER", "status")
+        text = bench.replies_to("requester")[0].text
+    assert "correlation id" in text and "exploded" not in text and "Traceback" not in text
+    correlation = text.split("`")[1]
+    assert any(getattr(r, "correlation_id", None) == correlation for r in caplog.records)
+
+
+def test_healthz_and_metrics_count_requests(bench) -> None:
+    assert bench.client.get(f"{bench.http.url}/healthz").text == "ok\n"
+    bench.slash("U0VIEWER", "help")
+    metrics = bench.client.get(f"{bench.http.url}/metrics").text
+    assert 'kimi_slack_requests_total{kind="command",status="200"} 1.0' in metrics
+    assert 'kimi_slack_ack_seconds_count{kind="command"} 1.0' in metrics
