@@ -154,7 +154,7 @@ class SlackNotifier:
         if not self._ensure_root(uow, dep):
             return
         if event.kind == "deployment.state":
-            self._state_change(dep, payload)
+            self._state_change(uow, dep, payload)
         elif event.kind == "gate.waiting":
             self._gate_waiting(uow, dep, payload)
         elif event.kind == "gate.decided":
@@ -197,10 +197,18 @@ class SlackNotifier:
             self.client.chat_postMessage(channel=dep.slack_channel, thread_ts=dep.slack_thread_ts, text=piece)
         return answer.data if hasattr(answer, "data") else dict(answer)
 
-    def _state_change(self, dep: Deployment, payload: dict[str, Any]) -> None:
+    def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
         target = str(payload.get("to"))
         reason = payload.get("reason")
         self._reply(dep, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), broadcast=target in TERMINAL)
+        self._update_root(dep)
+        if target == "live":
+            # The release this one replaced is no longer live: its thread's title must say so too.
+            for older in uow.deployments.in_states(dep.endpoint_id, ["superseded"]):
+                if older.slack_thread_ts and older.state_reason == f"superseded by deployment #{dep.id}":
+                    self._update_root(older)
+
+    def _update_root(self, dep: Deployment) -> None:
         text = self._root_text(dep)
         self.client.chat_update(channel=dep.slack_channel, ts=dep.slack_thread_ts, text=text, blocks=render([Text(text)]).blocks)
 
