@@ -1,14 +1,28 @@
-"""Readiness probes: alert after N failures or N slow answers, one recovery message, no storm, no probe while closed."""
+"""Readiness probes against the local OpenAI-compatible stand-in through the real endpoint client.
+
+Alert after N failures or N slow first tokens, one recovery message, no storm,
+no probe while admission is closed, and what ``/kimi status`` shows afterwards.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Iterator
+
 import pytest
 
-from bot.domain.readiness import ReadinessResult
+from bot.adapters.endpoint.openai import HttpEndpointClient
+from bot.sandbox.openai_server import OpenAIServer
 from bot.services.readiness import endpoint_status, probe_endpoints
 from bot.services.reservations import watch_reservations
-from tests.jobs_support import DOWN, OK, SLOW, ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
+from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
+
+OBJECTIVE_MS = 400
+HEALTHY = {"fail_status": None, "first_token_delay": 0.0}
+BROKEN = {"fail_status": 500}
+SLOW = {"fail_status": None, "first_token_delay": 0.6}  # 600 ms to the first token against a 400 ms objective
+
 
 def messages(ctx) -> list[tuple[str, str]]:
     with ctx.uow() as uow:
@@ -16,111 +30,103 @@ def messages(ctx) -> list[tuple[str, str]]:
 
 
 @pytest.fixture()
-def probe(make_ctx, clock):
-    endpoint = ScriptedEndpoint()
-    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod", ttft_objective_ms=2000)], oncall_group="S0ONCALL",
-                   readiness_failures_to_alert=3)
-    ctx.adapters["endpoint"] = endpoint
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer() as running:
+        yield running
+
+
+@pytest.fixture()
+def probe(make_ctx, clock, server):
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod", url=server.url, ttft_objective_ms=OBJECTIVE_MS)],
+                   oncall_group="S0ONCALL", readiness_failures_to_alert=3)
+    ctx.adapters["endpoint"] = HttpEndpointClient(timeout=30)
     make_live(ctx, "kimi-prod")
 
-    def run(answer: ReadinessResult, times: int = 1) -> None:
-        endpoint.answer = answer
+    def run(behaviour: dict, times: int = 1) -> None:
+        server.configure(**behaviour)
         for _ in range(times):
             clock.advance(dt.timedelta(minutes=5))
             probe_endpoints(ctx)
 
-    return ctx, endpoint, run
+    return ctx, run
 
 
 def test_failures_alert_after_n_then_one_recovery_and_no_storm(probe) -> None:
-    ctx, _, run = probe
-    run(DOWN, 2)
+    ctx, run = probe
+    run(BROKEN, 2)
     assert messages(ctx) == []
-    run(DOWN)
+    run(BROKEN)
     [(kind, text)] = messages(ctx)
-    assert kind == "readiness.alert" and "<!subteam^S0ONCALL>" in text and "connection refused" in text
-    run(DOWN, 5)
+    assert kind == "readiness.alert" and "<!subteam^S0ONCALL>" in text
+    assert "HTTP 500" in text or "EngineCore" in text  # the reason the endpoint gave
+    run(BROKEN, 5)
     assert len(messages(ctx)) == 1  # one open incident, no storm
-    run(OK, 3)
+    run(HEALTHY, 3)
     assert [k for k, _ in messages(ctx)] == ["readiness.alert", "readiness.recovered"]
-    assert "answering again" in messages(ctx)[1][1] and "180 ms" in messages(ctx)[1][1]
+    assert "answering again" in messages(ctx)[1][1] and "first token" in messages(ctx)[1][1]
     with ctx.uow() as uow:
         actions = [a.action for a in uow.audit.list(subject="endpoint:kimi-prod")]
     assert actions.count("incident.opened") == 1 and actions.count("incident.closed") == 1
 
-    run(DOWN, 3)  # a new outage is a new incident
+    run(BROKEN, 3)  # a new outage is a new incident
     assert [k for k, _ in messages(ctx)] == ["readiness.alert", "readiness.recovered", "readiness.alert"]
 
 
 def test_a_pass_between_failures_resets_the_count(probe) -> None:
-    ctx, _, run = probe
-    run(DOWN, 2)
-    run(OK)
-    run(DOWN, 2)
+    ctx, run = probe
+    run(BROKEN, 2)
+    run(HEALTHY)
+    run(BROKEN, 2)
     assert messages(ctx) == []
 
 
 def test_slow_first_tokens_alert_with_the_objective_and_recover(probe) -> None:
-    ctx, _, run = probe
+    ctx, run = probe
     run(SLOW, 3)
     [(kind, text)] = messages(ctx)
-    assert kind == "readiness.alert" and "2000 ms objective" in text and "4200 ms" in text
-    run(SLOW, 4)
+    assert kind == "readiness.alert" and f"{OBJECTIVE_MS} ms objective" in text
+    run(SLOW)
     assert len(messages(ctx)) == 1
-    run(OK)
+    run(HEALTHY)
     assert messages(ctx)[-1][0] == "readiness.recovered" and "first-token objective" in messages(ctx)[-1][1]
 
 
-def test_no_probe_while_admission_is_closed_or_nothing_is_live(probe, make_ctx) -> None:
-    ctx, endpoint, run = probe
+def test_no_probe_while_admission_is_closed(probe, server) -> None:
+    ctx, run = probe
     with ctx.uow() as uow:
         uow.endpoints.get("kimi-prod").admission_open = False
         uow.commit()
-    run(DOWN, 5)
-    assert endpoint.calls == {} and messages(ctx) == []
-    outcome = probe_endpoints(ctx)
-    assert outcome[0].skipped == "admission closed"
+    run(HEALTHY, 5)
+    assert (server.stats().served, server.stats().rejected) == (0, 0) and messages(ctx) == []
+    assert probe_endpoints(ctx)[0].skipped == "admission closed"
     with ctx.uow() as uow:
         assert list(uow.readiness.recent(uow.endpoints.get("kimi-prod").id)) == []
 
 
-def test_status_shows_last_probe_history_and_reservation_countdown(probe, clock) -> None:
-    ctx, _, run = probe
-    source = ScriptedReservations()
-    source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=3)))
-    ctx.adapters["reservations"] = source
-    watch_reservations(ctx)
-    run(OK)
-    run(DOWN, 3)
-    [status] = endpoint_status(ctx, "kimi-prod")
-    assert status.live_release == "rel-live" and status.admission_open
-    assert status.last_probe is not None and not status.last_probe.ok and status.last_probe.failure_kind == "connection_refused"
-    assert [p.ok for p in status.recent_probes] == [False, False, False, True]
-    assert status.recent_probes[-1].ttft_ms == 180.0 and status.recent_probes[-1].total_ms == 950.0
-    assert [i.kind for i in status.incidents] == ["readiness"]
-    assert status.reservation is not None and status.reservation.id == "cr-0001"
-    assert status.reservation.remaining == dt.timedelta(days=3, minutes=-20) and status.reservation_left == "3.0 days"
+def test_an_answer_arriving_after_admission_closed_is_dropped(probe, server) -> None:
+    ctx, _ = probe
+    server.configure(**HEALTHY)
+    server.hold()  # the completion waits before its first token
 
+    def rollback_closes_admission() -> None:
+        server.wait_for(lambda s: s.running >= 1, timeout=30)
+        with ctx.uow() as uow:
+            uow.endpoints.get("kimi-prod").admission_open = False
+            uow.commit()
+        server.release()
 
-def test_an_answer_arriving_after_admission_closed_is_dropped(probe) -> None:
-    ctx, endpoint, run = probe
-
-    class ClosesMidProbe(ScriptedEndpoint):
-        def readiness(self, spec):
-            with ctx.uow() as uow:  # a rollback closes admission while the completion is in flight
-                uow.endpoints.get(spec.name).admission_open = False
-                uow.commit()
-            return DOWN
-
-    ctx.adapters["endpoint"] = ClosesMidProbe()
+    closer = threading.Thread(target=rollback_closes_admission)
+    closer.start()
     [outcome] = probe_endpoints(ctx)
+    closer.join(30)
     assert not outcome.probed and outcome.skipped == "admission closed during the probe"
     with ctx.uow() as uow:
         assert list(uow.readiness.recent(uow.endpoints.get("kimi-prod").id)) == []
 
 
 def test_an_adapter_that_raises_counts_as_a_failed_probe(probe) -> None:
-    ctx, _, run = probe
+    """A guard against adapter bugs: the real client never raises, so a scripted port raises here."""
+    ctx, _ = probe
 
     class Broken(ScriptedEndpoint):
         def readiness(self, spec):
@@ -131,3 +137,23 @@ def test_an_adapter_that_raises_counts_as_a_failed_probe(probe) -> None:
         [outcome] = probe_endpoints(ctx)
     assert outcome.probed and not outcome.result.ok and outcome.opened == ("readiness",)
     assert "Connection refused" in messages(ctx)[0][1]
+
+
+def test_status_shows_last_probe_history_and_reservation_countdown(probe, server) -> None:
+    ctx, run = probe
+    source = ScriptedReservations()
+    source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=3)))
+    ctx.adapters["reservations"] = source
+    watch_reservations(ctx)
+    run(HEALTHY)
+    run(BROKEN, 3)
+    [status] = endpoint_status(ctx, "kimi-prod")
+    assert status.live_release == "rel-live" and status.admission_open
+    assert status.last_probe is not None and not status.last_probe.ok and status.last_probe.failure_kind == "http_status"
+    assert status.last_probe.http_status == 500
+    assert [p.ok for p in status.recent_probes] == [False, False, False, True]
+    oldest = status.recent_probes[-1]
+    assert oldest.http_status == 200 and oldest.ttft_ms is not None and oldest.total_ms >= oldest.ttft_ms
+    assert [i.kind for i in status.incidents] == ["readiness"]
+    assert status.reservation is not None and status.reservation.id == "cr-0001"
+    assert status.reservation.remaining == dt.timedelta(days=3, minutes=-20) and status.reservation_left == "3.0 days"
