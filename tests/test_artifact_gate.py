@@ -141,6 +141,7 @@ SECRET = "sk-live-7f3a9b2c4d5e6f708192a3b4c5d6e7f8"
     ("extra_args", "env", "where"),
     [
         (["--api-key", SECRET], {}, "args --api-key"),
+        (["--hf-token", "hf_" + "r" * 34], {}, "args --hf-token"),
         ([f"--api-key={SECRET}"], {}, "args --api-key"),
         ([], {"HF_TOKEN": "hf_" + "q" * 34}, "env HF_TOKEN"),
         ([], {"DATABASE_PASSWORD": "hunter2-but-longer"}, "env DATABASE_PASSWORD"),
@@ -154,13 +155,17 @@ def test_secret_in_args_or_env_fails_without_echoing_it(seeded: Seeded, extra_ar
     check = by_name(report.checks)["serving.no_secrets"]
     assert where in check.reason
     dumped = json.dumps(report.model_dump(mode="json"))
-    for value in [SECRET, *env.values()]:
+    for value in [SECRET, *env.values(), *(a for a in extra_args if not a.startswith("-"))]:
         assert value not in dumped
 
 
-def test_secret_references_are_not_secrets(seeded: Seeded) -> None:
-    env = {"HF_TOKEN": "${HF_TOKEN}", "API_KEY": "arn:aws:secretsmanager:us-east-1:123456789012:secret:vllm-key", "EMPTY_SECRET": ""}
-    checks = seeded.verifier().verify(seeded.variant(serving=seeded.serving(env={**seeded.release.serving.env, **env})))
+def test_secret_references_and_lookalike_names_are_not_secrets(seeded: Seeded) -> None:
+    env = {
+        "HF_TOKEN": "${HF_TOKEN}", "API_KEY": "arn:aws:secretsmanager:us-east-1:123456789012:secret:vllm-key", "EMPTY_SECRET": "",
+        "VLLM_MAX_TOKENS": "4096", "HF_TOKEN_PATH": "/var/run/secrets/hf/token",
+    }
+    args = list(seeded.release.serving.args) + ["--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192", "--task", "generate"]
+    checks = seeded.verifier().verify(seeded.variant(serving=seeded.serving(args=args, env={**seeded.release.serving.env, **env})))
     assert not_passing(checks) == {}
 
 

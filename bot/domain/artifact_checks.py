@@ -21,11 +21,13 @@ from bot.domain.release import COMMIT_HEX, DIGEST_REF, WeightObject
 
 NODE_GPUS = 8
 ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
-SECRET_NAME = re.compile(r"(_TOKEN|_SECRET|_KEY|PASSWORD|PASSWD)", re.IGNORECASE)
-SECRET_FLAG = re.compile(r"^--?[a-z0-9-]*(api-key|token|secret|password|passwd)[a-z0-9-]*$", re.IGNORECASE)
+# Whole name parts only: HF_TOKEN and AWS_SECRET_ACCESS_KEY are secrets, VLLM_MAX_TOKENS and HF_TOKEN_PATH are not.
+SECRET_NAME = re.compile(r"((^|_)(TOKEN|SECRET|KEY)$|PASSWORD|PASSWD)", re.IGNORECASE)
+# Likewise --api-key and --hf-token, but not --tokenizer or --max-num-batched-tokens.
+SECRET_FLAG = re.compile(r"^--?([a-z0-9]+-)*(api-key|access-key|secret-key|token|secret|password|passwd)(-[a-z0-9]+)*$", re.IGNORECASE)
 # Credential shapes worth catching even when the name gives nothing away.
 SECRET_VALUE = re.compile(
-    r"(hf_[A-Za-z0-9]{30,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{30,})"
+    r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{30,})"
 )
 # A value that only names where the secret lives is not a secret.
 SECRET_REFERENCE = re.compile(r"^(\$\{[^}]+\}|\$\([^)]+\)|arn:aws[a-z-]*:(secretsmanager|ssm):.+)$")
