@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 
 from bot.adapters.clock import FrozenClock
-from bot.adapters.cluster import InvalidManifest, KubernetesCluster
+from bot.adapters.cluster import ContextClusters, InvalidManifest, KubernetesCluster
 from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
 from bot.adapters.cluster.rest import object_path
 from bot.config import EndpointSettings
@@ -347,3 +347,29 @@ def test_admission_can_be_closed_before_anything_is_deployed(seeded: KubeStandIn
     cluster.set_admission(ep, False, "maintenance")
     assert cluster.admission(ep)["open"] == "false"  # type: ignore[index]
     assert main_object(seeded, ep) is None
+
+
+# -- several clusters --------------------------------------------------------------------------------------
+
+
+def test_each_endpoint_is_served_by_the_cluster_of_its_context(seeded: KubeStandIn, release: ReleaseManifest) -> None:
+    with start_kube() as other:
+        seed_cluster(other.rest(), namespace=NS, zone="us-east-1b")
+        stand_ins = {"prod": seeded, "staging": other}
+
+        def factory(context: str | None) -> client.ApiClient:
+            if context not in stand_ins:
+                raise LookupError(f"context {context!r} not found in kubeconfig")
+            return stand_ins[context].api_client()
+
+        clusters = ContextClusters(client_factory=factory, poll_seconds=0.02)
+        prod, staging = endpoint(cluster_context="prod"), endpoint(cluster_context="staging")
+        assert clusters.cluster(prod) is clusters.cluster(prod)  # one client per context
+        staging_nodes = next(c for c in clusters.preflight(staging) if c.name == "cluster.gpu_nodes")
+        assert staging_nodes.details["zones"] == ["us-east-1b"]
+
+        clusters.apply(staging, clusters.render(release, staging, release.tuple_hash()))
+        assert main_object(other, staging) is not None and main_object(seeded, prod) is None
+
+        [unknown] = clusters.preflight(endpoint(cluster_context="nowhere"))
+        assert unknown.status == "error" and "context 'nowhere' not found" in unknown.reason

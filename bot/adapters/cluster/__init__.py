@@ -2,12 +2,14 @@
 
 :class:`KubernetesCluster` implements the ``Cluster`` port of
 :mod:`bot.services.ports` with the official ``kubernetes`` client, for HyperPod
-(``InferenceEndpointConfig``) and plain EKS endpoints alike.
+(``InferenceEndpointConfig``) and plain EKS endpoints alike; :class:`ContextClusters`
+picks one per endpoint's kubeconfig context.
 """
 
 from __future__ import annotations
 
+from bot.adapters.cluster.contexts import ContextClusters, kubeconfig_client
 from bot.adapters.cluster.errors import InvalidManifest
 from bot.adapters.cluster.kube import FIELD_MANAGER, KubernetesCluster, render_manifest
 
-__all__ = ["FIELD_MANAGER", "InvalidManifest", "KubernetesCluster", "render_manifest"]
+__all__ = ["FIELD_MANAGER", "ContextClusters", "InvalidManifest", "KubernetesCluster", "kubeconfig_client", "render_manifest"]

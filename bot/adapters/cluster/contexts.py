@@ -1,0 +1,77 @@
+"""The ``Cluster`` port across clusters: one :class:`KubernetesCluster` per kubeconfig context.
+
+Endpoints name their cluster with ``cluster_context`` (a kubeconfig context);
+an endpoint without one uses the in-cluster service account when the bot runs
+in a pod, else the kubeconfig's current context. Clients are made on first use
+and kept for the life of the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from bot.adapters.clock import Clock
+from bot.adapters.cluster.kube import KubernetesCluster, render_manifest
+from bot.config import EndpointSettings
+from bot.domain.checks import Check
+from bot.domain.release import ReleaseManifest
+from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+
+ClientFactory = Callable[[str | None], Any]
+
+
+def kubeconfig_client(context: str | None) -> Any:
+    """An ``ApiClient`` for ``context``; ``None`` means in-cluster, falling back to the current context."""
+    from kubernetes import client, config
+
+    if context is None:
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            return config.new_client_from_config()
+    return config.new_client_from_config(context=context)
+
+
+class ContextClusters:
+    """Delegates each call to the cluster of the endpoint's ``cluster_context``."""
+
+    def __init__(self, *, client_factory: ClientFactory = kubeconfig_client, poll_seconds: float = 5.0,
+                 clock: Clock | None = None) -> None:
+        self.client_factory = client_factory
+        self.poll_seconds = poll_seconds
+        self.clock = clock
+        self._clusters: dict[str | None, KubernetesCluster] = {}
+        self._lock = threading.Lock()
+
+    def cluster(self, endpoint: EndpointSettings) -> KubernetesCluster:
+        with self._lock:
+            found = self._clusters.get(endpoint.cluster_context)
+            if found is None:
+                found = KubernetesCluster(self.client_factory(endpoint.cluster_context),
+                                          poll_seconds=self.poll_seconds, clock=self.clock)
+                self._clusters[endpoint.cluster_context] = found
+            return found
+
+    def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
+        return render_manifest(release, endpoint, release_hash)  # needs no cluster
+
+    def preflight(self, endpoint: EndpointSettings) -> list[Check]:
+        try:
+            cluster = self.cluster(endpoint)
+        except Exception as exc:  # no kubeconfig, unknown context: the gate shows why, never a pass
+            return [Check.errored("cluster.access", f"no access to cluster context {endpoint.cluster_context or '(default)'}: {exc}")]
+        return cluster.preflight(endpoint)
+
+    def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult:
+        return self.cluster(endpoint).apply(endpoint, manifest, force=force)
+
+    def watch(self, endpoint: EndpointSettings, manifest: RenderedManifest, *, timeout_seconds: float,
+              on_progress: Callable[[RolloutProgress], None], stop: threading.Event | None = None) -> RolloutOutcome:
+        return self.cluster(endpoint).watch(endpoint, manifest, timeout_seconds=timeout_seconds,
+                                            on_progress=on_progress, stop=stop)
+
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
+        self.cluster(endpoint).set_admission(endpoint, open_, reason)
