@@ -133,7 +133,8 @@ class Engine:
         arrived = time.monotonic()
         with self._cond:
             b = self._behaviour
-            if b.max_running is not None and len(self._running) >= b.max_running:
+            # Queue behind requests already waiting (first come, first served), not only when slots are full.
+            if b.max_running is not None and (len(self._running) >= b.max_running or self._waiting > 0):
                 if self._waiting >= b.max_waiting:
                     self._rejected += 1
                     self._cond.notify_all()
