@@ -101,10 +101,35 @@ def request_kind(body: bytes) -> str:
     return "other"
 
 
+class CountingExecutor(ThreadPoolExecutor):
+    """Bolt's worker pool, counting work not yet finished so a local console can wait for quiet."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending = 0
+        self._quiet = threading.Condition()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        with self._quiet:
+            self._pending += 1
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future: Any) -> None:
+        with self._quiet:
+            self._pending -= 1
+            self._quiet.notify_all()
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        with self._quiet:
+            return self._quiet.wait_for(lambda: self._pending == 0, timeout)
+
+
 class KimiApp:
     """The Slack front end of one process; build it with :func:`create_app`."""
 
-    def __init__(self, ctx: Context, bolt: App, client: WebClient, workers: ThreadPoolExecutor, command: str) -> None:
+    def __init__(self, ctx: Context, bolt: App, client: WebClient, workers: CountingExecutor, command: str) -> None:
         self.ctx = ctx
         self.bolt = bolt
         self.client = client
@@ -371,7 +396,7 @@ def create_app(
 ) -> KimiApp:
     """Build the Slack app on ``ctx``; ``auth.test`` is called once to learn the bot's identity."""
     client = web_client(ctx, bot_token)
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
+    pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
     bolt = App(
         client=client,
         signing_secret=signing_secret,

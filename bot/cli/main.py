@@ -50,6 +50,7 @@ from bot.cli import demo as _demo  # noqa: E402
 from bot.cli import jobs as _jobs  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
 from bot.cli import serve as _serve  # noqa: E402
+from bot.cli import shell as _shell  # noqa: E402
 from bot.cli import workflow as _workflow  # noqa: E402
 
 app.add_typer(_db.app, name="db")
@@ -58,6 +59,7 @@ _demo.register(app)
 _workflow.register(app)
 _jobs.register(app)
 _serve.register(app)
+_shell.register(app)
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:

@@ -1,0 +1,204 @@
+"""``kimi-ops shell``: the Slack bot in a terminal, through the very same dispatch path.
+
+Like Errbot's text backend or Hubot's shell adapter, but nothing is faked
+inside the bot: each line becomes the signed request Slack would send and goes
+through :meth:`bot.app.KimiApp.dispatch`; the bot's Web API calls land in the
+local Slack stub; what a person would see (channel messages, thread replies,
+ephemeral answers, updates in place) is rendered from the same Block Kit as
+text. Buttons are numbered: type the number to press one. ``/as U123`` switches
+the acting Slack user, to exercise separation of duties.
+
+:class:`Shell` is the testable core (feed lines, collect output); the command
+only adds a prompt loop.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from bot.app import KimiApp, create_app
+from bot.bootstrap import Context
+from bot.domain.messages import REJECT
+from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
+
+EMOJI = {
+    ":white_check_mark:": "[ok]", ":warning:": "[warn]", ":x:": "[FAIL]", ":exclamation:": "[ERROR]",
+    ":no_entry:": "[rejected]", ":large_green_circle:": "(live)", ":red_circle:": "(failed)",
+    ":hourglass_flowing_sand:": "(…)", ":arrows_counterclockwise:": "~", ":black_circle:": "(ended)",
+    ":white_circle:": "(superseded)",
+}
+HELP = """Type /kimi COMMAND (e.g. /kimi help), a number to press that button, /as USER_ID to act as someone else, /quit to leave."""
+
+
+def mrkdwn_to_text(text: str) -> str:
+    for code, word in EMOJI.items():
+        text = text.replace(code, word)
+    return re.sub(r"<@([A-Z0-9]+)>", r"@\1", text)
+
+
+def render_blocks(blocks: list[dict[str, Any]], fallback: str, number: Callable[[dict[str, Any]], int]) -> list[str]:
+    """Block Kit as console lines; buttons get the numbers ``number`` assigns."""
+    if not blocks:
+        return [mrkdwn_to_text(fallback)]
+    lines: list[str] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "header":
+            lines.append(f"== {block['text']['text']} ==")
+        elif kind == "section":
+            lines.extend(mrkdwn_to_text(block["text"]["text"]).split("\n"))
+        elif kind == "context":
+            lines.append("  (" + " ".join(mrkdwn_to_text(e.get("text", "")) for e in block.get("elements", [])) + ")")
+        elif kind == "divider":
+            lines.append("-" * 40)
+        elif kind == "actions":
+            lines.append("  " + "  ".join(f"[{number(e)}] {e['text']['text']}" for e in block.get("elements", [])))
+    return lines
+
+
+class Shell:
+    """Feeds lines to the Slack app as a given user and returns what that user would see, as text."""
+
+    def __init__(self, ctx: Context, *, user: str, channel: str = "C0SHELL", groups: dict[str, list[str]] | None = None) -> None:
+        self.ctx = ctx
+        self.user = user
+        self.channel = channel
+        self.stub = SlackStub(groups=groups).start()
+        ctx.settings.slack_api_url = self.stub.api_url
+        secret = secrets.token_hex(16)
+        self.app: KimiApp = create_app(ctx, bot_token="xoxb-local-shell", signing_secret=secret)
+        self.sender = SlackSender(secret, self.stub)
+        self.buttons: list[tuple[Message, dict[str, Any]]] = []
+        self._shown: dict[tuple[str, str], int] = {}
+        self._awaiting_reason: dict[str, Any] | None = None
+        self._views_seen = 0
+
+    def close(self) -> None:
+        self.app.close()
+        self.stub.stop()
+
+    # ------------------------------------------------------------------ input
+    def handle(self, line: str) -> list[str]:
+        """One line typed by the person; returns the lines to print."""
+        line = line.strip()
+        if self._awaiting_reason is not None:
+            view, self._awaiting_reason = self._awaiting_reason, None
+            return self._send(self.sender.submit(self.user, view, {"reason": {"reason": line}}))
+        if not line:
+            return []
+        if line in ("/help", "help", "?"):
+            return [HELP]
+        if line.startswith("/as"):
+            parts = line.split()
+            if len(parts) != 2 or not re.fullmatch(r"[UW][A-Z0-9]+", parts[1]):
+                return ["usage: /as U123ABC (a Slack user ID)"]
+            self.user = parts[1]
+            return [f"now acting as {self.user}"]
+        if line.isdigit():
+            return self._press(int(line))
+        if line.startswith("/kimi"):
+            return self._send(self.sender.slash(self.user, line[len("/kimi"):].strip(), self.channel))
+        return [f"not understood: {line!r}. {HELP}"]
+
+    def _press(self, number: int) -> list[str]:
+        if not 1 <= number <= len(self.buttons):
+            return [f"no button [{number}]; buttons are numbered in the messages above"]
+        message, element = self.buttons[number - 1]
+        out = self._send(self.sender.click(self.user, message, element["action_id"], element.get("value", "")))
+        if element["action_id"] == REJECT:
+            opened = self.stub.calls_to("views.open")
+            if len(opened) > self._views_seen:
+                self._views_seen = len(opened)
+                self._awaiting_reason = opened[-1].params["view"]
+                out.append("Reason for rejecting (one line):")
+        return out
+
+    def _send(self, body: str) -> list[str]:
+        response = self.app.dispatch(body.encode(), self.sender.headers(body))
+        out: list[str] = []
+        if response.status != 200:
+            out.append(f"(Slack would have been answered HTTP {response.status})")
+        elif response.body:
+            out += _ack_lines(response.body)
+        self.app.workers.wait_idle()
+        return out + self.new_output()
+
+    # ------------------------------------------------------------------ output
+    def _number(self, message: Message) -> Callable[[dict[str, Any]], int]:
+        def number(element: dict[str, Any]) -> int:
+            self.buttons.append((message, element))
+            return len(self.buttons)
+
+        return number
+
+    def new_output(self) -> list[str]:
+        """Messages this user can see that are new or changed since last time."""
+        out: list[str] = []
+        for m in list(self.stub.messages):
+            key = (m.channel, m.ts)
+            if self._shown.get(key) == m.updated:
+                continue
+            if m.ephemeral_to not in (None, self.user, "requester"):
+                continue
+            first = key not in self._shown
+            self._shown[key] = m.updated
+            if m.ephemeral_to is not None:
+                where = "only you see"
+            elif m.thread_ts:
+                where = f"thread {m.thread_ts}"
+            else:
+                where = f"#{m.channel} {m.ts}"
+            out.append(f"[{where}]" + ("" if first else " (updated)"))
+            out += ["  " + line for line in render_blocks(m.blocks, m.text, self._number(m))]
+        return out
+
+
+def _ack_lines(body: str) -> list[str]:
+    import json
+
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return [body]
+    if data.get("text"):
+        return ["[only you see]", "  " + mrkdwn_to_text(data["text"])]
+    if data.get("response_action") == "errors":
+        return ["  " + "; ".join(data.get("errors", {}).values())]
+    return []
+
+
+def shell(
+    user: str = typer.Option(None, "--as", help="Slack user ID to start as (default: KIMI_CLI_USER)."),
+    channel: str = typer.Option("C0SHELL", "--channel", help="Channel the commands are typed in."),
+) -> None:
+    """A local console for the Slack bot: /kimi commands, numbered buttons, /as to switch user."""
+    from bot.cli.common import context
+    from bot.cli.main import run_guarded
+
+    def body() -> None:
+        ctx = context()
+        console = Shell(ctx, user=user or ctx.settings.cli_user or "U0LOCAL", channel=channel)
+        typer.echo(f"kimi-ops shell — acting as {console.user}. {HELP}")
+        try:
+            while True:
+                try:
+                    line = input(f"{console.user}> ")
+                except EOFError:
+                    break
+                if line.strip() in ("/quit", "/exit"):
+                    break
+                for out in console.handle(line):
+                    typer.echo(out)
+        finally:
+            console.close()
+
+    run_guarded(body)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("shell")(shell)

@@ -1,0 +1,69 @@
+"""The local shell: the same dispatch path as Slack, read as text, buttons pressed by number, users switched."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bot.cli.shell import Shell
+from bot.services import ports
+from bot.services.releases import register_release
+from tests.workflow_support import ROLES, FakeCluster, FakeEndpoint, FakeReservations, FakeVerifier, endpoint_config, release_data
+
+
+@pytest.fixture()
+def console(make_ctx):
+    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
+    ctx.adapters.update({
+        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+        ports.RESERVATIONS: FakeReservations(),
+    })
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    shell = Shell(ctx, user="U0DEPLOYER")
+    yield shell
+    shell.close()
+
+
+def number_of(lines: list[str], label: str) -> str:
+    for line in reversed(lines):
+        found = re.search(rf"\[(\d+)\] {label}", line)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no {label} button in:\n" + "\n".join(lines))
+
+
+def test_deploy_shows_the_thread_and_numbered_buttons(console) -> None:
+    out = console.handle("/kimi deploy rel-a")
+    text = "\n".join(out)
+    assert "Deployment #1 of *rel-a* to *kimi-prod* requested" in text
+    assert "== Artifact gate · deployment #1 ==" in text
+    assert "[ok] *image.pinned* (pass): pinned" in text
+    assert number_of(out, "Approve") and number_of(out, "Reject")
+
+
+def test_separation_of_duties_by_switching_user_and_pressing_numbers(console) -> None:
+    out = console.handle("/kimi deploy rel-a")
+    approve = number_of(out, "Approve")
+    refused = "\n".join(console.handle(approve))
+    assert "you need the approver role" in refused
+    assert console.handle("/as U0APPROVER1") == ["now acting as U0APPROVER1"]
+    done = "\n".join(console.handle(approve))
+    assert "(updated)" in done and "Approved by @U0APPROVER1" in done
+    assert "== Infrastructure gate · deployment #1 ==" in done
+
+
+def test_reject_asks_for_the_reason_on_the_next_line(console) -> None:
+    out = console.handle("/kimi deploy rel-a")
+    console.handle("/as U0APPROVER1")
+    asked = console.handle(number_of(out, "Reject"))
+    assert asked[-1] == "Reason for rejecting (one line):"
+    after = "\n".join(console.handle("image digest is not the reviewed one"))
+    assert "Rejected by @U0APPROVER1" in after and "image digest is not the reviewed one" in after
+    assert "rejected" in after
+
+
+def test_malformed_input_gets_usage_and_help_is_local(console) -> None:
+    assert "Usage: /kimi cancel DEPLOYMENT [force]" in "\n".join(console.handle("/kimi cancel"))
+    assert console.handle("/as someone")[0].startswith("usage: /as")
+    assert "no button [9]" in console.handle("9")[0]
