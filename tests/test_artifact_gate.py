@@ -300,13 +300,19 @@ def test_missing_licence_document_fails(seeded: Seeded) -> None:
 # --- AWS that cannot answer ---------------------------------------------------------------------------------------
 
 
-def test_s3_going_down_mid_check_is_an_error_never_a_pass(seeded: Seeded) -> None:
+def test_s3_going_down_mid_check_is_an_error_never_a_pass(seeded: Seeded, ctx: Context) -> None:
     def stop_server(**_: object) -> None:
         seeded.moto.stop()
 
+    register_release(ctx, seeded.release.model_dump(mode="json"), actor="U1")
+    ctx.adapters[ports.ARTIFACTS] = seeded.verifier()
+    with ctx.uow() as uow:
+        audit_before = [a.action for a in uow.audit.list(limit=1000)]
     # The weights are read, then the server goes away just before the bucket settings are asked for.
     seeded.s3.meta.events.register_first("before-call.s3.GetBucketVersioning", stop_server)
-    report = run_artifact_checks(seeded.verifier(), seeded.release)
+    report = verify_release(ctx, seeded.release.name)
+    with ctx.uow() as uow:
+        assert [a.action for a in uow.audit.list(limit=1000)] == audit_before  # verifying stores nothing, even half-way
     statuses = {c.name: c.status for c in report.checks}
     assert statuses["weights.objects"] == "pass"
     assert statuses["bucket.posture"] == "error" and statuses["licence.sha256"] == "error"

@@ -1,13 +1,17 @@
-"""``kimi-ops release``: register, list and inspect release tuples."""
+"""``kimi-ops release``: register, list, inspect, build, diff and verify release tuples."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from bot.cli import output
 from bot.cli.common import context, default_actor
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 app = typer.Typer(help="Release tuples: the immutable rollback units.", no_args_is_help=True)
 
@@ -117,7 +121,7 @@ class _ByteProgress:
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
             console=output.stderr, transient=True,
         )
-        self.tasks: dict[str, object] = {}
+        self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> "_ByteProgress":
         self.bars.start()
@@ -129,7 +133,7 @@ class _ByteProgress:
     def __call__(self, key: str, done: int, total: int) -> None:
         if key not in self.tasks:
             self.tasks[key] = self.bars.add_task(f"sha256 {key.rsplit('/', 1)[-1]}", total=total)
-        self.bars.update(self.tasks[key], completed=done, total=total)  # type: ignore[arg-type]
+        self.bars.update(self.tasks[key], completed=done, total=total)
 
 
 @app.command()
