@@ -373,3 +373,21 @@ def test_each_endpoint_is_served_by_the_cluster_of_its_context(seeded: KubeStand
 
         [unknown] = clusters.preflight(endpoint(cluster_context="nowhere"))
         assert unknown.status == "error" and "context 'nowhere' not found" in unknown.reason
+
+
+# -- reading a status --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("status", "verdict"), [
+    ({"state": "DeploymentComplete", "observedGeneration": 1}, "pending"),
+    ({"state": "DeploymentComplete", "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1}]}, "pending"),
+    ({"state": "DeploymentComplete", "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2}]}, "succeeded"),
+    ({"state": "DeploymentComplete"}, "succeeded"),
+    ({"state": "DeploymentFailed", "observedGeneration": 2}, "failed"),
+    ({"state": "DeletionInProgress", "observedGeneration": 2}, "failed"),
+    ({}, "pending"),
+])
+def test_a_status_counts_only_for_the_generation_it_observed(status: dict[str, Any], verdict: str) -> None:
+    from bot.adapters.cluster.rollout import read_hyperpod
+
+    assert read_hyperpod({"metadata": {"name": "kimi", "generation": 2}, "status": status}).verdict == verdict

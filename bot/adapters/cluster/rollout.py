@@ -24,8 +24,13 @@ class Reading:
 def _fresh(obj: dict[str, Any]) -> bool:
     """True when the status describes the current spec (not the previous release's)."""
     generation = (obj.get("metadata") or {}).get("generation")
-    observed = (obj.get("status") or {}).get("observedGeneration")
-    # An operator that does not report observedGeneration is trusted as is.
+    status = obj.get("status") or {}
+    observed = status.get("observedGeneration")
+    if observed is None:
+        # Some controllers only stamp their conditions; the newest one tells which spec they saw.
+        stamped = [int(c["observedGeneration"]) for c in status.get("conditions") or [] if c.get("observedGeneration") is not None]
+        observed = max(stamped) if stamped else None
+    # A controller that reports no observed generation at all is trusted as is.
     return observed is None or generation is None or int(observed) >= int(generation)
 
 
