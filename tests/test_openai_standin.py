@@ -226,3 +226,15 @@ def test_answers_are_deterministic(server) -> None:
 
     assert first["choices"][0]["message"]["tool_calls"][0]["function"] == \
         second["choices"][0]["message"]["tool_calls"][0]["function"]
+
+
+def test_prompt_longer_than_the_context_window_gets_vllms_400(server) -> None:
+    server.configure(max_model_len=64)
+
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body("word " * 100))
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "input_tokens" and error["type"] == "BadRequestError"
+    assert error["message"].startswith("This model's maximum context length is 64 tokens.")
+    assert server.stats().served == 0

@@ -140,6 +140,19 @@ def read_prompt(body: Mapping[str, Any]) -> Prompt:
     return Prompt(text=text, tokens=tokens, last_user_text=last_user, last_role=str(messages[-1]["role"]))
 
 
+def check_context(behaviour: Behaviour, prompt: Prompt) -> None:
+    """Refuse a prompt longer than the context window with vLLM 0.34's own message."""
+    count, limit = len(prompt.tokens), behaviour.max_model_len
+    if count > limit:
+        raise RequestError(
+            400, "BadRequestError",
+            f"This model's maximum context length is {limit} tokens. However, your prompt contains {count} input "
+            "tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input "
+            f"prompt. (parameter=input_tokens, value={count})",
+            "input_tokens",
+        )
+
+
 def example_for(schema: Mapping[str, Any]) -> Any:
     """A small value valid for common JSON schemas (types, enum/const, required, min sizes)."""
     if "const" in schema:

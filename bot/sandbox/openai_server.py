@@ -32,7 +32,16 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from bot.sandbox.openai_answers import Answer, Behaviour, RequestError, compose, max_tokens, pieces, read_prompt
+from bot.sandbox.openai_answers import (
+    Answer,
+    Behaviour,
+    RequestError,
+    check_context,
+    compose,
+    max_tokens,
+    pieces,
+    read_prompt,
+)
 from bot.sandbox.openai_engine import Engine, EngineStats, Overflow, Stopped, Ticket
 
 log = logging.getLogger(__name__)
@@ -125,6 +134,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError(behaviour.fail_status, ERROR_TYPES.get(behaviour.fail_status, "InternalServerError"),
                                behaviour.fail_message)
         prompt = read_prompt(body)
+        check_context(behaviour, prompt)
         max_tokens(body)  # validates before a slot is taken
         try:
             ticket = self.engine.admit(prompt)
@@ -142,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(ticket, behaviour, answer, include_usage)
             else:
                 self._complete(ticket, behaviour, answer)
-            reason = "length" if answer.finish_reason == "length" else "stop"  # engine-level reasons, as vLLM counts them
+            reason = _engine_reason(answer)
         except Stopped:
             self.close_connection = True
         finally:
@@ -193,6 +203,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not steps:
             self.engine.first_token(ticket)  # the end-of-sequence token is still a token
         send({"content": ""} if call is None else {}, answer.finish_reason, final=True)
+        # The engine frees the slot when generation ends, before the last bytes reach the client
+        # (as vLLM does); freeing it afterwards would reject a client's immediate next request.
+        self.engine.finish(ticket, _engine_reason(answer))
         if include_usage:
             self._event({**head, "choices": [], "usage": _usage(ticket, answer)})
         self.wfile.write(b"data: [DONE]\n\n")
@@ -213,6 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
             if call else [],
             "reasoning_content": "".join(answer.reasoning_pieces) or None,
         }
+        self.engine.finish(ticket, _engine_reason(answer))  # the slot frees before the answer is sent, as in _stream
         self._json(200, {
             "id": f"chatcmpl-{ticket.id:032x}", "object": "chat.completion", "created": int(time.time()),
             "model": behaviour.answer_model or behaviour.served_model,
@@ -221,6 +235,11 @@ class _Handler(BaseHTTPRequestHandler):
             "service_tier": None, "system_fingerprint": None, "usage": _usage(ticket, answer),
             "prompt_logprobs": None, "kv_transfer_params": None,
         })
+
+
+def _engine_reason(answer: Answer) -> str:
+    """The engine-level finish reason, as vLLM counts them in ``request_success``."""
+    return "length" if answer.finish_reason == "length" else "stop"
 
 
 def _choice(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
