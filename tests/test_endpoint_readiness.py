@@ -196,3 +196,15 @@ def test_prompt_and_answer_are_never_logged_or_returned(server, endpoint, client
     assert READINESS_PROMPT not in logged
     assert "zebra" not in logged
     assert "zebra" not in repr(result)
+
+
+@pytest.mark.parametrize("shape", ["wrapped", "flat"])
+def test_error_event_in_the_middle_of_the_stream_is_reported(server, endpoint, client, shape) -> None:
+    server.configure(fail_after_tokens=1, error_shape=shape, fail_message="EngineDeadError: the engine died")
+
+    result = client.readiness(endpoint)
+
+    assert not result.ok
+    assert result.failure_kind == "http_status"
+    assert result.http_status == 500
+    assert result.error == "error during the stream: EngineDeadError: the engine died"

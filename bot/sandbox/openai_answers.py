@@ -45,6 +45,7 @@ class Behaviour:
     health_status: int = 200
     fail_status: int | None = None  # answer every chat completion with this status and an error body
     fail_message: str = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+    fail_after_tokens: int | None = None  # stream this many tokens, then an error event (status already 200)
     error_shape: Literal["wrapped", "flat"] = "wrapped"  # vLLM >= 0.6 wraps errors in {"error": ...}
     empty_answer: bool = False
     omit_finish_reason: bool = False

@@ -81,13 +81,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, payload: Mapping[str, Any]) -> None:
         self._send(status, json.dumps(payload).encode())
 
-    def _error(self, status: int, message: str, kind: str | None = None, param: str | None = None) -> None:
-        kind = kind or ERROR_TYPES.get(status, "InternalServerError")
-        info = {"message": message, "type": kind, "param": param, "code": status}
+    def _error_body(self, status: int, message: str, kind: str | None, param: str | None) -> dict[str, Any]:
+        info = {"message": message, "type": kind or ERROR_TYPES.get(status, "InternalServerError"), "param": param,
+                "code": status}
         if self.engine.behaviour.error_shape == "flat":
-            self._json(status, {"object": "error", **info})
-        else:
-            self._json(status, {"error": info})
+            return {"object": "error", **info}
+        return {"error": info}
+
+    def _error(self, status: int, message: str, kind: str | None = None, param: str | None = None) -> None:
+        self._json(status, self._error_body(status, message, kind, param))
 
     def _body(self) -> dict[str, Any]:
         length = int(self.headers.get("Content-Length") or 0)
@@ -199,7 +201,18 @@ class _Handler(BaseHTTPRequestHandler):
                                           "function": {"name": call.name, "arguments": ""}}]})
             steps += [{"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in call_pieces]
         steps += [{"content": p} for p in text]
-        self._emit_tokens(ticket, len(steps), lambda i: send(steps[i]))
+        limit = behaviour.fail_after_tokens
+        shown = steps if limit is None else steps[:limit]
+        self._emit_tokens(ticket, len(shown), lambda i: send(shown[i]))
+        if limit is not None:
+            if not shown:
+                send({"content": ""})  # opens the stream: the error still arrives as an event with status 200
+            self.engine.finish(ticket, "abort")
+            # vLLM reports an error raised after the response started as one event, then ends the stream.
+            self._event(self._error_body(500, behaviour.fail_message, "InternalServerError", None))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            return
         if not steps:
             self.engine.first_token(ticket)  # the end-of-sequence token is still a token
         send({"content": ""} if call is None else {}, answer.finish_reason, final=True)

@@ -226,7 +226,7 @@ class HttpEndpointClient:
             raise _Failed("protocol", "a stream event is not JSON", 200) from None
         if not isinstance(chunk, Mapping):
             raise _Failed("protocol", "a stream event is not a JSON object", 200)
-        error = chunk.get("error")
+        error = chunk.get("error") or (chunk if chunk.get("object") == "error" else None)
         if error:
             # vLLM reports errors raised after the stream started as an event, not a status.
             message = error.get("message") if isinstance(error, Mapping) else str(error)
