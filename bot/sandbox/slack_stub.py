@@ -61,8 +61,12 @@ class Message:
 class SlackStub:
     """The Slack Web API stand-in; ``with SlackStub() as slack: …`` or ``start()``/``stop()``."""
 
-    def __init__(self, *, groups: dict[str, list[str]] | None = None, bot_user: str = "UKIMIBOT") -> None:
+    def __init__(
+        self, *, groups: dict[str, list[str]] | None = None, bot_user: str = "UKIMIBOT", missing_channels: set[str] | None = None,
+    ) -> None:
         self.groups = dict(groups or {})
+        # Posting to these answers channel_not_found, like Slack for a channel the bot is not in.
+        self.missing_channels = set(missing_channels or ())
         self.bot_user = bot_user
         self.calls: list[Call] = []
         self.messages: list[Message] = []
@@ -164,6 +168,8 @@ class SlackStub:
         if method == "auth.test":
             return {"ok": True, "url": "https://sandbox.slack.com/", "team": "Sandbox", "user": "kimi-ops",
                     "team_id": "T0SANDBOX", "user_id": self.bot_user, "bot_id": "B0KIMIOPS", "is_enterprise_install": False}
+        if method in ("chat.postMessage", "chat.update", "chat.postEphemeral") and p.get("channel") in self.missing_channels:
+            return {"ok": False, "error": "channel_not_found"}
         if method == "chat.postMessage":
             ts = self._next_ts()
             self.messages.append(Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], thread_ts=p.get("thread_ts")))

@@ -1,0 +1,61 @@
+"""Block Kit stays within Slack's limits however long the report; what does not fit is kept for the thread."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bot.adapters.slack.blocks import BUTTON_VALUE_CHARS, MAX_BLOCKS, SECTION_CHARS, chunks, render
+from bot.domain.checks import Check, GateReport
+from bot.domain.messages import APPROVE, REJECT, Button, Buttons, GateTicket, Text, gate_parts
+
+TICKET = GateTicket(7, "artifact", "a" * 64, "b" * 64)
+
+
+def long_report(n: int, reason_chars: int = 400) -> GateReport:
+    checks = [Check.passed(f"weights.object.{i:03d}", "x" * reason_chars) for i in range(n)]
+    checks.append(Check.failed("image.scan", "2 critical findings"))
+    return GateReport(gate="artifact", checks=checks)
+
+
+@pytest.mark.parametrize("n", [1, 30, 60, 400])
+def test_gate_messages_fit_slack_and_keep_their_buttons(n: int) -> None:
+    parts = gate_parts(long_report(n), deployment_id=7, release="r", endpoint="e", ticket=TICKET)
+    rendered = render(parts)
+    assert len(rendered.blocks) <= MAX_BLOCKS
+    for block in rendered.blocks:
+        if block["type"] == "section":
+            assert len(block["text"]["text"]) <= SECTION_CHARS
+    assert len(json.dumps(rendered.blocks)) < 13_000  # Slack's observed msg_blocks_too_long ceiling
+    actions = [e for b in rendered.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert [e["action_id"] for e in actions] == [REJECT]  # a failed check leaves only Reject
+    assert all(len(e["value"]) <= BUTTON_VALUE_CHARS for e in actions)
+
+
+def test_the_worst_check_is_shown_first_and_the_rest_goes_to_the_thread() -> None:
+    rendered = render(gate_parts(long_report(200), deployment_id=7, release="r", endpoint="e", ticket=TICKET))
+    shown = json.dumps(rendered.blocks)
+    assert "image.scan" in shown and "more line(s), posted in the thread below" in shown
+    everything = shown + "".join(rendered.overflow)
+    assert all(f"weights.object.{i:03d}" in everything for i in range(200))
+    assert all(len(piece) <= SECTION_CHARS for piece in rendered.overflow)
+
+
+def test_a_single_over_long_paragraph_is_split_not_refused() -> None:
+    rendered = render([Text("\n".join("line %04d " % i + "y" * 80 for i in range(100)))])
+    assert len(rendered.blocks) >= 3 and all(len(b["text"]["text"]) <= SECTION_CHARS for b in rendered.blocks)
+    assert chunks("z" * 5000)[0].endswith("…")
+
+
+def test_a_button_value_over_the_limit_is_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="2000"):
+        render([Buttons((Button("Approve", APPROVE, "v" * 2001),))])
+
+
+def test_tickets_round_trip_and_approvable_reports_offer_both_buttons() -> None:
+    assert GateTicket.decode(TICKET.encode()) == TICKET
+    ok = GateReport(gate="model", checks=[Check.warned("model.evaluation", "review by hand")])
+    rendered = render(gate_parts(ok, deployment_id=7, release="r", endpoint="e", ticket=TICKET))
+    ids = [e["action_id"] for b in rendered.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert ids == [APPROVE, REJECT]

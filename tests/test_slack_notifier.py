@@ -1,0 +1,116 @@
+"""The outbox notifier against the Slack stub: threads, gate messages, alerts, redelivery and failures."""
+
+from __future__ import annotations
+
+import pytest
+from slack_sdk import WebClient
+
+from bot.adapters.slack.identity import GroupDirectory
+from bot.adapters.slack.notifier import MAX_ATTEMPTS, SlackNotifier
+from bot.domain.checks import Check
+from bot.sandbox.slack_stub import SlackStub
+from bot.services import ports
+from bot.services.deployments import request_deploy
+from bot.services.engine import Engine
+from bot.services.releases import register_release
+from tests.workflow_support import (
+    REQUESTER,
+    ROLES,
+    FakeCluster,
+    FakeEndpoint,
+    FakeReservations,
+    FakeVerifier,
+    endpoint_config,
+    release_data,
+)
+from tests.slack_support import blocks_text, has_buttons
+
+
+@pytest.fixture()
+def stub():
+    with SlackStub(missing_channels={"C0GONE"}, groups={"S0OPS": ["U1", "U2"]}) as s:
+        yield s
+
+
+def setup(make_ctx, channel: str, extra_checks: list[Check] | None = None):
+    ctx = make_ctx(endpoints=[endpoint_config(channel=channel)], roles=ROLES)
+    ctx.adapters.update({
+        ports.ARTIFACTS: FakeVerifier(extra=extra_checks or []), ports.CLUSTER: FakeCluster(),
+        ports.ENDPOINT: FakeEndpoint(), ports.RESERVATIONS: FakeReservations(),
+    })
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    return ctx
+
+
+def notifier_for(ctx, stub: SlackStub) -> SlackNotifier:
+    return SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
+
+
+def test_a_deployment_gets_one_thread_and_redelivery_posts_nothing_twice(make_ctx, stub) -> None:
+    ctx = setup(make_ctx, "C0PROD")
+    view = request_deploy(ctx, "rel-a", None, REQUESTER)
+    Engine(ctx, readiness_pause=0).advance(view.id)
+    notifier = notifier_for(ctx, stub)
+    assert notifier.deliver_pending() > 0
+    posted = len(stub.calls_to("chat.postMessage"))
+    roots = [m for m in stub.messages if m.thread_ts is None]
+    assert len(roots) == 1 and "Deployment #1" in roots[0].text
+    gate = next(m for m in stub.messages if "Artifact gate · deployment #1" in blocks_text(m.blocks))
+    assert gate.thread_ts == roots[0].ts and has_buttons(gate)
+    # A second pass (another replica, a restart) finds nothing left to send.
+    with ctx.uow() as uow:
+        for event in uow.events.for_deployment(view.id):
+            assert event.delivered_at is not None
+    assert notifier.deliver_pending() == 0 and len(stub.calls_to("chat.postMessage")) == posted
+
+
+def test_a_long_report_is_summarised_with_the_rest_in_the_thread(make_ctx, stub) -> None:
+    extra = [Check.passed(f"weights.object.{i:03d}", "size and sha256 match " + "z" * 300) for i in range(150)]
+    ctx = setup(make_ctx, "C0PROD", extra)
+    view = request_deploy(ctx, "rel-a", None, REQUESTER)
+    Engine(ctx, readiness_pause=0).advance(view.id)
+    notifier_for(ctx, stub).deliver_pending()
+    gate = next(m for m in stub.messages if "Artifact gate · deployment #1" in blocks_text(m.blocks))
+    assert len(gate.blocks) <= 50 and has_buttons(gate)
+    assert "posted in the thread below" in blocks_text(gate.blocks)
+    thread = "\n".join(m.text for m in stub.messages if m.thread_ts == gate.thread_ts)
+    assert "weights.object.149" in thread + blocks_text(gate.blocks)
+
+
+def test_alerts_go_to_the_endpoint_channel(make_ctx, stub) -> None:
+    ctx = setup(make_ctx, "C0PROD")
+    with ctx.uow() as uow:
+        uow.events.emit(at=ctx.clock.now(), kind="reservation.alert", endpoint_name="kimi-prod",
+                        payload={"text": "training plan kimi ends in 24 h", "channel": None})
+        uow.commit()
+    notifier_for(ctx, stub).deliver_pending()
+    alert = stub.calls_to("chat.postMessage")[-1].params
+    assert alert["channel"] == "C0PROD" and alert["text"] == "training plan kimi ends in 24 h"
+
+
+def test_an_unreachable_channel_keeps_events_in_order_then_gives_up(make_ctx, stub) -> None:
+    ctx = setup(make_ctx, "C0GONE")
+    view = request_deploy(ctx, "rel-a", None, REQUESTER)
+    Engine(ctx, readiness_pause=0).advance(view.id)
+    notifier = notifier_for(ctx, stub)
+    assert notifier.deliver_pending() == 0
+    with ctx.uow() as uow:
+        events = uow.events.for_deployment(view.id)
+        assert events[0].attempts == 1 and all(e.delivered_at is None for e in events)
+        assert all(e.attempts == 0 for e in events[1:])  # later events wait behind the first
+    for _ in range(MAX_ATTEMPTS):
+        notifier.deliver_pending()
+    with ctx.uow() as uow:
+        assert uow.events.for_deployment(view.id)[0].delivered_at is not None  # given up, logged
+
+
+def test_group_membership_is_read_once_per_ttl_and_unknown_groups_count_as_empty(stub) -> None:
+    ticks = [0.0]
+    directory = GroupDirectory(WebClient(token="t", base_url=stub.api_url), ["S0OPS", "S0MISSING", "U9"],
+                               ttl_seconds=60, monotonic=lambda: ticks[0])
+    assert directory.groups_of("U1") == frozenset({"S0OPS"})
+    assert directory.groups_of("U3") == frozenset()
+    assert len(stub.calls_to("usergroups.users.list")) == 3  # S0OPS once (cached), S0MISSING twice (not cached)
+    stub.groups["S0OPS"] = ["U3"]
+    ticks[0] = 61
+    assert directory.groups_of("U3") == frozenset({"S0OPS"})
