@@ -208,3 +208,13 @@ def test_error_event_in_the_middle_of_the_stream_is_reported(server, endpoint, c
     assert result.failure_kind == "http_status"
     assert result.http_status == 500
     assert result.error == "error during the stream: EngineDeadError: the engine died"
+
+
+def test_url_without_a_scheme_is_a_protocol_failure_not_a_crash(client) -> None:
+    endpoint = EndpointSettings(name="kimi-test", url="kimi-k3.model-serving.svc:8000", served_model_name=SERVED)
+
+    result = client.readiness(endpoint)
+
+    assert not result.ok
+    assert result.failure_kind == "protocol"
+    assert "kimi-k3.model-serving.svc:8000" in result.error

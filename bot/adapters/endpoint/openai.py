@@ -157,10 +157,14 @@ class HttpEndpointClient:
             else:
                 reason = f"cannot connect to {endpoint.url}: {text[:REASON_LIMIT]}"
             return ReadinessResult(ok=False, failure_kind="connection_refused", error=reason)
-        except httpx.TimeoutException as exc:
-            what = "connect" if isinstance(exc, httpx.ConnectTimeout) else "answer"
+        except httpx.ConnectTimeout:
             return ReadinessResult(ok=False, failure_kind="timeout",
-                                   error=f"no {what} from {endpoint.url} within {self.timeout:g} s")
+                                   error=f"no connection to {endpoint.url} within {self.connect_timeout:g} s")
+        except httpx.TimeoutException:
+            return ReadinessResult(ok=False, failure_kind="timeout",
+                                   error=f"no answer from {endpoint.url} within {self.timeout:g} s")
+        except httpx.InvalidURL as exc:
+            return ReadinessResult(ok=False, failure_kind="protocol", error=f"the endpoint URL {endpoint.url!r} is invalid: {exc}")
         except (httpx.TransportError, SSEError) as exc:
             return ReadinessResult(ok=False, failure_kind="protocol",
                                    error=f"broken exchange with {endpoint.url}: {str(exc)[:REASON_LIMIT] or type(exc).__name__}")
