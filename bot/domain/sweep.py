@@ -47,7 +47,7 @@ class SweepPlan(BaseModel):
     steady_requests_per_slot: int = Field(default=3, ge=1, description="steady requests per concurrent client")
     steady_seconds: float = Field(default=60, gt=0)
     burst_rounds: int = Field(default=1, ge=0, description="times all clients fire at the same instant")
-    refine_steps: int = Field(default=2, ge=0, description="bisections between the last good level and the knee")
+    refine_steps: int = Field(default=3, ge=0, description="bisections between the last good level and the knee")
     max_requests: int = Field(default=2000, ge=1, description="total requests of the whole sweep")
     max_seconds: float = Field(default=900, gt=0, description="wall time of the whole sweep")
     request_timeout_seconds: float = Field(default=60, gt=0)

@@ -1,0 +1,205 @@
+"""The traffic gate's sweep against the local OpenAI-compatible stand-in made to saturate, over real HTTP.
+
+The knee lands where the server's limit is and the proposal follows the limit;
+a latency objective finds its own knee; the sweep stops by itself within its
+bounds; an approver's acceptance of the proposal survives the start-up re-sync.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bot.adapters.endpoint import HttpEndpointClient
+from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+from bot.config import EndpointSettings
+from bot.domain.checks import GateReport
+from bot.sandbox.openai_server import OpenAIServer
+from bot.services import ports
+from bot.services.access import Identity
+from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
+from bot.services.errors import Forbidden, Refused
+from bot.services.gate_text import render_traffic_report
+from bot.services.releases import register_release
+from bot.services.traffic_gate import accept_proposed_limits, run_traffic_gate
+from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, release_data
+
+SMALL_SWEEP = {
+    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 1,
+    "refine_steps": 3, "max_requests": 1000, "max_seconds": 120, "request_timeout_seconds": 10,
+    "max_tokens": 8, "prompt_words": 48,
+}
+# Requests last ~80 ms, long enough that N clients really overlap at the server despite thread jitter.
+FAST = {"reply": "OK, noted.", "first_token_delay": 0.05, "token_delay": 0.005}
+
+
+@pytest.fixture()
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer(**FAST) as srv:
+        yield srv
+
+
+def traffic_ctx(make_ctx, url: str, sweep: dict | None = None, objectives: dict | None = None):
+    ctx = make_ctx(
+        endpoints=[endpoint_config(url=url, request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})],
+        roles=ROLES,
+        traffic_sweep=sweep or SMALL_SWEEP,
+        traffic_objectives=objectives or {"ttft_p99_ms": 2000},
+    )
+    ctx.adapters[ports.LOADGEN] = HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)
+    return ctx
+
+
+def endpoint(ctx) -> EndpointSettings:
+    return endpoint_settings(ctx, "kimi-prod")
+
+
+def statuses(report: GateReport) -> dict[str, str]:
+    return {c.name: c.status for c in report.checks}
+
+
+@pytest.mark.parametrize("limit", [6, 12])
+def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(make_ctx, server: OpenAIServer, limit: int) -> None:
+    server.configure(max_running=limit, max_waiting=0, overflow_status=429)
+    ctx = traffic_ctx(make_ctx, server.url)
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    proposal = report.attachments["proposal"]
+    assert proposal["max_concurrent_requests"] == limit
+    assert report.attachments["knee"]["concurrency"] == limit + 1
+    assert any("429/503 rate" in b for b in report.attachments["knee"]["broken"])
+    levels = report.attachments["sweep"]["levels"]
+    assert {lv["prefix"] for lv in levels} == {"shared", "unique"}
+    for lv in levels:
+        assert (lv["rejected"] > 0) == (lv["concurrency"] > limit)  # rejected requests are recorded per level
+    assert statuses(report)["traffic.knee"] == "pass"
+    assert statuses(report)["traffic.limits"] == "warn"  # 32 configured, above what was measured safe
+    assert report.approvable
+    assert server.stats().rejected == sum(lv["rejected"] for lv in levels)
+    assert Path(report.attachments["plot"]["path"]).read_bytes()[:4] == b"\x89PNG"
+    text = render_traffic_report(report)
+    assert f"maxConcurrentRequests {limit}" in text and f"knee: {limit + 1} concurrent" in text
+
+
+def test_prefix_cache_hits_only_with_shared_prefixes(make_ctx, server: OpenAIServer) -> None:
+    server.configure(max_running=4, max_waiting=0)
+    ctx = traffic_ctx(make_ctx, server.url)
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    levels = report.attachments["sweep"]["levels"]
+    shared = [lv["prefix_cache_hit_rate"] for lv in levels if lv["prefix"] == "shared"]
+    unique = [lv["prefix_cache_hit_rate"] for lv in levels if lv["prefix"] == "unique"]
+    assert min(shared) > 0.5
+    assert max(unique) == 0.0
+    assert "unique prefixes: hit rate 0%" in next(c.reason for c in report.checks if c.name == "traffic.prefix_cache")
+
+
+def test_a_latency_objective_sets_the_knee_when_nothing_is_rejected(make_ctx, server: OpenAIServer) -> None:
+    # Each request already running adds 100 ms before a newcomer's first token: TTFT grows with concurrency.
+    server.configure(max_running=None, first_token_delay=0.0, ttft_per_running=0.1)
+    sweep = {**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["unique"]}
+    ctx = traffic_ctx(make_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 250})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    knee = report.attachments["knee"]
+    assert knee["concurrency"] == 4 and any("TTFT p99" in b for b in knee["broken"])
+    assert report.attachments["proposal"]["max_concurrent_requests"] == 3
+    assert all(lv["rejected"] == 0 for lv in report.attachments["sweep"]["levels"])
+
+
+def test_no_knee_up_to_the_ceiling_proposes_the_ceiling_and_warns(make_ctx, server: OpenAIServer) -> None:
+    ctx = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 4, "prefix_modes": ["shared"]})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    assert report.attachments["proposal"]["max_concurrent_requests"] == 4
+    assert statuses(report)["traffic.knee"] == "warn"
+    assert [lv["concurrency"] for lv in report.attachments["sweep"]["levels"]] == [1, 2, 4]
+
+
+def test_the_sweep_stops_by_itself_within_its_request_budget(make_ctx, server: OpenAIServer) -> None:
+    ctx = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 64, "max_requests": 25})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    sweep = report.attachments["sweep"]
+    assert sweep["requests"] <= 25
+    assert server.stats().served + server.stats().rejected <= 25
+    assert sweep["stopped_early"] == "request budget used up"
+    assert statuses(report)["traffic.sweep"] == "warn"
+
+
+def test_even_one_request_breaking_an_objective_fails_the_gate(make_ctx, server: OpenAIServer) -> None:
+    server.configure(first_token_delay=0.2)
+    ctx = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 4, "prefix_modes": ["shared"]},
+                      objectives={"ttft_p99_ms": 100})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    assert statuses(report)["traffic.knee"] == "fail"
+    assert report.attachments["proposal"]["max_concurrent_requests"] is None
+    assert not report.approvable
+    assert [lv["concurrency"] for lv in report.attachments["sweep"]["levels"]] == [1]
+
+
+def test_unreachable_endpoint_is_an_error(make_ctx) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = traffic_ctx(make_ctx, f"http://127.0.0.1:{port}", sweep={**SMALL_SWEEP, "ceiling": 2})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    assert report.status == "error"
+
+
+def _deployment_with_traffic_report(ctx, report: GateReport) -> int:
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    view = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
+    with ctx.uow() as uow:
+        store_gate_report(uow, ctx, uow.deployments.get(view.id), report)
+        uow.commit()
+    return view.id
+
+
+def test_an_approver_accepts_the_proposal_and_it_survives_a_restart(make_ctx, server: OpenAIServer) -> None:
+    server.configure(max_running=6, max_waiting=0)
+    ctx = traffic_ctx(make_ctx, server.url)
+    report = run_traffic_gate(ctx, endpoint(ctx))
+    deployment_id = _deployment_with_traffic_report(ctx, report)
+
+    with pytest.raises(Forbidden):
+        accept_proposed_limits(ctx, "kimi-prod", deployment_id, REQUESTER)
+    assert endpoint(ctx).effective_request_limits.max_concurrent_requests == 32  # a refusal changes nothing
+
+    accepted = accept_proposed_limits(ctx, "kimi-prod", deployment_id, APPROVER_1)
+
+    assert accepted.accepted["max_concurrent_requests"] == 6
+    assert accepted.previous["max_concurrent_requests"] == 32
+    limits = endpoint(ctx).effective_request_limits
+    assert (limits.max_concurrent_requests, limits.max_queue_size) == (6, report.attachments["proposal"]["max_queue_size"])
+    with ctx.uow() as uow:
+        audit = [a for a in uow.audit.list(subject="endpoint:kimi-prod") if a.action == "endpoint.limits_accepted"]
+        assert len(audit) == 1 and audit[0].actor == APPROVER_1.user_id
+
+    restarted = traffic_ctx(make_ctx, server.url)  # build_context re-syncs endpoints from settings
+    assert endpoint(restarted).effective_request_limits.max_concurrent_requests == 6
+    assert endpoint(restarted).request_limits.max_concurrent_requests == 32
+
+
+def test_accepting_needs_a_proposal_for_that_endpoint(make_ctx, server: OpenAIServer) -> None:
+    ctx = traffic_ctx(make_ctx, server.url)
+    failed = GateReport(gate="traffic", checks=[], attachments={"proposal": {"max_concurrent_requests": None}})
+    deployment_id = _deployment_with_traffic_report(ctx, failed)
+
+    with pytest.raises(Refused, match="proposed no limit"):
+        accept_proposed_limits(ctx, "kimi-prod", deployment_id, APPROVER_1)
+    with pytest.raises(Refused, match="runs on kimi-prod"):
+        accept_proposed_limits(ctx, "kimi-other", deployment_id, Identity("U0ADMIN"))
+    assert endpoint(ctx).accepted_request_limits is None
