@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bot.adapters.endpoint import HttpEndpointClient, MetricsUnavailable, histogram_quantile, parse_metrics
 from bot.config import EndpointSettings
@@ -160,6 +162,26 @@ vllm:gpu_prefix_cache_hits_total{model_name="Kimi-K3"} 50.0
 def test_histogram_quantile_follows_promql(q, buckets, expected) -> None:
     result = histogram_quantile(q, buckets)
     assert result == (pytest.approx(expected) if expected is not None else None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bounds=st.lists(st.floats(min_value=0.001, max_value=100, allow_nan=False), min_size=1, max_size=12, unique=True),
+    fractions=st.lists(st.floats(min_value=0, max_value=1), min_size=1, max_size=60),
+    q=st.floats(min_value=0.01, max_value=1.0),
+)
+def test_histogram_quantile_lands_in_the_bucket_of_the_true_quantile(bounds, fractions, q) -> None:
+    bounds = sorted(bounds)
+    observations = sorted(f * bounds[-1] for f in fractions)
+    buckets = [(b, float(sum(1 for o in observations if o <= b))) for b in bounds] + [(math.inf, float(len(observations)))]
+    true_value = observations[math.ceil(q * len(observations)) - 1]  # the rank PromQL compares counts with
+    upper = next(b for b in bounds if true_value <= b)
+    lower = max([b for b in bounds if b < upper], default=0.0)
+
+    estimate = histogram_quantile(q, buckets)
+
+    assert lower <= estimate <= upper
+    assert lower <= true_value <= upper
 
 
 # -- the live stand-in ----------------------------------------------------------------------------------------
