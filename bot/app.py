@@ -142,7 +142,18 @@ class KimiApp:
         ctx.adapters.setdefault("notifier", self.notifier)
         self._home_viewers: dict[str, None] = {}
         self._home_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._delivery: threading.Thread | None = None
         self._register()
+
+    def start_delivery(self, every_seconds: float) -> None:
+        """Deliver the outbox periodically too: a rollout watch and the scheduled jobs write it while no request runs."""
+        def loop() -> None:
+            while not self._stop.wait(every_seconds):
+                self.deliver()
+
+        self._delivery = threading.Thread(target=loop, name="kimi-outbox", daemon=True)
+        self._delivery.start()
 
     # ------------------------------------------------------------------ people and replies
     def identity(self, user_id: str) -> Identity:
@@ -357,10 +368,13 @@ class KimiApp:
     def close(self) -> None:
         from commands.base import ENGINE_KEY
 
+        self._stop.set()
         found = self.ctx.adapters.get(ENGINE_KEY)
         if found is not None:
             found.stop_all()
         self.workers.shutdown(wait=True, cancel_futures=True)
+        if self._delivery is not None:
+            self._delivery.join(timeout=10)
 
 
 def _click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:
@@ -393,6 +407,7 @@ def create_app(
     signing_secret: str,
     command: str = "/kimi",
     workers: int = 16,
+    outbox_seconds: float | None = 2.0,
 ) -> KimiApp:
     """Build the Slack app on ``ctx``; ``auth.test`` is called once to learn the bot's identity."""
     client = web_client(ctx, bot_token)
@@ -405,4 +420,7 @@ def create_app(
         raise_error_for_unhandled_request=False,
         logger=logging.getLogger("kimi_ops.bolt"),
     )
-    return KimiApp(ctx, bolt, client, pool, command)
+    kimi = KimiApp(ctx, bolt, client, pool, command)
+    if outbox_seconds:
+        kimi.start_delivery(outbox_seconds)
+    return kimi

@@ -87,7 +87,7 @@ def blocks_text(blocks: list[dict[str, Any]]) -> str:
 def start_bench(ctx: Any, groups: dict[str, list[str]] | None = None) -> SlackBench:
     stub = SlackStub(groups=groups).start()
     ctx.settings.slack_api_url = stub.api_url
-    app = create_app(ctx, bot_token="xoxb-test-token", signing_secret=SECRET, workers=8)
+    app = create_app(ctx, bot_token="xoxb-test-token", signing_secret=SECRET, workers=8, outbox_seconds=0.05)
     http = HttpServer(app.wsgi(), "127.0.0.1", 0, threads=8).start()
     return SlackBench(app, stub, SlackSender(SECRET, stub), http, httpx.Client(timeout=10))
 

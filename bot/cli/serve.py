@@ -85,8 +85,9 @@ def serve(
 def _run(ctx: Any, settings: Settings, host: str, port: int, socket: bool, jobs: bool) -> None:
     from bot.app import create_app
 
+    # The outbox is also written by rollout watches and the scheduled jobs: deliver it periodically.
     kimi = create_app(ctx, bot_token=settings.slack_bot_token or "",
-                      signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign")
+                      signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign", outbox_seconds=OUTBOX_SECONDS)
     http = HttpServer(kimi.wsgi(), host, port).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -105,9 +106,8 @@ def _run(ctx: Any, settings: Settings, host: str, port: int, socket: bool, jobs:
     kimi.start_background()
     output.info(f"kimi-ops is serving on {http.url} ({'Socket Mode' if socket else 'HTTP /slack/events'}); Ctrl-C stops it")
     try:
-        # The outbox is also written by the scheduled jobs: deliver it periodically, not only after requests.
-        while not stop.wait(OUTBOX_SECONDS):
-            kimi.deliver()
+        while not stop.wait(1.0):
+            pass
     except KeyboardInterrupt:
         pass
     finally:

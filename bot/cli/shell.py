@@ -71,7 +71,8 @@ class Shell:
         self.stub = SlackStub(groups=groups).start()
         ctx.settings.slack_api_url = self.stub.api_url
         secret = secrets.token_hex(16)
-        self.app: KimiApp = create_app(ctx, bot_token="xoxb-local-shell", signing_secret=secret)
+        # Delivery follows each request here, so what a line caused is printed right after it.
+        self.app: KimiApp = create_app(ctx, bot_token="xoxb-local-shell", signing_secret=secret, outbox_seconds=None)
         self.sender = SlackSender(secret, self.stub)
         self.buttons: list[tuple[Message, dict[str, Any]]] = []
         self._shown: dict[tuple[str, str], int] = {}

@@ -1,0 +1,100 @@
+"""Sub-command parsing (pure, answered in the ack), and the read commands a person uses, over HTTP."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from bot.domain.messages import APPROVE
+from bot.services import ports
+from bot.services.releases import register_release
+from commands import cancel, deploy, history, release, rollback, status
+from commands.base import Usage
+from commands.registry import COMMANDS, split
+from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
+from tests.workflow_support import ROLES, FakeCluster, FakeEndpoint, FakeReservations, FakeVerifier, endpoint_config, release_data
+
+
+@pytest.mark.parametrize("text, module, args", [
+    ("", "help", []),
+    ("deploy rel-a", "deploy", ["rel-a"]),
+    ("DEPLOY rel-a to kimi-prod", "deploy", ["rel-a", "to", "kimi-prod"]),
+    ("history kimi-prod 5", "history", ["kimi-prod", "5"]),
+    ("rollback to rel-a", "rollback", ["to", "rel-a"]),
+    ("cancel #12 force", "cancel", ["#12", "force"]),
+])
+def test_well_formed_input_reaches_its_module(text, module, args) -> None:
+    found, found_args = split(text)
+    assert found.NAME == module and found_args == args
+
+
+@pytest.mark.parametrize("text, usage", [
+    ("deploy", deploy.USAGE), ("deploy rel-a into x", deploy.USAGE), ("status a b", status.USAGE),
+    ("history a 0", history.USAGE), ("release show", release.USAGE), ("rollback a b c d", rollback.USAGE),
+    ("cancel twelve", cancel.USAGE), ("cancel 3 now", cancel.USAGE),
+])
+def test_malformed_input_is_refused_with_that_commands_usage(text, usage) -> None:
+    with pytest.raises(Usage) as refused:
+        split(text)
+    assert str(refused.value) == usage
+
+
+def test_parsed_arguments() -> None:
+    assert history.parse(["7"]) == history.Args(None, 7) and history.parse(["kimi-prod"]) == history.Args("kimi-prod", 10)
+    assert rollback.parse(["kimi-prod", "to", "rel-a"]) == rollback.Args("kimi-prod", "rel-a")
+    assert cancel.parse(["#4"]) == cancel.Args(4, False)
+    assert all(m.USAGE.startswith("/kimi ") and m.HELP for m in COMMANDS)
+
+
+@pytest.fixture()
+def bench(make_ctx):
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
+    cluster = FakeCluster(block=threading.Event())
+    ctx.adapters.update({
+        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: cluster, ports.ENDPOINT: FakeEndpoint(),
+        ports.RESERVATIONS: FakeReservations(),
+    })
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    b = start_bench(ctx)
+    b.cluster = cluster  # type: ignore[attr-defined]
+    yield b
+    cluster.block.set()
+    stop_bench(b)
+
+
+def test_the_ack_comes_before_slow_work_finishes(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a")
+    for gate, who in (("artifact", "U0APPROVER1"), ("infrastructure", "U0ADMIN")):
+        message = bench.gate_message(gate, 1)
+        # The approval below starts the rollout watch, which blocks until the test lets it go.
+        assert bench.click(who, message, APPROVE).status_code == 200
+    bench.stub.wait_for(lambda s: any("DeploymentInProgress" in m.text for m in s.messages))
+    assert bench.slash("U0APPROVER1", "status").status_code == 200  # answered while the rollout still runs
+    status_text = blocks_text(bench.replies_to("requester", 2)[-1].blocks)
+    assert "in flight:* :hourglass_flowing_sand: Deployment #1" in status_text and "rolling out" in status_text
+    assert not bench.cluster.block.is_set()
+    bench.cluster.block.set()
+    bench.gate_message("model", 1)
+
+
+def test_gates_lists_what_waits_for_me_with_buttons_and_cancel_ends_it(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a")
+    bench.gate_message("artifact", 1)
+    bench.slash("U0APPROVER1", "gates")
+    mine = bench.replies_to("requester", 2)[-1]
+    assert "Artifact gate · deployment #1" in blocks_text(mine.blocks) and has_buttons(mine)
+    bench.slash("U0DEPLOYER", "cancel 1")
+    assert "Deployment #1 is cancelled: cancelled by U0DEPLOYER" in bench.replies_to("requester", 3)[-1].text
+    bench.slash("U0APPROVER1", "gates")
+    assert "No gate is waiting for you." in bench.replies_to("requester", 4)[-1].text
+
+
+def test_reservations_and_release_show(bench) -> None:
+    bench.slash("U0DEPLOYER", "reservations")
+    assert "None seen yet" in bench.replies_to("requester")[-1].text
+    bench.slash("U0DEPLOYER", "release show rel-a")
+    shown = blocks_text(bench.replies_to("requester", 2)[-1].blocks)
+    assert "Release rel-a" in shown and "*tuple hash:*" in shown
+    bench.slash("U0DEPLOYER", "release show nope")
+    assert "no release" in bench.replies_to("requester", 3)[-1].text.lower()
