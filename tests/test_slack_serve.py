@@ -1,0 +1,58 @@
+"""``kimi-ops serve`` as an operator starts it: credentials checked first, then HTTP with health and metrics."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.sandbox.slack_stub import SlackStub
+
+
+def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "SLACK_"))}
+    env.update(KIMI_DATA_DIR=str(tmp_path / "data"), KIMI_AUTO_MIGRATE="1", **extra)
+    return env
+
+
+def kimi_ops(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from bot.cli.main import main; main()", *args], capture_output=True,
+                          text=True, env=env_for(tmp_path, **extra), cwd=tmp_path, timeout=120)
+
+
+@pytest.mark.parametrize("args, env, missing", [
+    ((), {}, "SLACK_BOT_TOKEN"),
+    ((), {"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET"),
+    (("--socket",), {"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_APP_TOKEN"),
+])
+def test_a_missing_credential_stops_start_up_with_one_line(tmp_path, args, env, missing) -> None:
+    done = kimi_ops(tmp_path, "serve", *args, **env)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {missing} is not set") and "Traceback" not in done.stderr
+
+
+def test_serve_answers_health_and_metrics_and_stops_on_sigterm(tmp_path) -> None:
+    with SlackStub() as stub:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from bot.cli.main import main; main()", "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+            env=env_for(tmp_path, SLACK_BOT_TOKEN="xoxb-1", SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=stub.api_url),
+        )
+        try:
+            line = proc.stdout.readline()
+            url = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line).group(1)
+            assert httpx.get(f"{url}/healthz").text == "ok\n"
+            assert "kimi_slack_ack_seconds" in httpx.get(f"{url}/metrics").text
+            assert httpx.post(f"{url}/slack/events", content=b"command=/kimi&text=help").status_code == 401  # unsigned
+            assert stub.calls_to("auth.test")  # the bot token was checked at start
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        assert proc.returncode == 0
