@@ -275,3 +275,18 @@ def test_the_watch_reads_aws_through_the_real_adapter(make_ctx, clock) -> None:
     report = watch_reservations(ctx)
     assert report.changed == ["cr-0aaa extended"] and report.gone == ["kimi-plan"]
     assert reservation_overview(ctx)[0].remaining == 9 * D
+
+
+def test_the_sandbox_covers_each_endpoint_with_the_reservation_it_needs(make_ctx) -> None:
+    from bot.adapters.aws.reservations import AwsReservationSource
+    from bot.sandbox.capacity import CapacityStandIn
+
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-eks"),
+                              eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b", reservation_id="kimi-hp-plan")])
+    aws = CapacityStandIn()
+    ids = {e.name: aws.cover(e, START - D, START + 20 * D) for e in ctx.settings.endpoints}
+    ctx.adapters["reservations"] = AwsReservationSource(aws.client_factory())
+    watch_reservations(ctx)
+    assert {v.endpoint: v.id for v in reservation_overview(ctx)} == ids
+    assert ids["kimi-eks"].startswith("cr-") and ids["kimi-hp"].endswith("training-plan/kimi-hp-plan")
+    assert [k for k, _ in events(ctx) if k == "reservation.mismatch"] == []

@@ -14,6 +14,7 @@ count down, be extended, cancelled or disappear while the real
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import threading
 from typing import Any
 
@@ -22,6 +23,7 @@ from botocore.awsrequest import AWSResponse
 from botocore.validate import ParamValidator
 
 from bot.adapters.aws.session import make_client
+from bot.config import EndpointSettings
 
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 ACCOUNT = "123456789012"
@@ -105,6 +107,18 @@ class CapacityStandIn:
                 "_region": region,
             }
         return arn
+
+    def cover(self, endpoint: EndpointSettings, start: dt.datetime, end: dt.datetime) -> str:
+        """Reserve what the endpoint needs (a training plan for HyperPod, a Capacity Block for EKS); returns its id."""
+        zone = endpoint.availability_zone or f"{endpoint.region}a"
+        if endpoint.kind == "hyperpod":
+            name = endpoint.reservation_id.rsplit("/", 1)[-1] if endpoint.reservation_id else f"{endpoint.name}-plan"
+            return self.add_training_plan(name, region=endpoint.region, zone=zone, start=start, end=end,
+                                          instance_type=endpoint.sagemaker_instance_type)
+        cr_id = endpoint.reservation_id or f"cr-{hashlib.sha256(endpoint.name.encode()).hexdigest()[:17]}"
+        self.add_capacity_block(cr_id, region=endpoint.region, zone=zone, start=start, end=end,
+                                instance_type=endpoint.instance_type.removeprefix("ml."))
+        return cr_id
 
     def extend(self, reservation: str, new_end: dt.datetime) -> None:
         """Move a Capacity Block's (by id) or training plan's (by name) end, as an extension does."""
