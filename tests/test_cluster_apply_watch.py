@@ -19,6 +19,7 @@ from bot.adapters.clock import FrozenClock
 from bot.adapters.cluster import ContextClusters, InvalidManifest, KubernetesCluster
 from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
 from bot.adapters.cluster.rest import object_path
+from bot.adapters.cluster.rollout import read_hyperpod
 from bot.config import EndpointSettings
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import RenderedManifest, RolloutProgress
@@ -388,6 +389,4 @@ def test_each_endpoint_is_served_by_the_cluster_of_its_context(seeded: KubeStand
     ({}, "pending"),
 ])
 def test_a_status_counts_only_for_the_generation_it_observed(status: dict[str, Any], verdict: str) -> None:
-    from bot.adapters.cluster.rollout import read_hyperpod
-
     assert read_hyperpod({"metadata": {"name": "kimi", "generation": 2}, "status": status}).verdict == verdict
