@@ -19,6 +19,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import typer
 import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -26,6 +27,7 @@ from packaging.utils import canonicalize_name
 from bot.adapters.cluster import kube
 from bot.adapters.cluster.rest import RESOURCES
 from bot.adapters.leader import LEASE_NAME
+from bot.cli.main import app as cli_app
 from bot.config import Settings, load_settings
 from bot.domain.release import ReleaseManifest
 
@@ -520,3 +522,32 @@ def test_every_library_the_bot_imports_is_installed_in_the_image() -> None:
                     if not {canonicalize_name(d) for d in providers.get(top, [])} & installed:
                         missing[top] = str(path.relative_to(REPO))
     assert missing == {}, "imported but not a runtime dependency (add it to [project].dependencies)"
+
+
+def _parse_cli(args: list[str]) -> dict[str, Any]:
+    """Parse ``kimi-ops ARGS`` as the entry point would (sub-commands resolved, options checked), without running.
+
+    The container commands put no group-level options before a sub-command, so each group consumes one name.
+    """
+    command: Any = typer.main.get_command(cli_app)
+    ctx = command.make_context("kimi-ops", list(args))
+    rest = list(args)
+    while hasattr(command, "list_commands"):
+        name, *rest = rest
+        command = command.get_command(ctx, name)
+        assert command is not None, f"kimi-ops has no command {name}"
+        ctx = command.make_context(name, list(rest), parent=ctx)
+    return dict(ctx.params)
+
+
+def test_container_commands_are_commands_the_cli_accepts() -> None:
+    """The image's CMD, the Deployment's args and the migration Job's args parse with the real CLI."""
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", _dockerfile(), re.M).group(1))  # type: ignore[union-attr]
+    assert _parse_cli(cmd)["socket"] is True
+    (container,) = _one("Deployment", "kimi-ops")["spec"]["template"]["spec"]["containers"]
+    params = _parse_cli(container["args"])
+    assert params["socket"] is True and params["jobs"] is True and params["port"] == container["ports"][0]["containerPort"]
+    (job,) = _one("Job", "kimi-ops-db-upgrade")["spec"]["template"]["spec"]["containers"]
+    assert _parse_cli(job["args"]) == {"revision": "head"}
+    with pytest.raises(Exception, match="No such option"):
+        _parse_cli(["serve", "--sockets"])
