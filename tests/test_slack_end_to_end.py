@@ -1,87 +1,132 @@
-"""End to end through Slack only: deploy → four approvals by two people → live → rollback, as the channel sees it."""
+"""End to end through Slack only: deploy → four approvals by two people → live → rollback, as the channel sees it.
+
+Every adapter is the real one, talking to its stand-in over HTTP: moto (S3 weights,
+ECR image), kmock's Kubernetes emulator with the HyperPod operator simulator, the
+OpenAI-compatible server (readiness completions, vLLM metrics for the drain), the
+capacity stand-in (training plan), and the Slack Web API stub. The only input is
+signed Slack requests; the assertions read what the channel shows.
+"""
 
 from __future__ import annotations
 
-import pytest
+import datetime as dt
 
+import httpx
+import pytest
+import yaml
+
+from bot.adapters.aws.artifacts import S3EcrArtifactVerifier
+from bot.adapters.aws.reservations import AwsReservationSource
+from bot.adapters.cluster import KubernetesCluster
+from bot.adapters.endpoint.openai import HttpEndpointClient
+from bot.config import EndpointSettings
 from bot.domain.messages import APPROVE
+from bot.domain.release import ReleaseManifest
+from bot.sandbox import seed_good_release, start_moto
+from bot.sandbox.capacity import CapacityStandIn
+from bot.sandbox.kube import seed_cluster, start_kube
+from bot.sandbox.openai_server import OpenAIServer
+from bot.sandbox.operator import OperatorSimulator
 from bot.services import ports
 from bot.services.releases import register_release
+from tests.conftest import EXAMPLE_RELEASE, START
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
-from tests.workflow_support import (
-    ROLES,
-    FakeCluster,
-    FakeEndpoint,
-    FakeReservations,
-    FakeVerifier,
-    endpoint_config,
-    release_data,
-)
+from tests.workflow_support import ROLES, endpoint_config
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
+NS = "model-serving"
 
 
 @pytest.fixture()
-def bench(make_ctx):
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
-    cluster = FakeCluster()
+def stand_ins():
+    moto = start_moto()
+    httpx.post(f"{moto.url}/moto-api/reset", timeout=10).raise_for_status()
+    kube = start_kube()
+    seed_cluster(kube.rest(), namespace=NS, zone="us-east-1a")
+    operator = OperatorSimulator(kube.rest(), NS).__enter__()
+    openai = OpenAIServer().start()
+    try:
+        yield moto, kube, openai
+    finally:
+        openai.stop()
+        operator.stop()
+        kube.stop()
+        moto.stop()
+
+
+@pytest.fixture()
+def bench(make_ctx, stand_ins):
+    moto, kube, openai = stand_ins
+    s3, ecr = moto.client("s3"), moto.client("ecr")
+    first = seed_good_release(s3, ecr, ReleaseManifest.model_validate(yaml.safe_load(EXAMPLE_RELEASE.read_text())))
+    second = first.model_dump(mode="json")
+    second["name"] = "kimi-k3-2026-09-01"
+    second["serving"]["env"]["VLLM_LOGGING_LEVEL"] = "INFO"
+    endpoint = endpoint_config(channel=CHANNEL, url=openai.url, namespace=NS)
+    capacity = CapacityStandIn()
+    capacity.cover(EndpointSettings(**endpoint), START - dt.timedelta(days=1), START + dt.timedelta(days=20))
+    ctx = make_ctx(endpoints=[endpoint], roles=ROLES)
     ctx.adapters.update({
-        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: cluster, ports.ENDPOINT: FakeEndpoint(),
-        ports.RESERVATIONS: FakeReservations(),
+        ports.ARTIFACTS: S3EcrArtifactVerifier(s3, ecr),
+        ports.CLUSTER: KubernetesCluster(kube.api_client(), poll_seconds=0.02),
+        ports.ENDPOINT: HttpEndpointClient(timeout=10.0),
+        ports.RESERVATIONS: AwsReservationSource(capacity.client_factory()),
     })
-    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
+    register_release(ctx, first.model_dump(mode="json"), "U0DEPLOYER")
+    register_release(ctx, second, "U0DEPLOYER")
     # U0APPROVER2 is an approver only through the S0APPROVERS user group.
     b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
-    b.cluster = cluster  # type: ignore[attr-defined]
     yield b
     stop_bench(b)
 
 
 def root_of(bench, deployment_id: int):
-    return bench.stub.wait_for(lambda s: next((m for m in s.messages if m.thread_ts is None and m.ephemeral_to is None
-                                               and f"Deployment #{deployment_id}:" in m.text), None))
+    return next((m for m in bench.stub.messages if m.thread_ts is None and m.ephemeral_to is None
+                 and f"Deployment #{deployment_id}:" in m.text), None)
 
 
 def wait_state(bench, deployment_id: int, words: str):
-    return bench.stub.wait_for(lambda s: (root := root_of(bench, deployment_id)) and words in root.text and root)
+    return bench.stub.wait_for(lambda s: (root := root_of(bench, deployment_id)) and words in root.text and root, timeout=60)
 
 
 def approve_all(bench, deployment_id: int, gates: tuple[str, ...]) -> None:
     approvers = ("U0APPROVER1", "U0APPROVER2")
     for i, gate in enumerate(gates):
         message = bench.gate_message(gate, deployment_id)
-        assert has_buttons(message)
+        assert has_buttons(message), blocks_text(message.blocks)
         who = approvers[i % 2]
         assert bench.click(who, message, APPROVE).status_code == 200
-        bench.stub.wait_for(lambda s: f"Approved by <@{who}>" in blocks_text(message.blocks) and not has_buttons(message))
+        bench.stub.wait_for(lambda s: f"Approved by <@{who}>" in blocks_text(message.blocks) and not has_buttons(message), timeout=60)
 
 
 def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> None:
-    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
+    bench.slash("U0DEPLOYER", "deploy kimi-k3-2026-08-01 to kimi-prod")
     approve_all(bench, 1, GATES)
     root = wait_state(bench, 1, "— live")
     thread = bench.stub.thread(CHANNEL, root.ts)
     texts = "\n".join(m.text + blocks_text(m.blocks) for m in thread)
-    assert "→ *applying*" in texts and "DeploymentComplete" in texts and "readiness completion" in texts
+    assert "→ *applying*" in texts and "readiness completion answered" in texts
     assert any(m.text.startswith("→ *live*") for m in thread)
 
-    bench.slash("U0DEPLOYER", "deploy rel-b")
+    bench.slash("U0DEPLOYER", "deploy kimi-k3-2026-09-01")
     approve_all(bench, 2, GATES)
     wait_state(bench, 2, "— live")
     wait_state(bench, 1, "— superseded")  # the first thread's title no longer claims it is live
 
     bench.slash("U0DEPLOYER", "rollback kimi-prod")
-    assert "Rollback #3 of *kimi-prod* to *rel-a*" in bench.replies_to("requester", 3)[-1].text
+    assert "Rollback #3 of *kimi-prod* to *kimi-k3-2026-08-01*" in bench.replies_to("requester", 3)[-1].text
     rollback_gate = bench.gate_message("artifact", 3)
-    assert "weights.objects" in blocks_text(rollback_gate.blocks) and "manifest.restore" in blocks_text(rollback_gate.blocks)
+    report = blocks_text(rollback_gate.blocks)
+    assert "manifest.restore" in report and "restores the exact manifest applied before" in report
     bench.click("U0APPROVER2", rollback_gate, APPROVE)
     rolled = wait_state(bench, 3, "— live")
-    assert "rollback of *rel-a*" in rolled.text
-    assert bench.cluster.admission == [False, True]  # closed and drained before the single node moved, then reopened
-    assert bench.cluster.applied[-1] == bench.cluster.applied[0]  # the exact manifest rel-a went live with
+    assert "rollback of *kimi-k3-2026-08-01*" in rolled.text
+    steps = "\n".join(m.text for m in bench.stub.thread(CHANNEL, rolled.ts))
+    for state in ("close admission", "draining", "applying", "rolling out", "readiness", "reopen", "live"):
+        assert f"→ *{state}*" in steps
 
     bench.slash("U0APPROVER1", "history kimi-prod")
     history = blocks_text(bench.replies_to("requester", 4)[-1].blocks)
-    assert "*#3* rollback of *rel-a* — live" in history and "*#2* deploy of *rel-b* — superseded" in history
+    assert "*#3* rollback of *kimi-k3-2026-08-01* — live" in history
+    assert "*#2* deploy of *kimi-k3-2026-09-01* — superseded" in history
     assert "infrastructure <@U0APPROVER2>" in history

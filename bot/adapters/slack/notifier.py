@@ -168,9 +168,11 @@ class SlackNotifier:
         row = uow.endpoints.get(name) if name else None
         return ((row.settings or {}).get("channel") if row else None) or self.fallback_channel
 
-    def _root_text(self, dep: Deployment) -> str:
-        return (deployment_title(dep.id, dep.kind, dep.release.name, dep.endpoint.name, dep.state)
-                + f"\nrequested by <@{dep.requested_by}>" + (f"\n_{dep.state_reason}_" if dep.state_reason else ""))
+    def _root_text(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> str:
+        # The title follows the event being delivered, not the database (which may already be further on).
+        state, reason = (state, reason) if state else (dep.state, dep.state_reason)
+        return (deployment_title(dep.id, dep.kind, dep.release.name, dep.endpoint.name, state)
+                + f"\nrequested by <@{dep.requested_by}>" + (f"\n_{reason}_" if reason else ""))
 
     def _ensure_root(self, uow: SqlUnitOfWork, dep: Deployment) -> bool:
         if dep.slack_thread_ts:
@@ -201,15 +203,15 @@ class SlackNotifier:
         target = str(payload.get("to"))
         reason = payload.get("reason")
         self._reply(dep, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), broadcast=target in TERMINAL)
-        self._update_root(dep)
+        self._update_root(dep, target, reason)
         if target == "live":
             # The release this one replaced is no longer live: its thread's title must say so too.
             for older in uow.deployments.in_states(dep.endpoint_id, ["superseded"]):
                 if older.slack_thread_ts and older.state_reason == f"superseded by deployment #{dep.id}":
                     self._update_root(older)
 
-    def _update_root(self, dep: Deployment) -> None:
-        text = self._root_text(dep)
+    def _update_root(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> None:
+        text = self._root_text(dep, state, reason)
         self.client.chat_update(channel=dep.slack_channel, ts=dep.slack_thread_ts, text=text, blocks=render([Text(text)]).blocks)
 
     def _gate_row(self, uow: SqlUnitOfWork, payload: dict[str, Any]) -> GateResult | None:
