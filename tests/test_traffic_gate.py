@@ -8,12 +8,16 @@ bounds; an approver's acceptance of the proposal survives the start-up re-sync.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from bot.adapters.clock import FrozenClock
 from bot.adapters.endpoint import HttpEndpointClient
+from bot.adapters.store import schema
+from bot.bootstrap import Context, build_context
+from bot.config import load_settings
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
@@ -28,12 +32,12 @@ from bot.services.traffic_gate import accept_proposed_limits, run_traffic_gate
 from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, release_data
 
 SMALL_SWEEP = {
-    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 1,
+    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 2,
     "refine_steps": 3, "max_requests": 1000, "max_seconds": 120, "request_timeout_seconds": 10,
     "max_tokens": 8, "prompt_words": 48,
 }
-# Requests last ~80 ms, long enough that N clients really overlap at the server despite thread jitter.
-FAST = {"reply": "OK, noted.", "first_token_delay": 0.05, "token_delay": 0.005}
+# Requests last ~130 ms, long enough that N clients really overlap at the server despite thread jitter.
+FAST = {"reply": "OK, noted.", "first_token_delay": 0.1, "token_delay": 0.005}
 
 
 @pytest.fixture()
@@ -42,7 +46,25 @@ def server() -> Iterator[OpenAIServer]:
         yield srv
 
 
-def traffic_ctx(make_ctx, url: str, sweep: dict | None = None, objectives: dict | None = None):
+@pytest.fixture()
+def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Context]]:
+    """The sweep itself touches no database, so those tests run on SQLite only; accepting limits runs on both."""
+    monkeypatch.delenv("KIMI_CONFIG", raising=False)
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    made: list[Context] = []
+
+    def factory(**overrides: object) -> Context:
+        ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data", **overrides), clock=clock)
+        made.append(ctx)
+        return ctx
+
+    yield factory
+    for ctx in made:
+        ctx.close()
+
+
+def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None = None, objectives: dict | None = None) -> Context:
     ctx = make_ctx(
         endpoints=[endpoint_config(url=url, request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})],
         roles=ROLES,
@@ -62,9 +84,9 @@ def statuses(report: GateReport) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("limit", [6, 12])
-def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(make_ctx, server: OpenAIServer, limit: int) -> None:
+def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(sqlite_ctx, server: OpenAIServer, limit: int) -> None:
     server.configure(max_running=limit, max_waiting=0, overflow_status=429)
-    ctx = traffic_ctx(make_ctx, server.url)
+    ctx = traffic_ctx(sqlite_ctx, server.url)
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
@@ -85,9 +107,8 @@ def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(
     assert f"maxConcurrentRequests {limit}" in text and f"knee: {limit + 1} concurrent" in text
 
 
-def test_prefix_cache_hits_only_with_shared_prefixes(make_ctx, server: OpenAIServer) -> None:
-    server.configure(max_running=4, max_waiting=0)
-    ctx = traffic_ctx(make_ctx, server.url)
+def test_prefix_cache_hits_only_with_shared_prefixes(sqlite_ctx, server: OpenAIServer) -> None:
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 4})
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
@@ -99,11 +120,11 @@ def test_prefix_cache_hits_only_with_shared_prefixes(make_ctx, server: OpenAISer
     assert "unique prefixes: hit rate 0%" in next(c.reason for c in report.checks if c.name == "traffic.prefix_cache")
 
 
-def test_a_latency_objective_sets_the_knee_when_nothing_is_rejected(make_ctx, server: OpenAIServer) -> None:
+def test_a_latency_objective_sets_the_knee_when_nothing_is_rejected(sqlite_ctx, server: OpenAIServer) -> None:
     # Each request already running adds 100 ms before a newcomer's first token: TTFT grows with concurrency.
     server.configure(max_running=None, first_token_delay=0.0, ttft_per_running=0.1)
     sweep = {**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["unique"]}
-    ctx = traffic_ctx(make_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 250})
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 250})
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
@@ -113,8 +134,8 @@ def test_a_latency_objective_sets_the_knee_when_nothing_is_rejected(make_ctx, se
     assert all(lv["rejected"] == 0 for lv in report.attachments["sweep"]["levels"])
 
 
-def test_no_knee_up_to_the_ceiling_proposes_the_ceiling_and_warns(make_ctx, server: OpenAIServer) -> None:
-    ctx = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 4, "prefix_modes": ["shared"]})
+def test_no_knee_up_to_the_ceiling_proposes_the_ceiling_and_warns(sqlite_ctx, server: OpenAIServer) -> None:
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 4, "prefix_modes": ["shared"]})
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
@@ -123,8 +144,8 @@ def test_no_knee_up_to_the_ceiling_proposes_the_ceiling_and_warns(make_ctx, serv
     assert [lv["concurrency"] for lv in report.attachments["sweep"]["levels"]] == [1, 2, 4]
 
 
-def test_the_sweep_stops_by_itself_within_its_request_budget(make_ctx, server: OpenAIServer) -> None:
-    ctx = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 64, "max_requests": 25})
+def test_the_sweep_stops_by_itself_within_its_request_budget(sqlite_ctx, server: OpenAIServer) -> None:
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 64, "max_requests": 25})
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
@@ -135,9 +156,9 @@ def test_the_sweep_stops_by_itself_within_its_request_budget(make_ctx, server: O
     assert statuses(report)["traffic.sweep"] == "warn"
 
 
-def test_even_one_request_breaking_an_objective_fails_the_gate(make_ctx, server: OpenAIServer) -> None:
+def test_even_one_request_breaking_an_objective_fails_the_gate(sqlite_ctx, server: OpenAIServer) -> None:
     server.configure(first_token_delay=0.2)
-    ctx = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 4, "prefix_modes": ["shared"]},
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 4, "prefix_modes": ["shared"]},
                       objectives={"ttft_p99_ms": 100})
 
     report = run_traffic_gate(ctx, endpoint(ctx))
@@ -148,11 +169,11 @@ def test_even_one_request_breaking_an_objective_fails_the_gate(make_ctx, server:
     assert [lv["concurrency"] for lv in report.attachments["sweep"]["levels"]] == [1]
 
 
-def test_unreachable_endpoint_is_an_error(make_ctx) -> None:
+def test_unreachable_endpoint_is_an_error(sqlite_ctx) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    ctx = traffic_ctx(make_ctx, f"http://127.0.0.1:{port}", sweep={**SMALL_SWEEP, "ceiling": 2})
+    ctx = traffic_ctx(sqlite_ctx, f"http://127.0.0.1:{port}", sweep={**SMALL_SWEEP, "ceiling": 2})
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
@@ -170,7 +191,7 @@ def _deployment_with_traffic_report(ctx, report: GateReport) -> int:
 
 def test_an_approver_accepts_the_proposal_and_it_survives_a_restart(make_ctx, server: OpenAIServer) -> None:
     server.configure(max_running=6, max_waiting=0)
-    ctx = traffic_ctx(make_ctx, server.url)
+    ctx = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["shared"]})
     report = run_traffic_gate(ctx, endpoint(ctx))
     deployment_id = _deployment_with_traffic_report(ctx, report)
 
@@ -188,7 +209,7 @@ def test_an_approver_accepts_the_proposal_and_it_survives_a_restart(make_ctx, se
         audit = [a for a in uow.audit.list(subject="endpoint:kimi-prod") if a.action == "endpoint.limits_accepted"]
         assert len(audit) == 1 and audit[0].actor == APPROVER_1.user_id
 
-    restarted = traffic_ctx(make_ctx, server.url)  # build_context re-syncs endpoints from settings
+    restarted = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 8})  # build_context re-syncs endpoints from settings
     assert endpoint(restarted).effective_request_limits.max_concurrent_requests == 6
     assert endpoint(restarted).request_limits.max_concurrent_requests == 32
 
