@@ -240,7 +240,7 @@ def filler_text(tokens: int, needle: str, seed: int = 7) -> str:
     target_chars = tokens * 4
     half = target_chars // 2
     parts: list[str] = []
-    size = 0
+    size = -1  # n parts are joined by n - 1 newlines
     inserted = False
     line = 0
     while size < target_chars:
