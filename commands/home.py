@@ -19,7 +19,7 @@ def parts(ctx: Context, identity: Identity) -> tuple[Part, ...]:
         last = s.last_probe
         lines = [
             f"*live release:* {s.live_release or 'none'}" + (f" since {at(s.live_since)}" if s.live_since else ""),
-            f"*reservation:* {s.reservation_left} left",
+            f"*reservation:* {s.reservation_left} left" if s.reservation else "*reservation:* none seen",
             f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
         ]
         dep = flying.get(s.name)

@@ -32,7 +32,8 @@ def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
             f"*live release:* {s.live_release} since {at(s.live_since)}" if s.live_release else "*live release:* none",
             f"*admission:* {'open' if s.admission_open else 'closed'}",
             f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
-            f"*reservation:* {s.reservation_left} left" + (f" (ends {at(s.reservation.end)})" if s.reservation else ""),
+            f"*reservation:* {s.reservation_left} left (ends {at(s.reservation.end)})" if s.reservation
+            else "*reservation:* none seen",
         ]
         lines += [f"*incident:* {i.kind} since {at(i.opened_at)} — {i.reason}" for i in s.incidents]
         dep = flying.get(s.name)
