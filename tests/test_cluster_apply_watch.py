@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 
 from bot.adapters.clock import FrozenClock
-from bot.adapters.cluster import ContextClusters, InvalidManifest, KubernetesCluster
+from bot.adapters.cluster import ClusterError, ContextClusters, InvalidManifest, KubernetesCluster
 from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.cluster.rollout import read_hyperpod
@@ -211,6 +211,20 @@ def test_a_conflict_on_one_eks_object_applies_none_of_them(seeded: KubeStandIn, 
     assert [c.split(":")[0] for c in result.conflicts] == ["Deployment/kimi-eks .spec.replicas"]
     service = seeded.rest().get(object_path("Service", ep.name, NS))
     assert service is not None and service["metadata"]["labels"]["kimi-ops.io/release"] == "kimi-k3-2026-08-01"
+
+
+def test_an_unreachable_api_server_fails_the_apply_with_one_line_and_applies_nothing(release: ReleaseManifest) -> None:
+    config = client.Configuration()
+    config.host = "http://127.0.0.1:9"
+    config.retries = 0
+    ep = endpoint()
+    with client.ApiClient(config) as api:
+        cluster = KubernetesCluster(api)
+        with pytest.raises(ClusterError) as failed:
+            cluster.apply(ep, cluster.render(release, ep, release.tuple_hash()))
+    message = str(failed.value)
+    assert message.startswith("dry run of InferenceEndpointConfig/kimi-hyperpod failed, nothing was applied:")
+    assert "\n" not in message
 
 
 # -- watch -------------------------------------------------------------------------------------------------

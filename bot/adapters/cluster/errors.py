@@ -11,3 +11,7 @@ class InvalidManifest(Exception):
         shown = "; ".join(self.errors[:3])
         more = f" (and {len(self.errors) - 3} more)" if len(self.errors) > 3 else ""
         super().__init__(f"the manifest is invalid, nothing was applied: {shown}{more}")
+
+
+class ClusterError(Exception):
+    """The API server refused or could not be reached; the message is one line naming the object."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import render as rendering
-from bot.adapters.cluster.errors import InvalidManifest
+from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
 from bot.adapters.cluster.rollout import (
     Reading, belongs_to, event_key, event_summary, pod_summary, read_deployment, read_hyperpod,
@@ -178,13 +178,18 @@ class KubernetesCluster:
                 self.rest.apply(obj, manager=FIELD_MANAGER, force=force, dry_run=True)
             except ApplyConflict as exc:
                 conflicts.extend(exc.conflicts)
+            except Exception as exc:
+                raise ClusterError(f"dry run of {describe_object(obj)} failed, nothing was applied: {api_error(exc)}") from exc
         if conflicts:
             return ApplyResult(manifest=manifest, changed=False, conflicts=conflicts)
         changed = False
         for obj in manifest.objects:
             meta = obj["metadata"]
-            before = self.rest.get(object_path(obj["kind"], meta["name"], meta.get("namespace")))
-            after = self.rest.apply(obj, manager=FIELD_MANAGER, force=force)
+            try:
+                before = self.rest.get(object_path(obj["kind"], meta["name"], meta.get("namespace")))
+                after = self.rest.apply(obj, manager=FIELD_MANAGER, force=force)
+            except Exception as exc:  # after a passing dry run: the API server went away or changed its mind
+                raise ClusterError(f"applying {describe_object(obj)} failed: {api_error(exc)}") from exc
             before_version = (before or {}).get("metadata", {}).get("resourceVersion")
             if before is None or before_version != (after.get("metadata") or {}).get("resourceVersion"):
                 changed = True
