@@ -29,6 +29,7 @@ from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.operator import OperatorSimulator
 from bot.services import ports
 from bot.services.releases import register_release
+from bot.services.reservations import watch_reservations
 from tests.conftest import EXAMPLE_RELEASE, START
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config
@@ -130,3 +131,11 @@ def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> No
     assert "*#3* rollback of *kimi-k3-2026-08-01* — live" in history
     assert "*#2* deploy of *kimi-k3-2026-09-01* — superseded" in history
     assert "infrastructure <@U0APPROVER2>" in history
+
+    watch_reservations(bench.app.ctx)  # the scheduled watch's run: it stores the training plan it reads
+    bench.home("U0APPROVER1")
+    home = bench.stub.wait_for(lambda s: s.calls_to("views.publish"))[-1].params["view"]
+    text = blocks_text(home["blocks"])
+    assert "*live release:* kimi-k3-2026-08-01" in text and "*in flight:* nothing" in text
+    assert "*last readiness:*" in text and "answered: first token" in text
+    assert "*reservation:* 20.0 days left" in text  # the plan ends 20 days after the frozen clock's now
