@@ -264,6 +264,19 @@ def test_a_failed_rollout_reports_the_operators_reason(kind: str, seeded: KubeSt
     assert "CrashLoopBackOff" in progress.text and "event Warning BackOff" in progress.text
 
 
+def test_unreadable_events_do_not_block_the_verdict(seeded: KubeStandIn, cluster: KubernetesCluster,
+                                                    release: ReleaseManifest) -> None:
+    ep = endpoint()
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, manifest)
+    seeded.run(lambda: seeded.emulator.resources.__delitem__("v1/events"))  # e.g. RBAC without events: list
+    progress = Progress()
+    with OperatorSimulator(seeded.rest(), NS, step_seconds=0.02, emit_events=False):
+        outcome = cluster.watch(ep, manifest, timeout_seconds=30, on_progress=progress)
+    assert outcome.status == "succeeded"
+    assert "pods and events are not readable (HTTP 404" in progress.text
+
+
 def test_a_rollout_that_never_finishes_times_out_at_the_deadline(seeded: KubeStandIn, cluster: KubernetesCluster,
                                                                  release: ReleaseManifest) -> None:
     ep = endpoint()

@@ -37,7 +37,8 @@ class OperatorSimulator:
     """Start with ``with OperatorSimulator(rest, "model-serving"):``; stops on exit."""
 
     def __init__(self, rest: Rest, namespace: str, *, kind: Literal["hyperpod", "eks"] = "hyperpod",
-                 behaviour: Behaviour = "succeed", step_seconds: float = 0.05, failure_reason: str = DEFAULT_FAILURE) -> None:
+                 behaviour: Behaviour = "succeed", step_seconds: float = 0.05, failure_reason: str = DEFAULT_FAILURE,
+                 emit_events: bool = True) -> None:
         self.rest = rest
         self.namespace = namespace
         self.kind = kind
@@ -48,6 +49,7 @@ class OperatorSimulator:
         self._thread = threading.Thread(target=self._run, name=f"operator-{kind}", daemon=True)
         self._progress: dict[str, tuple[int, int]] = {}  # name -> (generation, step)
         self.errors: list[str] = []
+        self.emit_events = emit_events  # False plays a cluster whose events the bot may not read
 
     def __enter__(self) -> "OperatorSimulator":
         self._thread.start()
@@ -157,6 +159,8 @@ class OperatorSimulator:
             self.rest.merge_patch(path + "/status", {"status": status}, manager="kubelet")
 
     def _event(self, involved: str, kind: str, type_: str, reason: str, message: str) -> None:
+        if not self.emit_events:
+            return
         name = f"{involved}.{uuid.uuid4().hex[:12]}"
         self.rest.create(collection_path("Event", self.namespace), {
             "apiVersion": "v1", "kind": "Event",

@@ -238,10 +238,15 @@ class KubernetesCluster:
                 if reading.state != last_state:
                     tell(f"{endpoint.name}: {reading.reason}", reading.state)
                     last_state = reading.state
-                for key, line in self._pods_and_events(endpoint):
-                    if key not in said:
-                        said.add(key)
-                        tell(line, last_state)
+                try:
+                    for key, line in self._pods_and_events(endpoint):
+                        if key not in said:
+                            said.add(key)
+                            tell(line, last_state)
+                except Exception as exc:  # pods and events only add detail: never let them block the verdict
+                    if "pods-and-events" not in said:
+                        said.add("pods-and-events")
+                        tell(f"{endpoint.name}: pods and events are not readable ({api_error(exc)})", last_state)
                 if reading.verdict == "succeeded":
                     return RolloutOutcome("succeeded", reading.reason, time.monotonic() - started)
                 if reading.verdict == "failed":
