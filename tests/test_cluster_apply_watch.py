@@ -167,6 +167,24 @@ def test_a_new_release_changes_the_spec_and_its_generation(seeded: KubeStandIn, 
     assert {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"} in live["spec"]["worker"]["environmentVariables"]
 
 
+@pytest.mark.parametrize("kind", ["hyperpod", "eks"])
+def test_reapplying_the_stored_previous_manifest_restores_it_exactly(
+        kind: str, seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint(kind)
+    previous = cluster.render(release, ep, release.tuple_hash())
+    cluster.apply(ep, previous)
+    stored = previous.text  # what the deployment record keeps
+    newer = other_release(release)
+    cluster.apply(ep, cluster.render(newer, ep, newer.tuple_hash()))
+
+    rollback = cluster.apply(ep, RenderedManifest.from_text(stored))
+    assert rollback.changed and rollback.manifest.sha256 == previous.sha256
+    live = main_object(seeded, ep)
+    wanted = next(o for o in previous.objects if o["kind"] == live["kind"])  # type: ignore[index]
+    assert live["spec"] == wanted["spec"]  # type: ignore[index]  # the added variable is gone again
+    assert live["metadata"]["annotations"]["kimi-ops.io/tuple-hash"] == release.tuple_hash()  # type: ignore[index]
+
+
 def test_an_invalid_stored_manifest_is_refused_with_schema_paths_and_nothing_is_applied(
         seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
     ep = endpoint()

@@ -97,12 +97,13 @@ def put(obj: dict[str, Any], path: Path, value: Any) -> None:
 def remove(obj: dict[str, Any], path: Path) -> None:
     parent = get(obj, path[:-1]) if len(path) > 1 else obj
     last = path[-1]
-    if isinstance(parent, dict) and not isinstance(last, tuple):
+    if last == "name" and len(path) > 1 and isinstance(path[-2], tuple):
+        # The item's key goes: the whole item goes with it.
+        holder = get(obj, path[:-2])
+        if isinstance(holder, list):
+            holder[:] = [i for i in holder if not (isinstance(i, dict) and i.get("name") == path[-2][1])]
+    elif isinstance(parent, dict) and not isinstance(last, tuple):
         parent.pop(last, None)
-        if last == "name" and len(path) > 1 and isinstance(path[-2], tuple):
-            holder = get(obj, path[:-2])
-            if isinstance(holder, list):
-                holder[:] = [i for i in holder if not (isinstance(i, dict) and i.get("name") == path[-2][1])]
 
 
 def conflicts(owners: Owners, manager: str, live: dict[str, Any], config: dict[str, Any]) -> list[tuple[str, Path]]:
