@@ -67,6 +67,8 @@ class SlackStub:
         self.groups = dict(groups or {})
         # Posting to these answers channel_not_found, like Slack for a channel the bot is not in.
         self.missing_channels = set(missing_channels or ())
+        # What apps.connections.open hands out: the WebSocket URL of a Socket Mode stand-in, when one runs.
+        self.socket_url: str | None = None
         self.bot_user = bot_user
         self.calls: list[Call] = []
         self.messages: list[Message] = []
@@ -189,6 +191,10 @@ class SlackStub:
             view = {**p["view"], "id": view_id}
             self.views[p.get("user_id") or p.get("trigger_id", "")] = view
             return {"ok": True, "view": view}
+        if method == "apps.connections.open":
+            if not self.socket_url:
+                return {"ok": False, "error": "not_allowed_token_type"}
+            return {"ok": True, "url": self.socket_url}
         if method == "usergroups.users.list":
             group = p.get("usergroup", "")
             if group not in self.groups:
