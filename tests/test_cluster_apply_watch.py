@@ -117,6 +117,14 @@ def test_preflight_reports_a_node_without_eight_gpus(kube: KubeStandIn) -> None:
     assert nodes.status == "fail" and "8 allocatable nvidia.com/gpu" in nodes.reason and "=4" in nodes.reason
 
 
+def test_preflight_reports_a_cordoned_gpu_node(seeded: KubeStandIn, cluster: KubernetesCluster) -> None:
+    [node] = seeded.rest().items("/api/v1/nodes")
+    seeded.rest().merge_patch(f"/api/v1/nodes/{node['metadata']['name']}", {"spec": {"unschedulable": True}},
+                              manager="kubectl-cordon")
+    nodes = next(c for c in cluster.preflight(endpoint()) if c.name == "cluster.gpu_nodes")
+    assert nodes.status == "fail" and "is cordoned" in nodes.reason
+
+
 def test_preflight_reports_no_node_of_the_instance_type(kube: KubeStandIn) -> None:
     seed_cluster(kube.rest(), namespace=NS, instance_type="ml.p5.48xlarge")
     nodes = next(c for c in KubernetesCluster(kube.api_client()).preflight(endpoint()) if c.name == "cluster.gpu_nodes")

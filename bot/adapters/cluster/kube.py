@@ -79,6 +79,17 @@ def _gpus(node: dict[str, Any]) -> int:
         return 0
 
 
+def _node_state(node: dict[str, Any]) -> str:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "is cordoned"
+    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+    return "is Ready" if ready is not None and str(ready.get("status")) == "True" else "is not Ready"
+
+
+def _schedulable(node: dict[str, Any]) -> bool:
+    return _node_state(node) == "is Ready"
+
+
 def _available(deployment: dict[str, Any]) -> bool:
     status = deployment.get("status") or {}
     condition = next((c for c in status.get("conditions") or [] if c.get("type") == "Available"), None)
@@ -149,16 +160,21 @@ class KubernetesCluster:
         selector = f"{INSTANCE_TYPE_LABEL} in ({bare},ml.{bare})"
         nodes = [n for n in self.rest.items(collection_path("Node"), label_selector=selector)
                  if ((n.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL) in wanted]
-        full = [n for n in nodes if _gpus(n) >= rendering.GPUS]
+        with_gpus = [n for n in nodes if _gpus(n) >= rendering.GPUS]
+        full = [n for n in with_gpus if _schedulable(n)]
         zones = sorted({str(((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)) for n in full
                         if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)})
         if not nodes:
             return Check.failed("cluster.gpu_nodes", f"no node of type {bare} in the cluster; is the reserved capacity attached?",
                                 zones=[])
-        if not full:
+        if not with_gpus:
             counts = ", ".join(f"{n['metadata'].get('name')}={_gpus(n)}" for n in nodes)
             return Check.failed("cluster.gpu_nodes", f"no {bare} node reports {rendering.GPUS} allocatable {GPU_RESOURCE} ({counts}); "
                                 "check the NVIDIA device plugin", zones=[])
+        if not full:
+            states = ", ".join(f"{n['metadata'].get('name')} {_node_state(n)}" for n in with_gpus)
+            return Check.failed("cluster.gpu_nodes", f"no {bare} node with {rendering.GPUS} GPUs can take the pod ({states}); "
+                                "uncordon it or wait for it to be Ready", zones=[])
         names = [str(n["metadata"].get("name")) for n in full]
         return Check.passed("cluster.gpu_nodes", f"{len(full)} {bare} node(s) with {rendering.GPUS} GPUs in {', '.join(zones) or 'an unlabelled zone'}",
                             zones=zones, nodes=names)
