@@ -36,11 +36,12 @@ from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.bootstrap import Context
 from bot.config import EndpointSettings
+from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound, Refused
-from bot.services.reservations import USABLE_STATES, ReservationView, format_remaining, reservations_of
+from bot.services.reservations import ReservationView, reservations_of
 
 log = logging.getLogger(__name__)
 

@@ -27,13 +27,14 @@ reservations are never declared gone because AWS did not answer.
 
 ``alerts_sent`` holds the thresholds (numbers, in hours) already announced and
 ``"mismatch:…"`` strings for fit warnings already given, so neither repeats.
+The pure rules (matching, fit, thresholds) live in :mod:`bot.domain.expiry`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,6 +42,21 @@ from bot.adapters.store.models import Reservation
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.bootstrap import Context
 from bot.config import EndpointSettings
+from bot.domain.expiry import (
+    USABLE_STATES,
+    describe,
+    expected_kind,
+    fits,
+    fmt_hours,
+    format_remaining,
+    match_endpoint,
+    mismatches,
+    names_reservation,
+    rearm,
+    short_id,
+    threshold_to_announce,
+    when,
+)
 from bot.domain.infrastructure import select_reservation
 from bot.domain.reservations import ReservationInfo, same_instance_type
 from bot.services import ports
@@ -51,8 +67,6 @@ log = logging.getLogger(__name__)
 
 ACTOR = "kimi-ops:reservation-watch"
 DEFAULT_INSTANCE_TYPE = "p6-b300.48xlarge"
-# States in which a reservation holds, or will hold, capacity.
-USABLE_STATES = frozenset({"active", "scheduled", "pending", "payment-pending", "assessing", "delayed"})
 MISMATCH_PREFIX = "mismatch:"
 
 
@@ -105,94 +119,6 @@ class WatchReport:
         return "; ".join(parts)
 
 
-# ---------------------------------------------------------------------------- pure rules
-
-
-def expected_kind(endpoint: EndpointSettings) -> str:
-    """HyperPod consumes a flexible training plan; EKS targets an EC2 Capacity Block."""
-    return "training-plan" if endpoint.kind == "hyperpod" else "capacity-block"
-
-
-def names_reservation(reservation_id: str, wanted: str) -> bool:
-    """An endpoint may name a training plan by ARN or by name, a Capacity Block by its ``cr-`` id."""
-    return wanted in {reservation_id, reservation_id.rsplit("/", 1)[-1]}
-
-
-def fits(info: ReservationInfo, endpoint: EndpointSettings) -> bool:
-    """Would this reservation serve the endpoint: region, kind, instance type and (when named) zone."""
-    return (
-        info.region == endpoint.region
-        and info.kind == expected_kind(endpoint)
-        and same_instance_type(info.instance_type, endpoint.instance_type)
-        and (endpoint.availability_zone is None or info.availability_zone == endpoint.availability_zone)
-    )
-
-
-def match_endpoint(info: ReservationInfo, endpoints: Sequence[EndpointSettings]) -> EndpointSettings | None:
-    """The endpoint naming this reservation, else the first (by name) it fits without naming one."""
-    for endpoint in endpoints:
-        if endpoint.reservation_id and names_reservation(info.id, endpoint.reservation_id):
-            return endpoint
-    for endpoint in sorted(endpoints, key=lambda e: e.name):
-        if not endpoint.reservation_id and fits(info, endpoint):
-            return endpoint
-    return None
-
-
-def mismatches(info: ReservationInfo, endpoint: EndpointSettings) -> list[str]:
-    """Ways the reservation does not fit its endpoint, each a short phrase."""
-    problems: list[str] = []
-    if info.kind != expected_kind(endpoint):
-        problems.append(f"it is a {info.kind} but a {endpoint.kind} endpoint needs a {expected_kind(endpoint)}")
-    if not same_instance_type(info.instance_type, endpoint.instance_type):
-        problems.append(f"instance type {info.instance_type} is not the endpoint's {endpoint.instance_type}")
-    if info.region != endpoint.region:
-        problems.append(f"region {info.region} is not the endpoint's {endpoint.region}")
-    if info.availability_zone and endpoint.availability_zone and info.availability_zone != endpoint.availability_zone:
-        problems.append(f"zone {info.availability_zone} is not the endpoint's {endpoint.availability_zone}")
-    return problems
-
-
-def crossed_thresholds(remaining: dt.timedelta, thresholds: Iterable[float]) -> set[float]:
-    hours = remaining.total_seconds() / 3600
-    return {float(t) for t in thresholds if hours <= float(t)}
-
-
-def threshold_to_announce(remaining: dt.timedelta, thresholds: Iterable[float], sent: set[float]) -> tuple[float | None, set[float]]:
-    """``(threshold to alert for, thresholds sent afterwards)``: one alert for the smallest newly crossed."""
-    crossed = crossed_thresholds(remaining, thresholds)
-    new = crossed - sent
-    return (min(new) if new else None), sent | crossed
-
-
-def rearm(remaining: dt.timedelta, sent: set[float]) -> set[float]:
-    """After an extension, keep only the thresholds that are still crossed."""
-    hours = remaining.total_seconds() / 3600
-    return {t for t in sent if hours <= t}
-
-
-def format_remaining(delta: dt.timedelta | None) -> str:
-    if delta is None:
-        return "no end date"
-    seconds = delta.total_seconds()
-    if seconds <= 0:
-        return "ended"
-    hours = seconds / 3600
-    if hours >= 48:
-        return f"{hours / 24:.1f} days"
-    if hours >= 1:
-        return f"{hours:.1f} h"
-    return f"{seconds / 60:.0f} min"
-
-
-def _fmt_hours(hours: float) -> str:
-    return f"{hours / 24:g} days" if hours >= 48 and hours % 24 == 0 else f"{hours:g} h"
-
-
-def _when(at: dt.datetime | None) -> str:
-    return "no end date" if at is None else f"{at:%Y-%m-%d %H:%M} UTC"
-
-
 # ---------------------------------------------------------------------------- the watch
 
 
@@ -202,11 +128,6 @@ def _info(row: Reservation) -> ReservationInfo:
         availability_zone=row.availability_zone, instance_count=row.instance_count,
         start=row.start_at, end=row.end_at, state=row.state,
     )
-
-
-def _describe(info: ReservationInfo) -> str:
-    zone = info.availability_zone or "no zone"
-    return f"{info.kind} `{info.id.rsplit('/', 1)[-1]}` ({info.instance_count} × {info.instance_type}, {info.region}/{zone})"
 
 
 def _thresholds(row: Reservation) -> set[float]:
@@ -307,11 +228,11 @@ class _Watch:
                 ))
                 self._match(row)
                 self._say("reservation.appeared", row,
-                          f"New reservation {_describe(info)}: {info.state}, ends {_when(info.end)} "
+                          f"New reservation {describe(info)}: {info.state}, ends {when(info.end)} "
                           f"({format_remaining(info.remaining(self.now))} left)"
                           + (f", for endpoint `{row.endpoint_name}`" if row.endpoint_name else ", matched to no endpoint"),
                           state=info.state, end=info.end.isoformat() if info.end else None)
-                self.report.appeared.append(_short_id(info.id))
+                self.report.appeared.append(short_id(info.id))
                 continue
             self._update(row, info)
         for row in rows.values():
@@ -323,16 +244,16 @@ class _Watch:
         row.last_seen_at = self.now
         if row.gone_at is not None:
             row.gone_at = None
-            self._say("reservation.appeared", row, f"Reservation {_describe(info)} is listed again: {info.state}, ends {_when(info.end)}",
+            self._say("reservation.appeared", row, f"Reservation {describe(info)} is listed again: {info.state}, ends {when(info.end)}",
                       state=info.state)
-            self.report.appeared.append(_short_id(info.id))
+            self.report.appeared.append(short_id(info.id))
         row.kind, row.region, row.instance_type = info.kind, info.region, info.instance_type
         row.availability_zone, row.instance_count, row.start_at = info.availability_zone, info.instance_count, info.start
         if info.state != old.state:
             row.state = info.state
-            self._say("reservation.changed", row, f"Reservation {_describe(info)} is now {info.state} (was {old.state})",
+            self._say("reservation.changed", row, f"Reservation {describe(info)} is now {info.state} (was {old.state})",
                       change="state", before=old.state, after=info.state)
-            self.report.changed.append(f"{_short_id(info.id)} {old.state}→{info.state}")
+            self.report.changed.append(f"{short_id(info.id)} {old.state}→{info.state}")
             if info.state not in USABLE_STATES and info.end is not None and info.end > self.now:
                 self._escalate_early_end(row, f"is {info.state}")
         if info.end != old.end:
@@ -342,10 +263,10 @@ class _Watch:
                 _store_alerts(row, rearm(info.end - self.now, _thresholds(row)), _markers(row))
             verb = "extended" if later else "moved"
             self._say("reservation.changed", row,
-                      f"Reservation {_describe(info)} {verb}: now ends {_when(info.end)} (was {_when(old.end)}), "
+                      f"Reservation {describe(info)} {verb}: now ends {when(info.end)} (was {when(old.end)}), "
                       f"{format_remaining(info.remaining(self.now))} left",
                       change="end", before=old.end.isoformat() if old.end else None, after=info.end.isoformat() if info.end else None)
-            self.report.changed.append(f"{_short_id(info.id)} {verb}")
+            self.report.changed.append(f"{short_id(info.id)} {verb}")
         if (old.availability_zone, old.instance_type) != (info.availability_zone, info.instance_type):
             self.uow.audit.record(at=self.now, actor=ACTOR, action="reservation.updated", subject=f"reservation:{row.id}",
                                   details={"availability_zone": info.availability_zone, "instance_type": info.instance_type})
@@ -354,8 +275,8 @@ class _Watch:
         row.gone_at = self.now
         ended_naturally = row.end_at is not None and row.end_at <= self.now
         how = "ended and is no longer listed" if ended_naturally else "is no longer listed by AWS (cancelled or removed)"
-        self._say("reservation.gone", row, f"Reservation {_describe(_info(row))} {how}", ended=ended_naturally)
-        self.report.gone.append(_short_id(row.id))
+        self._say("reservation.gone", row, f"Reservation {describe(_info(row))} {how}", ended=ended_naturally)
+        self.report.gone.append(short_id(row.id))
         if not ended_naturally:
             self._escalate_early_end(row, "disappeared")
 
@@ -381,11 +302,11 @@ class _Watch:
         known = {m for m in markers if m.startswith(MISMATCH_PREFIX)}
         new = sorted(wanted - known)
         if new and endpoint is not None:
-            text = (f":warning: Reservation {_describe(_info(row))} does not fit endpoint `{endpoint.name}`: "
+            text = (f":warning: Reservation {describe(_info(row))} does not fit endpoint `{endpoint.name}`: "
                     + "; ".join(m.removeprefix(MISMATCH_PREFIX) for m in new)
                     + ". Fix the reservation or the endpoint's settings before the next deployment.")
             self._say("reservation.mismatch", row, text, problems=[m.removeprefix(MISMATCH_PREFIX) for m in new])
-            self.report.warnings.append(f"{_short_id(row.id)} mismatch")
+            self.report.warnings.append(f"{short_id(row.id)} mismatch")
         if wanted != known:
             _store_alerts(row, _thresholds(row), (markers - known) | wanted)
 
@@ -399,12 +320,12 @@ class _Watch:
                 if other.end_at is None or other.end_at <= ends:
                     continue
                 if (other.start_at is None or other.start_at <= ends) and fits(_info(other), endpoint):
-                    return f"reservation `{_short_id(other.id)}` covers it until {_when(other.end_at)}"
+                    return f"reservation `{short_id(other.id)}` covers it until {when(other.end_at)}"
         for other in others:
             if (other.endpoint_name and other.endpoint_name != row.endpoint_name and other.endpoint_name in self.live
                     and other.end_at is not None and other.end_at > ends
                     and (other.start_at is None or other.start_at <= ends)):
-                return f"live endpoint `{other.endpoint_name}` has capacity until {_when(other.end_at)}"
+                return f"live endpoint `{other.endpoint_name}` has capacity until {when(other.end_at)}"
         return None
 
     def _escalate_early_end(self, row: Reservation, what: str) -> None:
@@ -412,11 +333,11 @@ class _Watch:
             return
         if self.replacement(row, self.now) is not None:
             return
-        text = (f":rotating_light: {self._mention()} Reservation {_describe(_info(row))} behind live endpoint "
-                f"`{row.endpoint_name}` {what} before its end ({_when(row.end_at)}) and no tested endpoint or reservation "
+        text = (f":rotating_light: {self._mention()} Reservation {describe(_info(row))} behind live endpoint "
+                f"`{row.endpoint_name}` {what} before its end ({when(row.end_at)}) and no tested endpoint or reservation "
                 "can take over. Reserve capacity now.")
         self._say("reservation.escalation", row, text, reason=what, oncall_group=self.ctx.settings.oncall_group)
-        self.report.escalations.append(_short_id(row.id))
+        self.report.escalations.append(short_id(row.id))
 
     def thresholds(self) -> None:
         configured = [float(t) for t in self.ctx.settings.alert_thresholds_hours]
@@ -435,8 +356,8 @@ class _Watch:
             escalate = live and takeover is None
             left = format_remaining(remaining)
             ending = "has ended" if left == "ended" else f"ends in {left}"
-            text = (f":hourglass_flowing_sand: Reservation {_describe(_info(row))} for endpoint `{row.endpoint_name}` "
-                    f"{ending} ({_when(row.end_at)}; alert at {_fmt_hours(fire)}).")
+            text = (f":hourglass_flowing_sand: Reservation {describe(_info(row))} for endpoint `{row.endpoint_name}` "
+                    f"{ending} ({when(row.end_at)}; alert at {fmt_hours(fire)}).")
             if escalate:
                 text = (f":rotating_light: {self._mention()} " + text.split(" ", 1)[1]
                         + " The endpoint is live and no tested endpoint or reservation can take over: "
@@ -448,11 +369,7 @@ class _Watch:
             kind = "reservation.escalation" if escalate else "reservation.alert"
             self._say(kind, row, text, threshold_hours=fire, remaining_seconds=int(remaining.total_seconds()),
                       oncall_group=self.ctx.settings.oncall_group if escalate else None)
-            (self.report.escalations if escalate else self.report.alerts).append(f"{_short_id(row.id)}@{_fmt_hours(fire)}")
-
-
-def _short_id(reservation_id: str) -> str:
-    return reservation_id.rsplit("/", 1)[-1]
+            (self.report.escalations if escalate else self.report.alerts).append(f"{short_id(row.id)}@{fmt_hours(fire)}")
 
 
 def watch_reservations(ctx: Context) -> WatchReport:
