@@ -149,8 +149,11 @@ def test_a_vanished_reservation_is_reported_once_and_an_unreadable_region_change
 
     source.failing_regions.add("us-east-1")
     report = watch_reservations(ctx)
+    watch_reservations(ctx)
     assert report.gone == [] and "us-east-1" in report.errors[0]
     assert [v.id for v in reservation_overview(ctx)] == ["cr-0001"]
+    [(kind, blind)] = [(k, p) for k, p in events(ctx) if k.startswith("reservation.watch")]
+    assert kind == "reservation.watch_failed" and "Could not connect" in blind["text"] and blind["channel"] == "CKIMIPROD"
 
     source.failing_regions.clear()
     source.remove("cr-0001")
@@ -158,6 +161,7 @@ def test_a_vanished_reservation_is_reported_once_and_an_unreadable_region_change
     watch_reservations(ctx)
     gone = [p for k, p in events(ctx) if k == "reservation.gone"]
     assert len(gone) == 1 and "no longer listed" in gone[0]["text"]
+    assert [k for k, _ in events(ctx) if k.startswith("reservation.watch")] == ["reservation.watch_failed", "reservation.watch_recovered"]
     assert reservation_overview(ctx) == [] and reservation_overview(ctx, include_gone=True)[0].gone_at is not None
     with ctx.uow() as uow:
         actions = [a.action for a in uow.audit.list(subject="reservation:cr-0001")]

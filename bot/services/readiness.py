@@ -41,14 +41,15 @@ from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound, Refused
-from bot.services.reservations import ReservationView, reservations_of
+from bot.services.reservations import WATCH_INCIDENT, ReservationView, reservations_of
 
 log = logging.getLogger(__name__)
 
 ACTOR = "kimi-ops:readiness-probe"
 FAILING = "readiness"
 SLOW = "ttft"
-INCIDENT_KINDS = (FAILING, SLOW)
+# Shown by ``/kimi status``: this module's incidents and the reservation watch's.
+INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT)
 
 
 # ---------------------------------------------------------------------------- values

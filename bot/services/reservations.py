@@ -22,8 +22,10 @@ change:
   longer, and no other reservation fitting the endpoint that starts by the end
   and lasts beyond it.
 
-A region the adapter could not read is reported and changes nothing: its
-reservations are never declared gone because AWS did not answer.
+A region the adapter could not read changes nothing: its reservations are
+never declared gone because AWS did not answer. Instead each endpoint in that
+region gets one warning (an open ``reservation-watch`` incident) that the watch
+is blind, and one note when it reads AWS again.
 
 ``alerts_sent`` holds the thresholds (numbers, in hours) already announced and
 ``"mismatch:…"`` strings for fit warnings already given, so neither repeats.
@@ -38,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bot.adapters.store.models import Reservation
+from bot.adapters.store.models import Incident, Reservation
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.bootstrap import Context
 from bot.config import EndpointSettings
@@ -68,6 +70,7 @@ log = logging.getLogger(__name__)
 ACTOR = "kimi-ops:reservation-watch"
 DEFAULT_INSTANCE_TYPE = "p6-b300.48xlarge"
 MISMATCH_PREFIX = "mismatch:"
+WATCH_INCIDENT = "reservation-watch"
 
 
 # ---------------------------------------------------------------------------- read models
@@ -153,14 +156,14 @@ def _instance_types(ctx: Context, region: str) -> list[str]:
     return list(dict.fromkeys([*wanted, DEFAULT_INSTANCE_TYPE]))
 
 
-def read_all(ctx: Context) -> tuple[dict[str, ReservationInfo], set[str], list[str]]:
-    """Ask AWS, region by region: ``(reservations by id, regions read, errors)``; no transaction is open."""
+def read_all(ctx: Context) -> tuple[dict[str, ReservationInfo], set[str], dict[str, str]]:
+    """Ask AWS, region by region: ``(reservations by id, regions read, error by region)``; no transaction is open."""
     source: ports.ReservationSource | None = ctx.adapters.get(ports.RESERVATIONS)
     if source is None:
         raise Refused("no AWS access is configured to read reservations; give this process AWS credentials and regions")
     seen: dict[str, ReservationInfo] = {}
     read: set[str] = set()
-    errors: list[str] = []
+    errors: dict[str, str] = {}
     for region in _regions(ctx):
         types = _instance_types(ctx, region)
         try:
@@ -170,7 +173,7 @@ def read_all(ctx: Context) -> tuple[dict[str, ReservationInfo], set[str], list[s
             found.extend(p for p in source.training_plans(region) if any(same_instance_type(p.instance_type, t) for t in types))
         except Exception as exc:  # AWS unreachable or refusing: report it, change nothing in that region
             log.warning("reading reservations in %s failed: %s", region, exc, exc_info=True)
-            errors.append(f"{region}: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}")
+            errors[region] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
             continue
         read.add(region)
         for info in found:
@@ -372,17 +375,50 @@ class _Watch:
             (self.report.escalations if escalate else self.report.alerts).append(f"{short_id(row.id)}@{fmt_hours(fire)}")
 
 
+    # -- the watch itself going blind
+    def aws_health(self, errors: dict[str, str]) -> None:
+        """One warning per endpoint while its region cannot be read (an open incident), one note when it can again.
+
+        Without this, expired credentials would silently stop every alert before a reservation ends.
+        """
+        for spec in self.endpoints:
+            row = self.uow.endpoints.get(spec.name)
+            if row is None:
+                continue
+            incident = self.uow.incidents.open_for(row.id, WATCH_INCIDENT)
+            subject = f"endpoint:{spec.name}"
+            if spec.region in errors and incident is None:
+                reason = f"AWS in {spec.region} cannot be read: {errors[spec.region]}"
+                self.uow.incidents.add(Incident(endpoint_id=row.id, kind=WATCH_INCIDENT, open=True, reason=reason, opened_at=self.now))
+                self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=subject,
+                                      details={"kind": WATCH_INCIDENT, "reason": reason})
+                text = (f":warning: The reservation watch is blind for endpoint `{spec.name}`: {reason}. No reservation alert "
+                        "can be sent until it reads AWS again; check this process's AWS credentials and permissions.")
+                self.uow.events.emit(at=self.now, kind="reservation.watch_failed", endpoint_name=spec.name,
+                                     payload={"text": text, "channel": spec.channel, "region": spec.region})
+                self.report.warnings.append(f"{spec.name} blind")
+            elif spec.region not in errors and incident is not None:
+                incident.open, incident.closed_at = None, self.now
+                self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.closed", subject=subject,
+                                      details={"kind": WATCH_INCIDENT, "reason": incident.reason})
+                text = f":large_green_circle: The reservation watch reads AWS in {spec.region} again for endpoint `{spec.name}`."
+                self.uow.events.emit(at=self.now, kind="reservation.watch_recovered", endpoint_name=spec.name,
+                                     payload={"text": text, "channel": spec.channel, "region": spec.region})
+
+
 def watch_reservations(ctx: Context) -> WatchReport:
     """One run of the reservation watch; returns what it saw and announced."""
     report = WatchReport()
-    seen, regions_read, report.errors = read_all(ctx)
+    seen, regions_read, errors = read_all(ctx)
     report.seen = len(seen)
+    report.errors = [f"{region}: {error}" for region, error in errors.items()]
     with ctx.uow() as uow:
         watch = _Watch(ctx, uow, report)
         watch.apply_seen(seen, regions_read)
         uow.flush()
         watch.match_all()
         watch.thresholds()
+        watch.aws_health(errors)
         uow.commit()
     return report
 
