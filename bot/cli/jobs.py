@@ -123,7 +123,10 @@ def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")
     from bot.services.readiness import endpoint_status
 
     def body() -> None:
-        for s in endpoint_status(context(), endpoint):
+        statuses = endpoint_status(context(), endpoint)
+        if not statuses:
+            output.info("no endpoints declared; add them under endpoints: in the KIMI_CONFIG file")
+        for s in statuses:
             last = s.last_probe
             output.table(
                 f"Endpoint {s.name}",
