@@ -133,6 +133,7 @@ def test_every_kind_passes_on_a_healthy_endpoint_and_no_text_is_stored(gate_ctx,
     cases = {c["case"]: c for c in evaluation["cases"]}
     assert cases["needle"]["prompt_tokens"] > 1000  # the long document was generated and sent
     assert all(c["latency_ms"] is not None and c["completion_tokens"] for c in cases.values())
+    assert all("sample" not in c for c in cases.values())
     stored = json.dumps(report.model_dump(mode="json"))
     for secret in ("7-4-1-9-amber", "adds two numbers", "def add", "SAVE-9000"):
         assert secret not in stored
@@ -250,3 +251,14 @@ def test_the_default_kimi_set_passes_on_the_stand_in(make_ctx) -> None:
     cases = {c["case"]: c for c in report.attachments["evaluation"]["cases"]}
     assert cases["long-context-needle"]["prompt_tokens"] > 20_000
     assert len(cases) == 9
+
+
+def test_answer_excerpts_are_kept_only_when_the_set_turns_sampling_on(gate_ctx, server: OpenAIServer) -> None:
+    gate_ctx.settings.evaluation_set.write_text(TEST_SET.replace("concurrency: 3", "concurrency: 3\nsampling: true"))
+
+    report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", None)
+
+    cases = {c["case"]: c for c in report.attachments["evaluation"]["cases"]}
+    assert report.attachments["evaluation"]["sampling"] is True
+    assert cases["code-add"]["sample"].startswith("def add(a, b)")
+    assert len(cases["needle"]["sample"]) <= 200
