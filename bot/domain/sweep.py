@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bot.domain.evaluation import percentile
 
 PrefixMode = Literal["shared", "unique"]
+Phase = Literal["warmup", "steady", "burst"]
 REJECT_STATUSES = frozenset({429, 503})
 DEFAULT_QUEUE_WAIT_MS = 2000.0  # queue sizing when no TTFT objective is set
 
@@ -67,7 +68,7 @@ class SweepPlan(BaseModel):
 class Sample:
     """One request of the sweep, as the load generator saw it."""
 
-    phase: Literal["warmup", "steady", "burst"]
+    phase: Phase
     status: int | None
     ttft_ms: float | None = None
     total_ms: float | None = None

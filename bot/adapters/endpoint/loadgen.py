@@ -23,6 +23,7 @@ from bot.domain.readiness import MetricsSnapshot
 from bot.domain.sweep import (
     LevelStats,
     MetricsPeak,
+    Phase,
     Objectives,
     PrefixMode,
     Sample,
@@ -148,7 +149,7 @@ class HttpLoadGenerator:
 
     # ------------------------------------------------------------------ internals
     def _send(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
-              counter: "_Counter", phase: str) -> Sample:
+              counter: "_Counter", phase: Phase) -> Sample:
         n = counter.next()
         body = {
             "model": endpoint.served_model_name,
@@ -157,8 +158,7 @@ class HttpLoadGenerator:
             "temperature": 0,
         }
         answer = stream_chat(client, endpoint.url, body)
-        return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms,  # type: ignore[arg-type]
-                      total_ms=answer.latency_ms, error=answer.error)
+        return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms, error=answer.error)
 
     def _warm(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
               counter: "_Counter", budget: _Budget) -> None:
