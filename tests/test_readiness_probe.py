@@ -18,10 +18,10 @@ from bot.services.readiness import endpoint_status, probe_endpoints
 from bot.services.reservations import watch_reservations
 from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
 
-OBJECTIVE_MS = 400
+OBJECTIVE_MS = 800
 HEALTHY = {"fail_status": None, "first_token_delay": 0.0}
 BROKEN = {"fail_status": 500}
-SLOW = {"fail_status": None, "first_token_delay": 0.6}  # 600 ms to the first token against a 400 ms objective
+SLOW = {"fail_status": None, "first_token_delay": 1.0}  # 1 s to the first token against an 800 ms objective
 
 
 def messages(ctx) -> list[tuple[str, str]]:
