@@ -64,9 +64,10 @@ def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPat
         ctx.close()
 
 
-def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None = None, objectives: dict | None = None) -> Context:
+def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None = None, objectives: dict | None = None,
+                limits: tuple[int, int] = (32, 64)) -> Context:
     ctx = make_ctx(
-        endpoints=[endpoint_config(url=url, request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})],
+        endpoints=[endpoint_config(url=url, request_limits={"max_concurrent_requests": limits[0], "max_queue_size": limits[1]})],
         roles=ROLES,
         traffic_sweep=sweep or SMALL_SWEEP,
         traffic_objectives=objectives or {"ttft_p99_ms": 2000},
@@ -105,6 +106,17 @@ def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(
     assert Path(report.attachments["plot"]["path"]).read_bytes()[:4] == b"\x89PNG"
     text = render_traffic_report(report)
     assert f"maxConcurrentRequests {limit}" in text and f"knee: {limit + 1} concurrent" in text
+
+
+def test_a_knee_at_the_endpoints_own_admission_limit_says_so(sqlite_ctx, server: OpenAIServer) -> None:
+    server.configure(max_running=4, max_waiting=0)  # the endpoint admits exactly what it is configured for
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["shared"]}, limits=(4, 0))
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    limits = next(c for c in report.checks if c.name == "traffic.limits")
+    assert report.attachments["proposal"]["max_concurrent_requests"] == 4
+    assert limits.status == "pass" and "the endpoint's own admission limit" in limits.reason
 
 
 def test_prefix_cache_hits_only_with_shared_prefixes(sqlite_ctx, server: OpenAIServer) -> None:

@@ -109,11 +109,13 @@ def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -
             f"{proposal.max_concurrent_requests}; accept the proposal to lower it",
         ))
     elif proposal.max_concurrent_requests is not None:
-        checks.append(Check.passed(
-            "traffic.limits",
-            f"configured {current.max_concurrent_requests} concurrent / queue {current.max_queue_size}; "
-            f"proposed {proposal.max_concurrent_requests} / {proposal.max_queue_size}",
-        ))
+        text = (f"configured {current.max_concurrent_requests} concurrent / queue {current.max_queue_size}; "
+                f"proposed {proposal.max_concurrent_requests} / {proposal.max_queue_size}")
+        admission = current.max_concurrent_requests + current.max_queue_size
+        if proposal.knee is not None and proposal.knee > admission and all(r.startswith("429/503") for r in proposal.knee_reasons):
+            # The endpoint's own admission limit answered 429: the model itself was never pushed past it.
+            text += "; the knee is the endpoint's own admission limit, raise it and recheck to measure the model beyond it"
+        checks.append(Check.passed("traffic.limits", text))
     return checks
 
 
