@@ -165,7 +165,21 @@ def test_the_sweep_stops_by_itself_within_its_request_budget(sqlite_ctx, server:
     assert sweep["requests"] <= 25
     assert server.stats().served + server.stats().rejected <= 25
     assert sweep["stopped_early"] == "request budget used up"
+    # Levels 1 and 2 complete (1 warm-up + 4 + 8 requests); level 4 would need 16 more and is not reported half-done.
+    assert [lv["concurrency"] for lv in sweep["levels"]] == [1, 2]
+    assert report.attachments["knee"]["concurrency"] is None
     assert statuses(report)["traffic.sweep"] == "warn"
+
+
+def test_the_sweep_stops_by_itself_within_its_time_budget(sqlite_ctx, server: OpenAIServer) -> None:
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 64, "max_seconds": 1.0})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    sweep = report.attachments["sweep"]
+    assert sweep["stopped_early"] == "time budget used up"
+    assert len(sweep["levels"]) < 7  # 1 … 64 in two prefix modes would be 14 levels
+    assert all(lv["requests"] == lv["concurrency"] * 4 for lv in sweep["levels"])  # no level reported half-done
 
 
 def test_even_one_request_breaking_an_objective_fails_the_gate(sqlite_ctx, server: OpenAIServer) -> None:

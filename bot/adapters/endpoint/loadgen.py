@@ -139,6 +139,11 @@ class HttpLoadGenerator:
                     if (stopped := budget.exhausted) is not None:
                         break
                     stats = self._level(client, endpoint, plan, objectives, mode, concurrency, counter, budget)
+                    planned = concurrency * (plan.steady_requests_per_slot + plan.burst_rounds)
+                    if budget.exhausted and stats.requests < planned:
+                        # A level cut short by the budget measured less load than it names: drop it, never call it the knee.
+                        stopped = budget.exhausted
+                        break
                     levels.append(stats)
                     tried[concurrency] = not stats.broken
                     if on_level is not None:
