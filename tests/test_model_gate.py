@@ -21,7 +21,10 @@ from bot.sandbox.eval_replies import DEFAULT_SET_REFUSAL_PATTERNS, DEFAULT_SET_R
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services import ports
 from bot.services.gate_text import render_model_report
+from bot.services.gates import GateSubject, run_gate
 from bot.services.model_gate import DEFAULT_EVAL_SET, run_model_gate
+from bot.services.releases import parse_manifest
+from tests.workflow_support import release_data
 
 TEST_SET = """
 name: gate-test
@@ -262,3 +265,17 @@ def test_answer_excerpts_are_kept_only_when_the_set_turns_sampling_on(gate_ctx, 
     assert report.attachments["evaluation"]["sampling"] is True
     assert cases["code-add"]["sample"].startswith("def add(a, b)")
     assert len(cases["needle"]["sample"]) <= 200
+
+
+def test_the_workflow_runs_the_model_gate_with_the_live_release_as_baseline(gate_ctx, server: OpenAIServer) -> None:
+    gate_ctx.adapters["model_gate"] = run_model_gate
+    production = run_model_gate(gate_ctx, endpoint(server.url), "rel-live", None).model_dump(mode="json")
+    server.configure(honour_tools=False)
+    subject = GateSubject(deployment_id=1, kind="deploy", endpoint=endpoint(server.url), release=parse_manifest(release_data("rel-new")),
+                          release_hash="0" * 64, manifest_hash=None, baseline_reports={"model": production})
+
+    report = run_gate(gate_ctx, "model", subject)
+
+    assert report.gate == "model"
+    assert statuses(report)["model.quality_vs_production"] == "fail"
+    assert report.attachments["evaluation"]["release"] == "rel-new"
