@@ -17,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
 
 def _save(fig: Any, path: Path) -> dict[str, Any]:
@@ -50,6 +51,7 @@ def plot_sweep(levels: Sequence[dict[str, Any]], knee: int | None, proposal: int
     err.set_ylabel("% of requests")
     err.set_xlabel("concurrent requests")
     err.set_xscale("log", base=2)
+    err.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4 … rather than 2^0, 2^1, 2^2
     lat.set_title(title)
     fig.tight_layout()
     return _save(fig, path)

@@ -86,7 +86,8 @@ def render_traffic_report(report: GateReport | dict[str, Any]) -> str:
     rows = []
     for lv in sorted(sweep.get("levels", []), key=lambda lv: (lv["prefix"], lv["concurrency"])):
         rows.append([lv["prefix"], lv["concurrency"], lv["requests"], lv["rejected"], lv.get("errors"),
-                     lv.get("ttft_p50_ms"), lv.get("ttft_p99_ms"), lv.get("completion_p99_ms"), lv.get("queue_depth"),
+                     lv.get("ttft_p50_ms"), lv.get("ttft_p99_ms"), lv.get("completion_p99_ms"),
+                     None if lv.get("queue_depth") is None else int(lv["queue_depth"]),
                      _pct(lv.get("kv_cache_usage")), _pct(lv.get("prefix_cache_hit_rate")),
                      "; ".join(lv.get("broken", [])) or "ok"])
     if rows:
