@@ -62,7 +62,7 @@ def render_model_report(report: GateReport | dict[str, Any]) -> str:
         rows.append([kind, f"{now['passed']}/{now['total']}" if now else None, _pct(now["pass_rate"]) if now else None,
                      _pct(before["pass_rate"]) if before else None])
     for label, key in (("latency p50 ms", "latency_p50_ms"), ("latency p95 ms", "latency_p95_ms"), ("TTFT p50 ms", "ttft_p50_ms"), ("TTFT p95 ms", "ttft_p95_ms")):
-        rows.append([label, None, summary.get(key), production.get(key)])
+        rows.append([label, "", summary.get(key), production.get(key)])
     if rows:
         out += ["", table(["kind", "passed", "this release", f"production {prod_release or ''}".strip()], rows)]
     failed = [c for c in evaluation.get("cases", []) if not c.get("passed")]
