@@ -116,7 +116,7 @@ def main() -> None:
                     for name, server in servers.items():
                         timings = run_level(f"{server.url}/slack/events", clients, total, make_body, sender)
                         result[name] = (pct(timings, 0.5), pct(timings, 0.99), len(timings))
-                    kimi.workers.wait_idle(120)  # the work after each ack must not spill into the next level
+                    kimi.wait_idle(120)  # the work after each ack must not spill into the next level
                     rows.append((kind, clients, result))
         finally:
             for server in servers.values():

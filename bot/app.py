@@ -4,8 +4,10 @@ One sync execution model: Bolt with ``process_before_response=True`` and lazy
 listeners. Every acknowledgement function only parses (pure, microseconds) and
 acks, so Slack always has its answer well inside 3 seconds, over HTTP as over
 Socket Mode; the lazy function, on Bolt's bounded worker pool, resolves the
-person's groups, calls the command module (one service call), posts its reply,
-runs the slow follow-up (the deployment engine) and delivers the outbox.
+person's groups, calls the command module (one service call), posts its reply
+and delivers the outbox; the slow follow-up (the deployment engine, which may
+watch a rollout for an hour) runs on a separate engine pool, so it never holds
+a worker that answers people.
 
 At the edge: Bolt verifies signature and timestamp (forged or stale → 401);
 an exact replay of a signed request inside the 5-minute window is refused too;
@@ -134,6 +136,7 @@ class KimiApp:
         self.bolt = bolt
         self.client = client
         self.workers = workers
+        self.slow = CountingExecutor(max_workers=workers._max_workers, thread_name_prefix="kimi-engine")
         self.command = command
         self.metrics = Metrics()
         self.replays = ReplayGuard()
@@ -172,15 +175,28 @@ class KimiApp:
         return None
 
     def _follow(self, answer: Reply | None, tell: Callable[[Reply], None], channel: str | None) -> None:
-        """Post ``answer``, run its slow follow-up, and send what changed to the threads."""
-        while answer is not None:
-            if answer.deployment_id is not None:
-                self.notifier.remember_origin(answer.deployment_id, channel)
-            tell(answer)
+        """Post ``answer``, hand its slow follow-up to the engine pool, and send what changed to the threads."""
+        if answer is None:
             self.deliver()
-            follow_up = answer.then
-            answer = self._guard(follow_up, tell) if follow_up is not None else None
+            return
+        if answer.deployment_id is not None:
+            self.notifier.remember_origin(answer.deployment_id, channel)
+        tell(answer)
         self.deliver()
+        follow_up = answer.then
+        if follow_up is not None:
+            # A rollout watch may take an hour: it must not hold a worker that answers people.
+            self.slow.submit(lambda: self._follow(self._guard(follow_up, tell), tell, channel))
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait until no request work and no follow-up runs (the local shell prints after this)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = deadline - time.monotonic()
+            if self.workers.wait_idle(left) and self.slow.wait_idle(max(0.0, deadline - time.monotonic())) \
+                    and self.workers.wait_idle(0):
+                return True
+        return False
 
     def deliver(self) -> None:
         try:
@@ -363,7 +379,7 @@ class KimiApp:
             finally:
                 self.deliver()
 
-        self.workers.submit(resume)
+        self.slow.submit(resume)
 
     def close(self) -> None:
         from commands.base import ENGINE_KEY
@@ -373,6 +389,7 @@ class KimiApp:
         if found is not None:
             found.stop_all()
         self.workers.shutdown(wait=True, cancel_futures=True)
+        self.slow.shutdown(wait=True, cancel_futures=True)
         if self._delivery is not None:
             self._delivery.join(timeout=10)
 

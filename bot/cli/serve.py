@@ -31,7 +31,16 @@ class HttpServer:
         from waitress.server import create_server
 
         self._server = create_server(application, host=host, port=port, threads=threads, ident="kimi-ops")
-        self._thread = threading.Thread(target=self._server.run, name="kimi-http", daemon=True)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="kimi-http", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self._server.run()
+        except (OSError, ValueError):
+            # Closing the listening socket from stop() can wake the poll loop on a dead descriptor.
+            if not self._stopping.is_set():
+                raise
 
     @property
     def port(self) -> int:
@@ -46,6 +55,7 @@ class HttpServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         self._server.close()
         self._server.task_dispatcher.shutdown()  # type: ignore[union-attr]
         self._thread.join(timeout=10)

@@ -126,7 +126,7 @@ class Shell:
             out.append(f"(Slack would have been answered HTTP {response.status})")
         elif response.body:
             out += _ack_lines(response.body)
-        self.app.workers.wait_idle()
+        self.app.wait_idle()
         return out + self.new_output()
 
     # ------------------------------------------------------------------ output
