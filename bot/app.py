@@ -32,6 +32,7 @@ from urllib.parse import parse_qs
 from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
 from slack_bolt import App, BoltRequest, BoltResponse
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 
 from bot.adapters.slack.blocks import home_view, reject_modal, render
 from bot.adapters.slack.identity import GroupDirectory
@@ -312,8 +313,15 @@ class KimiApp:
         def tell(answer: Reply) -> None:
             rendered = render(answer.parts)
             if channel:
-                self.client.chat_postEphemeral(channel=channel, user=user, text=rendered.text, blocks=rendered.blocks)
-            elif respond is not None:
+                try:
+                    self.client.chat_postEphemeral(channel=channel, user=user, text=rendered.text, blocks=rendered.blocks)
+                    return
+                except SlackApiError as exc:
+                    # e.g. a button in a DM or a channel the bot is not in: the response_url still reaches the clicker.
+                    if respond is None:
+                        raise
+                    log.info("ephemeral post to %s failed (%s); answering through response_url", channel, exc.response.get("error"))
+            if respond is not None:
                 respond(text=rendered.text, blocks=rendered.blocks, response_type="ephemeral", replace_original=False)
             else:
                 log.warning("no channel to answer %s: %s", user, rendered.text)

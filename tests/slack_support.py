@@ -84,8 +84,8 @@ def blocks_text(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def start_bench(ctx: Any, groups: dict[str, list[str]] | None = None) -> SlackBench:
-    stub = SlackStub(groups=groups).start()
+def start_bench(ctx: Any, groups: dict[str, list[str]] | None = None, missing_channels: set[str] | None = None) -> SlackBench:
+    stub = SlackStub(groups=groups, missing_channels=missing_channels).start()
     ctx.settings.slack_api_url = stub.api_url
     app = create_app(ctx, bot_token="xoxb-test-token", signing_secret=SECRET, workers=8, outbox_seconds=0.05)
     http = HttpServer(app.wsgi(), "127.0.0.1", 0, threads=8).start()

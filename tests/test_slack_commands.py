@@ -98,3 +98,23 @@ def test_reservations_and_release_show(bench) -> None:
     assert "Release rel-a" in shown and "*tuple hash:*" in shown
     bench.slash("U0DEPLOYER", "release show nope")
     assert "no release" in bench.replies_to("requester", 3)[-1].text.lower()
+
+
+def test_a_button_in_a_channel_the_bot_is_not_in_is_answered_through_the_response_url(make_ctx) -> None:
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
+    ctx.adapters.update({ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+                         ports.RESERVATIONS: FakeReservations()})
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    b = start_bench(ctx, missing_channels={"C0ELSEWHERE"})
+    try:
+        b.slash("U0DEPLOYER", "deploy rel-a")
+        b.gate_message("artifact", 1)
+        b.slash("U0APPROVER1", "gates", channel="C0ELSEWHERE")
+        listed = b.replies_to("requester", 2)[-1]
+        listed.channel = "C0ELSEWHERE"  # the ephemeral list as Slack shows it, in that channel
+        b.click("U0APPROVER1", listed, APPROVE)
+        answer = b.replies_to("requester", 3)[-1]
+        assert "You approved the artifact gate of deployment #1" in answer.text
+        b.gate_message("infrastructure", 1)
+    finally:
+        stop_bench(b)
