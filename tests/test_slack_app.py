@@ -171,6 +171,9 @@ def test_app_home_shows_each_endpoint_and_is_refreshed_on_change(bench) -> None:
     refreshed = bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish")
                                                if "pending gate:* artifact" in blocks_text(c.params["view"]["blocks"])])
     assert refreshed[-1].params["user_id"] == "U0VIEWER"
+    bench.home("U0STRANGER")
+    theirs = bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish") if c.params["user_id"] == "U0STRANGER"])
+    assert "You need the viewer role" in blocks_text(theirs[-1].params["view"]["blocks"])
 
 
 def test_unexpected_errors_show_a_correlation_id_that_is_in_the_log(bench, caplog) -> None:
