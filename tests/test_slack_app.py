@@ -195,3 +195,20 @@ def test_healthz_and_metrics_count_requests(bench) -> None:
     metrics = bench.client.get(f"{bench.http.url}/metrics").text
     assert 'kimi_slack_requests_total{kind="command",status="200"} 1.0' in metrics
     assert 'kimi_slack_ack_seconds_count{kind="command"} 1.0' in metrics
+
+
+def test_the_request_builder_speaks_the_shapes_of_slacks_own_samples(bench) -> None:
+    from urllib.parse import parse_qs
+
+    from bot.sandbox.slack_stub import Message
+
+    slash_sample = set(dict(parse_qsl((SAMPLES / "slack_slash_command_body_docs_vector.txt").read_text(), keep_blank_values=True)))
+    assert slash_sample <= set(parse_qs(bench.sender.slash("U1", "help"), keep_blank_values=True))
+    click_sample = json.loads((SAMPLES / "slack_block_actions_bolt_python.json").read_text())
+    click = json.loads(parse_qs(bench.sender.click("U1", Message("C1", "1.2", "t", []), APPROVE, "v"))["payload"][0])
+    assert set(click_sample) <= set(click) and set(click_sample["actions"][0]) <= set(click["actions"][0])
+    submit_sample = json.loads((SAMPLES / "slack_view_submission_bolt_python.json").read_text())
+    submit = json.loads(parse_qs(bench.sender.submit("U1", {"callback_id": "x", "private_metadata": ""},
+                                                     {"reason": {"reason": "r"}}))["payload"][0])
+    assert set(submit_sample) <= set(submit)
+    assert submit["view"]["state"]["values"]["reason"]["reason"]["value"] == "r"
