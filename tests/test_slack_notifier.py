@@ -114,3 +114,33 @@ def test_group_membership_is_read_once_per_ttl_and_unknown_groups_count_as_empty
     stub.groups["S0OPS"] = ["U3"]
     ticks[0] = 61
     assert directory.groups_of("U3") == frozenset({"S0OPS"})
+
+
+def test_two_replicas_delivering_at_once_post_each_message_once(fresh_pg_url, clock, tmp_path, stub) -> None:
+    """Several replicas need PostgreSQL (SQLite means one replica): its row locks keep them from posting twice."""
+    import threading
+
+    from bot.adapters.store import schema
+    from bot.bootstrap import build_context
+    from bot.config import load_settings
+
+    schema.upgrade(fresh_pg_url)
+    contexts = [build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config(channel="C0PROD")],
+                                            roles=ROLES), clock=clock) for _ in range(2)]
+    ctx = contexts[0]
+    ctx.adapters.update({ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+                         ports.RESERVATIONS: FakeReservations()})
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    view = request_deploy(ctx, "rel-a", None, REQUESTER)
+    Engine(ctx, readiness_pause=0).advance(view.id)
+    first, second = (notifier_for(c, stub) for c in contexts)  # one per replica, each with its own connections
+    threads = [threading.Thread(target=n.deliver_pending) for n in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    roots = [m for m in stub.messages if m.thread_ts is None]
+    gates = [m for m in stub.messages if "Artifact gate · deployment #1" in blocks_text(m.blocks)]
+    assert len(roots) == 1 and len(gates) == 1
+    for c in contexts:
+        c.close()

@@ -14,7 +14,9 @@ adapter sends them afterwards, in order, and marks each delivered:
   endpoint's channel.
 
 Delivery is idempotent where Slack lets it be: a root or gate message already
-recorded is never posted again. A failure leaves the event (and the later
+recorded is never posted again. Each event is delivered under a row lock
+(``SELECT … FOR UPDATE`` on PostgreSQL), so replicas delivering at the same
+time wait for each other and skip what the other sent, in the same order. A failure leaves the event (and the later
 events of the same deployment) for the next pass; after ``MAX_ATTEMPTS`` it is
 given up and logged.
 """
@@ -112,14 +114,14 @@ class SlackNotifier:
         sent, blocked, touched = 0, set(), set()
         for event_id in ids:
             with self.uow() as uow:
-                event = uow.session.get(Event, event_id)
+                event = uow.session.get(Event, event_id, with_for_update=True)
                 if event is None or event.delivered_at is not None or event.deployment_id in blocked:
                     continue
                 try:
                     self._deliver(uow, event)
                 except SlackApiError as exc:
                     uow.rollback()
-                    event = uow.session.get(Event, event_id)
+                    event = uow.session.get(Event, event_id, with_for_update=True)
                     event.attempts += 1
                     error = exc.response.get("error")
                     if event.attempts >= MAX_ATTEMPTS:
