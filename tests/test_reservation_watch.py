@@ -294,3 +294,16 @@ def test_the_sandbox_covers_each_endpoint_with_the_reservation_it_needs(make_ctx
     assert {v.endpoint: v.id for v in reservation_overview(ctx)} == ids
     assert ids["kimi-eks"].startswith("cr-") and ids["kimi-hp"].endswith("training-plan/kimi-hp-plan")
     assert [k for k, _ in events(ctx) if k == "reservation.mismatch"] == []
+
+
+def test_a_live_endpoint_without_any_visible_reservation_is_flagged_once(new_ctx, source) -> None:
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-prod", reservation_id="cr-0typo")])
+    make_live(ctx, "kimi-prod")
+    watch_reservations(ctx)
+    watch_reservations(ctx)
+    [(kind, payload)] = [(k, p) for k, p in events(ctx) if k in {"reservation.missing", "reservation.found"}]
+    assert kind == "reservation.missing" and "cr-0typo" in payload["text"] and "<!subteam^S0ONCALL>" in payload["text"]
+
+    source.put(capacity_block("cr-0typo", ends_in=30 * D))
+    watch_reservations(ctx)
+    assert [k for k, _ in events(ctx) if k in {"reservation.missing", "reservation.found"}] == ["reservation.missing", "reservation.found"]

@@ -41,7 +41,7 @@ from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound, Refused
-from bot.services.reservations import WATCH_INCIDENT, ReservationView, reservations_of
+from bot.services.reservations import MISSING_INCIDENT, WATCH_INCIDENT, ReservationView, reservations_of
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ ACTOR = "kimi-ops:readiness-probe"
 FAILING = "readiness"
 SLOW = "ttft"
 # Shown by ``/kimi status``: this module's incidents and the reservation watch's.
-INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT)
+INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT, MISSING_INCIDENT)
 
 
 # ---------------------------------------------------------------------------- values

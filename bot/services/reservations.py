@@ -25,7 +25,8 @@ change:
 A region the adapter could not read changes nothing: its reservations are
 never declared gone because AWS did not answer. Instead each endpoint in that
 region gets one warning (an open ``reservation-watch`` incident) that the watch
-is blind, and one note when it reads AWS again.
+is blind, and one note when it reads AWS again. Likewise a live endpoint with
+no usable reservation the watch can see (a ``no-reservation`` incident).
 
 ``alerts_sent`` holds the thresholds (numbers, in hours) already announced and
 ``"mismatch:…"`` strings for fit warnings already given, so neither repeats.
@@ -71,6 +72,7 @@ ACTOR = "kimi-ops:reservation-watch"
 DEFAULT_INSTANCE_TYPE = "p6-b300.48xlarge"
 MISMATCH_PREFIX = "mismatch:"
 WATCH_INCIDENT = "reservation-watch"
+MISSING_INCIDENT = "no-reservation"
 
 
 # ---------------------------------------------------------------------------- read models
@@ -375,35 +377,63 @@ class _Watch:
             (self.report.escalations if escalate else self.report.alerts).append(f"{short_id(row.id)}@{fmt_hours(fire)}")
 
 
-    # -- the watch itself going blind
+    # -- endpoint-level incidents: said once when they start, once when they end
+    def _incident(self, spec: EndpointSettings, kind: str, active: bool, reason: str, opened: tuple[str, str],
+                  closed: tuple[str, str]) -> None:
+        """Open (``active``) or close one ``kind`` incident of an endpoint; ``opened``/``closed`` are (event kind, text)."""
+        row = self.uow.endpoints.get(spec.name)
+        if row is None:
+            return
+        incident = self.uow.incidents.open_for(row.id, kind)
+        subject = f"endpoint:{spec.name}"
+        if active and incident is None:
+            self.uow.incidents.add(Incident(endpoint_id=row.id, kind=kind, open=True, reason=reason, opened_at=self.now))
+            self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=subject,
+                                  details={"kind": kind, "reason": reason})
+            event, text = opened
+        elif not active and incident is not None:
+            incident.open, incident.closed_at = None, self.now  # NULL: the unique open (endpoint, kind) allows many closed
+            self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.closed", subject=subject,
+                                  details={"kind": kind, "reason": incident.reason})
+            event, text = closed
+        else:
+            return
+        self.uow.events.emit(at=self.now, kind=event, endpoint_name=spec.name,
+                             payload={"text": text, "channel": spec.channel, "region": spec.region, "incident": kind})
+        self.report.warnings.append(f"{spec.name} {event.removeprefix('reservation.')}")
+
     def aws_health(self, errors: dict[str, str]) -> None:
-        """One warning per endpoint while its region cannot be read (an open incident), one note when it can again.
+        """Warn once per endpoint while its region cannot be read, and once when it can again.
 
         Without this, expired credentials would silently stop every alert before a reservation ends.
         """
         for spec in self.endpoints:
-            row = self.uow.endpoints.get(spec.name)
-            if row is None:
-                continue
-            incident = self.uow.incidents.open_for(row.id, WATCH_INCIDENT)
-            subject = f"endpoint:{spec.name}"
-            if spec.region in errors and incident is None:
-                reason = f"AWS in {spec.region} cannot be read: {errors[spec.region]}"
-                self.uow.incidents.add(Incident(endpoint_id=row.id, kind=WATCH_INCIDENT, open=True, reason=reason, opened_at=self.now))
-                self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=subject,
-                                      details={"kind": WATCH_INCIDENT, "reason": reason})
-                text = (f":warning: The reservation watch is blind for endpoint `{spec.name}`: {reason}. No reservation alert "
-                        "can be sent until it reads AWS again; check this process's AWS credentials and permissions.")
-                self.uow.events.emit(at=self.now, kind="reservation.watch_failed", endpoint_name=spec.name,
-                                     payload={"text": text, "channel": spec.channel, "region": spec.region})
-                self.report.warnings.append(f"{spec.name} blind")
-            elif spec.region not in errors and incident is not None:
-                incident.open, incident.closed_at = None, self.now
-                self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.closed", subject=subject,
-                                      details={"kind": WATCH_INCIDENT, "reason": incident.reason})
-                text = f":large_green_circle: The reservation watch reads AWS in {spec.region} again for endpoint `{spec.name}`."
-                self.uow.events.emit(at=self.now, kind="reservation.watch_recovered", endpoint_name=spec.name,
-                                     payload={"text": text, "channel": spec.channel, "region": spec.region})
+            reason = f"AWS in {spec.region} cannot be read: {errors.get(spec.region)}"
+            self._incident(
+                spec, WATCH_INCIDENT, spec.region in errors, reason,
+                ("reservation.watch_failed",
+                 f":warning: The reservation watch is blind for endpoint `{spec.name}`: {reason}. No reservation alert "
+                 "can be sent until it reads AWS again; check this process's AWS credentials and permissions."),
+                ("reservation.watch_recovered",
+                 f":large_green_circle: The reservation watch reads AWS in {spec.region} again for endpoint `{spec.name}`."),
+            )
+
+    def coverage(self, regions_read: set[str]) -> None:
+        """Warn once when a live endpoint has no usable reservation the watch can see (its capacity has no known end)."""
+        covered = {r.endpoint_name for r in self.uow.reservations.list() if r.state in USABLE_STATES and r.endpoint_name}
+        for spec in self.endpoints:
+            if spec.region not in regions_read:
+                continue  # unknown, not missing: aws_health speaks for that region
+            missing = spec.name in self.live and spec.name not in covered
+            wanted = spec.reservation_id or f"a {expected_kind(spec)} of {spec.instance_type} in {spec.availability_zone or spec.region}"
+            self._incident(
+                spec, MISSING_INCIDENT, missing, f"no usable reservation found ({wanted})",
+                ("reservation.missing",
+                 f":warning: {self._mention()} Live endpoint `{spec.name}` runs on no reservation the watch can see "
+                 f"(looked for {wanted}): nothing will warn before its capacity goes. Reserve capacity or fix the "
+                 "endpoint's reservation settings."),
+                ("reservation.found", f":large_green_circle: Endpoint `{spec.name}` has a reservation the watch can see again."),
+            )
 
 
 def watch_reservations(ctx: Context) -> WatchReport:
@@ -419,6 +449,7 @@ def watch_reservations(ctx: Context) -> WatchReport:
         watch.match_all()
         watch.thresholds()
         watch.aws_health(errors)
+        watch.coverage(regions_read)
         uow.commit()
     return report
 
