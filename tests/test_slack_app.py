@@ -14,7 +14,7 @@ from bot.domain.messages import APPROVE, REJECT
 from bot.sandbox.slack_stub import sign
 from bot.services import ports
 from bot.services.releases import register_release
-from tests.slack_support import CHANNEL, SECRET, blocks_text, has_buttons, start_bench, stop_bench
+from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
 from tests.workflow_support import (
     ROLES,
     FakeCluster,
