@@ -38,7 +38,7 @@ from bot.adapters.slack.blocks import home_view, reject_modal, render
 from bot.adapters.slack.identity import GroupDirectory
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Context
-from bot.domain.messages import APPROVE, REJECT, REJECT_MODAL, GateTicket, Reply, reply
+from bot.domain.messages import APPROVE, RECHECK, REJECT, REJECT_MODAL, GateTicket, Reply, reply
 from bot.services.access import Identity
 from bot.services.errors import UserError
 from commands import actions, home, registry
@@ -259,7 +259,14 @@ class KimiApp:
             self.client.views_open(trigger_id=body["trigger_id"],
                                    view=reject_modal(value or "", seen.gate, seen.deployment_id, channel, message_ts))
 
+        def recheck(body: dict[str, Any], respond: Callable[..., Any]) -> None:
+            user, channel, value = _click(body)
+            tell = self._clicker(user, channel, respond)
+            answer = self._guard(lambda: actions.recheck(self.ctx, self.identity(user), value), tell)
+            self._follow(answer, tell, channel)
+
         app.action(APPROVE)(ack=ack_now, lazy=[approve])
+        app.action(RECHECK)(ack=ack_now, lazy=[recheck])
         app.action(REJECT)(ack=ack_now, lazy=[ask_reason])
 
         def ack_reason(ack: Callable[..., None], view: dict[str, Any]) -> None:

@@ -29,6 +29,18 @@ def may_decide(ctx: Context, identity: Identity, value: str | None) -> GateTicke
     return seen
 
 
+def recheck(ctx: Context, identity: Identity, value: str | None) -> Reply:
+    """Re-run a blocked gate's checks (after its cause was fixed); the new report arrives in the thread."""
+    seen = ticket(value)
+    authorize(ctx, identity, "recheck", f"deployment:{seen.deployment_id}")
+
+    def run() -> None:
+        engine(ctx).recheck(seen.deployment_id, seen.gate, identity)
+
+    return reply(f"Re-running the {seen.gate} checks of deployment #{seen.deployment_id}; the new report follows in the thread.",
+                 then=run)
+
+
 def decide(ctx: Context, identity: Identity, value: str | None, decision: str, reason: str | None = None) -> Reply:
     seen = ticket(value)
     view = decide_gate(ctx, seen.deployment_id, seen.gate, decision, identity, seen_report_hash=seen.report_hash,

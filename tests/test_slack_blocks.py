@@ -8,7 +8,7 @@ import pytest
 
 from bot.adapters.slack.blocks import BUTTON_VALUE_CHARS, MAX_BLOCKS, SECTION_CHARS, chunks, render
 from bot.domain.checks import Check, GateReport
-from bot.domain.messages import APPROVE, REJECT, Button, Buttons, GateTicket, Text, gate_parts
+from bot.domain.messages import APPROVE, RECHECK, REJECT, Button, Buttons, GateTicket, Text, gate_parts
 
 TICKET = GateTicket(7, "artifact", "a" * 64, "b" * 64)
 
@@ -29,7 +29,7 @@ def test_gate_messages_fit_slack_and_keep_their_buttons(n: int) -> None:
             assert len(block["text"]["text"]) <= SECTION_CHARS
     assert len(json.dumps(rendered.blocks)) < 13_000  # Slack's observed msg_blocks_too_long ceiling
     actions = [e for b in rendered.blocks if b["type"] == "actions" for e in b["elements"]]
-    assert [e["action_id"] for e in actions] == [REJECT]  # a failed check leaves only Reject
+    assert [e["action_id"] for e in actions] == [RECHECK, REJECT]  # a failed check: no Approve
     assert all(len(e["value"]) <= BUTTON_VALUE_CHARS for e in actions)
 
 

@@ -19,6 +19,7 @@ from bot.domain.checks import STATUS_ORDER, GateReport
 
 APPROVE = "gate_approve"
 REJECT = "gate_reject"
+RECHECK = "gate_recheck"
 REJECT_MODAL = "gate_reject_reason"
 STATUS_ICON = {"pass": ":white_check_mark:", "warn": ":warning:", "fail": ":x:", "error": ":exclamation:"}
 
@@ -146,9 +147,11 @@ def gate_parts(
             )))
         else:
             names = ", ".join(c.name for c in rep.blocking)
-            parts.append(Note(f"Approval is blocked by {names}: reject, or re-run the checks with "
-                              f"`kimi-ops gate recheck {deployment_id} {rep.gate}`"))
-            parts.append(Buttons((Button("Reject", REJECT, ticket.encode(), "danger"),)))
+            parts.append(Note(f"Approval is blocked by {names}: fix the cause and re-run the checks, or reject."))
+            parts.append(Buttons((
+                Button("Re-run checks", RECHECK, ticket.encode()),
+                Button("Reject", REJECT, ticket.encode(), "danger"),
+            )))
     return tuple(parts)
 
 

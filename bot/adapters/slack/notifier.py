@@ -39,6 +39,7 @@ from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
 from bot.domain.checks import GateReport
 from bot.domain.messages import (
     GateTicket,
+    Note,
     Part,
     Text,
     decided_note,
@@ -239,6 +240,14 @@ class SlackNotifier:
         answer = self._reply(dep, "", parts=parts)
         row.slack_channel, row.slack_ts = answer.get("channel", dep.slack_channel), answer["ts"]
         uow.flush()
+        for older in uow.gates.for_deployment(dep.id):
+            if older.gate == row.gate and older.id < row.id and older.decision is None and older.slack_ts:
+                # A re-check replaced this report: its buttons must not be pressed any more.
+                stale = [*gate_parts(GateReport.model_validate(older.report), deployment_id=dep.id, release=dep.release.name,
+                                     endpoint=dep.endpoint.name, kind=dep.kind),
+                         Note(f"Re-checked at {row.checked_at:%Y-%m-%d %H:%M} UTC: the new report is further down the thread.")]
+                rendered = render(stale)
+                self.client.chat_update(channel=older.slack_channel, ts=older.slack_ts, text=rendered.text, blocks=rendered.blocks)
 
     def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
         row = self._gate_row(uow, payload)
