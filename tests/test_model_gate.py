@@ -268,7 +268,6 @@ def test_answer_excerpts_are_kept_only_when_the_set_turns_sampling_on(gate_ctx, 
 
 
 def test_the_workflow_runs_the_model_gate_with_the_live_release_as_baseline(gate_ctx, server: OpenAIServer) -> None:
-    gate_ctx.adapters["model_gate"] = run_model_gate
     production = run_model_gate(gate_ctx, endpoint(server.url), "rel-live", None).model_dump(mode="json")
     server.configure(honour_tools=False)
     subject = GateSubject(deployment_id=1, kind="deploy", endpoint=endpoint(server.url), release=parse_manifest(release_data("rel-new")),

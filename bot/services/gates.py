@@ -18,6 +18,9 @@ from bot.domain.checks import Check, GateReport
 from bot.domain.infrastructure import reservation_checks, select_reservation
 from bot.domain.release import ReleaseManifest
 from bot.services import ports
+from bot.services.artifact_gate import run_artifact_checks
+from bot.services.model_gate import run_model_gate
+from bot.services.traffic_gate import run_traffic_gate
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +69,7 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
             else Check.failed("manifest.restore", "no stored manifest for the target release; it cannot be restored exactly")
         )
         return GateReport(gate="artifact", checks=checks, summary=f"rollback to {subject.release.name}: weights re-verified")
-    checks = guarded("artifact", lambda: verifier.verify(subject.release))
-    return GateReport(gate="artifact", checks=checks)
+    return run_artifact_checks(verifier, subject.release)
 
 
 def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) -> GateReport:
@@ -111,26 +113,31 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
     return GateReport(gate="infrastructure", checks=checks)
 
 
+def _human_decides(gate: str, check: str, what: str) -> GateReport:
+    """The report of a gate whose automated checks this process cannot run: it says so plainly."""
+    return GateReport(
+        gate=gate,  # type: ignore[arg-type]
+        checks=[Check.warned(check, f"no automated {what} ran for this gate: {HUMAN_STEP[gate]}")],
+        summary=f"no automated {gate} checks ran; a human decides",
+    )
+
+
+HUMAN_STEP = {
+    "model": "review the endpoint by hand and decide",
+    "traffic": "send a small internal cohort and decide",
+}
+
+
 def model_report(ctx: Context, subject: GateSubject) -> GateReport:
-    runner = adapter(ctx, "model_gate")
-    if runner is None:
-        return GateReport(
-            gate="model",
-            checks=[Check.warned("model.evaluation", "no automated evaluation ran for this gate: review the endpoint by hand and decide")],
-            summary="no automated model checks ran; a human decides",
-        )
-    return runner(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
+    if adapter(ctx, ports.EVALUATOR) is None:
+        return _human_decides("model", "model.evaluation", "evaluation")
+    return run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
 
 
 def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:
-    runner = adapter(ctx, "traffic_gate")
-    if runner is None:
-        return GateReport(
-            gate="traffic",
-            checks=[Check.warned("traffic.sweep", "no automated load sweep ran for this gate: send a small internal cohort and decide")],
-            summary="no automated traffic checks ran; a human decides",
-        )
-    return runner(ctx, subject.endpoint)
+    if adapter(ctx, ports.LOADGEN) is None:
+        return _human_decides("traffic", "traffic.sweep", "load sweep")
+    return run_traffic_gate(ctx, subject.endpoint)
 
 
 def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
