@@ -15,11 +15,12 @@ from typing import Any
 from bot.bootstrap import Context
 from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
-from bot.domain.infrastructure import reservation_checks, select_reservation
+from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
 from bot.services import ports
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.model_gate import run_model_gate
+from bot.services.reservations import reservation_for
 from bot.services.traffic_gate import run_traffic_gate
 
 log = logging.getLogger(__name__)
@@ -75,40 +76,25 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
 def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) -> GateReport:
     endpoint = subject.endpoint
     cluster: ports.Cluster | None = adapter(ctx, ports.CLUSTER)
-    source: ports.ReservationSource | None = adapter(ctx, ports.RESERVATIONS)
     checks: list[Check] = []
     preflight = guarded("cluster.preflight", lambda: cluster.preflight(endpoint)) if cluster else [
         Check.errored("cluster.preflight", "no cluster access is configured for this process")
     ]
     zones = sorted({z for c in preflight for z in c.details.get("zones", [])})
-    if source is None:
+    if adapter(ctx, ports.RESERVATIONS) is None:
         checks.append(Check.errored("reservation", "no AWS access is configured to read reservations"))
     else:
-        def reservation() -> list[Check]:
-            if endpoint.kind == "hyperpod":
-                found = source.training_plans(endpoint.region)
-            else:
-                found = source.capacity_blocks(endpoint.region, endpoint.instance_type.removeprefix("ml."))
-            chosen = select_reservation(
-                found,
-                reservation_id=endpoint.reservation_id,
-                instance_type=endpoint.instance_type,
-                availability_zone=endpoint.availability_zone,
-                kind="training-plan" if endpoint.kind == "hyperpod" else "capacity-block",
-            )
-            return reservation_checks(
-                chosen,
-                endpoint_kind=endpoint.kind,
-                instance_type=endpoint.instance_type,
-                availability_zone=endpoint.availability_zone,
-                node_zones=zones,
-                now=now,
-                warmup=dt.timedelta(minutes=endpoint.warmup_minutes),
-                soak=dt.timedelta(minutes=endpoint.soak_minutes),
-                rollout_window=dt.timedelta(minutes=endpoint.rollout_window_minutes),
-            )
-
-        checks.extend(guarded("reservation", reservation))
+        checks.extend(guarded("reservation", lambda: reservation_checks(
+            reservation_for(ctx, endpoint, fresh=True),
+            endpoint_kind=endpoint.kind,
+            instance_type=endpoint.instance_type,
+            availability_zone=endpoint.availability_zone,
+            node_zones=zones,
+            now=now,
+            warmup=dt.timedelta(minutes=endpoint.warmup_minutes),
+            soak=dt.timedelta(minutes=endpoint.soak_minutes),
+            rollout_window=dt.timedelta(minutes=endpoint.rollout_window_minutes),
+        )))
     checks.extend(preflight)
     return GateReport(gate="infrastructure", checks=checks)
 
