@@ -65,6 +65,10 @@ class EndpointSettings(BaseModel):
     max_deploy_seconds: int = Field(default=3600, ge=60)
     ttft_objective_ms: int = Field(default=2000, ge=1)
     separate_approver: bool | None = None
+    client_namespaces: list[str] = Field(
+        default_factory=lambda: ["kimi-ops"],
+        description="Namespaces besides the endpoint's own allowed to reach its API port (EKS NetworkPolicy).",
+    )
     rollback_approvals: int = Field(default=1, ge=0, le=4)
 
     @property

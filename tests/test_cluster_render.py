@@ -145,3 +145,16 @@ def test_the_example_manifests_in_deploy_endpoints_are_current() -> None:
         path = OUTPUT / name
         assert path.exists(), f"{path} is missing: run python -m bot.adapters.cluster.examples"
         assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run python -m bot.adapters.cluster.examples"
+
+
+def test_limits_accepted_from_a_traffic_gate_are_the_ones_rendered(release: ReleaseManifest) -> None:
+    accepted = RequestLimits(max_concurrent_requests=9, max_queue_size=20, overflow_status_code=429)
+    [iec] = render_manifest(release, endpoint(accepted_request_limits=accepted), release.tuple_hash()).objects
+    limits = iec["spec"]["worker"]["requestLimits"]
+    assert (limits["maxConcurrentRequests"], limits["maxQueueSize"]) == (9, 20)
+
+
+def test_eks_network_policy_lets_kimi_ops_reach_the_api_port(release: ReleaseManifest) -> None:
+    policy = by_kind(render_manifest(release, endpoint("eks"), release.tuple_hash()))["NetworkPolicy"]
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kimi-ops"}}} in sources

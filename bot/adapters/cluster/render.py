@@ -100,7 +100,7 @@ def _zone_affinity(endpoint: EndpointSettings) -> dict[str, Any] | None:
 
 def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> list[dict[str, Any]]:
     """The guide's InferenceEndpointConfig, with S3 weights, a pinned image and request limits."""
-    limits = endpoint.request_limits
+    limits = endpoint.effective_request_limits
     gpus = {"nvidia.com/gpu": GPUS}
     spec: dict[str, Any] = {
         "modelName": served_model_name(release, endpoint),
@@ -287,8 +287,15 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
             "spec": {
                 "podSelector": {"matchLabels": dict(selector)},
                 "policyTypes": ["Ingress", "Egress"],
-                # Only pods of the namespace (the application layer, the metrics scraper) reach the API port.
-                "ingress": [{"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": PORT}]}],
+                # Only pods of the namespace (the application layer, the metrics scraper) and kimi-ops itself
+                # (readiness completions, drain) reach the API port.
+                "ingress": [{
+                    "from": [{"podSelector": {}}] + [
+                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+                        for ns in endpoint.client_namespaces
+                    ],
+                    "ports": [{"protocol": "TCP", "port": PORT}],
+                }],
                 # Weights arrive through the node's CSI driver, so the model pod needs no way out but DNS.
                 "egress": [{
                     "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
