@@ -21,7 +21,7 @@ from bot.adapters.endpoint import HttpEndpointClient, MetricsUnavailable, histog
 from bot.config import EndpointSettings
 from bot.sandbox.openai_server import OpenAIServer
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "protocol-samples" / "vllm"
+SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "vllm"
 SERVED = "Kimi-K3"
 
 

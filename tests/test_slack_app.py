@@ -25,7 +25,7 @@ from tests.workflow_support import (
     release_data,
 )
 
-SAMPLES = Path("/work/shared/reference/protocol-samples/slack")
+SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "slack"
 
 
 @pytest.fixture()
