@@ -16,9 +16,9 @@ def _url() -> str:
 
 
 def _safe(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from bot.adapters.store.engine import display_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return display_url(url)
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -25,3 +26,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 30)
     return create_engine(url, **kwargs)
+
+
+def display_url(url: str) -> str:
+    """The URL with any password masked, fit for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
