@@ -168,7 +168,7 @@ class Engine:
         try:
             self._move(snap, "failed", reason)
         except StateMoved:
-            pass
+            log.info("deployment #%s moved on (e.g. cancelled) before its failure could be recorded: %s", snap.id, reason)
 
     def _step(self, snap: Snapshot, *, latest_decision: str | None, has_report: bool) -> None:
         state = snap.state
