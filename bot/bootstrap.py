@@ -1,7 +1,12 @@
 """The composition root: builds settings, the store and the adapters once per process.
 
 Entrypoints (CLI, Slack app, scheduler) ask for a :class:`Context` and hand it to
-services; nothing else constructs engines or clients.
+services; nothing else constructs engines or clients. :func:`build_context` with
+``connect=True`` (what the CLI, ``serve`` and ``jobs start`` use) installs the
+production adapters of :func:`production_adapters`; tests and the sandbox give
+the same adapter classes pointed at local stand-ins instead. Every adapter makes
+its network clients on first use, so a command that never reaches AWS or a
+cluster never needs credentials for them.
 """
 
 from __future__ import annotations
@@ -35,17 +40,52 @@ def build_context(
     *,
     clock: Clock | None = None,
     check: bool = True,
+    connect: bool = False,
     **adapters: Any,
 ) -> Context:
-    """Connect to the configured database, verify its schema and sync declared endpoints."""
+    """Connect to the configured database, verify its schema and sync declared endpoints.
+
+    ``connect`` adds the production adapters for every port not given in ``adapters``.
+    """
     settings = settings or load_settings()
+    clock = clock or SystemClock()
     engine = make_engine(settings.effective_database_url)
     if check:
         check_schema(engine, auto_migrate=settings.auto_migrate)
-    ctx = Context(settings=settings, uow=UnitOfWorkFactory(engine), clock=clock or SystemClock(), adapters=adapters)
+    if connect:
+        adapters = {**production_adapters(settings, clock), **adapters}
+    ctx = Context(settings=settings, uow=UnitOfWorkFactory(engine), clock=clock, adapters=adapters)
     if check:
         sync_endpoints(ctx)
     return ctx
+
+
+def production_adapters(settings: Settings, clock: Clock) -> dict[str, Any]:
+    """The real adapter behind each port, reaching AWS, the clusters and the endpoints.
+
+    AWS credentials come from the standard chain (IRSA in the cluster, a profile
+    locally); ``AWS_ENDPOINT_URL`` still redirects boto3. Clusters come from each
+    endpoint's kubeconfig context (in-cluster service account by default). The
+    notifier is not here: the Slack app adds it, since only it holds a token.
+    """
+    from bot.adapters.aws.artifacts import RegionalArtifactVerifier
+    from bot.adapters.aws.reservations import AwsReservationSource
+    from bot.adapters.aws.session import default_region
+    from bot.adapters.cluster import ContextClusters
+    from bot.adapters.endpoint import HttpEndpointClient
+    from bot.adapters.endpoint.evaluation import HttpEvaluator
+    from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+    from bot.services import ports
+
+    endpoint = HttpEndpointClient()
+    return {
+        ports.ARTIFACTS: RegionalArtifactVerifier(default_region(settings.aws_regions[0] if settings.aws_regions else None)),
+        ports.CLUSTER: ContextClusters(clock=clock),
+        ports.RESERVATIONS: AwsReservationSource(),
+        ports.ENDPOINT: endpoint,
+        ports.EVALUATOR: HttpEvaluator(),
+        ports.LOADGEN: HttpLoadGenerator(metrics=endpoint.metrics),
+    }
 
 
 def sync_endpoints(ctx: Context) -> None:

@@ -8,7 +8,8 @@ from bot.bootstrap import Context, build_context
 
 
 def context() -> Context:
-    return build_context()
+    """The CLI's context: settings from the environment, production adapters."""
+    return build_context(connect=True)
 
 
 def default_actor() -> str:

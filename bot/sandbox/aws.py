@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,9 @@ def start_moto() -> MotoStandIn:
     """Start ``ThreadedMotoServer`` on an ephemeral port of 127.0.0.1."""
     from moto.server import ThreadedMotoServer
 
+    # moto serves through werkzeug, which logs every request to stderr; the sandbox's output is the conversation.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -73,6 +77,7 @@ def seed_good_release(
     files: Mapping[str, bytes] | None = None,
     licence: bytes = b"Kimi K3 licence (sandbox copy)\n",
     with_checksum: Callable[[str], bool] = _shards_carry_checksums,
+    tag: str = "kimi-k3",
 ) -> ReleaseManifest:
     """Create the template's bucket, objects, licence and ECR image so every artifact check passes.
 
@@ -108,7 +113,7 @@ def seed_good_release(
     lic_bucket, lic_key = parse_s3_uri(licence_uri)
     _ensure_bucket(s3, lic_bucket)
     s3.put_object(Bucket=lic_bucket, Key=lic_key, Body=licence)
-    seed_image(ecr, template.image)
+    seed_image(ecr, template.image, tag)  # one tag per release: moving a tag would untag the other image
     data = template.model_dump(mode="json")
     data["weights"]["objects"] = objects
     data["licence"].update(document=licence_uri, sha256=hashlib.sha256(licence).hexdigest())

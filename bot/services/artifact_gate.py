@@ -1,8 +1,8 @@
 """The artifact gate's automated checks for a release, as a :class:`GateReport`.
 
 The checks run through the :class:`~bot.services.ports.ArtifactVerifier` port:
-the one in ``ctx.adapters`` when the process has one (Slack app, tests, sandbox),
-else an S3/ECR verifier built from the standard AWS environment (the CLI). A
+the one the composition root put in ``ctx.adapters`` (S3 and ECR through the
+standard AWS chain in production; moto in tests and the sandbox). A
 verifier that cannot answer at all yields an ``error`` check, never a ``pass``;
 a report with any ``fail`` or ``error`` cannot be approved.
 """
@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from bot.adapters.aws.artifacts import Progress, S3EcrArtifactVerifier
-from bot.adapters.aws.session import default_region, make_client
+from bot.adapters.aws.artifacts import Progress
 from bot.bootstrap import Context
-from bot.domain.artifact_checks import parse_image
 from bot.domain.checks import Check, GateReport
 from bot.domain.release import ReleaseManifest
 from bot.services import ports
+from bot.services.errors import NotConfigured
 from bot.services.releases import get_release
 
 log = logging.getLogger(__name__)
@@ -42,22 +41,17 @@ def run_artifact_checks(verifier: ports.ArtifactVerifier, release: ReleaseManife
     return GateReport(gate="artifact", checks=checks, summary=f"release {release.name}: {summarise(checks)}")
 
 
-def aws_verifier(release: ReleaseManifest, fallback_region: str | None = None, progress: Progress | None = None) -> S3EcrArtifactVerifier:
-    """An S3/ECR verifier from the standard AWS chain; ECR is read in the image's own region."""
-    region = default_region(fallback_region)
-    ecr_region = parse_image(release.image).ecr_region or region
-    return S3EcrArtifactVerifier(make_client("s3", region=region), make_client("ecr", region=ecr_region), progress=progress)
-
-
-def verifier_for(ctx: Context, release: ReleaseManifest, progress: Progress | None = None) -> ports.ArtifactVerifier:
+def verifier_for(ctx: Context, progress: Progress | None = None) -> ports.ArtifactVerifier:
+    """The process's verifier; with ``progress`` when it can report streaming progress."""
     configured: ports.ArtifactVerifier | None = ctx.adapters.get(ports.ARTIFACTS)
-    if configured is not None:
-        return configured
-    regions = ctx.settings.aws_regions
-    return aws_verifier(release, regions[0] if regions else None, progress)
+    if configured is None:
+        raise NotConfigured("this process has no artifact verifier (S3/ECR access) configured")
+    if progress is not None and isinstance(configured, ports.ReportsProgress):
+        return configured.with_progress(progress)
+    return configured
 
 
 def verify_release(ctx: Context, name: str, progress: Progress | None = None) -> GateReport:
     """Run the artifact gate's checks for a registered release; reads only, stores nothing."""
     release = get_release(ctx, name).manifest
-    return run_artifact_checks(verifier_for(ctx, release, progress), release)
+    return run_artifact_checks(verifier_for(ctx, progress), release)

@@ -26,6 +26,10 @@ class Forbidden(UserError):
     """The actor lacks the role the action needs."""
 
 
+class NotConfigured(UserError):
+    """This process has no adapter for what was asked (no AWS, cluster or endpoint access)."""
+
+
 class ValidationFailed(UserError):
     """Input is malformed; ``problems`` lists each one with its field path."""
 

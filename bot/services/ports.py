@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bot.config import EndpointSettings
 from bot.domain.checks import Check
@@ -37,6 +37,13 @@ class ArtifactVerifier(Protocol):
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
         """Only the per-object size and SHA-256 checks (re-run before a rollback)."""
         ...
+
+
+@runtime_checkable
+class ReportsProgress(Protocol):
+    """A verifier that can report streaming progress (``kimi-ops release verify`` prints it)."""
+
+    def with_progress(self, progress: Callable[[str, int, int], None] | None) -> ArtifactVerifier: ...
 
 
 class Cluster(Protocol):

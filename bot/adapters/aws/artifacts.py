@@ -7,7 +7,9 @@ bounded however large the shard; and reports a bucket's protection settings.
 :class:`EcrImages` looks a digest up and reads its scan's severity counts.
 :class:`S3EcrArtifactVerifier` implements :class:`bot.services.ports.ArtifactVerifier`
 by gathering those observations and handing them to the pure rules in
-:mod:`bot.domain.artifact_checks`. Any call that cannot be made becomes an
+:mod:`bot.domain.artifact_checks`; :class:`RegionalArtifactVerifier` (what the
+composition root installs) builds one per release, reading ECR in the image's
+own region. Any call that cannot be made becomes an
 ``error`` check naming the AWS error code, never a ``pass``.
 """
 
@@ -248,3 +250,42 @@ class S3EcrArtifactVerifier:
             return fn()
         except AWS_ERRORS as exc:
             return [Check.errored(name, f"could not be checked: {aws_error_text(exc)}")]
+
+
+class RegionalArtifactVerifier:
+    """An :class:`S3EcrArtifactVerifier` per release: S3 in the configured region, ECR in the image's region.
+
+    Clients are made on first use (``client_factory(service, region)``) and kept,
+    so a process that never verifies anything never touches AWS.
+    """
+
+    def __init__(self, region: str, *, client_factory: Callable[[str, str], Any] | None = None,
+                 progress: Progress | None = None) -> None:
+        from bot.adapters.aws.session import make_client
+
+        self.region = region
+        self._factory = client_factory or (lambda service, region_: make_client(service, region=region_))
+        self._clients: dict[tuple[str, str], Any] = {}
+        self.progress = progress
+
+    def _client(self, service: str, region: str) -> Any:
+        key = (service, region)
+        if key not in self._clients:
+            self._clients[key] = self._factory(service, region)
+        return self._clients[key]
+
+    def with_progress(self, progress: Progress | None) -> "RegionalArtifactVerifier":
+        """The same verifier (sharing clients) reporting streaming progress to ``progress``."""
+        twin = RegionalArtifactVerifier(self.region, client_factory=self._factory, progress=progress)
+        twin._clients = self._clients
+        return twin
+
+    def for_release(self, release: ReleaseManifest) -> S3EcrArtifactVerifier:
+        ecr_region = rules.parse_image(release.image).ecr_region or self.region
+        return S3EcrArtifactVerifier(self._client("s3", self.region), self._client("ecr", ecr_region), progress=self.progress)
+
+    def verify(self, release: ReleaseManifest) -> list[Check]:
+        return self.for_release(release).verify(release)
+
+    def verify_weights(self, release: ReleaseManifest) -> list[Check]:
+        return self.for_release(release).verify_weights(release)

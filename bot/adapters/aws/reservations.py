@@ -34,10 +34,12 @@ _REQUESTED_QUANTITY_TAG = "aws:ec2capacityreservation:incrementalRequestedQuanti
 
 def default_client_factory(session: boto3.Session | None = None) -> ClientFactory:
     """boto3 clients built by :func:`bot.adapters.aws.session.make_client` from one session."""
-    session = session or boto3.Session()
+    made: list[boto3.Session] = [session] if session is not None else []
 
     def factory(service: str, region: str) -> Any:
-        return make_client(service, region=region, session=session)
+        if not made:  # the session (and its credential chain) only when AWS is first asked
+            made.append(boto3.Session())
+        return make_client(service, region=region, session=made[0])
 
     return factory
 

@@ -1,0 +1,217 @@
+"""The whole sandbox: every stand-in running, and a Context whose real adapters talk to them.
+
+:class:`Sandbox` starts moto (S3 weights, ECR image), kmock's Kubernetes emulator
+seeded like a HyperPod cluster with the operator simulator, the capacity stand-in
+(a training plan covering the endpoint), and the OpenAI-compatible server made
+to answer the default evaluation set and to saturate past a concurrency limit.
+It writes nothing outside its data directory: a fresh SQLite database there,
+migrated, with the example releases of ``deploy/releases`` registered after
+their weights and images are seeded in moto.
+
+The adapters are the production classes (:func:`bot.bootstrap.production_adapters`
+builds the same ones from settings), pointed at the stand-ins. ``kimi-ops
+sandbox`` and ``kimi-ops demo`` put the Slack bot on top of it; tests use it for
+whole-workflow runs. :meth:`Sandbox.environment` gives the variables that aim a
+separate ``kimi-ops`` process at the same stand-ins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from bot.adapters.clock import Clock, SystemClock
+from bot.config import EndpointSettings, Settings, load_settings
+from bot.domain.release import ReleaseManifest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_RELEASES = REPO / "deploy" / "releases"
+NAMESPACE = "model-serving"
+ZONE = "us-east-1a"
+ENDPOINT = "kimi-prod"
+CHANNEL = "C0KIMIPROD"
+KUBE_CONTEXT = "kimi-sandbox"
+DEPLOYER, APPROVER_1, APPROVER_2, ADMIN = "U0DEPLOYER", "U0APPROVER1", "U0APPROVER2", "U0ADMIN"
+ROLES = {"viewer": [], "deployer": [DEPLOYER], "approver": [APPROVER_1, "S0APPROVERS"], "admin": [ADMIN]}
+GROUPS = {"S0APPROVERS": [APPROVER_2]}
+
+# The endpoint stand-in saturates like a small vLLM: six requests run, two wait, the rest get 429.
+SERVER_LIMIT = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
+SERVER_SPEED = {"first_token_delay": 0.08, "token_delay": 0.004}
+# A sweep that finds that knee in seconds rather than the production default's minutes.
+SANDBOX_SWEEP = {
+    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 10, "burst_rounds": 1,
+    "refine_steps": 2, "max_requests": 600, "max_seconds": 60, "request_timeout_seconds": 10,
+    "max_tokens": 8, "prompt_words": 48,
+}
+RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watch posts an alert
+
+
+def endpoint_config(url: str) -> dict[str, Any]:
+    """The sandbox's one production endpoint on HyperPod."""
+    return {
+        "name": ENDPOINT, "kind": "hyperpod", "environment": "prod", "namespace": NAMESPACE,
+        "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
+        "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
+        "request_limits": {"max_concurrent_requests": 32, "max_queue_size": 64},
+    }
+
+
+def example_releases() -> list[ReleaseManifest]:
+    """The releases under ``deploy/releases``, oldest first."""
+    return [ReleaseManifest.model_validate(yaml.safe_load(p.read_text(encoding="utf-8")))
+            for p in sorted(EXAMPLE_RELEASES.glob("*.yaml"))]
+
+
+@dataclass
+class Sandbox:
+    """Start with ``Sandbox(data_dir).start()`` (or ``with``); :meth:`stop` stops every stand-in."""
+
+    data_dir: Path
+    clock: Clock = field(default_factory=SystemClock)
+    reservation_days: float = RESERVATION_DAYS
+    settings_overrides: Mapping[str, Any] = field(default_factory=dict)
+    stand_ins: dict[str, Any] = field(default_factory=dict)
+    releases: list[ReleaseManifest] = field(default_factory=list)
+    ctx: Any = None
+
+    def start(self) -> "Sandbox":
+        from bot.adapters.store import schema
+        from bot.bootstrap import build_context
+
+        try:
+            self._start_stand_ins()
+            settings = self.settings()
+            if settings.database_url and settings.database_url.startswith("sqlite"):
+                Path(settings.database_url.removeprefix("sqlite:///")).unlink(missing_ok=True)
+            schema.upgrade(settings.effective_database_url)
+            self.ctx = build_context(settings, clock=self.clock, **self.adapters())
+            self.releases = self._seed(settings)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_stand_ins(self) -> None:
+        from bot.sandbox.aws import start_moto
+        from bot.sandbox.capacity import CapacityStandIn
+        from bot.sandbox.eval_replies import DEFAULT_SET_REFUSAL_PATTERNS, DEFAULT_SET_REPLIES
+        from bot.sandbox.kube import seed_cluster, start_kube
+        from bot.sandbox.openai_server import OpenAIServer
+        from bot.sandbox.operator import OperatorSimulator
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        moto = self.stand_ins["moto"] = start_moto()
+        httpx.post(f"{moto.url}/moto-api/reset", timeout=10).raise_for_status()
+        kube = self.stand_ins["kube"] = start_kube()
+        seed_cluster(kube.rest(), namespace=NAMESPACE, zone=ZONE)
+        self.stand_ins["operator"] = OperatorSimulator(kube.rest(), NAMESPACE).__enter__()
+        self.stand_ins["openai"] = OpenAIServer(
+            replies=DEFAULT_SET_REPLIES, refusal_patterns=DEFAULT_SET_REFUSAL_PATTERNS, **SERVER_SPEED, **SERVER_LIMIT,
+        ).start()
+        self.stand_ins["capacity"] = CapacityStandIn()
+
+    def settings(self) -> Settings:
+        """The sandbox's settings: its own SQLite file, the endpoint on the stand-ins, the demo's people."""
+        values: dict[str, Any] = {
+            "data_dir": self.data_dir,
+            "database_url": f"sqlite:///{(self.data_dir / 'sandbox.db').resolve()}",
+            "config": None,
+            "endpoints": [endpoint_config(self.stand_ins["openai"].url)],
+            "roles": ROLES,
+            "aws_regions": ["us-east-1"],
+            "traffic_sweep": SANDBOX_SWEEP,
+            "oncall_group": "S0ONCALL",
+            **self.settings_overrides,
+        }
+        return load_settings(**values)
+
+    def adapters(self) -> dict[str, Any]:
+        """The production adapter classes, aimed at the stand-ins."""
+        from bot.adapters.aws.artifacts import RegionalArtifactVerifier
+        from bot.adapters.aws.reservations import AwsReservationSource
+        from bot.adapters.cluster import ContextClusters
+        from bot.adapters.endpoint import HttpEndpointClient
+        from bot.adapters.endpoint.evaluation import HttpEvaluator
+        from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+        from bot.services import ports
+
+        moto, kube = self.stand_ins["moto"], self.stand_ins["kube"]
+        endpoint = HttpEndpointClient(timeout=30, drain_poll_seconds=0.2)
+        return {
+            ports.ARTIFACTS: RegionalArtifactVerifier("us-east-1", client_factory=lambda service, region: moto.client(service, region)),
+            ports.CLUSTER: ContextClusters(client_factory=lambda _context: kube.api_client(), poll_seconds=0.1, clock=self.clock),
+            ports.RESERVATIONS: AwsReservationSource(self.stand_ins["capacity"].client_factory()),
+            ports.ENDPOINT: endpoint,
+            ports.EVALUATOR: HttpEvaluator(),
+            ports.LOADGEN: HttpLoadGenerator(metrics=endpoint.metrics),
+        }
+
+    def _seed(self, settings: Settings) -> list[ReleaseManifest]:
+        """Weights and images in moto, the reservation in the capacity stand-in, the releases registered."""
+        from bot.sandbox.aws import seed_good_release
+        from bot.services.releases import register_release
+
+        moto = self.stand_ins["moto"]
+        s3, ecr = moto.client("s3"), moto.client("ecr")
+        endpoint = EndpointSettings(**endpoint_config(self.stand_ins["openai"].url))
+        now = self.clock.now()
+        self.stand_ins["capacity"].cover(endpoint, now - dt.timedelta(days=1), now + dt.timedelta(days=self.reservation_days))
+        seeded = [seed_good_release(s3, ecr, release, tag=release.name) for release in example_releases()]
+        for release in seeded:
+            register_release(self.ctx, release.model_dump(mode="json"), "sandbox")
+        return seeded
+
+    @property
+    def endpoint(self) -> EndpointSettings:
+        return self.ctx.settings.endpoint(ENDPOINT)
+
+    def environment(self, kubeconfig: Path) -> dict[str, str]:
+        """Variables that aim a separate ``kimi-ops`` process at this sandbox (database, S3/ECR, cluster)."""
+        config = self.data_dir / "sandbox-settings.yaml"
+        settings = self.settings()
+        config.write_text(yaml.safe_dump(json.loads(settings.model_dump_json(include={"endpoints", "roles", "traffic_sweep"}))))
+        self.write_kubeconfig(kubeconfig)
+        return {
+            "KIMI_DATABASE_URL": settings.database_url or "",
+            "KIMI_DATA_DIR": str(self.data_dir),
+            "KIMI_CONFIG": str(config),
+            "KUBECONFIG": str(kubeconfig),
+            "AWS_ENDPOINT_URL": self.stand_ins["moto"].url,
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig whose ``kimi-sandbox`` context is the Kubernetes emulator."""
+        kube = self.stand_ins["kube"]
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": KUBE_CONTEXT,
+            "clusters": [{"name": KUBE_CONTEXT, "cluster": {"server": kube.url}}],
+            "users": [{"name": "sandbox", "user": {"token": "sandbox"}}],
+            "contexts": [{"name": KUBE_CONTEXT, "context": {"cluster": KUBE_CONTEXT, "user": "sandbox"}}],
+        }))
+        os.chmod(path, 0o600)
+        return path
+
+    def stop(self) -> None:
+        if self.ctx is not None:
+            self.ctx.close()
+            self.ctx = None
+        for name in ("openai", "operator", "kube", "moto"):
+            stand_in = self.stand_ins.pop(name, None)
+            if stand_in is not None:
+                stand_in.stop()
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
