@@ -183,22 +183,26 @@ def shell(
 
     def body() -> None:
         ctx = context()
-        console = Shell(ctx, user=user or ctx.settings.cli_user or "U0LOCAL", channel=channel)
-        typer.echo(f"kimi-ops shell — acting as {console.user}. {HELP}")
-        try:
-            while True:
-                try:
-                    line = input(f"{console.user}> ")
-                except EOFError:
-                    break
-                if line.strip() in ("/quit", "/exit"):
-                    break
-                for out in console.handle(line):
-                    typer.echo(out)
-        finally:
-            console.close()
+        repl(Shell(ctx, user=user or ctx.settings.cli_user or "U0LOCAL", channel=channel))
 
     run_guarded(body)
+
+
+def repl(console: Shell) -> None:
+    """Read lines until /quit or end of input, printing what each caused; closes the console."""
+    typer.echo(f"kimi-ops shell — acting as {console.user}. {HELP}")
+    try:
+        while True:
+            try:
+                line = input(f"{console.user}> ")
+            except EOFError:
+                break
+            if line.strip() in ("/quit", "/exit"):
+                break
+            for out in console.handle(line):
+                typer.echo(out)
+    finally:
+        console.close()
 
 
 def register(app: typer.Typer) -> None:
