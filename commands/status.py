@@ -6,12 +6,13 @@ from bot.bootstrap import Context
 from bot.domain.messages import Divider, Heading, Part, Reply, Text, deployment_title, plain
 from bot.services.access import Identity, authorize
 from bot.services.deployments import in_flight
-from bot.services.readiness import endpoint_status
+from bot.services.readiness import ProbeView, endpoint_status
 from commands.base import Usage, at
 
 NAME = "status"
 USAGE = "/kimi status [ENDPOINT]"
-HELP = "Show each endpoint's live release, deployment in flight, readiness and reservation time left."
+HELP = "Show each endpoint's live release, deployment in flight, recent readiness probes and reservation time left."
+PROBES_SHOWN = 5
 
 
 def parse(args: list[str]) -> str | None:
@@ -20,10 +21,18 @@ def parse(args: list[str]) -> str | None:
     return args[0] if args else None
 
 
+def probe_history(probes: list[ProbeView]) -> str:
+    """Newest first, one mark each: time and first-token latency, or the failure's kind."""
+    return " · ".join(
+        f":white_check_mark: {p.at:%H:%M:%S} {p.ttft_ms or 0:.0f} ms" if p.ok else f":x: {p.at:%H:%M:%S} {p.failure_kind}"
+        for p in probes
+    )
+
+
 def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
     name = parse(args)
     authorize(ctx, identity, "view", f"endpoint:{name or '*'}")
-    statuses = endpoint_status(ctx, name, history=1)
+    statuses = endpoint_status(ctx, name, history=PROBES_SHOWN)
     flying = {v.endpoint: v for v in in_flight(ctx)}
     parts: list[Part] = []
     for s in statuses:
@@ -32,6 +41,7 @@ def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
             f"*live release:* {s.live_release} since {at(s.live_since)}" if s.live_release else "*live release:* none",
             f"*admission:* {'open' if s.admission_open else 'closed'}",
             f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
+            *([f"*recent probes:* {probe_history(s.recent_probes)}"] if len(s.recent_probes) > 1 else []),
             f"*reservation:* {s.reservation_left} left (ends {at(s.reservation.end)})" if s.reservation
             else "*reservation:* none seen",
         ]

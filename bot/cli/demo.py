@@ -1,52 +1,183 @@
-"""``kimi-ops demo``: the quickstart scenario on embedded defaults (SQLite, local stand-ins).
+"""``kimi-ops demo`` and ``kimi-ops sandbox``: the whole bot on local stand-ins, no Slack or AWS needed.
 
-It grows with the product: today it migrates the embedded database, registers the
-example Kimi K3 release and lists the release history.
+Both start :class:`bot.sandbox.stack.Sandbox` (moto, the Kubernetes emulator
+with the HyperPod operator simulator, the capacity stand-in, a saturating
+OpenAI-compatible endpoint, a fresh SQLite database with the two example
+releases) and put the Slack bot on it through :class:`bot.cli.shell.Shell`, so
+every line goes through the same signed-request dispatch path as Slack.
+
+``sandbox`` hands the console to a person. ``demo`` plays the newcomer's tour
+and prints the conversation: the reservation watch's countdown and alert, a
+deploy through four gates approved by two people (with a self-approval
+refused), readiness probes, a second release compared with production, and a
+rollback to the complete previous release. It exits non-zero if any step does
+not end where it should.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from bot.cli import output
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "releases"
+GATES = ("artifact", "infrastructure", "model", "traffic")
+
+
+class ScriptFailed(Exception):
+    """A demo step did not end where it should; the message says which."""
+
+
+class Tour:
+    """Types lines into the shell as named people and prints what each of them sees."""
+
+    def __init__(self, console: Any, echo: Callable[[str], None]) -> None:
+        self.console = console
+        self.echo = echo
+
+    def step(self, title: str) -> None:
+        self.echo("")
+        self.echo(f"━━ {title} " + "━" * max(0, 70 - len(title)))
+
+    def say(self, user: str, line: str) -> list[str]:
+        if self.console.user != user:
+            self.console.handle(f"/as {user}")
+        self.echo(f"{user}> {line}")
+        out = self.console.handle(line)
+        for text in out:
+            self.echo(text)
+        return out
+
+    def scheduler(self, job: str) -> None:
+        """Run a scheduled job now, as the elected replica would, and show what it posted."""
+        from bot.services.scheduling import run_job
+
+        result = run_job(self.console.ctx, job, trigger="demo")
+        self.echo(f"(scheduler) {job}: {result.summary}")
+        self.console.app.deliver()
+        for text in self.console.new_output():
+            self.echo(text)
+        if not result.ok:
+            raise ScriptFailed(f"the {job} job failed: {result.summary}")
+
+    def press(self, user: str, label: str, gate: str, deployment: int) -> list[str]:
+        """Press ``label`` on the gate message of ``deployment`` as ``user``."""
+        header = f"{gate.capitalize()} gate · deployment #{deployment}"
+        for number in range(len(self.console.buttons), 0, -1):
+            message, element = self.console.buttons[number - 1]
+            if element["text"]["text"] == label and header in _text(message.blocks):
+                return self.say(user, str(number))
+        raise ScriptFailed(f"no {label} button on the {gate} gate of deployment #{deployment}; see the messages above")
+
+    def expect_live(self, deployment: int) -> None:
+        from bot.services.deployments import get_deployment
+
+        view = get_deployment(self.console.ctx, deployment)
+        if view.state != "live":
+            raise ScriptFailed(f"deployment #{deployment} stopped in state {view.state}: {view.reason or 'see above'}")
+
+
+def _text(blocks: list[dict[str, Any]]) -> str:
+    return "\n".join(str((b.get("text") or {}).get("text", "")) for b in blocks)
+
+
+def tour(tour: Tour) -> None:
+    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT
+
+    first, second = "kimi-k3-2026-08-01", "kimi-k3-2026-09-01"
+    tour.step("The releases on file (two example tuples, weights and images seeded in moto)")
+    tour.say(DEPLOYER, "/kimi release list")
+    tour.say(DEPLOYER, f"/kimi diff {first} {second}")
+
+    tour.step("The reservation watch reads the training plan and warns ahead of its end")
+    tour.scheduler("reservation-watch")
+    tour.say(DEPLOYER, "/kimi reservations")
+
+    tour.step(f"{DEPLOYER} deploys {first}; approvers {APPROVER_1} and {APPROVER_2} take turns on the four gates")
+    tour.say(DEPLOYER, f"/kimi deploy {first} to {ENDPOINT}")
+    tour.press(DEPLOYER, "Approve", "artifact", 1)  # refused: on prod the requester may not approve their own
+    for i, gate in enumerate(GATES):
+        tour.press((APPROVER_1, APPROVER_2)[i % 2], "Approve", gate, 1)
+    tour.expect_live(1)
+
+    tour.step("Readiness probes send a real completion every few minutes")
+    tour.scheduler("readiness-probe")
+    tour.scheduler("readiness-probe")
+    tour.say(APPROVER_1, f"/kimi status {ENDPOINT}")
+
+    tour.step(f"{second} goes through the same gates; the model gate compares it with production")
+    tour.say(DEPLOYER, f"/kimi deploy {second}")
+    for i, gate in enumerate(GATES):
+        tour.press((APPROVER_2, APPROVER_1)[i % 2], "Approve", gate, 2)
+    tour.expect_live(2)
+
+    tour.step(f"Roll back to the complete previous release ({first}): close admission, drain, apply, reopen")
+    tour.say(DEPLOYER, f"/kimi rollback {ENDPOINT}")
+    tour.press(APPROVER_1, "Approve", "artifact", 3)
+    tour.expect_live(3)
+    tour.say(DEPLOYER, f"/kimi history {ENDPOINT}")
+
+
+def _start(data_dir: Path) -> tuple[Any, Any]:
+    from bot.cli.shell import Shell
+    from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, Sandbox
+
+    sandbox = Sandbox(data_dir).start()
+    try:
+        return sandbox, Shell(sandbox.ctx, user=DEPLOYER, channel=CHANNEL, groups=GROUPS)
+    except BaseException:
+        sandbox.stop()
+        raise
 
 
 def demo() -> None:
-    """Run the quickstart scenario non-interactively and print what happens."""
-    import yaml
-
-    from bot.adapters.store import schema
-    from bot.bootstrap import build_context
+    """Deploy, approve and roll back Kimi K3 on local stand-ins, printing the Slack conversation."""
     from bot.cli.main import run_guarded
-    from bot.config import load_settings
-    from bot.services.releases import get_release, list_releases, register_release
-    from bot.services.errors import NotFound
 
     def body() -> None:
-        settings = load_settings()
-        schema.upgrade(settings.effective_database_url)
-        ctx = build_context(settings)
-        for path in sorted(EXAMPLES.glob("*.yaml")):
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with tempfile.TemporaryDirectory(prefix="kimi-ops-demo-") as tmp:
+            output.info("starting the sandbox: moto (S3, ECR), Kubernetes emulator + HyperPod operator simulator, "
+                        "capacity stand-in, OpenAI-compatible endpoint, Slack stub, SQLite")
+            sandbox, console = _start(Path(tmp))
             try:
-                get_release(ctx, data["name"])
-                output.info(f"release {data['name']} already registered")
-            except NotFound:
-                reg = register_release(ctx, data, "demo")
-                output.info(f"registered release {reg.release.name} from {path.name}")
-        output.table(
-            "Release history",
-            ["name", "model commit", "image digest", "registered by"],
-            [(r.name, r.manifest.model.commit[:12], r.manifest.image.split("@sha256:")[-1][:12], r.registered_by) for r in list_releases(ctx)],
-        )
-        ctx.close()
+                tour(Tour(console, typer.echo))
+            except ScriptFailed as exc:
+                output.error(f"the demo stopped: {exc}")
+                raise typer.Exit(1) from None
+            finally:
+                console.close()
+                sandbox.stop()
+        typer.echo("")
+        output.info("That was the whole loop. Try it yourself: ./dev run kimi-ops sandbox")
+
+    run_guarded(body)
+
+
+def sandbox() -> None:
+    """An interactive Slack console on the local stand-ins: deploy, approve and roll back yourself."""
+    from bot.cli.main import run_guarded
+    from bot.cli.shell import repl
+    from bot.config import load_settings
+    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER
+
+    def body() -> None:
+        data_dir = load_settings().data_dir / "sandbox"
+        output.info(f"starting the sandbox in {data_dir} (a fresh database each time)")
+        stack, console = _start(data_dir)
+        typer.echo(f"People: {DEPLOYER} deploys; {APPROVER_1} and {APPROVER_2} approve. "
+                   "Try: /kimi help · /kimi deploy kimi-k3-2026-08-01 · /as U0APPROVER1 · a button's number")
+        try:
+            repl(console)  # closes the console
+        finally:
+            stack.stop()
 
     run_guarded(body)
 
 
 def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
+    app.command("sandbox")(sandbox)

@@ -40,7 +40,9 @@ ENDPOINT = "kimi-prod"
 CHANNEL = "C0KIMIPROD"
 KUBE_CONTEXT = "kimi-sandbox"
 DEPLOYER, APPROVER_1, APPROVER_2, ADMIN = "U0DEPLOYER", "U0APPROVER1", "U0APPROVER2", "U0ADMIN"
-ROLES = {"viewer": [], "deployer": [DEPLOYER], "approver": [APPROVER_1, "S0APPROVERS"], "admin": [ADMIN]}
+# The deployer is an approver too, as on most platform teams: separation of duties still stops them
+# approving their own deployment on a prod endpoint.
+ROLES = {"viewer": [], "deployer": [DEPLOYER], "approver": [DEPLOYER, APPROVER_1, "S0APPROVERS"], "admin": [ADMIN]}
 GROUPS = {"S0APPROVERS": [APPROVER_2]}
 
 # The endpoint stand-in saturates like a small vLLM: six requests run, two wait, the rest get 429.

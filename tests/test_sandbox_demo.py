@@ -1,0 +1,85 @@
+"""The README's first command: ``kimi-ops demo`` plays the whole loop on the stand-ins and prints it.
+
+It runs as a newcomer runs it (the console script in a fresh process, no Slack,
+AWS or cluster), and the assertions read what they would read: the reservation
+countdown and its alert, a self-approval refused, four gates with real
+measurements, readiness probe history, production comparison, the rollback's
+steps and the history.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.bootstrap import build_context, production_adapters
+from bot.adapters.clock import SystemClock
+from bot.config import load_settings
+from bot.services import ports
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    home = tmp_path_factory.mktemp("newcomer")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
+    env["KIMI_DATA_DIR"] = str(home / ".kimi-ops")
+    return subprocess.run([sys.executable, "-c", "from bot.cli.main import main; main()", "demo"],
+                          capture_output=True, text=True, env=env, cwd=home, timeout=600)
+
+
+def test_demo_ends_with_the_rollback_live(demo_run: subprocess.CompletedProcess[str]) -> None:
+    assert demo_run.returncode == 0, demo_run.stdout[-3000:] + demo_run.stderr[-3000:]
+    out = demo_run.stdout
+    assert "Traceback" not in out + demo_run.stderr
+    for deployment, what in ((1, "deploy of *kimi-k3-2026-08-01*"), (2, "deploy of *kimi-k3-2026-09-01*"),
+                             (3, "rollback of *kimi-k3-2026-08-01*")):
+        assert f"Deployment #{deployment}: {what} to *kimi-prod* — live" in out
+    assert "*#3* rollback of *kimi-k3-2026-08-01* — live" in out
+    for step in ("close admission", "draining", "applying", "rolling out", "readiness", "reopen"):
+        assert f"→ *{step}*" in out.split("Roll back to the complete previous release")[1]
+
+
+def test_demo_shows_the_reservation_countdown_and_alert(demo_run: subprocess.CompletedProcess[str]) -> None:
+    out = demo_run.stdout
+    assert "ends in 5.0 days" in out and "alert at 7 days" in out
+    assert "*5.0 days left*" in out  # /kimi reservations
+
+
+def test_demo_refuses_self_approval_and_shows_who_approved(demo_run: subprocess.CompletedProcess[str]) -> None:
+    out = demo_run.stdout
+    assert "you requested deployment #1; someone else must approve its gates on kimi-prod" in out
+    assert "approved: artifact @U0APPROVER1, infrastructure @U0APPROVER2, model @U0APPROVER1, traffic @U0APPROVER2" in out
+
+
+def test_demo_shows_real_gate_measurements_and_probe_history(demo_run: subprocess.CompletedProcess[str]) -> None:
+    out = demo_run.stdout
+    assert "9/9 cases passed" in out and "vs production kimi-k3-2026-08-01" in out  # the model gate, measured
+    assert "knee at " in out and "proposing " in out  # the traffic gate's sweep found the stand-in's limit
+    assert "*recent probes:* [ok]" in out  # /kimi status after the scheduled readiness probes
+    assert "readiness-probe: kimi-prod: answered: first token" in out
+
+
+def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No AWS credentials, kubeconfig or network: building them must not touch any of those.
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "KUBECONFIG", "KIMI_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    settings = load_settings(data_dir=tmp_path, auto_migrate=True)
+    ctx = build_context(settings, connect=True)
+    try:
+        wired = {key: type(adapter).__name__ for key, adapter in ctx.adapters.items()}
+        assert wired == {
+            ports.ARTIFACTS: "RegionalArtifactVerifier", ports.CLUSTER: "ContextClusters",
+            ports.RESERVATIONS: "AwsReservationSource", ports.ENDPOINT: "HttpEndpointClient",
+            ports.EVALUATOR: "HttpEvaluator", ports.LOADGEN: "HttpLoadGenerator",
+        }
+        assert set(production_adapters(settings, SystemClock())) == set(wired)
+        # A cluster that cannot be reached is an error check the gate shows, never a pass or a crash.
+        preflight = ctx.adapters[ports.CLUSTER].preflight(load_settings(endpoints=[{"name": "x"}]).endpoints[0])
+        assert [c.status for c in preflight] == ["error"] and "no access to cluster context" in preflight[0].reason
+    finally:
+        ctx.close()
