@@ -23,7 +23,7 @@ def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
     authorize(ctx, identity, "view", "reservations")
     lines = [
         f"*{v.id.rsplit('/', 1)[-1]}* ({v.kind}, {v.instance_count} × {v.instance_type}, {v.availability_zone or 'any zone'}) "
-        f"· {v.state} · endpoint {v.endpoint or '-'} · ends {at(v.end)} · *{format_remaining(v.remaining)} left*"
+        f"· {v.state} · endpoint {v.endpoint or '-'} · ends {at(v.end)} · *{format_remaining(v.left)} left*"
         for v in reservation_overview(ctx)
     ]
     parts = (Heading("Reservations"), Text("\n".join(lines) or "None seen yet; the reservation watch reads AWS periodically."))

@@ -156,4 +156,4 @@ def test_status_shows_last_probe_history_and_reservation_countdown(probe, server
     assert oldest.http_status == 200 and oldest.ttft_ms is not None and oldest.total_ms >= oldest.ttft_ms
     assert [i.kind for i in status.incidents] == ["readiness"]
     assert status.reservation is not None and status.reservation.id == "cr-0001"
-    assert status.reservation.remaining == dt.timedelta(days=3, minutes=-20) and status.reservation_left == "3.0 days"
+    assert status.reservation.left == dt.timedelta(days=3, minutes=-20) and status.reservation_left == "3.0 days"

@@ -188,7 +188,7 @@ def test_reservation_for_reads_aws_or_the_stored_view(new_ctx, source) -> None:
     watch_reservations(ctx)
     assert reservation_for(ctx, "kimi-prod", fresh=False).id == "cr-0002"
     view = {v.id: v for v in reservation_overview(ctx)}
-    assert view["cr-0001"].remaining == 3 * D and view["cr-0001"].endpoint == "kimi-prod"
+    assert view["cr-0001"].left == 3 * D and view["cr-0001"].endpoint == "kimi-prod"
     assert view["cr-0003"].endpoint is None
 
 
@@ -278,7 +278,7 @@ def test_the_watch_reads_aws_through_the_real_adapter(make_ctx, clock) -> None:
     aws.remove("kimi-plan")
     report = watch_reservations(ctx)
     assert report.changed == ["cr-0aaa extended"] and report.gone == ["kimi-plan"]
-    assert reservation_overview(ctx)[0].remaining == 9 * D
+    assert reservation_overview(ctx)[0].left == 9 * D
 
 
 def test_the_sandbox_covers_each_endpoint_with_the_reservation_it_needs(make_ctx) -> None:

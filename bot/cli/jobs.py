@@ -107,7 +107,7 @@ def reservations(all_: bool = typer.Option(False, "--all", help="Also show reser
                 (
                     v.id.rsplit("/", 1)[-1], v.kind, f"{v.instance_count} × {v.instance_type}",
                     v.availability_zone or "-", v.state + (" (gone)" if v.gone_at else ""), v.endpoint or "-",
-                    _at(v.end), format_remaining(v.remaining), ", ".join(f"{h:g}" for h in v.alerts_sent_hours) or "-",
+                    _at(v.end), format_remaining(v.left), ", ".join(f"{h:g}" for h in v.alerts_sent_hours) or "-",
                     _at(v.last_seen_at),
                 )
                 for v in views

@@ -120,7 +120,7 @@ class EndpointStatus:
     def reservation_left(self) -> str:
         if self.reservation is None:
             return "no reservation seen"
-        return format_remaining(self.reservation.remaining)
+        return format_remaining(self.reservation.left)
 
 
 # ---------------------------------------------------------------------------- pure rule

@@ -79,20 +79,12 @@ MISSING_INCIDENT = "no-reservation"
 
 
 @dataclass(frozen=True)
-class ReservationView:
-    """A stored reservation as ``/kimi reservations`` and ``kimi-ops reservations`` show it."""
+class ReservationView(ReservationInfo):
+    """A stored reservation as ``/kimi reservations`` and ``kimi-ops reservations`` show it: what AWS
+    said (the :class:`ReservationInfo` fields) plus what the watch knows about it."""
 
-    id: str
-    kind: str
-    region: str
-    instance_type: str
-    availability_zone: str | None
-    instance_count: int
-    start: dt.datetime | None
-    end: dt.datetime | None
-    state: str
     endpoint: str | None
-    remaining: dt.timedelta | None
+    left: dt.timedelta | None
     alerts_sent_hours: list[float]
     first_seen_at: dt.datetime
     last_seen_at: dt.datetime
@@ -458,10 +450,9 @@ def watch_reservations(ctx: Context) -> WatchReport:
 
 
 def _view(row: Reservation, now: dt.datetime) -> ReservationView:
+    info = _info(row)
     return ReservationView(
-        id=row.id, kind=row.kind, region=row.region, instance_type=row.instance_type,
-        availability_zone=row.availability_zone, instance_count=row.instance_count, start=row.start_at, end=row.end_at,
-        state=row.state, endpoint=row.endpoint_name, remaining=None if row.end_at is None else row.end_at - now,
+        **vars(info), endpoint=row.endpoint_name, left=info.remaining(now),
         alerts_sent_hours=sorted(_thresholds(row), reverse=True), first_seen_at=row.first_seen_at,
         last_seen_at=row.last_seen_at, gone_at=row.gone_at,
     )
