@@ -471,11 +471,22 @@ def _dockerignore_admits(path: str) -> bool:
 def test_image_contains_every_package_and_the_build_context_keeps_local_state_out() -> None:
     copy_lines = re.findall(r"^COPY (?!--from)(.+)$", _dockerfile(), re.M)
     copied = {source for line in copy_lines for source in line.split()[:-1]}
-    assert copied == {"bot", "commands", "jobs", "migrations", "pyproject.toml", "README.md"}
+    assert copied == {"bot", "commands", "jobs", "migrations", "pyproject.toml", "README.md", "deploy/evaluation"}
     for source in copied:
         assert _dockerignore_admits(source), f".dockerignore excludes {source}, which the Dockerfile copies"
     for private in (".venv/bin/python", ".kimi-ops/kimi-ops.db", ".git/config", "tests/conftest.py", ".env", "bot/__pycache__/x.pyc"):
         assert not _dockerignore_admits(private), f"{private} would be sent to the image build"
+
+
+def test_the_image_carries_the_model_gate_evaluation_set_where_its_setting_points() -> None:
+    # Without it the model gate of an in-cluster bot would fail to load its cases on every deploy.
+    text = _dockerfile()
+    copied = re.search(r"^COPY deploy/evaluation (\S+)$", text, re.M)
+    configured = re.search(r"KIMI_EVALUATION_SET=(\S+)", text)
+    assert copied and configured
+    image_path = Path(configured.group(1))
+    assert image_path.parent == Path(copied.group(1))
+    assert (REPO / "deploy" / "evaluation" / image_path.name).is_file()
 
 
 def _runtime_closure() -> set[str]:
