@@ -83,3 +83,17 @@ def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path,
         assert [c.status for c in preflight] == ["error"] and "no access to cluster context" in preflight[0].reason
     finally:
         ctx.close()
+
+
+def test_sandbox_console_takes_typed_commands_and_buttons(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
+    env["KIMI_DATA_DIR"] = str(tmp_path / ".kimi-ops")
+    typed = "/kimi release list\n/kimi deploy kimi-k3-2026-08-01\n/as U0APPROVER1\n1\n/kimi deploy nope\n/quit\n"
+    run = subprocess.run([sys.executable, "-c", "from bot.cli.main import main; main()", "sandbox"], input=typed,
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "*kimi-k3-2026-09-01*" in run.stdout and "*kimi-k3-2026-08-01*" in run.stdout
+    assert "Approved by @U0APPROVER1" in run.stdout  # button [1] was the artifact gate's Approve
+    assert "== Infrastructure gate · deployment #1 ==" in run.stdout
+    assert "you need the deployer role to deploy" in run.stdout  # the approver may not deploy
+    assert (tmp_path / ".kimi-ops" / "sandbox" / "sandbox.db").exists()
