@@ -1,4 +1,4 @@
-"""The Bolt app: ``/kimi``, gate buttons, the reject-reason modal, App Home, plus ``/healthz`` and ``/metrics``.
+"""The Bolt app: ``/kimi``, gate and accept-limits buttons, the reject-reason modal, App Home, plus ``/healthz`` and ``/metrics``.
 
 One sync execution model: Bolt with ``process_before_response=True`` and lazy
 listeners. Every acknowledgement function only parses (pure, microseconds) and
@@ -38,7 +38,7 @@ from bot.adapters.slack.blocks import home_view, reject_modal, render
 from bot.adapters.slack.identity import GroupDirectory
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Context
-from bot.domain.messages import APPROVE, RECHECK, REJECT, REJECT_MODAL, GateTicket, Reply, reply
+from bot.domain.messages import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, REJECT_MODAL, GateTicket, Reply, reply
 from bot.services.access import Identity
 from bot.services.errors import UserError
 from commands import actions, home, registry
@@ -265,8 +265,15 @@ class KimiApp:
             answer = self._guard(lambda: actions.recheck(self.ctx, self.identity(user), value), tell)
             self._follow(answer, tell, channel)
 
+        def accept_limits(body: dict[str, Any], respond: Callable[..., Any]) -> None:
+            user, channel, value = _click(body)
+            tell = self._clicker(user, channel, respond)
+            answer = self._guard(lambda: actions.accept_limits(self.ctx, self.identity(user), value), tell)
+            self._follow(answer, tell, channel)
+
         app.action(APPROVE)(ack=ack_now, lazy=[approve])
         app.action(RECHECK)(ack=ack_now, lazy=[recheck])
+        app.action(ACCEPT_LIMITS)(ack=ack_now, lazy=[accept_limits])
         app.action(REJECT)(ack=ack_now, lazy=[ask_reason])
 
         def ack_reason(ack: Callable[..., None], view: dict[str, Any]) -> None:

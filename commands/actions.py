@@ -1,17 +1,19 @@
-"""Button clicks and the reject-reason modal: decide a gate bound to the report the clicker saw.
+"""Button clicks and the reject-reason modal: decide a gate, or accept a traffic proposal, bound to the report the clicker saw.
 
 The decision service refuses stale reports, decided gates, self-approval on
 production and people without the approver role (auditing each refusal); the
-refusal's sentence goes back to the clicker only.
+limits service refuses stale, already accepted and unchanged proposals the same
+way. The refusal's sentence goes back to the clicker only.
 """
 
 from __future__ import annotations
 
 from bot.bootstrap import Context
-from bot.domain.messages import GateTicket, Reply, reply
+from bot.domain.messages import GateTicket, Reply, limits_words, reply
 from bot.services.access import Identity, authorize
 from bot.services.deployments import decide_gate
 from bot.services.errors import Refused
+from bot.services.traffic_gate import accept_proposed_limits
 from commands.base import engine
 
 
@@ -52,3 +54,14 @@ def decide(ctx: Context, identity: Identity, value: str | None, decision: str, r
     if decision == "approved":
         return reply(f"You approved the {seen.gate} gate of deployment #{view.id}; the next step is running.", then=advance)
     return reply(f"You rejected the {seen.gate} gate of deployment #{view.id}; the deployment ended.")
+
+
+def accept_limits(ctx: Context, identity: Identity, value: str | None) -> Reply:
+    """Store the traffic report's proposed limits in its endpoint's settings; the gate message says who and when."""
+    seen = ticket(value)
+    if seen.gate != "traffic":
+        raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits")
+    done = accept_proposed_limits(ctx, None, seen.deployment_id, identity, seen_report_hash=seen.report_hash)
+    before = done.previous
+    return reply(f"You accepted {limits_words(done.accepted)} for {done.endpoint} (was {before['max_concurrent_requests']} / "
+                 f"{before['max_queue_size']}); the next manifest rendered for it uses them.")

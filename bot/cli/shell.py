@@ -6,7 +6,8 @@ through :meth:`bot.app.KimiApp.dispatch`; the bot's Web API calls land in the
 local Slack stub; what a person would see (channel messages, thread replies,
 ephemeral answers, updates in place) is rendered from the same Block Kit as
 text. Buttons are numbered: type the number to press one. ``/as U123`` switches
-the acting Slack user, to exercise separation of duties.
+the acting Slack user, to exercise separation of duties. An uploaded file shows
+as one line, ``[file traffic-sweep.png, 34 KB]``.
 
 :class:`Shell` is the testable core (feed lines, collect output); the command
 only adds a prompt loop.
@@ -59,6 +60,13 @@ def render_blocks(blocks: list[dict[str, Any]], fallback: str, number: Callable[
         elif kind == "actions":
             lines.append("  " + "  ".join(f"[{number(e)}] {e['text']['text']}" for e in block.get("elements", [])))
     return lines
+
+
+def file_line(file: dict[str, Any]) -> str:
+    """One shared file as a console line: its name and size (a terminal cannot show the image)."""
+    size = int(file.get("size") or 0)
+    shown = f"{max(1, round(size / 1024))} KB" if size >= 1024 else f"{size} B"
+    return f"[file {file.get('name') or file.get('title') or file.get('id')}, {shown}]"
 
 
 class Shell:
@@ -155,7 +163,9 @@ class Shell:
             else:
                 where = f"#{m.channel} {m.ts}"
             out.append(f"[{where}]" + ("" if first else " (updated)"))
-            out += ["  " + line for line in render_blocks(m.blocks, m.text, self._number(m))]
+            if m.blocks or m.text or not m.files:
+                out += ["  " + line for line in render_blocks(m.blocks, m.text, self._number(m))]
+            out += ["  " + file_line(f) for f in m.files]
         return out
 
 

@@ -6,7 +6,12 @@ slack_sdk's ``WebClient`` talks to through ``base_url``: it answers
 ``chat.postEphemeral``, ``views.open``, ``views.publish``,
 ``usergroups.users.list`` and posts to ``response_url`` (``/response/<id>``),
 and keeps the resulting channel history so a test or the local shell can read
-what a person would see.
+what a person would see. File uploads take Slack's three steps
+(``files_upload_v2``): ``files.getUploadURLExternal`` hands out an upload URL
+served by the stub itself (``/upload/<file id>``), which records the bytes, and
+``files.completeUploadExternal`` shares the file into a channel or thread as a
+message carrying ``files``. :meth:`SlackStub.fail_next` makes a method (or the
+upload URL) fail, to exercise retries.
 
 :class:`SlackSender` builds the bodies Slack sends (slash command form,
 ``block_actions`` / ``view_submission`` payloads, Events API JSON) in the shapes
@@ -27,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-JSON_FIELDS = ("blocks", "view", "attachments", "metadata")
+JSON_FIELDS = ("blocks", "view", "attachments", "metadata", "files")
 
 
 def sign(secret: str, timestamp: str, body: str) -> str:
@@ -56,6 +61,24 @@ class Message:
     thread_ts: str | None = None
     ephemeral_to: str | None = None
     updated: int = 0
+    # Files shared with this message: id, name, title, size, mimetype (what Slack's file objects carry).
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Upload:
+    """A file the bot uploaded: what it declared, and the bytes the upload URL received."""
+
+    id: str
+    filename: str
+    length: int
+    alt_txt: str | None = None
+    data: bytes | None = None
+    shared: bool = False
+
+    @property
+    def mimetype(self) -> str:
+        return "image/png" if (self.data or b"").startswith(b"\x89PNG") else "application/octet-stream"
 
 
 class SlackStub:
@@ -73,6 +96,9 @@ class SlackStub:
         self.calls: list[Call] = []
         self.messages: list[Message] = []
         self.views: dict[str, dict[str, Any]] = {}
+        self.uploads: dict[str, Upload] = {}
+        # method (or "upload" for the upload URL) → errors still to answer, oldest first.
+        self._failures: dict[str, list[str]] = {}
         self._ts = itertools.count(1)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -103,6 +129,10 @@ class SlackStub:
             def do_POST(self) -> None:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
+                if parts.path.startswith("/upload/"):
+                    status, text = stub.receive_upload(parts.path.rsplit("/", 1)[-1], self.rfile.read(length) if length else b"")
+                    self._answer(status, text)
+                    return
                 raw = self.rfile.read(length).decode() if length else ""
                 if (self.headers.get("Content-Type") or "").startswith("application/json"):
                     params = json.loads(raw or "{}")
@@ -141,6 +171,34 @@ class SlackStub:
         """What to give ``WebClient(base_url=…)`` / ``KIMI_SLACK_API_URL``."""
         return self.url + "/api/"
 
+    def fail_next(self, method: str, error: str = "internal_error", times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` answer ``error`` (``"upload"``: the upload URL answers HTTP 500)."""
+        with self._lock:
+            self._failures.setdefault(method, []).extend([error] * times)
+
+    def _failure(self, method: str) -> str | None:
+        queued = self._failures.get(method)
+        return queued.pop(0) if queued else None
+
+    def receive_upload(self, file_id: str, data: bytes) -> tuple[int, str]:
+        """A POST to an upload URL: raw bytes, as slack_sdk sends them."""
+        with self._changed:
+            self.calls.append(Call("upload", {"file_id": file_id, "bytes": len(data)}))
+            if self._failure("upload"):
+                return 500, "upload failed"
+            upload = self.uploads.get(file_id)
+            if upload is None:
+                return 404, "no such upload"
+            upload.data = data
+            self._changed.notify_all()
+            return 200, f"OK - {len(data)}"
+
+    def files_in(self, channel: str, thread_ts: str | None = None) -> list[tuple[Message, Upload]]:
+        """Files shared in ``channel`` (in the thread of ``thread_ts`` when given) with the bytes received."""
+        with self._lock:
+            return [(m, self.uploads[f["id"]]) for m in self.messages for f in m.files
+                    if m.channel == channel and (thread_ts is None or m.thread_ts == thread_ts)]
+
     def response_url(self, name: str = "r") -> str:
         return f"{self.url}/response/{name}-{next(self._ts)}"
 
@@ -167,6 +225,9 @@ class SlackStub:
         return f"1700000000.{next(self._ts):06d}"
 
     def _method(self, method: str, p: dict[str, Any]) -> dict[str, Any]:
+        failure = self._failure(method)
+        if failure:
+            return {"ok": False, "error": failure}
         if method == "auth.test":
             return {"ok": True, "url": "https://sandbox.slack.com/", "team": "Sandbox", "user": "kimi-ops",
                     "team_id": "T0SANDBOX", "user_id": self.bot_user, "bot_id": "B0KIMIOPS", "is_enterprise_install": False}
@@ -191,6 +252,34 @@ class SlackStub:
             view = {**p["view"], "id": view_id}
             self.views[p.get("user_id") or p.get("trigger_id", "")] = view
             return {"ok": True, "view": view}
+        if method == "files.getUploadURLExternal":
+            try:
+                length = int(p.get("length", ""))
+            except ValueError:
+                return {"ok": False, "error": "invalid_arguments"}
+            if not p.get("filename") or length < 1:
+                return {"ok": False, "error": "invalid_arguments"}
+            file_id = f"F{next(self._ts):010d}"
+            self.uploads[file_id] = Upload(file_id, p["filename"], length, p.get("alt_txt"))
+            return {"ok": True, "upload_url": f"{self.url}/upload/{file_id}", "file_id": file_id}
+        if method == "files.completeUploadExternal":
+            wanted = p.get("files") or []
+            uploads = [self.uploads.get(str(f.get("id"))) for f in wanted]
+            if not wanted or any(u is None or u.data is None or len(u.data) != u.length or u.shared for u in uploads):
+                return {"ok": False, "error": "file_upload_incomplete" if wanted else "invalid_arguments"}
+            channel = p.get("channel_id")
+            if channel in self.missing_channels:
+                return {"ok": False, "error": "channel_not_found"}
+            files = []
+            for f, u in zip(wanted, uploads):
+                assert u is not None
+                u.shared = bool(channel)
+                files.append({"id": u.id, "name": u.filename, "title": f.get("title") or u.filename, "size": len(u.data or b""),
+                              "mimetype": u.mimetype, "alt_txt": u.alt_txt})
+            if channel:
+                self.messages.append(Message(channel, self._next_ts(), p.get("initial_comment") or "", [],
+                                             thread_ts=p.get("thread_ts"), files=files))
+            return {"ok": True, "files": [{"id": f["id"], "title": f["title"]} for f in files]}
         if method == "apps.connections.open":
             if not self.socket_url:
                 return {"ok": False, "error": "not_allowed_token_type"}

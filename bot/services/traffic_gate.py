@@ -4,11 +4,13 @@
 prompt prefixes and reports the table, the knee and the proposed HyperPod
 ``maxConcurrentRequests``/``maxQueueSize``. :func:`accept_proposed_limits` is the
 approver's one click that stores the proposal in the endpoint's settings, under
-``accepted_request_limits`` (which the start-up re-sync from YAML keeps).
+``accepted_request_limits`` (which the start-up re-sync from YAML keeps), bound
+to the report the approver saw and accepted at most once per report.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,7 @@ from bot.adapters.plots import plot_sweep
 from bot.bootstrap import Context
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.checks import Check, GateReport
+from bot.domain.messages import LIMITS_ACCEPTED, LIMITS_CLOSED_STATES, find_acceptance, limits_words, proposed_limits, same_limits
 from bot.domain.sweep import LevelStats, Objectives, Proposal, SweepOutcome, SweepPlan, propose
 from bot.services import ports
 from bot.services.access import Identity, authorize
@@ -135,29 +138,68 @@ class AcceptedLimits:
     deployment_id: int
     previous: dict[str, Any]
     accepted: dict[str, Any]
+    accepted_at: dt.datetime
 
 
-def accept_proposed_limits(ctx: Context, endpoint_name: str, deployment_id: int, actor: Identity) -> AcceptedLimits:
-    """Store the latest traffic-gate proposal of ``deployment_id`` as ``endpoint_name``'s request limits."""
-    authorize(ctx, actor, "accept_limits", f"endpoint:{endpoint_name}")
+def accept_proposed_limits(
+    ctx: Context,
+    endpoint_name: str | None,
+    deployment_id: int,
+    actor: Identity,
+    *,
+    seen_report_hash: str | None = None,
+) -> AcceptedLimits:
+    """Store the latest traffic-gate proposal of ``deployment_id`` as its endpoint's request limits.
+
+    ``endpoint_name`` ``None`` means the deployment's own endpoint. ``seen_report_hash`` binds a click to the
+    exact report the approver read: a re-checked report, a proposal already accepted, one the endpoint already
+    runs with, or one whose release ended or was replaced is refused (and the refusal audited), changing nothing.
+    The change reaches the gate message through the outbox (``limits.accepted``).
+    """
+    authorize(ctx, actor, "accept_limits", f"endpoint:{endpoint_name}" if endpoint_name else f"deployment:{deployment_id}")
     now = ctx.clock.now()
     with ctx.uow() as uow:
+
+        def refuse(message: str, why: str) -> Refused:
+            uow.rollback()
+            uow.audit.record(at=now, actor=actor.user_id, action="endpoint.limits_refused", subject=f"deployment:{deployment_id}",
+                             details={"why": why, "seen_report_hash": seen_report_hash})
+            uow.commit()
+            return Refused(message)
+
         dep = uow.deployments.get(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment #{deployment_id}; list them with `kimi-ops history`")
-        if dep.endpoint.name != endpoint_name:
-            raise Refused(f"deployment #{deployment_id} runs on {dep.endpoint.name}, not {endpoint_name}; name the right endpoint")
+        name = dep.endpoint.name
+        if endpoint_name is not None and name != endpoint_name:
+            raise Refused(f"deployment #{deployment_id} runs on {name}, not {endpoint_name}; name the right endpoint")
+        # The endpoint row is locked first, so two clicks at once are decided one after the other.
+        endpoint = uow.endpoints.get_for_update(name)
+        if endpoint is None:
+            raise NotFound(f"no endpoint named {name}")
         row = uow.gates.latest(deployment_id, "traffic")
         if row is None:
             raise Refused(f"deployment #{deployment_id} has no traffic gate report yet; wait for the sweep to finish")
-        proposal = (row.report.get("attachments") or {}).get("proposal") or {}
-        if not proposal.get("max_concurrent_requests"):
+        if seen_report_hash is not None and seen_report_hash != row.report_hash:
+            raise refuse(f"the traffic report of deployment #{deployment_id} changed since you looked (it was re-checked); "
+                         "accept the proposal of the newest report in the thread", "stale")
+        done = find_acceptance(
+            [(a.action, a.actor, a.at, a.details or {}) for a in uow.audit.list(subject=f"endpoint:{name}", limit=500)],
+            deployment_id, row.report_hash,
+        )
+        if done is not None:
+            raise refuse(f"these limits were already accepted by <@{done.accepted_by}> at {done.accepted_at:%Y-%m-%d %H:%M} UTC "
+                         f"({limits_words(done.accepted)}); nothing changed", "already_accepted")
+        if dep.state in LIMITS_CLOSED_STATES:
+            raise refuse(f"deployment #{deployment_id} is {dep.state.replace('_', ' ')}: its sweep measured a release that is "
+                         f"not serving on {name}, so its proposal no longer applies", dep.state)
+        proposal = proposed_limits(row.report)
+        if proposal is None:
             raise Refused(f"the traffic gate of deployment #{deployment_id} proposed no limit (no level met the objectives); nothing to accept")
-        endpoint = uow.endpoints.get_for_update(endpoint_name)
-        if endpoint is None:
-            raise NotFound(f"no endpoint named {endpoint_name}")
         current = EndpointSettings.model_validate(endpoint.settings)
         previous = current.effective_request_limits
+        if same_limits(proposal, previous.model_dump(mode="json")):
+            raise refuse(f"{name} already runs with {limits_words(proposal)}; nothing to accept", "unchanged")
         accepted = RequestLimits(
             max_concurrent_requests=int(proposal["max_concurrent_requests"]),
             max_queue_size=int(proposal.get("max_queue_size") or 0),
@@ -165,14 +207,11 @@ def accept_proposed_limits(ctx: Context, endpoint_name: str, deployment_id: int,
         )
         # A new dict, so the JSON column sees the change.
         endpoint.settings = {**endpoint.settings, "accepted_request_limits": accepted.model_dump(mode="json")}
-        uow.audit.record(
-            at=now,
-            actor=actor.user_id,
-            action="endpoint.limits_accepted",
-            subject=f"endpoint:{endpoint_name}",
-            details={"deployment_id": deployment_id, "gate_result_id": row.id, "report_hash": row.report_hash,
-                     "previous": previous.model_dump(mode="json"), "accepted": accepted.model_dump(mode="json")},
-        )
+        details = {"deployment_id": deployment_id, "gate_result_id": row.id, "report_hash": row.report_hash,
+                   "previous": previous.model_dump(mode="json"), "accepted": accepted.model_dump(mode="json")}
+        uow.audit.record(at=now, actor=actor.user_id, action=LIMITS_ACCEPTED, subject=f"endpoint:{name}", details=details)
+        uow.events.emit(at=now, kind="limits.accepted", deployment_id=deployment_id, endpoint_name=name,
+                        payload={**details, "accepted_by": actor.user_id, "accepted_at": now.isoformat()})
         uow.commit()
-    return AcceptedLimits(endpoint=endpoint_name, deployment_id=deployment_id,
-                          previous=previous.model_dump(mode="json"), accepted=accepted.model_dump(mode="json"))
+    return AcceptedLimits(endpoint=name, deployment_id=deployment_id, previous=previous.model_dump(mode="json"),
+                          accepted=accepted.model_dump(mode="json"), accepted_at=now)

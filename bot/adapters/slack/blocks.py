@@ -5,7 +5,9 @@ characters or a button value over 2,000, and in practice a payload of more than
 about 13k characters (``msg_blocks_too_long``). :func:`render` keeps the
 buttons, fills the rest up to those limits, and returns what did not fit as
 plain-text chunks that the notifier posts to the thread, so a long gate report
-is summarised in the message and complete in the thread.
+is summarised in the message and complete in the thread. A ``Detail`` part never
+enters the message: it follows in the thread (a code block keeps its fences in
+every piece).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from bot.domain.messages import REJECT_MODAL, Buttons, Divider, Heading, Note, Part, Text, plain
+from bot.domain.messages import REJECT_MODAL, Buttons, Detail, Divider, Heading, Note, Part, Text, plain
 
 MAX_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
@@ -70,6 +72,13 @@ def chunks(text: str, limit: int = SECTION_CHARS) -> list[str]:
     return pieces
 
 
+def _detail_pieces(detail: Detail) -> list[str]:
+    if not detail.code:
+        return [piece for piece in chunks(detail.text) if piece]
+    fence = "```"
+    return [f"{fence}\n{piece}\n{fence}" for piece in chunks(detail.text, SECTION_CHARS - 2 * len(fence) - 2) if piece]
+
+
 def _content_blocks(part: Part) -> list[Block]:
     if isinstance(part, Heading):
         return [HeaderBlock(text=PlainTextObject(text=_cut(part.text, HEADER_CHARS)))]
@@ -99,7 +108,8 @@ def _size(block: Block) -> int:
 def render(parts: Sequence[Part], *, max_blocks: int = MAX_BLOCKS, max_chars: int = PAYLOAD_CHARS) -> Rendered:
     """Blocks for ``parts``; buttons always kept, content cut where a limit would be crossed."""
     actions = [_actions(p) for p in parts if isinstance(p, Buttons)]
-    content = [p for p in parts if not isinstance(p, Buttons)]
+    details = [piece for p in parts if isinstance(p, Detail) for piece in _detail_pieces(p)]
+    content = [p for p in parts if not isinstance(p, (Buttons, Detail))]
     budget_blocks = max_blocks - len(actions) - 1  # one block is reserved for the "more in the thread" note
     budget_chars = max_chars - sum(_size(a) for a in actions) - 200
     blocks: list[Block] = []
@@ -123,7 +133,7 @@ def render(parts: Sequence[Part], *, max_blocks: int = MAX_BLOCKS, max_chars: in
             text=f"…and {hidden} more line(s), posted in the thread below")]))
     blocks.extend(actions)
     dicts = [b.to_dict() for b in blocks]  # to_dict() validates every per-field limit
-    return Rendered(blocks=dicts, text=_cut(plain(content) or " ", FALLBACK_CHARS), overflow=overflow)
+    return Rendered(blocks=dicts, text=_cut(plain(content) or " ", FALLBACK_CHARS), overflow=overflow + details)
 
 
 def home_view(parts: Sequence[Part]) -> dict[str, Any]:

@@ -10,6 +10,13 @@ adapter sends them afterwards, in order, and marks each delivered:
 * ``gate.waiting`` posts the check report with Approve/Reject buttons in the
   thread (the part that does not fit Slack's limits follows as replies);
 * ``gate.decided`` updates that gate message in place: no buttons, who and when;
+* a traffic gate message also offers "Accept proposed limits" while its
+  proposal differs from the endpoint's limits; ``limits.accepted`` updates it
+  in place to say who accepted which limits and when;
+* a gate report with a plot gets it uploaded into the thread
+  (``files_upload_v2``) by its own ``gate.plot`` event, written in the same
+  transaction that records the gate message, so a failed upload is retried
+  without posting the gate message twice;
 * anything with a ``text`` (reservation and readiness alerts) goes to the
   endpoint's channel.
 
@@ -24,27 +31,34 @@ given up and logged.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 
 from bot.adapters.clock import Clock
 from bot.adapters.slack.blocks import render
 from bot.adapters.store.models import Deployment, Event, GateResult
 from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
+from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
 from bot.domain.messages import (
+    LIMITS_CLOSED_STATES,
     GateTicket,
+    LimitsAcceptance,
     Note,
     Part,
     Text,
     decided_note,
     deployment_title,
+    find_acceptance,
     gate_parts,
+    limits_parts,
     state_words,
 )
 from bot.domain.states import TERMINAL
@@ -52,6 +66,10 @@ from bot.domain.states import TERMINAL
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
+# What a plot is called in the thread, per gate.
+PLOT_NAMES = {"traffic": "traffic-sweep.png", "model": "model-pass-rates.png"}
+PLOT_TITLES = {"traffic": "latency and 429/error rate against concurrency, knee marked",
+               "model": "pass rate per kind, this release beside production"}
 
 
 class SlackNotifier:
@@ -75,6 +93,8 @@ class SlackNotifier:
         self._state = threading.Lock()
         self._running = False
         self._wanted = False
+        # Set when a delivery wrote a follow-up event (a plot upload), so the pass runs once more.
+        self._spawned = False
 
     def remember_origin(self, deployment_id: int, channel: str | None) -> None:
         """The channel a request came from: the thread goes there when the endpoint names no channel."""
@@ -101,6 +121,9 @@ class SlackNotifier:
                 sent, endpoints = self._pass()
                 total += sent
                 touched |= endpoints
+                with self._state:
+                    if self._spawned:
+                        self._spawned, self._wanted = False, True
         except BaseException:
             with self._state:
                 self._running = False
@@ -120,11 +143,12 @@ class SlackNotifier:
                     continue
                 try:
                     self._deliver(uow, event)
-                except SlackApiError as exc:
+                except (SlackClientError, OSError) as exc:
+                    # Slack said no, or could not be reached (an upload URL is plain HTTP): retried next pass.
                     uow.rollback()
                     event = uow.session.get(Event, event_id, with_for_update=True)
                     event.attempts += 1
-                    error = exc.response.get("error")
+                    error = exc.response.get("error") if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
                     if event.attempts >= MAX_ATTEMPTS:
                         log.error("giving up on event %s (%s) after %s attempts: %s", event.id, event.kind, event.attempts, error)
                         event.delivered_at = self.clock.now()
@@ -162,6 +186,10 @@ class SlackNotifier:
             self._gate_waiting(uow, dep, payload)
         elif event.kind == "gate.decided":
             self._gate_decided(uow, dep, payload)
+        elif event.kind == "limits.accepted":
+            self._limits_accepted(uow, dep, payload)
+        elif event.kind == "gate.plot":
+            self._gate_plot(uow, dep, payload)
         elif event.kind == "rollout.progress":
             self._reply(dep, f":arrows_counterclockwise: {payload.get('message', '')}")
         elif payload.get("text"):
@@ -221,24 +249,50 @@ class SlackNotifier:
         row_id = payload.get("gate_result_id")
         return uow.session.get(GateResult, row_id) if row_id else None
 
+    def _acceptance(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> LimitsAcceptance | None:
+        entries = uow.audit.list(subject=f"endpoint:{dep.endpoint.name}", limit=500)
+        return find_acceptance([(a.action, a.actor, a.at, a.details or {}) for a in entries], dep.id, row.report_hash)
+
+    def _limits(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult, report: GateReport) -> tuple[Part, ...]:
+        """The accept-limits part of a traffic gate message, as things stand in the database now."""
+        latest = uow.gates.latest(dep.id, "traffic")
+        open_ = latest is not None and latest.id == row.id and dep.state not in LIMITS_CLOSED_STATES
+        effective = EndpointSettings.model_validate(dep.endpoint.settings).effective_request_limits.model_dump(mode="json")
+        ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if open_ else None
+        return limits_parts(report, effective=effective, acceptance=self._acceptance(uow, dep, row), ticket=ticket)
+
+    def _gate_message(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[Part]:
+        """A gate message as it should read now: buttons while undecided, who decided, the limits part."""
+        report = GateReport.model_validate(row.report)
+        common = {"deployment_id": dep.id, "release": dep.release.name, "endpoint": dep.endpoint.name, "kind": dep.kind}
+        if row.decision is None and dep.state not in TERMINAL:
+            ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash)
+            parts = list(gate_parts(report, ticket=ticket, **common))
+            parts.insert(1, Text(f"Waiting for an approver (requested by <@{dep.requested_by}>)."))
+        else:
+            parts = list(gate_parts(report, **common))
+            if row.decision and row.decided_by and row.decided_at:
+                parts.append(decided_note(row.decision, row.decided_by, row.decided_at, row.decision_reason))
+        if row.gate == "traffic":
+            parts += self._limits(uow, dep, row, report)
+        return parts
+
+    def _update_gate(self, uow: SqlUnitOfWork, row: GateResult, parts: list[Part]) -> None:
+        rendered = render(parts)
+        self.client.chat_update(channel=row.slack_channel, ts=row.slack_ts, text=rendered.text, blocks=rendered.blocks)
+
     def _gate_waiting(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
         row = self._gate_row(uow, payload)
         if row is None or row.slack_ts:
             return  # already posted (a redelivery), or the report is gone
-        report = GateReport.model_validate(row.report)
-        if row.decision is None and dep.state not in TERMINAL:
-            ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash)
-            parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                                    kind=dep.kind, ticket=ticket))
-            mention = f"<@{dep.requested_by}>"
-            parts.insert(1, Text(f"Waiting for an approver (requested by {mention})."))
-        else:
-            parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                                    kind=dep.kind))
-            if row.decision and row.decided_by and row.decided_at:
-                parts.append(decided_note(row.decision, row.decided_by, row.decided_at, row.decision_reason))
-        answer = self._reply(dep, "", parts=parts)
+        answer = self._reply(dep, "", parts=self._gate_message(uow, dep, row))
         row.slack_channel, row.slack_ts = answer.get("channel", dep.slack_channel), answer["ts"]
+        if ((row.report.get("attachments") or {}).get("plot") or {}).get("path"):
+            # Its own event, committed with the gate message's ts: a failed upload is retried alone.
+            uow.events.emit(at=self.clock.now(), kind="gate.plot", deployment_id=dep.id, endpoint_name=dep.endpoint.name,
+                            payload={"gate": row.gate, "gate_result_id": row.id})
+            with self._state:
+                self._spawned = True
         uow.flush()
         for older in uow.gates.for_deployment(dep.id):
             if older.gate == row.gate and older.id < row.id and older.decision is None and older.slack_ts:
@@ -246,18 +300,44 @@ class SlackNotifier:
                 stale = [*gate_parts(GateReport.model_validate(older.report), deployment_id=dep.id, release=dep.release.name,
                                      endpoint=dep.endpoint.name, kind=dep.kind),
                          Note(f"Re-checked at {row.checked_at:%Y-%m-%d %H:%M} UTC: the new report is further down the thread.")]
-                rendered = render(stale)
-                self.client.chat_update(channel=older.slack_channel, ts=older.slack_ts, text=rendered.text, blocks=rendered.blocks)
+                self._update_gate(uow, older, stale)
 
     def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
         row = self._gate_row(uow, payload)
-        decided_at = dt.datetime.fromisoformat(payload["decided_at"]) if payload.get("decided_at") else self.clock.now()
-        note = decided_note(str(payload.get("decision")), str(payload.get("decided_by")), decided_at, payload.get("reason"))
         if row is None or not row.slack_ts:
+            decided_at = dt.datetime.fromisoformat(payload["decided_at"]) if payload.get("decided_at") else self.clock.now()
+            note = decided_note(str(payload.get("decision")), str(payload.get("decided_by")), decided_at, payload.get("reason"))
             self._reply(dep, note.text)
             return
-        report = GateReport.model_validate(row.report)
-        parts = [*gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                             kind=dep.kind), note]
-        rendered = render(parts)
-        self.client.chat_update(channel=row.slack_channel, ts=row.slack_ts, text=rendered.text, blocks=rendered.blocks)
+        self._update_gate(uow, row, self._gate_message(uow, dep, row))
+
+    def _limits_accepted(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
+        row = self._gate_row(uow, payload)
+        if row is not None and row.slack_ts:
+            self._update_gate(uow, row, self._gate_message(uow, dep, row))
+            return
+        # The gate message was never posted (no channel then): say it in the thread instead.
+        accepted = payload.get("accepted") or {}
+        self._reply(dep, f"Limits accepted by <@{payload.get('accepted_by')}>: maxConcurrentRequests "
+                         f"{accepted.get('max_concurrent_requests')}, maxQueueSize {accepted.get('max_queue_size')}")
+
+    def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
+        row = self._gate_row(uow, payload)
+        plot = (((row.report if row else {}).get("attachments") or {}).get("plot")) or {}
+        gate = str(payload.get("gate") or (row.gate if row else "gate"))
+        path = Path(str(plot.get("path", "")))
+        try:
+            data = path.read_bytes() if plot.get("path") else None
+        except OSError:
+            data = None
+        if data is None or (plot.get("sha256") and hashlib.sha256(data).hexdigest() != plot["sha256"]):
+            # Another replica ran the sweep, or the file was cleaned up: the table in the message has the numbers.
+            log.warning("plot of the %s gate of deployment #%s is not readable at %s", gate, dep.id, path)
+            self._reply(dep, f"The {gate} gate's plot is not available on this kimi-ops replica; the table above has the same numbers.")
+            return
+        name = PLOT_NAMES.get(gate, f"{gate}-plot.png")
+        self.client.files_upload_v2(
+            channel=dep.slack_channel, thread_ts=dep.slack_thread_ts, file=data, filename=name,
+            title=f"{gate.capitalize()} gate · deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
+            alt_txt=f"{gate} gate plot of deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
+        )

@@ -1,0 +1,245 @@
+"""The traffic and model gates in Slack: accepting proposed limits with one click, the sweep plot in the thread, tables.
+
+Everything goes through signed requests to the real Bolt app served over HTTP,
+the real notifier and the Slack Web API stub; the sweep runs for real against
+the local OpenAI-compatible server made to reject past six running requests.
+Only the artifact, cluster, readiness and reservation ports are the workflow
+doubles, since this file is about the last gate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slack_sdk import WebClient
+
+from bot.adapters.cluster.kube import render_manifest
+from bot.adapters.endpoint import HttpEndpointClient
+from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+from bot.adapters.slack.blocks import MAX_BLOCKS, SECTION_CHARS, render
+from bot.cli.shell import Shell
+from bot.domain.checks import Check, GateReport
+from bot.domain.messages import ACCEPT_LIMITS, APPROVE, gate_parts
+from bot.domain.release import ReleaseManifest
+from bot.sandbox.openai_server import OpenAIServer
+from bot.sandbox.slack_stub import Message
+from bot.services import ports
+from bot.services.deployments import endpoint_settings
+from bot.services.engine import Engine
+from bot.services.releases import register_release
+from commands.base import ENGINE_KEY
+from tests.slack_support import CHANNEL, SlackBench, blocks_text, button, start_bench, stop_bench
+from tests.workflow_support import ROLES, FakeCluster, FakeEndpoint, FakeReservations, FakeVerifier, endpoint_config, release_data
+
+LIMIT = 6  # the server answers 429 past this many running requests: the proposal must follow it
+SWEEP = {
+    "ceiling": 8, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 2,
+    "refine_steps": 3, "max_requests": 600, "max_seconds": 60, "request_timeout_seconds": 10,
+    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["shared"],
+}
+APPROVER = "U0APPROVER1"
+GROUP_APPROVER = "U0APPROVER2"  # an approver through the S0APPROVERS user group
+
+
+@pytest.fixture()
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer(reply="OK, noted.", first_token_delay=0.1, token_delay=0.005) as srv:
+        srv.configure(max_running=LIMIT, max_waiting=0, overflow_status=429)
+        yield srv
+
+
+@pytest.fixture()
+def bench(make_ctx, server: OpenAIServer) -> Iterator[SlackBench]:
+    endpoint = endpoint_config(channel=CHANNEL, url=server.url,
+                               request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})
+    ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000})
+    ctx.adapters.update({
+        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+        ports.RESERVATIONS: FakeReservations(), ports.LOADGEN: HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics),
+    })
+    ctx.adapters[ENGINE_KEY] = Engine(ctx, readiness_pause=0)
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    b = start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]})
+    yield b
+    stop_bench(b)
+
+
+def root(bench: SlackBench) -> Message:
+    return bench.stub.wait_for(lambda s: next((m for m in s.messages if m.thread_ts is None and m.ephemeral_to is None
+                                               and "Deployment #1:" in m.text), None))
+
+
+def to_traffic_gate(bench: SlackBench) -> Message:
+    """``/kimi deploy``, then Approve on the artifact, infrastructure and model gates; the traffic gate's message."""
+    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
+    for gate in ("artifact", "infrastructure", "model"):
+        message = bench.gate_message(gate, 1)
+        bench.click(APPROVER, message, APPROVE)
+        bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+    return bench.stub.wait_for(lambda s: (m := bench.gate_message("traffic", 1)) and has(m, ACCEPT_LIMITS) and m, timeout=60)
+
+
+def has(message: Message, action_id: str) -> bool:
+    return any(e.get("action_id") == action_id for b in message.blocks for e in b.get("elements", []))
+
+
+def said_to(bench: SlackBench, user: str, words: str) -> Message:
+    return bench.stub.wait_for(lambda s: next((m for m in s.seen_by(user) if words in m.text), None), timeout=30)
+
+
+def accepted_audit(bench: SlackBench) -> list:
+    with bench.app.ctx.uow() as uow:
+        return [a for a in uow.audit.list(subject="endpoint:kimi-prod", limit=500) if a.action == "endpoint.limits_accepted"]
+
+
+def rendered_limits(bench: SlackBench) -> dict:
+    """``worker.requestLimits`` of the manifest the next deployment of rel-a would apply."""
+    release = ReleaseManifest.model_validate(release_data("rel-a"))
+    manifest = render_manifest(release, endpoint_settings(bench.app.ctx, "kimi-prod"), "0" * 64)
+    (config,) = [o for o in manifest.objects if o["kind"] == "InferenceEndpointConfig"]
+    return config["spec"]["worker"]["requestLimits"]
+
+
+def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(bench: SlackBench) -> None:
+    message = to_traffic_gate(bench)
+    text = blocks_text(message.blocks)
+    assert f"*Proposed limits:* maxConcurrentRequests {LIMIT}" in text and "now admits 32 concurrent, queue 64" in text
+    assert "*Sweep*" in text and "429/503 rate" in text  # the compact sweep table beside the checks
+    assert has(message, APPROVE)  # accepting limits and deciding the gate are separate acts
+    value = button(message, ACCEPT_LIMITS)["value"]
+    assert len(value) < 2000
+    assert rendered_limits(bench)["maxConcurrentRequests"] == 32
+
+    # A deployer is not an approver: refused in one sentence only they see, audited, nothing changes.
+    bench.click("U0DEPLOYER", message, ACCEPT_LIMITS)
+    said_to(bench, "U0DEPLOYER", "you need the approver role")
+    with bench.app.ctx.uow() as uow:
+        refusals = [a for a in uow.audit.list(subject="deployment:1") if a.action == "access.refused"]
+        assert refusals and refusals[0].actor == "U0DEPLOYER" and refusals[0].details["wanted"] == "accept_limits"
+    assert rendered_limits(bench)["maxConcurrentRequests"] == 32 and not accepted_audit(bench)
+
+    bench.click(GROUP_APPROVER, message, ACCEPT_LIMITS)
+    said_to(bench, GROUP_APPROVER, f"You accepted maxConcurrentRequests {LIMIT}")
+    bench.stub.wait_for(lambda s: "Limits accepted by" in blocks_text(message.blocks), timeout=30)
+    text = blocks_text(message.blocks)
+    assert f"Limits accepted by <@{GROUP_APPROVER}> at 2026-" in text and f"maxConcurrentRequests {LIMIT}" in text
+    assert "(was 32 / 64)" in text
+    assert not has(message, ACCEPT_LIMITS) and has(message, APPROVE)  # updated in place, the gate still waits
+    limits = rendered_limits(bench)
+    assert limits["maxConcurrentRequests"] == LIMIT
+    assert endpoint_settings(bench.app.ctx, "kimi-prod").request_limits.max_concurrent_requests == 32  # YAML untouched
+
+    # The same button pressed again (a second tab, a double click): told why, nothing changes.
+    bench.post(bench.sender.click(APPROVER, message, ACCEPT_LIMITS, value))
+    said_to(bench, APPROVER, f"already accepted by <@{GROUP_APPROVER}>")
+    assert len(accepted_audit(bench)) == 1 and rendered_limits(bench) == limits
+    assert sum(1 for m in bench.stub.messages if "Traffic gate · deployment #1" in blocks_text(m.blocks)) == 1
+
+    # Deciding the gate afterwards keeps the acceptance on the message.
+    bench.click(APPROVER, message, APPROVE)
+    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+    assert "Limits accepted by" in blocks_text(message.blocks) and not message.blocks[-1]["type"] == "actions"
+
+
+def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: SlackBench) -> None:
+    old = to_traffic_gate(bench)
+    value = button(old, ACCEPT_LIMITS)["value"]
+    from bot.services.access import Identity
+
+    bench.app.ctx.adapters[ENGINE_KEY].recheck(1, "traffic", Identity("U0DEPLOYER"))
+    bench.app.deliver()
+    bench.stub.wait_for(lambda s: "Re-checked at" in blocks_text(old.blocks), timeout=30)
+    assert not has(old, ACCEPT_LIMITS)  # the superseded report lost its buttons
+
+    bench.post(bench.sender.click(APPROVER, old, ACCEPT_LIMITS, value))
+    said_to(bench, APPROVER, "changed since you looked")
+    assert not accepted_audit(bench) and rendered_limits(bench)["maxConcurrentRequests"] == 32
+    with bench.app.ctx.uow() as uow:
+        assert any(a.action == "endpoint.limits_refused" and a.details["why"] == "stale" for a in uow.audit.list(subject="deployment:1"))
+    newest = [m for m in bench.stub.messages if "Traffic gate · deployment #1" in blocks_text(m.blocks)][-1]
+    assert newest is not old and has(newest, ACCEPT_LIMITS)
+
+
+def test_the_sweep_plot_lands_in_the_thread_once_even_when_slack_fails_first(bench: SlackBench) -> None:
+    # The first upload attempt dies at Slack's upload URL, the second when completing: both are retried.
+    bench.stub.fail_next("upload")
+    bench.stub.fail_next("files.completeUploadExternal", "internal_error")
+    to_traffic_gate(bench)
+    thread = root(bench)
+
+    files = bench.stub.wait_for(lambda s: s.files_in(CHANNEL, thread.ts), timeout=30)
+    (shared, upload), = files
+    (file,) = shared.files
+    assert file["name"] == "traffic-sweep.png" and file["mimetype"] == "image/png"
+    with bench.app.ctx.uow() as uow:
+        report = uow.gates.latest(1, "traffic").report
+    plot = report["attachments"]["plot"]
+    assert upload.data is not None and hashlib.sha256(upload.data).hexdigest() == plot["sha256"]
+    assert upload.data == Path(plot["path"]).read_bytes()
+    assert len(bench.stub.calls_to("files.getUploadURLExternal")) == 3  # two failures, then the upload that arrived
+    # Nothing was posted twice while the upload was retried.
+    assert sum(1 for m in bench.stub.messages if "Traffic gate · deployment #1" in blocks_text(m.blocks)) == 1
+    bench.app.deliver()
+    assert len(bench.stub.files_in(CHANNEL)) == 1
+
+
+# ---------------------------------------------------------------------------- tables within Block Kit's limits
+
+
+def model_report(kinds: dict[str, tuple[int, int, int, int]], production: str | None = "rel-live") -> GateReport:
+    """A model report: per kind (passed now, total, passed in production, total) plus latency percentiles."""
+    def summary(i: int) -> dict:
+        return {"kinds": {k: {"passed": v[i], "total": v[i + 1], "pass_rate": v[i] / v[i + 1]} for k, v in kinds.items()},
+                "latency_p50_ms": 812.0 + i, "latency_p95_ms": 2410.0 + i, "ttft_p50_ms": 120.0, "ttft_p95_ms": 310.0}
+    evaluation = {"release": "rel-new", "set": "kimi-k3-default", "version": 1, "summary": summary(0), "cases": [],
+                  "production": {"release": production, "summary": summary(2)} if production else None}
+    return GateReport(gate="model", checks=[Check.passed("model.quality_vs_production", "no kind fell")],
+                      attachments={"evaluation": evaluation})
+
+
+def sections(rendered) -> list[str]:
+    return [b["text"]["text"] for b in rendered.blocks if b["type"] == "section"]
+
+
+def test_the_model_gate_message_shows_pass_rates_and_latency_beside_production() -> None:
+    kinds = {"coding": (2, 2, 2, 2), "refusal": (1, 2, 2, 2), "tool_call": (3, 3, 3, 3)}
+    rendered = render(gate_parts(model_report(kinds), deployment_id=4, release="rel-new", endpoint="kimi-prod"))
+    table = next(s for s in sections(rendered) if "Compared with production (rel-live)" in s)
+    lines = table.split("\n")
+    assert lines[1] == "```" and lines[-1] == "```"
+    assert lines[2].split() == ["kind", "passed", "this", "release", "production", "rel-live"]
+    assert "refusal" in table and "1/2" in table and "50%" in table and "100%" in table
+    assert any(ln.startswith("latency p95 ms") and "2410" in ln and "2412" in ln for ln in lines)
+    assert not rendered.overflow
+
+    first = render(gate_parts(model_report(kinds, production=None), deployment_id=4, release="rel-new", endpoint="kimi-prod"))
+    assert "Compared with production" not in json.dumps(first.blocks)  # no baseline, no comparison
+
+
+def test_a_comparison_too_long_for_one_section_is_summarised_and_posted_whole_in_the_thread() -> None:
+    kinds = {f"kind_{i:03d}_with_a_long_descriptive_name": (i % 3, 3, 3, 3) for i in range(120)}
+    rendered = render(gate_parts(model_report(kinds), deployment_id=4, release="rel-new", endpoint="kimi-prod"))
+    assert len(rendered.blocks) <= MAX_BLOCKS and all(len(s) <= SECTION_CHARS for s in sections(rendered))
+    shown = next(s for s in sections(rendered) if "Compared with production" in s)
+    assert shown.count("```") == 2 and "more rows in the thread below" in shown
+    whole = "\n".join(rendered.overflow)
+    assert all(f"kind_{i:03d}" in whole for i in range(120)) and "latency p95 ms" in whole
+    assert all(piece.startswith("```") and piece.endswith("```") and len(piece) <= SECTION_CHARS for piece in rendered.overflow)
+
+
+def test_the_shell_shows_an_uploaded_file_as_one_line(make_ctx) -> None:
+    ctx = make_ctx(endpoints=[endpoint_config(channel="C0SHELL")], roles=ROLES)
+    console = Shell(ctx, user=APPROVER)
+    try:
+        client = WebClient(token="xoxb-t", base_url=console.stub.api_url)
+        posted = client.chat_postMessage(channel="C0SHELL", text="Deployment #1")
+        console.new_output()
+        client.files_upload_v2(channel="C0SHELL", thread_ts=posted["ts"], file=b"\x89PNG" + b"\0" * 35_000,
+                               filename="traffic-sweep.png", title="sweep")
+        assert console.new_output() == [f"[thread {posted['ts']}]", "  [file traffic-sweep.png, 34 KB]"]
+    finally:
+        console.close()
