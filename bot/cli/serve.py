@@ -3,8 +3,9 @@
 HTTP serves ``/slack/events``, ``/healthz`` and ``/metrics``. ``--socket`` talks
 to Slack over an outbound WebSocket (no public URL, as the guide's private
 exposure wants) and still serves ``/healthz`` and ``/metrics`` on the port for
-the cluster's probes and Prometheus. A missing credential stops start-up with
-one line naming it.
+the cluster's probes and Prometheus. Socket Mode requests never pass the HTTP
+route, so :func:`metered_socket_handler` counts and times them into the same
+``/metrics`` series. A missing credential stops start-up with one line naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from typing import Any
 
 import typer
@@ -59,6 +61,39 @@ class HttpServer:
         self._server.close()
         self._server.task_dispatcher.shutdown()  # type: ignore[union-attr]
         self._thread.join(timeout=10)
+
+
+def socket_request_kind(req: Any) -> str:
+    """The ``/metrics`` kind of a Socket Mode envelope, named as :func:`bot.app.request_kind` names HTTP bodies."""
+    if req.type == "slash_commands":
+        return "command"
+    payload = req.payload if isinstance(req.payload, dict) else {}
+    return str(payload.get("type") or "other")
+
+
+def metered_socket_handler(kimi: Any, app_token: str) -> Any:
+    """Bolt's Socket Mode handler for ``kimi``, counting and timing each envelope's ack like an HTTP request.
+
+    In the cluster the bot runs in Socket Mode only: without this, ``/metrics``
+    would show no Slack traffic at all. (Imported here, not at module level, so
+    every other ``kimi-ops`` command starts without loading Bolt.)
+    """
+    from slack_bolt.adapter.socket_mode import SocketModeHandler
+    from slack_bolt.adapter.socket_mode.internals import run_bolt_app, send_response
+
+    metrics = kimi.metrics
+
+    class MeteredSocketModeHandler(SocketModeHandler):
+        def handle(self, client: Any, req: Any) -> None:
+            kind = socket_request_kind(req)
+            started = time.perf_counter()
+            response = run_bolt_app(self.app, req)
+            # Timed as the HTTP route times it (Bolt's dispatch up to the ack), and recorded before the ack leaves.
+            metrics.latency.labels(kind).observe(time.perf_counter() - started)
+            metrics.requests.labels(kind, str(response.status)).inc()
+            send_response(client, req, response, time.time())
+
+    return MeteredSocketModeHandler(kimi.bolt, app_token)
 
 
 def required_credentials(settings: Settings, socket: bool) -> None:
@@ -109,9 +144,7 @@ def _run(ctx: Any, settings: Settings, host: str, port: int, socket: bool, jobs:
         runner.start()
     handler = None
     if socket:
-        from slack_bolt.adapter.socket_mode import SocketModeHandler
-
-        handler = SocketModeHandler(kimi.bolt, settings.slack_app_token)
+        handler = metered_socket_handler(kimi, settings.slack_app_token or "")
         handler.connect()
     kimi.start_background()
     output.info(f"kimi-ops is serving on {http.url} ({'Socket Mode' if socket else 'HTTP /slack/events'}); Ctrl-C stops it")
