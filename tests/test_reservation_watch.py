@@ -307,3 +307,72 @@ def test_a_live_endpoint_without_any_visible_reservation_is_flagged_once(new_ctx
     source.put(capacity_block("cr-0typo", ends_in=30 * D))
     watch_reservations(ctx)
     assert [k for k, _ in events(ctx) if k in {"reservation.missing", "reservation.found"}] == ["reservation.missing", "reservation.found"]
+
+
+def test_a_cancelled_reservation_sends_no_more_threshold_alerts(new_ctx, source, clock) -> None:
+    block = source.put(capacity_block("cr-0001", ends_in=10 * D))
+    ctx = new_ctx()
+    watch_reservations(ctx)
+    source.update("cr-0001", state="cancelled")
+    watch_reservations(ctx)
+    for left in (6 * D, 71 * H, 20 * H, 5 * H, 30 * dt.timedelta(minutes=1)):
+        at_remaining(clock, block.end, left)
+        watch_reservations(ctx)
+    assert alerts(ctx) == []  # its capacity is gone already: counting down to its old end would mislead
+
+
+def test_a_vanished_reservation_behind_a_live_endpoint_pages_once(new_ctx, source) -> None:
+    source.put(capacity_block("cr-0001", ends_in=10 * D))
+    ctx = new_ctx()
+    make_live(ctx, "kimi-prod")
+    watch_reservations(ctx)
+    source.remove("cr-0001")
+    report = watch_reservations(ctx)
+    watch_reservations(ctx)
+    assert report.gone == ["cr-0001"] and report.escalations == ["cr-0001"]
+    [page] = [p for k, p in events(ctx) if k == "reservation.escalation"]
+    assert page["text"].startswith(":rotating_light: <!subteam^S0ONCALL>") and "disappeared" in page["text"]
+    assert page["channel"] == "CKIMIPROD"
+
+
+def test_a_reservation_starting_after_the_end_is_no_replacement(new_ctx, source, clock) -> None:
+    """A gap between two blocks is an outage: the second one cannot take over, so the live endpoint pages."""
+    block = source.put(capacity_block("cr-0001", ends_in=2 * D))
+    source.put(capacity_block("cr-0002", ends_in=9 * D, starts=block.end + 2 * H, state="scheduled"))
+    ctx = new_ctx()
+    make_live(ctx, "kimi-prod")
+    watch_reservations(ctx)
+    [(kind, payload)] = [(k, p) for k, p in events(ctx) if p.get("reservation_id") == "cr-0001" and "threshold_hours" in p]
+    assert kind == "reservation.escalation" and "<!subteam^S0ONCALL>" in payload["text"]
+
+
+def test_an_endpoint_without_a_live_release_is_no_replacement(new_ctx, source) -> None:
+    """Capacity behind an endpoint nobody has deployed and tested on cannot take the traffic over."""
+    source.put(capacity_block("cr-0001", ends_in=2 * D))
+    source.put(capacity_block("cr-0777", ends_in=30 * D, zone="us-east-1b"))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-dr", availability_zone="us-east-1b")])
+    make_live(ctx, "kimi-prod")
+    watch_reservations(ctx)
+    [(kind, payload)] = [(k, p) for k, p in events(ctx) if p.get("reservation_id") == "cr-0001" and "threshold_hours" in p]
+    assert kind == "reservation.escalation" and "kimi-dr" not in payload["text"]
+
+
+def test_only_p6_b300_training_plans_and_finished_history_are_left_out(new_ctx, source) -> None:
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/"
+    source.put(replace(capacity_block(arn + "kimi-plan", ends_in=10 * D), kind="training-plan",
+                       instance_type="ml.p6-b300.48xlarge"))
+    source.put(replace(capacity_block(arn + "p5-plan", ends_in=10 * D), kind="training-plan", instance_type="ml.p5.48xlarge"))
+    source.put(capacity_block("cr-0old", ends_in=-30 * D, state="expired"))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-hp", kind="hyperpod")])
+    report = watch_reservations(ctx)
+    assert report.appeared == ["kimi-plan"]
+    assert [v.id for v in reservation_overview(ctx, include_gone=True)] == [arn + "kimi-plan"]
+
+
+def test_every_configured_region_is_watched_even_without_an_endpoint_there(new_ctx, source) -> None:
+    source.put(replace(capacity_block("cr-0west", ends_in=10 * D, zone="us-west-2a"), region="us-west-2"))
+    ctx = new_ctx(aws_regions=["us-east-1", "us-west-2"])
+    report = watch_reservations(ctx)
+    assert report.appeared == ["cr-0west"]
+    [view] = reservation_overview(ctx)
+    assert view.region == "us-west-2" and view.endpoint is None
