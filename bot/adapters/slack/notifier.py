@@ -297,9 +297,12 @@ class SlackNotifier:
         for older in uow.gates.for_deployment(dep.id):
             if older.gate == row.gate and older.id < row.id and older.decision is None and older.slack_ts:
                 # A re-check replaced this report: its buttons must not be pressed any more.
-                stale = [*gate_parts(GateReport.model_validate(older.report), deployment_id=dep.id, release=dep.release.name,
-                                     endpoint=dep.endpoint.name, kind=dep.kind),
+                old_report = GateReport.model_validate(older.report)
+                stale = [*gate_parts(old_report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
+                                     kind=dep.kind),
                          Note(f"Re-checked at {row.checked_at:%Y-%m-%d %H:%M} UTC: the new report is further down the thread.")]
+                if older.gate == "traffic":
+                    stale += self._limits(uow, dep, older, old_report)  # no button now; who accepted it, if anyone did
                 self._update_gate(uow, older, stale)
 
     def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
