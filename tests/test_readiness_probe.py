@@ -82,7 +82,10 @@ def test_a_pass_between_failures_resets_the_count(probe) -> None:
 
 def test_slow_first_tokens_alert_with_the_objective_and_recover(probe) -> None:
     ctx, run = probe
-    run(SLOW, 3)
+    run(HEALTHY, 3)
+    run(SLOW, 2)
+    assert messages(ctx) == []  # two slow answers are not yet a pattern
+    run(SLOW)
     [(kind, text)] = messages(ctx)
     assert kind == "readiness.alert" and f"{OBJECTIVE_MS} ms objective" in text
     run(SLOW)
@@ -157,3 +160,25 @@ def test_status_shows_last_probe_history_and_reservation_countdown(probe, server
     assert [i.kind for i in status.incidents] == ["readiness"]
     assert status.reservation is not None and status.reservation.id == "cr-0001"
     assert status.reservation.left == dt.timedelta(days=3, minutes=-20) and status.reservation_left == "3.0 days"
+
+
+def test_one_recovery_message_when_both_incidents_end_together(probe) -> None:
+    ctx, run = probe
+    run(SLOW, 3)
+    run(BROKEN, 3)  # failures say nothing about first-token speed: the slow incident stays open
+    assert [k for k, _ in messages(ctx)] == ["readiness.alert", "readiness.alert"]
+    run(HEALTHY)
+    assert [k for k, _ in messages(ctx)] == ["readiness.alert", "readiness.alert", "readiness.recovered"]
+    assert "answering and within its first-token objective again" in messages(ctx)[-1][1]
+    [status] = endpoint_status(ctx, "kimi-prod")
+    assert status.incidents == []
+
+
+def test_only_endpoints_with_a_live_release_are_probed(make_ctx) -> None:
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-next")])
+    endpoint = ScriptedEndpoint()
+    ctx.adapters["endpoint"] = endpoint
+    make_live(ctx, "kimi-prod")
+    outcomes = {o.endpoint: o for o in probe_endpoints(ctx)}
+    assert endpoint.calls == {"kimi-prod": 1}
+    assert outcomes["kimi-prod"].probed and outcomes["kimi-next"].skipped == "no live release"
