@@ -20,20 +20,32 @@ from slack_sdk import WebClient
 from bot.adapters.cluster.kube import render_manifest
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+from bot.adapters.plots import plot_evaluation
 from bot.adapters.slack.blocks import MAX_BLOCKS, SECTION_CHARS, render
+from bot.adapters.slack.notifier import SlackNotifier
 from bot.cli.shell import Shell
 from bot.domain.checks import Check, GateReport
 from bot.domain.messages import ACCEPT_LIMITS, APPROVE, gate_parts
 from bot.domain.release import ReleaseManifest
 from bot.sandbox.openai_server import OpenAIServer
-from bot.sandbox.slack_stub import Message
+from bot.sandbox.slack_stub import Message, SlackStub
 from bot.services import ports
-from bot.services.deployments import endpoint_settings
+from bot.services.access import Identity
+from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
 from bot.services.engine import Engine
 from bot.services.releases import register_release
 from commands.base import ENGINE_KEY
 from tests.slack_support import CHANNEL, SlackBench, blocks_text, button, start_bench, stop_bench
-from tests.workflow_support import ROLES, FakeCluster, FakeEndpoint, FakeReservations, FakeVerifier, endpoint_config, release_data
+from tests.workflow_support import (
+    REQUESTER,
+    ROLES,
+    FakeCluster,
+    FakeEndpoint,
+    FakeReservations,
+    FakeVerifier,
+    endpoint_config,
+    release_data,
+)
 
 LIMIT = 6  # the server answers 429 past this many running requests: the proposal must follow it
 SWEEP = {
@@ -148,7 +160,6 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
 def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: SlackBench) -> None:
     old = to_traffic_gate(bench)
     value = button(old, ACCEPT_LIMITS)["value"]
-    from bot.services.access import Identity
 
     bench.app.ctx.adapters[ENGINE_KEY].recheck(1, "traffic", Identity("U0DEPLOYER"))
     bench.app.deliver()
@@ -243,3 +254,26 @@ def test_the_shell_shows_an_uploaded_file_as_one_line(make_ctx) -> None:
         assert console.new_output() == [f"[thread {posted['ts']}]", "  [file traffic-sweep.png, 34 KB]"]
     finally:
         console.close()
+
+
+def test_each_gate_plot_is_uploaded_once_and_a_missing_one_becomes_a_note(make_ctx, tmp_path: Path) -> None:
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    view = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
+    plot = plot_evaluation(["coding", "refusal"], [1.0, 0.5], [1.0, 1.0], tmp_path / "model.png", "pass rate per kind")
+    with ctx.uow() as uow:
+        dep = uow.deployments.get(view.id)
+        store_gate_report(uow, ctx, dep, GateReport(gate="model", checks=[Check.passed("model.coding", "2/2")],
+                                                    attachments={"plot": plot}))
+        store_gate_report(uow, ctx, dep, GateReport(gate="traffic", checks=[Check.passed("traffic.sweep", "ok")],
+                                                    attachments={"plot": {**plot, "path": str(tmp_path / "gone.png")}}))
+        uow.commit()
+    with SlackStub() as stub:
+        notifier = SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
+        notifier.deliver_pending()
+        notifier.deliver_pending()  # a second pass (another replica, a restart) sends nothing again
+        files = stub.files_in(CHANNEL)
+        assert [(m.files[0]["name"], u.data == Path(plot["path"]).read_bytes()) for m, u in files] == [("model-pass-rates.png", True)]
+        assert sum(1 for m in stub.messages if "plot is not available on this kimi-ops replica" in m.text) == 1
+    with ctx.uow() as uow:
+        assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))
