@@ -1,0 +1,81 @@
+"""Edges of the Slack front end that a person runs into: usage lines, refusals, simultaneous clicks, who decided when.
+
+Signed requests over HTTP into the running app; what people see is read from the Web API stub.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bot.domain.messages import APPROVE, REJECT
+from bot.services import ports
+from bot.services.releases import register_release
+from commands.registry import COMMANDS
+from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
+from tests.workflow_support import ROLES, FakeCluster, FakeEndpoint, FakeReservations, FakeVerifier, endpoint_config, release_data
+
+# One malformed line per sub-command; a new sub-command needs its own here (the test below checks).
+MALFORMED = {
+    "help": "help me", "deploy": "deploy", "status": "status a b", "history": "history a 0", "release": "release",
+    "diff": "diff rel-a", "gates": "gates now", "rollback": "rollback a b c d", "cancel": "cancel twelve",
+    "reservations": "reservations all",
+}
+
+
+@pytest.fixture()
+def bench(make_ctx):
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL), endpoint_config("kimi-staging", channel=CHANNEL)],
+                   roles=ROLES)
+    ctx.adapters.update({
+        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+        ports.RESERVATIONS: FakeReservations(),
+    })
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
+    yield b
+    stop_bench(b)
+
+
+def test_every_sub_command_answers_malformed_input_with_its_own_usage_line(bench) -> None:
+    assert set(MALFORMED) == {m.NAME for m in COMMANDS}
+    for module in COMMANDS:
+        answer = bench.post(bench.sender.slash("U0DEPLOYER", MALFORMED[module.NAME], CHANNEL))
+        assert answer.status_code == 200
+        assert answer.text == f"Usage: {module.USAGE}", module.NAME  # the ack itself: only the typist sees it
+    assert bench.stub.calls_to("response_url") == []  # nothing ran after those acks
+
+
+def test_a_stranger_clicking_reject_is_refused_without_a_modal_and_audited(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
+    gate = bench.gate_message("artifact", 1)
+    assert bench.click("U0STRANGER", gate, REJECT).status_code == 200
+    assert "you need the approver role" in bench.replies_to("U0STRANGER")[0].text
+    assert bench.stub.calls_to("views.open") == []
+    with bench.app.ctx.uow() as uow:
+        assert ("U0STRANGER", "access.refused") in {(a.actor, a.action) for a in uow.audit.list(limit=50)}
+    assert has_buttons(gate)  # the gate still waits for someone allowed
+
+
+def test_the_decided_gate_message_says_who_and_when(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
+    gate = bench.gate_message("artifact", 1)
+    bench.click("U0APPROVER1", gate, APPROVE)
+    bench.stub.wait_for(lambda s: not has_buttons(gate))
+    assert re.search(r"Approved by <@U0APPROVER1> at \d{4}-\d\d-\d\d \d\d:\d\d UTC", blocks_text(gate.blocks))
+
+
+def test_with_two_gates_waiting_each_button_says_which_deployment_it_decides(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
+    bench.gate_message("artifact", 1)
+    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-staging")
+    bench.gate_message("artifact", 2)
+    bench.slash("U0APPROVER1", "gates")
+    listing = bench.replies_to("requester", 3)[-1]
+    labels = [e["text"]["text"] for b in listing.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert labels == ["Approve #1 artifact", "Reject #1 artifact", "Approve #2 artifact", "Reject #2 artifact"]
+    second = next(e for b in listing.blocks if b["type"] == "actions" for e in b["elements"]
+                  if e["text"]["text"] == "Approve #2 artifact")
+    bench.post(bench.sender.click("U0APPROVER1", listing, APPROVE, second["value"]))
+    assert "You approved the artifact gate of deployment #2" in bench.replies_to("U0APPROVER1")[0].text
