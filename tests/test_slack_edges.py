@@ -1,4 +1,4 @@
-"""Edges of the Slack front end that a person runs into: usage lines, refusals, simultaneous clicks, who decided when.
+"""Edges of the Slack front end that a person runs into: usage lines, refusals, which gate a button decides, who decided when.
 
 Signed requests over HTTP into the running app; what people see is read from the Web API stub.
 """
