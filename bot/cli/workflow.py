@@ -1,5 +1,9 @@
 """``kimi-ops deploy / gate / rollback / cancel / history / resume``: the gated workflow from a terminal.
 
+``gate report`` prints a gate's stored report (the model and traffic gates as
+their tables) and ``gate accept-limits`` takes a traffic gate's proposed
+request limits for the endpoint.
+
 Each command acts as a Slack identity (``--as U…`` or ``KIMI_CLI_USER``) so the
 same roles and separation of duties apply as in Slack. Slow steps run in this
 process after the request is recorded, until the deployment waits for a person.
@@ -180,6 +184,64 @@ def gate_recheck(
     def body() -> None:
         ctx = context()
         _show(Engine(ctx).recheck(deployment, gate, _identity(ctx, user)))
+
+    _run(body)
+
+
+@gate_app.command("report")
+def gate_report(
+    deployment: int = typer.Argument(..., help="Deployment number."),
+    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
+) -> None:
+    """Print the stored report of GATE of DEPLOYMENT (the newest one, decided or waiting)."""
+    from bot.cli.render import report_lines
+    from bot.services.deployments import stored_gate_report
+    from bot.services.gate_text import render_model_report, render_traffic_report
+
+    def body() -> None:
+        stored = stored_gate_report(context(), deployment, gate)
+        if stored.decision:
+            verdict = f"{stored.decision} by {stored.decided_by} at {stored.decided_at:%Y-%m-%d %H:%M} UTC" + (
+                f" — {stored.decision_reason}" if stored.decision_reason else "")
+        else:
+            verdict = "waiting for a decision"
+        rechecks = f" (check run {stored.checks_run})" if stored.checks_run > 1 else ""
+        output.info(f"deployment #{stored.deployment_id} ({stored.kind} of {stored.release}), {gate} gate: {verdict}")
+        output.info(f"checked {stored.checked_at:%Y-%m-%d %H:%M} UTC{rechecks}, report {stored.report_hash[:12]}")
+        output.info("")
+        # The model and traffic gates carry tables (evaluation, sweep); the others are their check list.
+        if gate == "model":
+            output.info(render_model_report(stored.report))
+        elif gate == "traffic":
+            output.info(render_traffic_report(stored.report))
+        else:
+            for line in report_lines(stored.report):
+                output.info(line)
+
+    _run(body)
+
+
+@gate_app.command("accept-limits")
+def gate_accept_limits(
+    deployment: int = typer.Argument(..., help="Deployment number whose traffic gate proposed the limits."),
+    user: str = AS_OPTION,
+) -> None:
+    """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers)."""
+    from bot.services.deployments import get_deployment
+    from bot.services.traffic_gate import accept_proposed_limits
+
+    def body() -> None:
+        ctx = context()
+        who = _identity(ctx, user)
+        view = get_deployment(ctx, deployment)
+        accepted = accept_proposed_limits(ctx, view.endpoint, deployment, who)
+        now, was = accepted.accepted, accepted.previous
+        output.info(
+            f"{accepted.endpoint}: request limits set to {now['max_concurrent_requests']} concurrent, queue {now['max_queue_size']} "
+            f"(were {was['max_concurrent_requests']}, queue {was['max_queue_size']}), accepted by {who} "
+            f"from deployment #{deployment}'s traffic gate"
+        )
+        output.info("  the next deployment's manifest carries them (a rollback re-applies its stored manifest unchanged)")
 
     _run(body)
 

@@ -345,14 +345,63 @@ class Engine:
 
     # ------------------------------------------------------------------ recovery
     def resume_all(self) -> list[DeploymentView]:
-        """After a restart: continue every in-flight deployment from its stored state."""
+        """After a restart: continue every in-flight deployment from its stored state.
+
+        A deployment whose stored state cannot be continued (its release or
+        endpoint settings no longer read, or a rollout with no stored manifest to
+        watch) is marked ``interrupted`` with the reason instead of being left
+        holding its endpoint, so a person sees why and can roll back or retry.
+        """
         views = []
         with self.ctx.uow() as uow:
             ids = [d.id for d in uow.deployments.all_in_flight()]
         for deployment_id in ids:
+            why = self._unresumable(deployment_id)
+            if why is not None:
+                self._interrupt(deployment_id, why)
+                views.append(get_deployment(self.ctx, deployment_id))
+                continue
             try:
                 views.append(self.advance(deployment_id))
             except Exception:
+                # Not the stored state (checked above) but e.g. the database going away: a later resume may succeed,
+                # so the deployment keeps its endpoint rather than being ended by a transient fault.
                 log.exception("could not resume deployment #%s", deployment_id)
                 views.append(get_deployment(self.ctx, deployment_id))
         return views
+
+    def _unresumable(self, deployment_id: int) -> str | None:
+        """Why the stored state of a deployment cannot be continued, or ``None`` when it can."""
+        with self.ctx.uow() as uow:
+            dep = uow.deployments.get(deployment_id)
+            if dep is None or dep.state in TERMINAL:
+                return None
+            try:
+                snap = _snapshot(uow, dep)
+            except Exception as exc:  # e.g. a release stored by a version whose tuple this one refuses
+                log.warning("deployment #%s: stored state unreadable", deployment_id, exc_info=True)
+                return f"its stored release or endpoint settings can no longer be read ({type(exc).__name__})"
+        needs_manifest = snap.state == "rolling_out" or (snap.kind == "rollback" and snap.state in {"draining", "applying"})
+        if needs_manifest and snap.applied_manifest is None:
+            return f"no applied manifest is stored for its {snap.state.replace('_', ' ')} step, so what the cluster runs is unknown"
+        if snap.applied_manifest is not None:
+            try:
+                RenderedManifest.from_text(snap.applied_manifest)
+            except Exception as exc:
+                return f"its stored manifest can no longer be read ({type(exc).__name__})"
+        return None
+
+    def _interrupt(self, deployment_id: int, why: str) -> None:
+        """Mark a deployment that cannot be resumed as interrupted (releasing its endpoint), with the reason."""
+        try:
+            with self.ctx.uow() as uow:
+                dep = uow.deployments.get_for_update(deployment_id)
+                if dep is None or dep.state in TERMINAL:
+                    return
+                was = dep.state
+                note = "; check the endpoint, roll back if needed" if was in PAST_APPLY else ""
+                transition(uow, self.ctx, dep, "interrupted", reason=f"not resumed after a restart while {was.replace('_', ' ')}: {why}{note}",
+                           details={"resumed": False})
+                uow.commit()
+        except Exception:
+            log.exception("could not mark deployment #%s interrupted", deployment_id)

@@ -1,0 +1,191 @@
+"""The gated workflow from the ``kimi-ops`` console script, end to end against the sandbox's stand-ins.
+
+Each CLI step is a separate ``kimi-ops`` process (the installed console script)
+aimed at the sandbox by ``Sandbox.environment``: the database, moto's S3 and ECR,
+the kmock cluster with the HyperPod operator simulator, the OpenAI-compatible
+endpoint, and the capacity stand-in over HTTP (:mod:`tests.cli_support`), so the
+subprocess runs every gate with the production adapter classes. The test
+process only sets the scene (an earlier release live) and looks at what a user
+would: the CLI's output and exit status, the cluster, the history.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from bot.adapters.cluster.rest import object_path
+from bot.cli.main import app
+from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, NAMESPACE
+from bot.services.deployments import endpoint_settings, get_deployment
+from tests.cli_support import CliSandbox, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
+
+
+@pytest.fixture()
+def cli(tmp_path: Path) -> Iterator[CliSandbox]:
+    sandbox = start_cli_sandbox(tmp_path)
+    try:
+        yield sandbox
+    finally:
+        stop_cli_sandbox(sandbox)
+
+
+def _headline(out: str) -> str:
+    """The last ``deployment #N: …`` line the CLI printed: where the deployment stands now."""
+    lines = [line for line in out.splitlines() if line.startswith("deployment #")]
+    assert lines, out
+    return lines[-1]
+
+
+def _deployment_id(out: str) -> str:
+    found = re.match(r"deployment #(\d+):", _headline(out))
+    assert found, out
+    return found.group(1)
+
+
+def _history_row(out: str, deployment_id: str) -> str:
+    row = next((line for line in out.splitlines() if re.match(rf"^\W*{deployment_id}\W", line)), None)
+    assert row is not None, out
+    return row
+
+
+def _cluster_endpoint(cli: CliSandbox) -> dict:
+    obj = cli.sandbox.stand_ins["kube"].rest().get(object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE))
+    assert obj is not None
+    return obj
+
+
+def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: CliSandbox) -> None:
+    release = cli.sandbox.releases[0].name
+
+    out = cli.ok("deploy", release, "--as", ADMIN)
+    dep = _deployment_id(out)
+    assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — artifact gate"
+    assert "PASS  weights.objects" in out and f"→ approve: kimi-ops gate approve {dep} artifact" in out
+
+    # Separation of duties on a prod endpoint: the requester (an admin, so an approver too) may not approve.
+    refused = cli.run("gate", "approve", dep, "artifact", "--as", ADMIN)
+    assert refused.returncode != 0, cli.explain(refused)
+    assert refused.stderr.strip().splitlines() == [
+        f"error: you requested deployment #{dep}; someone else must approve its gates on {ENDPOINT}"
+    ]
+
+    out = cli.ok("gate", "approve", dep, "artifact", "--as", APPROVER_1)
+    assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — infrastructure gate"
+    # The subprocess read the training plan itself (over HTTP) and the cluster's nodes.
+    assert "PASS  reservation.window" in out and "PASS  cluster.gpu_nodes" in out
+    assert "ListTrainingPlans" in cli.face.calls
+
+    out = cli.ok("gate", "approve", dep, "infrastructure", "--as", APPROVER_2)
+    assert _headline(out).startswith(f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
+    assert f"→ approve: kimi-ops gate approve {dep} model" in out
+    assert _cluster_endpoint(cli)["metadata"]["annotations"]["kimi-ops.io/release"] == release
+
+    out = cli.ok("gate", "approve", dep, "model", "--as", APPROVER_1)
+    assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — traffic gate"
+    assert f"→ approve: kimi-ops gate approve {dep} traffic" in out
+
+    out = cli.ok("gate", "approve", dep, "traffic", "--as", APPROVER_2)
+    assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — live"
+
+    row = _history_row(cli.ok("history"), dep)
+    assert all(word in row for word in ("deploy", release, "live", ADMIN))
+    assert all(f"{gate}:{who}" in row for gate, who in
+               (("artif", APPROVER_1), ("infra", APPROVER_2), ("model", APPROVER_1), ("traff", APPROVER_2)))
+
+
+def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_admission(cli: CliSandbox) -> None:
+    older, newer = (release.name for release in cli.sandbox.releases)
+    # The scene: the older release went live, then the newer one replaced it.
+    first = deploy_in_process(cli, older)
+    second = deploy_in_process(cli, newer)
+    assert (get_deployment(cli.ctx, first.id).state, second.state) == ("superseded", "live")
+
+    out = cli.ok("rollback", "--as", DEPLOYER)
+    rb = _deployment_id(out)
+    assert _headline(out) == f"deployment #{rb}: rollback of {older} to {ENDPOINT} — artifact gate"
+    assert "PASS  weights.objects" in out and "PASS  manifest.restore" in out
+
+    out = cli.ok("gate", "approve", rb, "artifact", "--as", APPROVER_1)
+    assert _headline(out) == f"deployment #{rb}: rollback of {older} to {ENDPOINT} — live (reopened after rollback #{rb})"
+    # The cluster runs the older release's exact manifest again, and admission is open after the readiness completion.
+    running = _cluster_endpoint(cli)
+    stored = yaml.safe_load(applied_manifest(cli, first.id))
+    annotations = dict(running["metadata"]["annotations"])
+    assert annotations.pop("kimi-ops.io/admission") == "open"  # the admission switch's own field manager, not the release's
+    assert annotations == stored["metadata"]["annotations"]
+    assert running["spec"] == stored["spec"]
+    admission = cli.sandbox.stand_ins["kube"].rest().get(object_path("ConfigMap", f"kimi-ops-admission-{ENDPOINT}", NAMESPACE))
+    assert admission is not None and admission["data"]["open"] == "true"
+    assert get_deployment(cli.ctx, int(rb)).manifest_hash == first.manifest_hash
+
+    out = cli.ok("history")
+    rollback_row, second_row, first_row = (_history_row(out, str(i)) for i in (rb, second.id, first.id))
+    assert all(word in rollback_row for word in ("rollback", older, "live", DEPLOYER, f"artif:{APPROVER_1}"))
+    assert all(word in second_row for word in ("deploy", newer, "superseded"))
+    assert all(word in first_row for word in ("deploy", older, "superseded"))
+
+
+def applied_manifest(cli: CliSandbox, deployment_id: int) -> str:
+    """The manifest stored (and applied) for a deployment: what a rollback to it must restore."""
+    with cli.ctx.uow() as uow:
+        text = uow.deployments.get(deployment_id).applied_manifest
+    assert text
+    return text
+
+
+# ---------------------------------------------------------------------------- gate report / accept-limits
+
+runner = CliRunner()
+
+
+def _invoke(cli: CliSandbox, *args: str):
+    """The CLI in this process (its own context from the environment, as a subprocess would build it)."""
+    return runner.invoke(app, list(args), env=cli.env)
+
+
+def test_gate_report_prints_stored_reports_and_accept_limits_takes_the_proposal(cli: CliSandbox) -> None:
+    release = cli.sandbox.releases[0].name
+    dep = deploy_in_process(cli, release, until="traffic_gate")
+
+    traffic = _invoke(cli, "gate", "report", str(dep.id), "traffic")
+    assert traffic.exit_code == 0, traffic.output
+    assert f"deployment #{dep.id} (deploy of {release}), traffic gate: waiting for a decision" in traffic.output
+    assert "traffic gate:" in traffic.output and "requests in" in traffic.output  # the sweep's headline
+    assert re.search(r"prefix\s+conc\s+reqs", traffic.output), traffic.output  # the sweep table
+    proposed = re.search(r"proposed: maxConcurrentRequests (\d+), maxQueueSize (\d+)", traffic.output)
+    assert proposed, traffic.output
+
+    model = _invoke(cli, "gate", "report", str(dep.id), "model")
+    assert model.exit_code == 0, model.output
+    assert f"model gate: approved by {APPROVER_1}" in model.output
+    assert f"model gate: {release} — set kimi-k3-default" in model.output
+    assert re.search(r"kind\s+passed\s+this release", model.output), model.output
+
+    artifact = _invoke(cli, "gate", "report", str(dep.id), "artifact")
+    assert artifact.exit_code == 0, artifact.output
+    assert "artifact gate checks: pass" in artifact.output and "PASS  weights.objects" in artifact.output
+
+    for args, message in (
+        (("gate", "report", "99", "model"), "error: no deployment #99; `history` lists them"),
+        (("gate", "report", str(dep.id), "canary"), "error: no gate named canary; the gates are artifact, infrastructure, model, traffic"),
+    ):
+        result = _invoke(cli, *args)
+        assert result.exit_code != 0 and result.output.strip().splitlines() == [message], result.output
+
+    # Accepting limits is an approver's call; a deployer is refused and nothing changes.
+    refused = _invoke(cli, "gate", "accept-limits", str(dep.id), "--as", DEPLOYER)
+    assert refused.exit_code != 0 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert "approver role" in refused.output
+    accepted = _invoke(cli, "gate", "accept-limits", str(dep.id), "--as", APPROVER_2)
+    assert accepted.exit_code == 0, accepted.output
+    assert (f"{ENDPOINT}: request limits set to {proposed[1]} concurrent, queue {proposed[2]} (were 32, queue 64), "
+            f"accepted by {APPROVER_2}") in accepted.output
+    # What the next render uses: the accepted limits, not the YAML file's.
+    limits = endpoint_settings(cli.ctx, ENDPOINT).effective_request_limits
+    assert (limits.max_concurrent_requests, limits.max_queue_size) == (int(proposed[1]), int(proposed[2]))

@@ -1,0 +1,216 @@
+"""Crash safety: a ``kimi-ops`` process killed mid-rollout, and deployments whose stored state cannot be resumed.
+
+The first test kills (SIGKILL, no chance to clean up) a real ``kimi-ops gate
+approve`` process while it follows a rollout the HyperPod operator simulator
+holds, then runs ``kimi-ops resume``: the deployment is re-attached to its
+rollout watch from the stored state, reaches its next gate and, after
+approvals, goes live; the cluster saw one apply, and every audit row and outbox
+event written before the kill is still there. It runs on SQLite and PostgreSQL.
+
+The second: a deployment whose stored state cannot be continued is marked
+``interrupted`` with the reason by the same ``resume`` (and bot start-up) path,
+releasing its endpoint, instead of holding it for ever.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.adapters.cluster.rest import object_path
+from bot.sandbox.stack import APPROVER_2, DEPLOYER, ENDPOINT, NAMESPACE
+from bot.services import ports
+from bot.services.access import Identity
+from bot.services.deployments import decide_gate, get_deployment, in_flight, request_deploy
+from bot.services.engine import Engine
+from bot.services.errors import Refused
+from bot.services.releases import register_release
+from tests.cli_support import CliSandbox, approve_in_process, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
+from tests.workflow_support import (
+    APPROVER_1,
+    REQUESTER,
+    ROLES,
+    FakeCluster,
+    FakeEndpoint,
+    FakeReservations,
+    FakeVerifier,
+    endpoint_config,
+    release_data,
+)
+
+WAIT_SECONDS = 90  # a bound on waiting for another process, not a performance expectation
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CliSandbox]:
+    url = request.getfixturevalue("fresh_pg_url") if request.param == "postgres" else None
+    sandbox = start_cli_sandbox(tmp_path, database_url=url)
+    try:
+        yield sandbox
+    finally:
+        stop_cli_sandbox(sandbox)
+
+
+def _wait_for(what: str, condition: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
+    """Poll until ``condition`` holds; fail (with the process's output) if it exits or the bound passes first."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"kimi-ops exited ({proc.returncode}) before {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {WAIT_SECONDS}s")
+        time.sleep(0.1)
+
+
+def _record(cli: CliSandbox, deployment_id: int) -> tuple[list[tuple[int, str]], list[tuple[int, str, Any]]]:
+    """The deployment's audit rows (id, action) and outbox events (id, kind, payload), oldest first."""
+    with cli.ctx.uow() as uow:
+        audit = sorted((a.id, a.action) for a in uow.audit.list(subject=f"deployment:{deployment_id}", limit=1000))
+        events = [(e.id, e.kind, e.payload) for e in uow.events.for_deployment(deployment_id)]
+    return audit, events
+
+
+def _watching(cli: CliSandbox, deployment_id: int, after_event: int = 0) -> bool:
+    """A rollout watch has reported the operator's DeploymentInProgress (after event ``after_event``)."""
+    _, events = _record(cli, deployment_id)
+    return any(i > after_event and kind == "rollout.progress" and payload.get("state") == "DeploymentInProgress"
+               for i, kind, payload in events)
+
+
+def _applies(cli: CliSandbox) -> list[Any]:
+    """Every real (not dry-run) server-side apply the cluster received for the endpoint object."""
+    kube = cli.sandbox.stand_ins["kube"]
+    requests = kube.run(lambda: list(kube.emulator))
+    path = object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE)
+    return [r for r in requests if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params]
+
+
+def _endpoint_object(cli: CliSandbox) -> dict[str, Any]:
+    obj = cli.sandbox.stand_ins["kube"].rest().get(object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE))
+    assert obj is not None
+    return obj
+
+
+def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli: CliSandbox) -> None:
+    release, other = (r.name for r in cli.sandbox.releases)
+    operator = cli.sandbox.stand_ins["operator"]
+    dep = deploy_in_process(cli, release, until="infrastructure_gate").id
+
+    operator.behaviour = "hang"  # the operator holds the rollout at DeploymentInProgress
+    approving = cli.popen("gate", "approve", str(dep), "infrastructure", "--as", APPROVER_2)
+    try:
+        _wait_for("rollout watch", lambda: _watching(cli, dep), approving)
+    finally:
+        os.kill(approving.pid, signal.SIGKILL)
+        approving.communicate()
+    assert approving.returncode == -signal.SIGKILL
+
+    audit_at_kill, events_at_kill = _record(cli, dep)
+    applied_at_kill = _applies(cli)
+    generation = _endpoint_object(cli)["metadata"]["generation"]
+    assert len(applied_at_kill) == 1
+    # The dead process still holds the endpoint: the stored state, not the process, is what counts.
+    view = get_deployment(cli.ctx, dep)
+    assert view.state == "rolling_out" and view.in_flight
+    with pytest.raises(Refused, match=rf"already has deployment #{dep} .*rolling_out"):
+        request_deploy(cli.ctx, other, None, Identity(DEPLOYER))
+
+    resuming = cli.popen("resume")
+    try:
+        # Re-attached: a new watch reports the rollout the operator still holds …
+        _wait_for("resumed rollout watch", lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]), resuming)
+        operator.behaviour = "succeed"  # … and follows it to the end.
+        out, err = resuming.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if resuming.poll() is None:
+            os.kill(resuming.pid, signal.SIGKILL)
+            resuming.communicate()
+    assert resuming.returncode == 0, f"{out}\n{err}"
+    headline = next(line for line in out.splitlines() if line.startswith(f"deployment #{dep}:"))
+    assert headline.startswith(f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
+
+    # Nothing applied twice: no new apply reached the cluster, and the object's generation did not move.
+    assert len(_applies(cli)) == 1
+    assert _endpoint_object(cli)["metadata"]["generation"] == generation
+    audit, events = _record(cli, dep)
+    # Nothing lost: every row and event from before the kill is still there, in order, and the rest follow it.
+    assert audit[:len(audit_at_kill)] == audit_at_kill
+    assert [e[:2] for e in events[:len(events_at_kill)]] == [e[:2] for e in events_at_kill]
+    actions = [action for _, action in audit]
+    for once in ("manifest.rendered", "deployment.applying", "deployment.rolling_out", "deployment.readiness", "deployment.model_gate"):
+        assert actions.count(once) == 1, (once, actions)
+    moves = [payload["to"] for _, kind, payload in events if kind == "deployment.state"]
+    assert moves == ["artifact_gate", "infrastructure_gate", "applying", "rolling_out", "readiness", "model_gate"]
+
+    view = approve_in_process(cli, dep)
+    assert view.state == "live"
+    assert len(_applies(cli)) == 1 and _endpoint_object(cli)["metadata"]["generation"] == generation
+
+
+# ---------------------------------------------------------------------------- stored state that cannot be resumed
+
+
+@pytest.fixture()
+def wf(make_ctx):
+    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
+    ctx.adapters.update({
+        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+        ports.RESERVATIONS: FakeReservations(),
+    })
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
+    return ctx, Engine(ctx, readiness_pause=0)
+
+
+def _lose_manifest(uow: Any, dep: Any) -> str:
+    # What a hand edit (or a version that stored no manifest) leaves: a rollout with nothing to watch.
+    dep.state, dep.applied_manifest, dep.manifest_hash = "rolling_out", None, None
+    return "not resumed after a restart while rolling out: no applied manifest is stored for its rolling out step"
+
+
+def _garble_manifest(uow: Any, dep: Any) -> str:
+    # A rollout whose stored manifest no longer parses: re-applying or watching it would be a guess.
+    dep.state, dep.applied_manifest = "rolling_out", "kind: [InferenceEndpointConfig\n  spec: {"
+    return "not resumed after a restart while rolling out: its stored manifest can no longer be read"
+
+
+def _garble_endpoint(uow: Any, dep: Any) -> str:
+    # An endpoint dropped from the settings file keeps the row an older version stored, with a kind this one refuses.
+    dep.endpoint.settings = {**dep.endpoint.settings, "kind": "sagemaker-classic"}
+    return "not resumed after a restart while infrastructure gate: its stored release or endpoint settings can no longer be read"
+
+
+@pytest.mark.parametrize("damage", [_lose_manifest, _garble_manifest, _garble_endpoint],
+                         ids=["manifest-lost", "manifest-unreadable", "endpoint-unreadable"])
+def test_resume_marks_a_deployment_it_cannot_continue_interrupted_with_the_reason(wf, damage) -> None:
+    ctx, engine = wf
+    view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
+    pending = view.pending
+    decide_gate(ctx, view.id, "artifact", "approved", APPROVER_1,
+                seen_report_hash=pending.report_hash, seen_release_hash=pending.release_hash)
+    engine.advance(view.id)  # waiting at the infrastructure gate
+    with ctx.uow() as uow:
+        expected = damage(uow, uow.deployments.get(view.id))
+        uow.commit()
+
+    resumed = Engine(ctx, readiness_pause=0).resume_all()  # what `kimi-ops resume` and the bot's start-up run
+
+    assert [v.id for v in resumed] == [view.id]
+    after = get_deployment(ctx, view.id)
+    assert after.state == "interrupted" and after.state_reason.startswith(expected), after.state_reason
+    # The endpoint is free again, the thread hears why, and the audit log has it.
+    assert not after.in_flight and in_flight(ctx) == []
+    with ctx.uow() as uow:
+        events = [e.payload for e in uow.events.for_deployment(view.id) if e.kind == "deployment.state"]
+        audit = [(a.actor, a.details["reason"]) for a in uow.audit.list(subject=f"deployment:{view.id}")
+                 if a.action == "deployment.interrupted"]
+    assert events[-1]["to"] == "interrupted" and events[-1]["reason"] == after.state_reason
+    assert audit == [("kimi-ops", after.state_reason)]
