@@ -55,6 +55,9 @@ SANDBOX_SWEEP = {
     "max_tokens": 8, "prompt_words": 48,
 }
 RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watch posts an alert
+# The stand-in answers in ~0.1-0.4 s on whatever CPU runs it, so a busy laptop moves its latency by more
+# than the default tolerance; the sandbox's copy of the evaluation set ignores rises below a second.
+SANDBOX_LATENCY_FLOOR_MS = 1000.0
 
 
 def endpoint_config(url: str) -> dict[str, Any]:
@@ -132,9 +135,20 @@ class Sandbox:
             "aws_regions": ["us-east-1"],
             "traffic_sweep": SANDBOX_SWEEP,
             "oncall_group": "S0ONCALL",
+            "evaluation_set": self._evaluation_set(),
             **self.settings_overrides,
         }
         return load_settings(**values)
+
+    def _evaluation_set(self) -> Path:
+        """The default evaluation set, with a latency tolerance fit for a stand-in on a shared CPU."""
+        from bot.services.model_gate import DEFAULT_EVAL_SET
+
+        data = yaml.safe_load(DEFAULT_EVAL_SET.read_text(encoding="utf-8"))
+        data.setdefault("tolerances", {})["latency_floor_ms"] = SANDBOX_LATENCY_FLOOR_MS
+        path = self.data_dir / "sandbox-evaluation.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return path
 
     def adapters(self) -> dict[str, Any]:
         """The production adapter classes, aimed at the stand-ins."""
@@ -180,7 +194,8 @@ class Sandbox:
         """Variables that aim a separate ``kimi-ops`` process at this sandbox (database, S3/ECR, cluster)."""
         config = self.data_dir / "sandbox-settings.yaml"
         settings = self.settings()
-        config.write_text(yaml.safe_dump(json.loads(settings.model_dump_json(include={"endpoints", "roles", "traffic_sweep"}))))
+        config.write_text(yaml.safe_dump(json.loads(settings.model_dump_json(
+            include={"endpoints", "roles", "traffic_sweep", "evaluation_set", "oncall_group"}))))
         self.write_kubeconfig(kubeconfig)
         return {
             "KIMI_DATABASE_URL": settings.database_url or "",
