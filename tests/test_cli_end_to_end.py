@@ -178,14 +178,23 @@ def test_gate_report_prints_stored_reports_and_accept_limits_takes_the_proposal(
         result = _invoke(cli, *args)
         assert result.exit_code != 0 and result.output.strip().splitlines() == [message], result.output
 
-    # Accepting limits is an approver's call; a deployer is refused and nothing changes.
-    refused = _invoke(cli, "gate", "accept-limits", str(dep.id), "--as", DEPLOYER)
-    assert refused.exit_code != 0 and len(refused.output.strip().splitlines()) == 1, refused.output
-    assert "approver role" in refused.output
-    accepted = _invoke(cli, "gate", "accept-limits", str(dep.id), "--as", APPROVER_2)
+    report_hash = re.search(r"report ([0-9a-f]{12})", traffic.output)
+    assert report_hash, traffic.output
+
+    # Accepting limits is an approver's call, bound to the report read; refusals are one line and change nothing.
+    for args, words in (
+        (("--as", DEPLOYER), "approver role"),
+        (("--report", "0" * 12, "--as", APPROVER_2), f"now {report_hash[1]}, not {'0' * 12}"),
+    ):
+        refused = _invoke(cli, "gate", "accept-limits", str(dep.id), *args)
+        assert refused.exit_code != 0 and len(refused.output.strip().splitlines()) == 1, refused.output
+        assert words in refused.output
+    assert endpoint_settings(cli.ctx, ENDPOINT).effective_request_limits.max_concurrent_requests == 32
+
+    accepted = _invoke(cli, "gate", "accept-limits", str(dep.id), "--report", report_hash[1], "--as", APPROVER_2)
     assert accepted.exit_code == 0, accepted.output
     assert (f"{ENDPOINT}: request limits set to {proposed[1]} concurrent, queue {proposed[2]} (were 32, queue 64), "
-            f"accepted by {APPROVER_2}") in accepted.output
+            f"accepted by {APPROVER_2} from report {report_hash[1]}") in accepted.output
     # What the next render uses: the accepted limits, not the YAML file's.
     limits = endpoint_settings(cli.ctx, ENDPOINT).effective_request_limits
     assert (limits.max_concurrent_requests, limits.max_queue_size) == (int(proposed[1]), int(proposed[2]))

@@ -224,22 +224,29 @@ def gate_report(
 @gate_app.command("accept-limits")
 def gate_accept_limits(
     deployment: int = typer.Argument(..., help="Deployment number whose traffic gate proposed the limits."),
+    report: str = typer.Option(None, "--report", help="Hash (or its first characters) of the traffic report you read, "
+                                                      "as `gate report` prints it; refused if the report changed since."),
     user: str = AS_OPTION,
 ) -> None:
     """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers)."""
-    from bot.services.deployments import get_deployment
+    from bot.services.deployments import stored_gate_report
+    from bot.services.errors import Refused
     from bot.services.traffic_gate import accept_proposed_limits
 
     def body() -> None:
         ctx = context()
         who = _identity(ctx, user)
-        view = get_deployment(ctx, deployment)
-        accepted = accept_proposed_limits(ctx, view.endpoint, deployment, who)
+        stored = stored_gate_report(ctx, deployment, "traffic")
+        if report is not None and not stored.report_hash.startswith(report.strip().lower()):
+            raise Refused(f"the traffic report of deployment #{deployment} is now {stored.report_hash[:12]}, not {report} "
+                          f"(it was re-checked); read it with `kimi-ops gate report {deployment} traffic` and accept again")
+        # Bound to the report just read: a recheck landing in between is refused by the service, not applied.
+        accepted = accept_proposed_limits(ctx, None, deployment, who, seen_report_hash=stored.report_hash)
         now, was = accepted.accepted, accepted.previous
         output.info(
             f"{accepted.endpoint}: request limits set to {now['max_concurrent_requests']} concurrent, queue {now['max_queue_size']} "
             f"(were {was['max_concurrent_requests']}, queue {was['max_queue_size']}), accepted by {who} "
-            f"from deployment #{deployment}'s traffic gate"
+            f"from report {stored.report_hash[:12]} of deployment #{deployment}'s traffic gate"
         )
         output.info("  the next deployment's manifest carries them (a rollback re-applies its stored manifest unchanged)")
 
