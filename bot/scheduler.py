@@ -25,6 +25,7 @@ import threading
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import STATE_STOPPED
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot import runtime
@@ -38,10 +39,36 @@ MISFIRE_GRACE_SECONDS = 300
 ELECTION_SECONDS = 10.0
 
 
+class SharedEngineJobStore(SQLAlchemyJobStore):
+    """The job store on the bot's own engine, which it must not dispose of when a scheduler shuts down."""
+
+    def shutdown(self) -> None:
+        return None  # the engine belongs to the Context; ``Context.close`` disposes of it
+
+
+class StoppableScheduler(BackgroundScheduler):
+    """A ``BackgroundScheduler`` that processes no job after ``shutdown``.
+
+    APScheduler 3's main loop runs ``_process_jobs`` once more when ``shutdown``
+    wakes it, with the executors already shut down: each due job then fails to
+    be submitted, yet its stored next run time is advanced, so the run is lost
+    for every replica. That pass happens whenever a paused scheduler stops
+    (``kimi-ops jobs list`` reading the store, a standby replica stopping) and
+    when the leader stops. Checking the state under the job-store lock, which
+    ``shutdown`` takes before shutting the executors down, closes the window.
+    """
+
+    def _process_jobs(self) -> float | None:
+        with self._jobstores_lock:
+            if self.state == STATE_STOPPED:
+                return None
+            return super()._process_jobs()  # type: ignore[no-any-return]
+
+
 def make_scheduler(ctx: Context) -> BackgroundScheduler:
     """A scheduler on the bot's database; not started."""
-    return BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(engine=ctx.uow.engine)},
+    return StoppableScheduler(
+        jobstores={"default": SharedEngineJobStore(engine=ctx.uow.engine)},
         executors={"default": ThreadPoolExecutor(max_workers=len(JOBS))},
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
         timezone=dt.timezone.utc,

@@ -174,3 +174,82 @@ def test_reservations_and_status_show_the_countdown_and_the_probe_history(cli_ct
     status = cli.invoke(app, ["status", "kimi-prod"])
     assert status.exit_code == 0, status.output
     assert "rel-live" in status.output and "first token 180 ms" in status.output and "(4.5 days left)" in status.output
+
+
+def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
+    """The stored schedule is four periods behind (the bot was down): coalescing runs each job once, not four times."""
+    from bot.scheduler import make_scheduler
+
+    source, endpoint = ScriptedReservations(), ScriptedEndpoint()
+    source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=5)))
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")], reservation_watch_minutes=1, readiness_probe_minutes=1)
+    ctx.adapters.update(reservations=source, endpoint=endpoint)
+    make_live(ctx, "kimi-prod")
+
+    # A previous leader stored the jobs; the last of them ran 3 min 10 s ago.
+    previous = JobRunner(ctx, SingleProcess(identity="before"))
+    previous.scheduler.start(paused=True)
+    previous.ensure_jobs()
+    behind = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=3, seconds=10)
+    for name in ("reservation-watch", "readiness-probe"):
+        previous.scheduler.modify_job(name, next_run_time=behind)
+    previous.scheduler.shutdown(wait=False)
+
+    stored = make_scheduler(ctx)
+    stored.start(paused=True)
+    jobs = {j.id: j for j in stored.get_jobs()}
+    stored.shutdown(wait=False)
+    assert {j.func_ref for j in jobs.values()} == {"jobs.reservation_watch:run", "jobs.readiness_probe:run"}
+    assert all(j.max_instances == 1 and j.misfire_grace_time == 300 for j in jobs.values())
+
+    runner = JobRunner(ctx, SingleProcess(identity="after"), election_seconds=3600)
+    try:
+        runner.start()
+        wait_for(lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), "the backlog to run")
+    finally:
+        runner.stop()  # waits for the running jobs: a run still queued behind them would be counted below
+    assert len(runs_of(ctx, "reservation-watch")) == 1 and len(runs_of(ctx, "readiness-probe")) == 1
+    assert endpoint.calls == {"kimi-prod": 1} and source.calls == 2  # one Capacity Block read, one training-plan read
+
+
+def test_a_replica_that_loses_its_lock_pauses_and_the_other_takes_over(fresh_pg_url: str, clock, tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    monkeypatch.delenv("KIMI_CONFIG", raising=False)
+    schema.upgrade(fresh_pg_url)
+    settings = load_settings(database_url=fresh_pg_url, data_dir=tmp_path / "data", endpoints=[eks_endpoint("kimi-prod")])
+    ctx_a = build_context(settings, clock=clock, reservations=ScriptedReservations(), endpoint=ScriptedEndpoint())
+    ctx_b = build_context(settings, clock=clock, reservations=ScriptedReservations(), endpoint=ScriptedEndpoint())
+    lock_a = PostgresAdvisoryLock(ctx_a.uow.engine, identity="replica-a")
+    a = JobRunner(ctx_a, lock_a, election_seconds=3600)
+    b = JobRunner(ctx_b, PostgresAdvisoryLock(ctx_b.uow.engine, identity="replica-b"), election_seconds=3600)
+    try:
+        a.start()
+        b.start()
+        assert a.leading and not b.leading
+        # replica a's database connection is cut (a network partition): PostgreSQL frees its lock
+        pid = lock_a._conn.execute(text("SELECT pg_backend_pid()")).scalar()  # type: ignore[union-attr]
+        with ctx_b.uow.engine.connect() as admin:
+            assert admin.execute(text("SELECT pg_terminate_backend(:pid, 30000)"), {"pid": pid}).scalar()
+        assert b.elect_once() and b.scheduler.state != STATE_PAUSED
+        assert not a.elect_once() and a.scheduler.state == STATE_PAUSED  # a stops running jobs
+    finally:
+        a.stop()
+        b.stop()
+        ctx_a.close()
+        ctx_b.close()
+
+
+def test_listing_jobs_or_stopping_a_standby_never_moves_a_due_run(make_ctx) -> None:
+    """APScheduler 3 processes due jobs once more after ``shutdown``: that must not advance the shared schedule,
+    or `kimi-ops jobs list` (or a standby replica stopping) would silently skip the leader's next run."""
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")])
+    standby = JobRunner(ctx, SingleProcess(identity="standby"))
+    standby.scheduler.start(paused=True)
+    standby.ensure_jobs()
+    due = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)
+    for name in ("reservation-watch", "readiness-probe"):
+        standby.scheduler.modify_job(name, next_run_time=due)
+    standby.stop()
+    assert next_runs(ctx) == {"reservation-watch": due, "readiness-probe": due}
+    assert next_runs(ctx) == {"reservation-watch": due, "readiness-probe": due}
+    assert runs_of(ctx, "reservation-watch") == [] and runs_of(ctx, "readiness-probe") == []
