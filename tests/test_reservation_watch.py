@@ -376,3 +376,14 @@ def test_every_configured_region_is_watched_even_without_an_endpoint_there(new_c
     assert report.appeared == ["cr-0west"]
     [view] = reservation_overview(ctx)
     assert view.region == "us-west-2" and view.endpoint is None
+
+
+def test_a_named_reservation_of_another_instance_type_is_warned_about_once(new_ctx, source) -> None:
+    """The endpoint says p5 but names a p6-b300 block: its manifests would ask for hosts the block does not hold."""
+    source.put(capacity_block("cr-0009", ends_in=10 * D))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-prod", reservation_id="cr-0009", instance_type="p5.48xlarge")])
+    watch_reservations(ctx)
+    watch_reservations(ctx)
+    [warning] = [p for k, p in events(ctx) if k == "reservation.mismatch"]
+    assert warning["problems"] == ["instance type p6-b300.48xlarge is not the endpoint's p5.48xlarge"]
+    assert warning["problems"][0] in warning["text"] and warning["channel"] == "CKIMIPROD"
