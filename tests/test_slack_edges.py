@@ -6,6 +6,7 @@ Signed requests over HTTP into the running app; what people see is read from the
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
@@ -79,3 +80,24 @@ def test_with_two_gates_waiting_each_button_says_which_deployment_it_decides(ben
                   if e["text"]["text"] == "Approve #2 artifact")
     bench.post(bench.sender.click("U0APPROVER1", listing, APPROVE, second["value"]))
     assert "You approved the artifact gate of deployment #2" in bench.replies_to("U0APPROVER1")[0].text
+
+
+def test_two_approvers_clicking_at_once_approve_once_and_the_other_is_told_why(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
+    gate = bench.gate_message("artifact", 1)
+    clicks = [threading.Thread(target=bench.click, args=(who, gate, APPROVE)) for who in ("U0APPROVER1", "U0APPROVER2")]
+    for t in clicks:
+        t.start()
+    for t in clicks:
+        t.join()
+    answers = {who: bench.replies_to(who)[0].text for who in ("U0APPROVER1", "U0APPROVER2")}
+    approved = [who for who, text in answers.items() if text.startswith("You approved the artifact gate")]
+    assert len(approved) == 1, answers
+    (other,) = set(answers) - set(approved)
+    assert re.search(r"already approved by|decided by someone else|not waiting for a decision", answers[other]), answers
+    with bench.app.ctx.uow() as uow:
+        approvers = [a.actor for a in uow.audit.list(limit=50) if a.action == "gate.approved"]
+    assert approvers == approved
+    bench.gate_message("infrastructure", 1)
+
+

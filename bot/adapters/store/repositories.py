@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,6 +25,16 @@ from bot.adapters.store.models import (
     Release,
     Reservation,
 )
+
+
+def _write_lock_on_sqlite(session: Session, model: type[Any], where: ColumnElement[bool]) -> None:
+    """SQLite ignores ``FOR UPDATE``; a no-op write takes its database write lock until commit instead.
+
+    Without it two replicas' (or two clicks') read-check-write sequences on the same row
+    interleave: both see the gate waiting and both approve it.
+    """
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(update(model).where(where).values(id=model.id))
 
 
 class Conflict(Exception):
@@ -54,6 +64,7 @@ class EndpointRepository(_Repository):
         return self.session.scalar(select(Endpoint).where(Endpoint.name == name))
 
     def get_for_update(self, name: str) -> Endpoint | None:
+        _write_lock_on_sqlite(self.session, Endpoint, Endpoint.name == name)
         return self.session.scalar(select(Endpoint).where(Endpoint.name == name).with_for_update())
 
     def list(self) -> Sequence[Endpoint]:
@@ -88,6 +99,7 @@ class DeploymentRepository(_Repository):
         return self.session.get(Deployment, deployment_id)
 
     def get_for_update(self, deployment_id: int) -> Deployment | None:
+        _write_lock_on_sqlite(self.session, Deployment, Deployment.id == deployment_id)
         return self.session.scalar(select(Deployment).where(Deployment.id == deployment_id).with_for_update(of=Deployment))
 
     def in_flight(self, endpoint_id: int) -> Deployment | None:
