@@ -256,8 +256,14 @@ class KimiApp:
             if seen is None:
                 return
             message_ts = (body.get("container") or {}).get("message_ts")
-            self.client.views_open(trigger_id=body["trigger_id"],
-                                   view=reject_modal(value or "", seen.gate, seen.deployment_id, channel, message_ts))
+            try:
+                self.client.views_open(trigger_id=body["trigger_id"],
+                                       view=reject_modal(value or "", seen.gate, seen.deployment_id, channel, message_ts))
+            except SlackApiError as exc:
+                # A trigger lives 3 seconds; a slow queue can outlive it. Nothing was decided: say so.
+                log.warning("views.open failed for a Reject click: %s", exc.response.get("error"))
+                tell(reply(f"Slack could not open the reason form ({exc.response.get('error')}); nothing was rejected. "
+                           "Click Reject again."))
 
         def recheck(body: dict[str, Any], respond: Callable[..., Any]) -> None:
             user, channel, value = _click(body)

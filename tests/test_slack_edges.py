@@ -59,6 +59,16 @@ def test_a_stranger_clicking_reject_is_refused_without_a_modal_and_audited(bench
     assert has_buttons(gate)  # the gate still waits for someone allowed
 
 
+def test_reject_whose_reason_form_slack_cannot_open_tells_the_clicker_and_decides_nothing(bench) -> None:
+    bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
+    gate = bench.gate_message("artifact", 1)
+    bench.stub.fail_next("views.open", "expired_trigger_id")
+    assert bench.click("U0APPROVER1", gate, REJECT).status_code == 200
+    told = bench.replies_to("U0APPROVER1")[0].text
+    assert "could not open the reason form (expired_trigger_id)" in told and "Click Reject again" in told
+    assert has_buttons(gate)  # still waiting: nothing was rejected
+
+
 def test_the_decided_gate_message_says_who_and_when(bench) -> None:
     bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
     gate = bench.gate_message("artifact", 1)
