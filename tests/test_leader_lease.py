@@ -1,59 +1,28 @@
-"""The Kubernetes Lease leader lock against kmock's Kubernetes emulator (real HTTP, the official client)."""
+"""The Kubernetes Lease leader lock against the Kubernetes stand-in (kmock over real HTTP, the official client).
+
+The stand-in honours a ``resourceVersion`` precondition on merge patches, as the
+API server does, so two replicas racing for one expired Lease are tested for real.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from kmock import KubernetesEmulator, Server
 from kubernetes import client
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.leader import KubernetesLease
+from bot.sandbox.kube import start_kube
 from tests.conftest import START
-
-
-class EmulatorThread:
-    """kmock's asyncio server on an ephemeral 127.0.0.1 port, in a thread of its own."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self._ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._main(),), daemon=True)
-
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
-        async with KubernetesEmulator() as emulator, Server(emulator, host="127.0.0.1") as server:
-            self.url = str(server.url).rstrip("/")
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> "EmulatorThread":
-        self._thread.start()
-        if not self._ready.wait(30):
-            raise RuntimeError("kmock did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-        self._loop.close()
 
 
 @pytest.fixture()
 def api() -> Iterator[client.CoordinationV1Api]:
-    with EmulatorThread() as emulator:
-        config = client.Configuration()
-        config.host = emulator.url
-        api_client = client.ApiClient(config)
-        yield client.CoordinationV1Api(api_client)
-        api_client.close()
+    with start_kube() as kube:
+        yield client.CoordinationV1Api(kube.api_client())
 
 
 def test_one_replica_holds_the_lease_until_it_expires_or_is_released(api: client.CoordinationV1Api) -> None:
@@ -78,3 +47,45 @@ def test_one_replica_holds_the_lease_until_it_expires_or_is_released(api: client
     b.release()  # a clean shutdown hands over at once
     assert a.acquire()
     assert api.read_namespaced_lease("kimi-ops-scheduler", "kimi").spec.holder_identity == "pod-a"
+
+
+class Interrupted(KubernetesLease):
+    """A replica that another replica overtakes between reading the Lease and writing it."""
+
+    def __init__(self, *args: Any, rival: KubernetesLease, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rival = rival
+        self.rival_won: bool | None = None
+
+    def _patch(self, body: dict[str, Any]) -> None:
+        self.rival_won = self.rival.acquire()
+        super()._patch(body)
+
+
+def test_two_replicas_racing_for_an_expired_lease_cannot_both_lead(api: client.CoordinationV1Api) -> None:
+    clock = FrozenClock(START)
+    old = KubernetesLease(api, "kimi", identity="pod-old", now=clock.now)
+    assert old.acquire()
+    clock.advance(dt.timedelta(seconds=31))  # the holder died: the Lease is up for grabs
+
+    c = KubernetesLease(api, "kimi", identity="pod-c", now=clock.now)
+    b = Interrupted(api, "kimi", identity="pod-b", now=clock.now, rival=c)
+    assert not b.acquire()  # its write carried the resourceVersion it read: 409, c was first
+    assert b.rival_won is True
+    assert api.read_namespaced_lease("kimi-ops-scheduler", "kimi").spec.holder_identity == "pod-c"
+    assert c.acquire() and not b.acquire()
+
+
+def test_two_replicas_creating_the_first_lease_cannot_both_lead(api: client.CoordinationV1Api) -> None:
+    clock = FrozenClock(START)
+    c = KubernetesLease(api, "kimi", identity="pod-c", now=clock.now)
+
+    class CreatesLate(KubernetesLease):
+        def _body(self, **kwargs: Any) -> dict[str, Any]:
+            if kwargs.get("version") is None:  # about to create: c gets there first
+                assert c.acquire()
+            return super()._body(**kwargs)
+
+    b = CreatesLate(api, "kimi", identity="pod-b", now=clock.now)
+    assert not b.acquire()  # 409 AlreadyExists
+    assert api.read_namespaced_lease("kimi-ops-scheduler", "kimi").spec.holder_identity == "pod-c"

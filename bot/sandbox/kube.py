@@ -10,6 +10,7 @@ all live in :func:`_emulator_class`:
 * ``POST`` answers ``201 Created`` and stamps ``uid``, ``resourceVersion``,
   ``generation`` and ``creationTimestamp``;
 * lists carry ``kind: <Kind>List`` and ``apiVersion``;
+* ``coordination.k8s.io/v1`` Leases are served too (the scheduler's leader election);
 * ``PATCH`` with ``application/apply-patch+yaml`` is server-side apply: created
   when absent, field managers tracked (:mod:`bot.sandbox.ssa`), ``409`` with
   ``FieldManagerConflict`` causes unless ``force=true``, ``dryRun=All`` honoured,
@@ -38,10 +39,13 @@ from typing import Any
 
 from kubernetes import client
 
-from bot.adapters.cluster.rest import RESOURCES, Rest, collection_path
+from bot.adapters.cluster.rest import RESOURCES, Kind, Rest, collection_path
 from bot.adapters.cluster.validate import crd_schema_document
 from bot.sandbox import ssa
 
+# Kinds the bot reaches through the typed clients rather than :mod:`bot.adapters.cluster.rest`:
+# the scheduler's leader-election Lease.
+EXTRA_RESOURCES: dict[str, Kind] = {"Lease": Kind("coordination.k8s.io/v1", "leases", True)}
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(/[^/]+(?:/status)?)?/?$")
 NAMESPACES_PLURAL = "x-namespaces"
@@ -76,7 +80,7 @@ def _emulator_class() -> type:
             self.owners: dict[tuple[Any, ...], ssa.Owners] = {}
             self.version = 1
             self.kinds: dict[Any, tuple[str, str]] = {}
-            for kind, info in RESOURCES.items():
+            for kind, info in {**RESOURCES, **EXTRA_RESOURCES}.items():
                 plural = NAMESPACES_PLURAL if kind == "Namespace" else info.plural
                 key = f"{info.api_version}/{plural}" if "/" in info.api_version else f"v1/{plural}"
                 self.resources[key] = ResourceInfo(
