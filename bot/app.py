@@ -41,6 +41,7 @@ from bot.bootstrap import Context
 from bot.domain.messages import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, REJECT_MODAL, GateTicket, Reply, reply
 from bot.services.access import Identity
 from bot.services.errors import UserError
+from bot.services.readiness import status_version
 from commands import actions, home, registry
 from commands.base import Usage
 
@@ -146,6 +147,7 @@ class KimiApp:
         ctx.adapters.setdefault("notifier", self.notifier)
         self._home_viewers: dict[str, None] = {}
         self._home_lock = threading.Lock()
+        self._home_version: tuple[int, int] | None = None
         self._stop = threading.Event()
         self._delivery: threading.Thread | None = None
         self._register()
@@ -155,6 +157,7 @@ class KimiApp:
         def loop() -> None:
             while not self._stop.wait(every_seconds):
                 self.deliver()
+                self.refresh_homes_if_changed()
 
         self._delivery = threading.Thread(target=loop, name="kimi-outbox", daemon=True)
         self._delivery.start()
@@ -355,6 +358,24 @@ class KimiApp:
             self.client.views_publish(user_id=user, view=home_view(parts))
         except Exception:
             log.exception("could not publish the App Home of %s", user)
+
+    def refresh_homes_if_changed(self) -> None:
+        """Re-render the Homes this replica's users opened when anything changed, on any replica.
+
+        Another replica may have delivered the change (Slack sends each event to one
+        Socket Mode connection), and a passing readiness probe emits no event at all.
+        """
+        with self._home_lock:
+            if not self._home_viewers:
+                return
+        try:
+            version = status_version(self.ctx)
+        except Exception:
+            log.exception("could not read the status version; Homes are refreshed on the next change")
+            return
+        if version != self._home_version:
+            self._home_version = version
+            self._refresh_homes(set())
 
     def _refresh_homes(self, endpoints: set[str]) -> None:
         with self._home_lock:

@@ -176,6 +176,22 @@ def test_app_home_shows_each_endpoint_and_is_refreshed_on_change(bench) -> None:
     assert "You need the viewer role" in blocks_text(theirs[-1].params["view"]["blocks"])
 
 
+def test_app_home_follows_a_probe_run_by_another_replica(bench, make_ctx) -> None:
+    from bot.services.readiness import probe_endpoints
+    from tests.jobs_support import ScriptedEndpoint, make_live
+
+    make_live(bench.app.ctx, "kimi-prod")
+    assert bench.home("U0VIEWER").status_code == 200
+    bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish") if "never probed" in blocks_text(c.params["view"]["blocks"])])
+    # The elected replica runs the probe: it shares the database, not this process, and a passing probe emits no event.
+    other = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]})
+    other.adapters[ports.ENDPOINT] = ScriptedEndpoint()
+    probe_endpoints(other)
+    refreshed = bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish")
+                                               if "answered: first token 180 ms" in blocks_text(c.params["view"]["blocks"])])
+    assert refreshed[-1].params["user_id"] == "U0VIEWER"
+
+
 def test_unexpected_errors_show_a_correlation_id_that_is_in_the_log(bench, caplog) -> None:
     with bench.app.ctx.uow() as uow:  # a stored endpoint no current code can read: a bug, not a user error
         row = uow.endpoints.get("kimi-prod")

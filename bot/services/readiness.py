@@ -295,3 +295,13 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10) ->
         current = next((r for r in usable if r.start is None or r.start <= ctx.clock.now()), usable[0] if usable else None)
         result.append(replace(status, reservation=current))
     return result
+
+
+def status_version(ctx: Context) -> tuple[int, int]:
+    """Moves whenever what :func:`endpoint_status` shows may have changed, whichever replica changed it.
+
+    Every state change writes an audit row and every probe a readiness row, so the
+    newest id of each is enough; the App Home compares it to know when to re-render.
+    """
+    with ctx.uow() as uow:
+        return uow.audit.latest_id(), uow.readiness.latest_id()

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -188,6 +188,10 @@ class ReadinessRepository(_Repository):
         ).all()
 
 
+    def latest_id(self) -> int:
+        return int(self.session.scalar(select(func.max(ReadinessCheck.id))) or 0)
+
+
 class IncidentRepository(_Repository):
     def open_for(self, endpoint_id: int, kind: str) -> Incident | None:
         return self.session.scalar(
@@ -219,6 +223,10 @@ class AuditRepository(_Repository):
         if subject is not None:
             stmt = stmt.where(AuditEntry.subject == subject)
         return self.session.scalars(stmt).all()
+
+
+    def latest_id(self) -> int:
+        return int(self.session.scalar(select(func.max(AuditEntry.id))) or 0)
 
 
 class EventRepository(_Repository):
