@@ -387,3 +387,15 @@ def test_a_named_reservation_of_another_instance_type_is_warned_about_once(new_c
     [warning] = [p for k, p in events(ctx) if k == "reservation.mismatch"]
     assert warning["problems"] == ["instance type p6-b300.48xlarge is not the endpoint's p5.48xlarge"]
     assert warning["problems"][0] in warning["text"] and warning["channel"] == "CKIMIPROD"
+
+
+def test_the_thresholds_are_the_configured_ones(new_ctx, source, clock) -> None:
+    block = source.put(capacity_block("cr-0001", ends_in=50 * H))
+    ctx = new_ctx(alert_thresholds_hours=[48, 12])
+    watch_reservations(ctx)
+    assert alerts(ctx) == []  # 72 h is not configured here
+    at_remaining(clock, block.end, 47 * H)
+    watch_reservations(ctx)
+    at_remaining(clock, block.end, 11 * H)
+    watch_reservations(ctx)
+    assert [t for _, t in alerts(ctx)] == [48.0, 12.0]

@@ -201,6 +201,7 @@ def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
     stored.shutdown(wait=False)
     assert {j.func_ref for j in jobs.values()} == {"jobs.reservation_watch:run", "jobs.readiness_probe:run"}
     assert all(j.max_instances == 1 and j.misfire_grace_time == 300 for j in jobs.values())
+    assert all(j.trigger.interval == dt.timedelta(minutes=1) for j in jobs.values())  # the configured periods
 
     runner = JobRunner(ctx, SingleProcess(identity="after"), election_seconds=3600)
     try:
@@ -253,3 +254,30 @@ def test_listing_jobs_or_stopping_a_standby_never_moves_a_due_run(make_ctx) -> N
     assert next_runs(ctx) == {"reservation-watch": due, "readiness-probe": due}
     assert next_runs(ctx) == {"reservation-watch": due, "readiness-probe": due}
     assert runs_of(ctx, "reservation-watch") == [] and runs_of(ctx, "readiness-probe") == []
+
+
+def test_a_changed_period_replaces_the_stored_job_and_an_unchanged_one_keeps_its_schedule(make_ctx) -> None:
+    from bot.scheduler import make_scheduler
+
+    def stored(ctx) -> dict:
+        scheduler = make_scheduler(ctx)
+        scheduler.start(paused=True)
+        try:
+            return {j.id: (j.trigger.interval, j.next_run_time) for j in scheduler.get_jobs()}
+        finally:
+            scheduler.shutdown(wait=False)
+
+    def leader_stores(ctx) -> None:
+        runner = JobRunner(ctx, SingleProcess())
+        runner.scheduler.start(paused=True)
+        runner.ensure_jobs()
+        runner.scheduler.shutdown(wait=False)
+
+    leader_stores(make_ctx())
+    before = stored(make_ctx())
+    assert {name: interval for name, (interval, _) in before.items()} == {
+        "reservation-watch": dt.timedelta(minutes=15), "readiness-probe": dt.timedelta(minutes=5)}
+    leader_stores(make_ctx(readiness_probe_minutes=2))  # a new leader, configured differently
+    after = stored(make_ctx())
+    assert after["reservation-watch"] == before["reservation-watch"]  # same period: same next run
+    assert after["readiness-probe"][0] == dt.timedelta(minutes=2)
