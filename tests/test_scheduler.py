@@ -281,3 +281,42 @@ def test_a_changed_period_replaces_the_stored_job_and_an_unchanged_one_keeps_its
     after = stored(make_ctx())
     assert after["reservation-watch"] == before["reservation-watch"]  # same period: same next run
     assert after["readiness-probe"][0] == dt.timedelta(minutes=2)
+
+
+def test_serve_starts_the_scheduler_and_stops_it_on_sigterm(tmp_path: Path, monkeypatch) -> None:
+    """`kimi-ops serve` runs the jobs (SQLite: a single replica, which leads) and shuts them down with the bot."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from bot.sandbox.slack_stub import SlackStub
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "SLACK_", "AWS_"))}
+    env.update(KIMI_DATA_DIR=str(tmp_path / "data"), KIMI_AUTO_MIGRATE="1", SLACK_BOT_TOKEN="xoxb-1",
+               SLACK_SIGNING_SECRET="s3cret", AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+               AWS_EC2_METADATA_DISABLED="true", AWS_ENDPOINT_URL="http://127.0.0.1:9")  # AWS refuses at once
+    with SlackStub() as stub:
+        env["KIMI_SLACK_API_URL"] = stub.api_url
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from bot.cli.main import main; main()", "serve", "--host", "127.0.0.1", "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+        )
+        try:
+            assert re.search(r"serving on http://127\.0\.0\.1:\d+", proc.stdout.readline())
+            monkeypatch.delenv("KIMI_CONFIG", raising=False)
+            ctx = build_context(load_settings(data_dir=tmp_path / "data"), check=False)
+            try:
+                wait_for(lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), "the first runs")
+                [watch] = runs_of(ctx, "reservation-watch")
+                assert "could not read us-east-1" in watch.summary  # the blind watch says so instead of failing
+            finally:
+                ctx.close()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    log = (tmp_path / "data" / "kimi-ops.log").read_text()
+    assert "scheduler started as" in log and "(leader)" in log
+    assert log.index("scheduler stopped") > log.index("scheduler started as")  # stopped with the bot, not killed
