@@ -39,7 +39,8 @@ def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
         last = s.last_probe
         lines = [
             f"*live release:* {s.live_release} since {at(s.live_since)}" if s.live_release else "*live release:* none",
-            f"*admission:* {'open' if s.admission_open else 'closed'}",
+            f"*admission:* {'open' if s.admission_open else 'closed'} · {s.request_limits.max_concurrent_requests} concurrent, "
+            f"queue {s.request_limits.max_queue_size}" + (" (accepted from a traffic gate)" if s.limits_accepted else ""),
             f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
             *([f"*recent probes:* {probe_history(s.recent_probes)}"] if len(s.recent_probes) > 1 else []),
             f"*reservation:* {s.reservation_left} left (ends {at(s.reservation.end)})" if s.reservation

@@ -144,6 +144,9 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
     limits = rendered_limits(bench)
     assert limits["maxConcurrentRequests"] == LIMIT
     assert endpoint_settings(bench.app.ctx, "kimi-prod").request_limits.max_concurrent_requests == 32  # YAML untouched
+    bench.slash(APPROVER, "status kimi-prod")
+    status = bench.stub.wait_for(lambda s: [m for m in s.messages if "*admission:*" in m.text])[-1].text
+    assert f"{LIMIT} concurrent" in status and "(accepted from a traffic gate)" in status
 
     # The same button pressed again (a second tab, a double click): told why, nothing changes.
     bench.post(bench.sender.click(APPROVER, message, ACCEPT_LIMITS, value))

@@ -35,7 +35,7 @@ from bot.adapters.store.models import Endpoint, Incident, ReadinessCheck
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.bootstrap import Context
-from bot.config import EndpointSettings
+from bot.config import EndpointSettings, RequestLimits
 from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
 from bot.services import ports
@@ -112,6 +112,8 @@ class EndpointStatus:
     live_since: dt.datetime | None
     ttft_objective_ms: int
     last_probe: ProbeView | None
+    request_limits: RequestLimits = field(default_factory=RequestLimits)
+    limits_accepted: bool = False  # the limits came from an approver accepting a traffic gate's proposal
     recent_probes: list[ProbeView] = field(default_factory=list)
     incidents: list[IncidentView] = field(default_factory=list)
     reservation: ReservationView | None = None
@@ -267,6 +269,7 @@ class _Incidents:
 
 def _status(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, history: int) -> EndpointStatus:
     spec = _spec(ctx, row)
+    stored = EndpointSettings.model_validate(row.settings)  # holds limits accepted from a traffic gate
     live = live_deployment(uow, row.id)
     probes = [_probe_view(r) for r in uow.readiness.recent(row.id, history)]
     incidents = [
@@ -277,7 +280,8 @@ def _status(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, history: int) -> En
         name=row.name, kind=row.kind, environment=row.environment, url=row.url, admission_open=row.admission_open,
         live_release=live.release.name if live else None, live_since=live.updated_at if live else None,
         ttft_objective_ms=spec.ttft_objective_ms, last_probe=probes[0] if probes else None, recent_probes=probes,
-        incidents=incidents,
+        incidents=incidents, request_limits=stored.effective_request_limits,
+        limits_accepted=stored.accepted_request_limits is not None,
     )
 
 
