@@ -117,6 +117,8 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
     applied_at_kill = _applies(cli)
     generation = _endpoint_object(cli)["metadata"]["generation"]
     assert len(applied_at_kill) == 1
+    # The killed process's decision and its move to rolling_out were committed before it died.
+    assert [a for _, a in audit_at_kill].count("gate.approved") == 2 and audit_at_kill[-1][1] == "deployment.rolling_out"
     # The dead process still holds the endpoint: the stored state, not the process, is what counts.
     view = get_deployment(cli.ctx, dep)
     assert view.state == "rolling_out" and view.in_flight
