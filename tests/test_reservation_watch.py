@@ -205,8 +205,14 @@ def test_a_training_plan_named_by_a_hyperpod_endpoint_is_matched_by_name(new_ctx
 
 
 def test_two_watches_at_once_on_postgres_send_each_alert_once(fresh_pg_url, clock, tmp_path, monkeypatch) -> None:
-    """A manual `jobs run` racing the scheduled watch: the row lock makes the second see the first's alert."""
+    """A manual `jobs run` racing the scheduled watch: the row lock makes the second see the first's alert.
+
+    A third transaction holds the reservation row while both watches start, so both are
+    certainly in flight together (each waiting on that row) before either can go on.
+    """
     import threading
+
+    from sqlalchemy import create_engine, text
 
     from bot.adapters.store import schema
     from bot.bootstrap import build_context
@@ -221,20 +227,10 @@ def test_two_watches_at_once_on_postgres_send_each_alert_once(fresh_pg_url, cloc
                       clock=clock, reservations=source)
         for _ in range(2)
     ]
-    barrier = threading.Barrier(2)
-
-    class InStep:
-        """The watch reads the clock once, right after opening its transaction: both runs start it together."""
-
-        def now(self) -> dt.datetime:
-            barrier.wait(timeout=30)
-            return clock.now()
-
+    holder = create_engine(fresh_pg_url)
     try:
         watch_reservations(contexts[0])
         at_remaining(clock, block.end, 6 * D)
-        for c in contexts:
-            c.clock = InStep()
         errors: list[BaseException] = []
 
         def run(c) -> None:
@@ -244,13 +240,26 @@ def test_two_watches_at_once_on_postgres_send_each_alert_once(fresh_pg_url, cloc
                 errors.append(exc)
 
         threads = [threading.Thread(target=run, args=(c,)) for c in contexts]
-        for t in threads:
-            t.start()
+        with holder.connect() as conn:
+            conn.execute(text("SELECT id FROM reservations FOR UPDATE"))
+            for t in threads:
+                t.start()
+
+            def waiting() -> int:
+                with holder.connect() as watcher:
+                    return int(watcher.execute(text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )).scalar() or 0)
+
+            while waiting() < 2:  # both watches are blocked on the held row (a hang is caught by the join below)
+                threading.Event().wait(0.05)
+            conn.rollback()  # let them go
         for t in threads:
             t.join(60)
         assert errors == []
         assert alerts(contexts[0]) == [("reservation.alert", 168.0)]
     finally:
+        holder.dispose()
         for c in contexts:
             c.close()
 
