@@ -408,3 +408,15 @@ def test_the_thresholds_are_the_configured_ones(new_ctx, source, clock) -> None:
     at_remaining(clock, block.end, 11 * H)
     watch_reservations(ctx)
     assert [t for _, t in alerts(ctx)] == [48.0, 12.0]
+
+
+def test_a_named_training_plan_of_another_instance_type_is_watched_and_warned_about(new_ctx, source) -> None:
+    """Other p5 plans are none of the bot's business, but the one an endpoint names is: it cannot serve Kimi K3."""
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi-plan"
+    source.put(replace(capacity_block(arn, ends_in=10 * D), kind="training-plan", instance_type="ml.p5.48xlarge"))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-hp", kind="hyperpod", reservation_id="kimi-plan")])
+    watch_reservations(ctx)
+    watch_reservations(ctx)
+    assert [v.endpoint for v in reservation_overview(ctx)] == ["kimi-hp"]
+    [warning] = [p for k, p in events(ctx) if k == "reservation.mismatch"]
+    assert warning["problems"] == ["instance type ml.p5.48xlarge is not the endpoint's p6-b300.48xlarge"]

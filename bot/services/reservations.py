@@ -164,7 +164,11 @@ def read_all(ctx: Context) -> tuple[dict[str, ReservationInfo], set[str], dict[s
             found: list[ReservationInfo] = []
             for instance_type in types:
                 found.extend(source.capacity_blocks(region, instance_type))
-            found.extend(p for p in source.training_plans(region) if any(same_instance_type(p.instance_type, t) for t in types))
+            # A plan an endpoint names is kept whatever it holds, so a wrong one is warned about, not ignored.
+            named = [e.reservation_id for e in ctx.settings.endpoints if e.region == region and e.reservation_id]
+            found.extend(p for p in source.training_plans(region)
+                          if any(same_instance_type(p.instance_type, t) for t in types)
+                          or any(names_reservation(p.id, wanted) for wanted in named))
         except Exception as exc:  # AWS unreachable or refusing: report it, change nothing in that region
             log.warning("reading reservations in %s failed: %s", region, exc, exc_info=True)
             errors[region] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
