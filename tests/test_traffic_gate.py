@@ -1,8 +1,8 @@
 """The traffic gate's sweep against the local OpenAI-compatible stand-in made to saturate, over real HTTP.
 
 The knee lands where the server's limit is and the proposal follows the limit;
-a latency objective finds its own knee; the sweep stops by itself within its
-bounds; an approver's acceptance of the proposal survives the start-up re-sync.
+a latency objective finds its own knee, and so do the queue depth and KV-cache
+usage read from ``/metrics``; the sweep stops by itself within its bounds; an approver's acceptance of the proposal survives the start-up re-sync.
 """
 
 from __future__ import annotations
@@ -147,6 +147,43 @@ def test_a_latency_objective_sets_the_knee_when_nothing_is_rejected(sqlite_ctx, 
     assert knee["concurrency"] == 4 and any("TTFT p99" in b for b in knee["broken"])
     assert report.attachments["proposal"]["max_concurrent_requests"] == 3
     assert all(lv["rejected"] == 0 for lv in report.attachments["sweep"]["levels"])
+
+
+def test_a_queue_read_from_metrics_sets_the_knee_when_nothing_is_rejected(sqlite_ctx, server: OpenAIServer) -> None:
+    # Two requests run at once and the rest wait in the server's queue: no 429, no latency objective within reach,
+    # only vllm:num_requests_waiting tells. At 4 clients at most 3 wait (2 steadily, one more for the instant a
+    # finished client's next request overtakes a waiter's wake-up); at 8, 6 wait steadily.
+    server.configure(max_running=2, max_waiting=64, first_token_delay=0.2)
+    sweep = {**SMALL_SWEEP, "ceiling": 8, "refine_steps": 0, "prefix_modes": ["unique"]}
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 60_000, "queue_depth": 4})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    knee = report.attachments["knee"]
+    assert knee["concurrency"] == 8 and knee["broken"] == ["queue depth 6 > 4"]
+    assert report.attachments["proposal"]["max_concurrent_requests"] == 4
+    levels = {lv["concurrency"]: lv for lv in report.attachments["sweep"]["levels"]}
+    assert all(lv["rejected"] == 0 for lv in levels.values())
+    assert levels[1]["queue_depth"] == 0 and 2 <= levels[4]["queue_depth"] <= 3
+    assert "queue depth 6 > 4" in render_traffic_report(report)
+
+
+def test_kv_cache_usage_read_from_metrics_sets_the_knee(sqlite_ctx, server: OpenAIServer) -> None:
+    # Each sweep request holds 62 prompt tokens and a few generated ones in a 220-token KV cache:
+    # three running fill at most 89 %, four need more than all of it (the stand-in reports 100 %).
+    server.configure(kv_capacity_tokens=220, first_token_delay=0.2)
+    sweep = {**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["unique"]}
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 60_000, "kv_cache_usage": 0.95})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    knee = report.attachments["knee"]
+    assert knee["concurrency"] == 4 and knee["broken"] == ["KV cache 100% > 95%"]
+    assert report.attachments["proposal"]["max_concurrent_requests"] == 3
+    levels = {lv["concurrency"]: lv for lv in report.attachments["sweep"]["levels"]}
+    assert sorted(levels) == [1, 2, 3, 4]
+    assert all(lv["rejected"] == 0 for lv in levels.values())
+    assert 0.5 < levels[2]["kv_cache_usage"] < levels[3]["kv_cache_usage"] <= 0.9
 
 
 def test_no_knee_up_to_the_ceiling_proposes_the_ceiling_and_warns(sqlite_ctx, server: OpenAIServer) -> None:
