@@ -32,12 +32,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import yaml
 from botocore import xform_name
 from botocore.exceptions import ClientError
 
 from bot.sandbox.capacity import CapacityStandIn
-from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, REPO, Sandbox
+from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, Sandbox
 
 KIMI_OPS = Path(sys.executable).with_name("kimi-ops")
 # The CLI cannot look up Slack user groups, so the second approver is listed by user ID here.
@@ -48,7 +47,6 @@ QUICK_SWEEP = {
     "refine_steps": 0, "max_requests": 200, "max_seconds": 10, "request_timeout_seconds": 5, "max_tokens": 4,
     "prompt_words": 8, "prefix_modes": ["shared"],
 }
-DEFAULT_EVALUATION_SET = REPO / "deploy" / "evaluation" / "kimi-k3-default.yaml"
 _REGION = re.compile(r"Credential=[^/]+/\d{8}/([a-z0-9-]+)/")
 
 
@@ -156,23 +154,9 @@ class CliSandbox:
         return f"$ {' '.join(map(str, result.args))}\nexit {result.returncode}\n{result.stdout}\n{result.stderr}\n--- log ---\n{tail}"
 
 
-def evaluation_set(tmp_path: Path) -> Path:
-    """The default evaluation set with latency tolerances no timing of a busy test machine can break.
-
-    The model gate compares a release's latency with production's; on the stand-in both are the same server's
-    noise, so a second deployment in one test would otherwise pass or fail with the machine's load.
-    """
-    data = yaml.safe_load(DEFAULT_EVALUATION_SET.read_text(encoding="utf-8"))
-    data["tolerances"].update({"latency_increase": 100.0, "latency_floor_ms": 600_000})
-    path = tmp_path / "evaluation-set.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    return path
-
-
 def start_cli_sandbox(tmp_path: Path, database_url: str | None = None, **overrides: Any) -> CliSandbox:
     """Start everything; call :func:`stop_cli_sandbox` after."""
-    evaluation = evaluation_set(tmp_path)
-    settings: dict[str, Any] = {"roles": CLI_ROLES, "traffic_sweep": QUICK_SWEEP, "evaluation_set": evaluation, **overrides}
+    settings: dict[str, Any] = {"roles": CLI_ROLES, "traffic_sweep": QUICK_SWEEP, **overrides}
     if database_url is not None:
         settings["database_url"] = database_url
     sandbox = Sandbox(tmp_path / "sandbox", settings_overrides=settings).start()
@@ -181,7 +165,6 @@ def start_cli_sandbox(tmp_path: Path, database_url: str | None = None, **overrid
     env.update(sandbox.environment(tmp_path / "kubeconfig"))
     env.update({
         "AWS_ENDPOINT_URL_SAGEMAKER": face.url,
-        "KIMI_EVALUATION_SET": str(evaluation),  # Sandbox.environment carries endpoints, roles and the sweep only
         "KIMI_LOG_LEVEL": "INFO",
         "COLUMNS": "240",  # tables in one line each, whatever the terminal running the tests
         "NO_COLOR": "1",
