@@ -65,13 +65,31 @@ def test_structured_output_is_json_valid_against_the_schema(content: str, passed
         ((ToolCall("lookup", '{"q": "x"}'),), None),
         ((), "expected a call to tool lookup, got none"),
         ((ToolCall("search", '{"q": "x"}'),), "expected tool lookup, got search"),
-        ((ToolCall("lookup", '{"q": 1}'),), "tool lookup arguments: q: 1 is not of type 'string'"),
+        ((ToolCall("lookup", '{"q": 1}'),), "tool lookup arguments: q: not of type 'string'"),
         ((ToolCall("lookup", "{not json"),), "tool lookup arguments are not JSON"),
     ],
 )
 def test_tool_call_name_and_arguments(calls, failure) -> None:
     result = score(cases()["tool"], ok("tool", tool_calls=calls))
     assert list(result.failures) == ([failure] if failure else [])
+
+
+@pytest.mark.parametrize(
+    ("content", "failure"),
+    [
+        ('{"n": "the customer Jane Roe, card 4111"}', "JSON schema: n: not of type 'integer'"),
+        ('{"m": "the customer Jane Roe, card 4111"}', "JSON schema: (root): missing required 'n'"),
+        ('{"n": 1, "p": "the customer Jane Roe, card 4111"}', "JSON schema: (root): has properties the schema does not allow"),
+        ('{"n": 99}', "JSON schema: n: fails maximum 10"),
+    ],
+)
+def test_a_schema_failure_names_the_rule_without_quoting_the_answer(content: str, failure: str) -> None:
+    strict = SET.replace("properties: {n: {type: integer}}, required: [n]}",
+                         "properties: {n: {type: integer, maximum: 10}}, required: [n], additionalProperties: false}")
+    case = {c.id: c for c in expand(parse_eval_set(strict))}["json"]
+    result = score(case, ok("json", content=content))
+    assert list(result.failures) == [failure]
+    assert "Jane" not in repr(result.as_dict()) and "99" not in repr(result.as_dict())
 
 
 def test_an_http_failure_fails_every_check_with_the_reason() -> None:

@@ -358,11 +358,34 @@ def is_refusal(answer: Answer, patterns: Iterable[str]) -> bool:
 
 
 def _schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
+    """Where the answer breaks the schema and which rule, in the schema's words only.
+
+    jsonschema's own messages quote the offending value (``'…' is not of type 'integer'``),
+    which is answer text; the report must not carry that unless sampling is on.
+    """
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(instance))
     if error is None:
         return None
     path = "/".join(str(p) for p in error.absolute_path) or "(root)"
-    return f"{path}: {error.message[:120]}"
+    return f"{path}: {_rule_words(error)[:120]}"
+
+
+def _rule_words(error: jsonschema.exceptions.ValidationError) -> str:
+    rule, wanted = error.validator, error.validator_value
+    if rule == "required":
+        missing = [name for name in wanted if isinstance(error.instance, dict) and name not in error.instance]
+        return f"missing required {', '.join(repr(n) for n in missing) or 'properties'}"
+    if rule == "type":
+        return f"not of type {' or '.join(repr(t) for t in wanted) if isinstance(wanted, list) else repr(wanted)}"
+    if rule == "enum":
+        return f"not one of {wanted!r}"
+    if rule == "const":
+        return f"not {wanted!r}"
+    if rule in ("additionalProperties", "unevaluatedProperties") and wanted is False:
+        return "has properties the schema does not allow"
+    if isinstance(wanted, (dict, list)):
+        return f"fails {rule}"  # a subschema: its text would be long and says nothing about the answer
+    return f"fails {rule} {wanted!r}"
 
 
 def score(case: EvalCase, answer: Answer, *, refusal_patterns: Sequence[str] = DEFAULT_REFUSAL_PATTERNS,
