@@ -175,6 +175,20 @@ def test_each_check_fails_when_the_answer_is_wrong(gate_ctx, server: OpenAIServe
         assert not report.approvable
 
 
+def test_no_more_cases_are_in_flight_than_the_set_allows(gate_ctx, server: OpenAIServer) -> None:
+    # The set sends 3 cases at a time. A server that runs 3 and queues none answers every case …
+    server.configure(max_running=3, max_waiting=0, first_token_delay=0.1)
+    report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", None)
+    assert server.stats().rejected == 0
+    assert all(c["http_status"] == 200 for c in report.attachments["evaluation"]["cases"])
+
+    # … while one that runs only 2 turns the third away: the cases really were sent 3 at a time.
+    server.configure(max_running=2)
+    report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", None)
+    assert server.stats().rejected > 0
+    assert any(c["http_status"] == 429 for c in report.attachments["evaluation"]["cases"])
+
+
 def test_wrong_tool_arguments_fail_the_tool_call_check(gate_ctx, server: OpenAIServer, tmp_path: Path) -> None:
     strict = TEST_SET.replace("arguments_schema: {type: object, required: [city], properties: {city: {type: string}}}",
                               "arguments_schema: {type: object, required: [city], properties: {city: {type: integer}}}")
