@@ -2,7 +2,8 @@
 
 matplotlib with the Agg backend (no display); each function draws one figure
 from plain values, saves it and closes it so a long-running bot does not leak
-figures.
+figures. matplotlib is imported on first use: it takes a second or more to load,
+and every ``kimi-ops`` command would otherwise pay for it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 
-matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib.ticker import ScalarFormatter  # noqa: E402
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must be chosen before pyplot loads
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _save(fig: Any, path: Path) -> dict[str, Any]:
+    plt = _pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
@@ -30,6 +35,7 @@ def _save(fig: Any, path: Path) -> dict[str, Any]:
 
 def plot_sweep(levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str) -> dict[str, Any]:
     """Latency (TTFT p99, completion p99) and 429/error rate against concurrency, per prefix mode, knee marked."""
+    plt = _pyplot()
     fig, (lat, err) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     for mode, style in (("shared", "-"), ("unique", "--")):
         rows = sorted((lv for lv in levels if lv.get("prefix") == mode), key=lambda lv: lv["concurrency"])
@@ -51,6 +57,8 @@ def plot_sweep(levels: Sequence[dict[str, Any]], knee: int | None, proposal: int
     err.set_ylabel("% of requests")
     err.set_xlabel("concurrent requests")
     err.set_xscale("log", base=2)
+    from matplotlib.ticker import ScalarFormatter
+
     err.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4 … rather than 2^0, 2^1, 2^2
     lat.set_title(title)
     fig.tight_layout()
@@ -60,6 +68,7 @@ def plot_sweep(levels: Sequence[dict[str, Any]], knee: int | None, proposal: int
 def plot_evaluation(kinds: Sequence[str], current: Sequence[float], production: Sequence[float] | None,
                     path: Path, title: str) -> dict[str, Any]:
     """Pass rate per kind, this release beside production."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = list(range(len(kinds)))
     width = 0.4 if production is not None else 0.6

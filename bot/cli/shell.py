@@ -18,14 +18,16 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from bot.app import KimiApp, create_app
-from bot.bootstrap import Context
 from bot.domain.messages import REJECT
-from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
+
+if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts (the CLI starts faster)
+    from bot.app import KimiApp
+    from bot.bootstrap import Context
+    from bot.sandbox.slack_stub import Message
 
 EMOJI = {
     ":white_check_mark:": "[ok]", ":warning:": "[warn]", ":x:": "[FAIL]", ":exclamation:": "[ERROR]",
@@ -73,6 +75,9 @@ class Shell:
     """Feeds lines to the Slack app as a given user and returns what that user would see, as text."""
 
     def __init__(self, ctx: Context, *, user: str, channel: str = "C0SHELL", groups: dict[str, list[str]] | None = None) -> None:
+        from bot.app import create_app
+        from bot.sandbox.slack_stub import SlackSender, SlackStub
+
         self.ctx = ctx
         self.user = user
         self.channel = channel
