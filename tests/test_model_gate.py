@@ -189,6 +189,19 @@ def test_no_more_cases_are_in_flight_than_the_set_allows(gate_ctx, server: OpenA
     assert any(c["http_status"] == 429 for c in report.attachments["evaluation"]["cases"])
 
 
+def test_a_case_trickling_past_the_sets_timeout_is_cut_off(gate_ctx, server: OpenAIServer) -> None:
+    # Every token arrives well inside the timeout, but a six-token answer takes 1.2 s in all: over the 0.5 s
+    # the set allows a case. A one-token answer still comes in time.
+    gate_ctx.settings.evaluation_set.write_text(TEST_SET.replace("timeout_seconds: 20", "timeout_seconds: 0.5"))
+    server.configure(token_delay=0.2)
+
+    report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", None)
+
+    cases = {c["case"]: c for c in report.attachments["evaluation"]["cases"]}
+    assert cases["code-add"]["failures"] == ["no answer: timed out"]
+    assert cases["needle"]["passed"]
+
+
 def test_wrong_tool_arguments_fail_the_tool_call_check(gate_ctx, server: OpenAIServer, tmp_path: Path) -> None:
     strict = TEST_SET.replace("arguments_schema: {type: object, required: [city], properties: {city: {type: string}}}",
                               "arguments_schema: {type: object, required: [city], properties: {city: {type: integer}}}")

@@ -2,7 +2,9 @@
 
 The knee lands where the server's limit is and the proposal follows the limit;
 a latency objective finds its own knee, and so do the queue depth and KV-cache
-usage read from ``/metrics``; the sweep stops by itself within its bounds; an approver's acceptance of the proposal survives the start-up re-sync.
+usage read from ``/metrics``; the sweep stops by itself within its bounds (a
+request trickling past its timeout is cut off); an approver's acceptance of the
+proposal survives the start-up re-sync.
 """
 
 from __future__ import annotations
@@ -235,6 +237,21 @@ def test_even_one_request_breaking_an_objective_fails_the_gate(sqlite_ctx, serve
     assert [lv["concurrency"] for lv in report.attachments["sweep"]["levels"]] == [1]
 
 
+def test_a_request_trickling_past_its_timeout_counts_as_an_error(sqlite_ctx, server: OpenAIServer) -> None:
+    # Each token comes 0.2 s after the last, inside the 0.5 s request timeout, but eight take 1.4 s in all.
+    server.configure(reply="one two three four five six seven eight nine ten", token_delay=0.2)
+    sweep = {**SMALL_SWEEP, "ceiling": 4, "prefix_modes": ["shared"], "request_timeout_seconds": 0.5}
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 2000})
+
+    report = run_traffic_gate(ctx, endpoint(ctx))
+
+    (level,) = report.attachments["sweep"]["levels"]
+    assert (level["concurrency"], level["ok"], level["errors"]) == (1, 0, 4)
+    assert level["broken"] == ["error rate 100% > 1%", "no request succeeded"]
+    assert report.status == "error"
+    assert "did not answer the sweep (every request failed: timed out)" in report.checks[0].reason
+
+
 def test_unreachable_endpoint_is_an_error(sqlite_ctx) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -244,6 +261,7 @@ def test_unreachable_endpoint_is_an_error(sqlite_ctx) -> None:
     report = run_traffic_gate(ctx, endpoint(ctx))
 
     assert report.status == "error"
+    assert "did not answer the sweep (every request failed: connection refused)" in report.checks[0].reason
 
 
 def _deployment_with_traffic_report(ctx, report: GateReport) -> int:

@@ -108,6 +108,7 @@ class LevelStats:
     kv_cache_usage: float | None
     prefix_cache_hit_rate: float | None
     broken: tuple[str, ...] = ()
+    first_error: str | None = None  # what the first failed (not rejected) request said, e.g. "timed out"
 
     @property
     def reject_rate(self) -> float:
@@ -158,6 +159,7 @@ def level_stats(concurrency: int, prefix: PrefixMode, samples: Sequence[Sample],
         queue_depth=peak.queue_depth,
         kv_cache_usage=peak.kv_cache_usage,
         prefix_cache_hit_rate=peak.prefix_cache_hit_rate,
+        first_error=next((s.error or f"HTTP {s.status}" for s in measured if not s.ok and not s.rejected), None),
     )
     return LevelStats(**{**asdict(stats), "broken": tuple(broken_objectives(stats, objectives))})
 

@@ -45,7 +45,9 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings) -> GateReport:
     objectives = objectives_for(ctx, endpoint)
     outcome = loadgen.sweep(endpoint, plan, objectives)
     if not outcome.levels or all(lv.ok == 0 and lv.rejected == 0 for lv in outcome.levels):
-        return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", f"the endpoint {endpoint.url} did not answer the sweep")],
+        said = next((lv.first_error for lv in outcome.levels if lv.first_error), None)
+        why = f" (every request failed: {said})" if said else ""
+        return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", f"the endpoint {endpoint.url} did not answer the sweep{why}")],
                           attachments={"sweep": _sweep_attachment(outcome, plan, objectives)})
     proposal = propose(outcome.levels, objectives, ceiling=plan.ceiling)
     current = endpoint.effective_request_limits

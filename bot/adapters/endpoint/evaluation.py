@@ -93,8 +93,13 @@ def _error_message(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}"
 
 
-def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, case_id: str = "") -> Answer:
-    """POST one streamed chat completion and return what came back, timed from the request's start."""
+def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, case_id: str = "",
+                deadline: float | None = None) -> Answer:
+    """POST one streamed chat completion and return what came back, timed from the request's start.
+
+    ``deadline`` bounds the whole request in seconds. The client's timeout only bounds each read,
+    so a stream trickling one token just inside it would otherwise run for tokens × timeout.
+    """
     payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
     url = base_url.rstrip("/") + "/v1/chat/completions"
     start = time.perf_counter()
@@ -118,6 +123,8 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, ca
                 if isinstance(chunk, dict) and chunk.get("object") == "error":
                     return Answer(case_id=case_id, http_status=200, error=str(chunk.get("message", "error in stream"))[:200], latency_ms=since())
                 partial.take(chunk, since())
+                if deadline is not None and since() > deadline * 1000.0:
+                    return Answer(case_id=case_id, http_status=None, error="timed out", latency_ms=since())
     except httpx.TimeoutException:
         return Answer(case_id=case_id, http_status=None, error="timed out", latency_ms=since())
     except httpx.ConnectError:
@@ -140,7 +147,8 @@ class HttpEvaluator:
         with httpx.Client(timeout=self.timeout or timeout, limits=limit, transport=self.transport) as client:
             with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool:
                 futures = [
-                    pool.submit(stream_chat, client, endpoint.url, case.request_body(endpoint.served_model_name), case_id=case.id)
+                    pool.submit(stream_chat, client, endpoint.url, case.request_body(endpoint.served_model_name), case_id=case.id,
+                                deadline=timeout)
                     for case in cases
                 ]
                 return [f.result() for f in futures]

@@ -162,7 +162,7 @@ class HttpLoadGenerator:
             "max_tokens": plan.max_tokens,
             "temperature": 0,
         }
-        answer = stream_chat(client, endpoint.url, body)
+        answer = stream_chat(client, endpoint.url, body, deadline=plan.request_timeout_seconds)
         return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms, error=answer.error)
 
     def _warm(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
