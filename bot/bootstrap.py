@@ -80,7 +80,7 @@ def production_adapters(settings: Settings, clock: Clock) -> dict[str, Any]:
     endpoint = HttpEndpointClient()
     return {
         ports.ARTIFACTS: RegionalArtifactVerifier(default_region(settings.aws_regions[0] if settings.aws_regions else None)),
-        ports.CLUSTER: ContextClusters(clock=clock),
+        ports.CLUSTER: ContextClusters(poll_seconds=settings.rollout_poll_seconds, clock=clock),
         ports.RESERVATIONS: AwsReservationSource(),
         ports.ENDPOINT: endpoint,
         ports.EVALUATOR: HttpEvaluator(),

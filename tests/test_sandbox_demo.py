@@ -68,7 +68,7 @@ def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path,
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "KUBECONFIG", "KIMI_CONFIG"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
-    settings = load_settings(data_dir=tmp_path, auto_migrate=True)
+    settings = load_settings(data_dir=tmp_path, auto_migrate=True, rollout_poll_seconds=0.5)
     ctx = build_context(settings, connect=True)
     try:
         wired = {key: type(adapter).__name__ for key, adapter in ctx.adapters.items()}
@@ -78,6 +78,7 @@ def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path,
             ports.EVALUATOR: "HttpEvaluator", ports.LOADGEN: "HttpLoadGenerator",
         }
         assert set(production_adapters(settings, SystemClock())) == set(wired)
+        assert ctx.adapters[ports.CLUSTER].poll_seconds == 0.5  # KIMI_ROLLOUT_POLL_SECONDS reaches the watch
         # A cluster that cannot be reached is an error check the gate shows, never a pass or a crash.
         preflight = ctx.adapters[ports.CLUSTER].preflight(load_settings(endpoints=[{"name": "x"}]).endpoints[0])
         assert [c.status for c in preflight] == ["error"] and "no access to cluster context" in preflight[0].reason

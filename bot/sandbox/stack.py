@@ -202,6 +202,7 @@ class Sandbox:
             "KIMI_DATA_DIR": str(self.data_dir),
             "KIMI_CONFIG": str(config),
             "KUBECONFIG": str(kubeconfig),
+            "KIMI_ROLLOUT_POLL_SECONDS": "0.2",  # the operator simulator moves in tenths of a second
             "AWS_ENDPOINT_URL": self.stand_ins["moto"].url,
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
         }
