@@ -129,6 +129,7 @@ def test_filler_is_deterministic_and_holds_its_needle_once(tokens: int, seed: in
         ("kind: long_context", "kind"),
         ("checks: {regex: ['NEEDLE-42']}", "at least one check"),
         ("tools: [{type: function, function: {name: lookup, parameters: {type: object}}}]", "needs tools"),
+        ("kind: structured_output", "needs an image_url part"),
     ],
 )
 def test_malformed_sets_are_one_line_errors(mutation: str, problem: str) -> None:
@@ -136,6 +137,7 @@ def test_malformed_sets_are_one_line_errors(mutation: str, problem: str) -> None
         "kind: long_context": "kind: essay",
         "checks: {regex: ['NEEDLE-42']}": "checks: {}",
         "tools: [{type: function, function: {name: lookup, parameters: {type: object}}}]": "tools: []",
+        "kind: structured_output": "kind: image",
     }[mutation]
     with pytest.raises(EvalSetError) as err:
         parse_eval_set(SET.replace(mutation, broken), source="eval.yaml")

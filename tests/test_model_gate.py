@@ -7,6 +7,7 @@ gate; the report keeps no prompt or answer text.
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 from bot.adapters.endpoint.evaluation import HttpEvaluator
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
+from bot.domain.evaluation import KINDS, expand, parse_eval_set
 from bot.sandbox.eval_replies import DEFAULT_SET_REFUSAL_PATTERNS, DEFAULT_SET_REPLIES
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services import ports
@@ -281,6 +283,21 @@ def test_the_default_kimi_set_passes_on_the_stand_in(make_ctx) -> None:
     cases = {c["case"]: c for c in report.attachments["evaluation"]["cases"]}
     assert cases["long-context-needle"]["prompt_tokens"] > 20_000
     assert len(cases) == 9
+
+
+def test_the_default_kimi_set_covers_every_kind_with_an_embedded_image_and_a_generated_document() -> None:
+    eval_set = parse_eval_set(DEFAULT_EVAL_SET.read_text(), source=str(DEFAULT_EVAL_SET))
+    assert set(eval_set.kinds) == set(KINDS)
+    (image,) = [c for c in eval_set.cases if c.kind == "image"]
+    urls = [p.image_url.url for m in image.messages if not isinstance(m.content, str) for p in m.content if p.type == "image_url"]
+    assert len(urls) == 1 and urls[0].startswith("data:image/png;base64,")  # embedded: no fetch from the endpoint
+    png = base64.b64decode(urls[0].split(",", 1)[1])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) < 4096
+    (long,) = [c for c in expand(eval_set) if c.kind == "long_context"]
+    assert len(json.dumps(long.request_body("Kimi-K3"))) >= 4 * eval_set.long_context_tokens  # ~4 characters a token
+    smaller = parse_eval_set(DEFAULT_EVAL_SET.read_text().replace("long_context_tokens: 32000", "long_context_tokens: 2000"))
+    (short,) = [c for c in expand(smaller) if c.kind == "long_context"]
+    assert 8000 <= len(json.dumps(short.request_body("Kimi-K3"))) < 12_000  # the configured size, not a fixed text
 
 
 def test_answer_excerpts_are_kept_only_when_the_set_turns_sampling_on(gate_ctx, server: OpenAIServer) -> None:

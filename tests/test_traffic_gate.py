@@ -195,7 +195,12 @@ def test_no_knee_up_to_the_ceiling_proposes_the_ceiling_and_warns(sqlite_ctx, se
 
     assert report.attachments["proposal"]["max_concurrent_requests"] == 4
     assert statuses(report)["traffic.knee"] == "warn"
-    assert [lv["concurrency"] for lv in report.attachments["sweep"]["levels"]] == [1, 2, 4]
+    sweep = report.attachments["sweep"]
+    assert [lv["concurrency"] for lv in sweep["levels"]] == [1, 2, 4]
+    # One warm-up request, then per level 2 steady and 2 burst requests per client; the warm-up is sent
+    # but measured by no level.
+    assert [lv["requests"] for lv in sweep["levels"]] == [4, 8, 16]
+    assert sweep["requests"] == server.stats().served == 1 + 4 + 8 + 16
 
 
 def test_the_sweep_stops_by_itself_within_its_request_budget(sqlite_ctx, server: OpenAIServer) -> None:

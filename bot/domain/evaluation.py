@@ -147,6 +147,9 @@ class EvalCase(BaseModel):
             raise ValueError(f"case {self.id}: a tool_call check needs tools")
         if self.filler is not None and self.kind != "long_context":
             raise ValueError(f"case {self.id}: only long_context cases take a filler")
+        if self.kind == "image" and not any(isinstance(part, ImagePart) for m in self.messages if not isinstance(m.content, str)
+                                            for part in m.content):
+            raise ValueError(f"case {self.id}: an image case needs an image_url part in its messages")
         return self
 
     def request_body(self, model: str) -> dict[str, Any]:
