@@ -86,9 +86,10 @@ def statuses(report: GateReport) -> dict[str, str]:
     return {c.name: c.status for c in report.checks}
 
 
-@pytest.mark.parametrize("limit", [6, 12])
-def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(sqlite_ctx, server: OpenAIServer, limit: int) -> None:
-    server.configure(max_running=limit, max_waiting=0, overflow_status=429)
+@pytest.mark.parametrize(("limit", "overflow"), [(6, 429), (12, 503)])
+def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(sqlite_ctx, server: OpenAIServer, limit: int,
+                                                                               overflow: int) -> None:
+    server.configure(max_running=limit, max_waiting=0, overflow_status=overflow)  # HyperPod answers either on overflow
     ctx = traffic_ctx(sqlite_ctx, server.url)
 
     report = run_traffic_gate(ctx, endpoint(ctx))
