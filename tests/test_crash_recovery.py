@@ -26,24 +26,13 @@ import pytest
 
 from bot.adapters.cluster.rest import object_path
 from bot.sandbox.stack import APPROVER_2, DEPLOYER, ENDPOINT, NAMESPACE
-from bot.services import ports
 from bot.services.access import Identity
 from bot.services.deployments import decide_gate, get_deployment, in_flight, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.releases import register_release
 from tests.cli_support import CliSandbox, approve_in_process, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
-from tests.workflow_support import (
-    APPROVER_1,
-    REQUESTER,
-    ROLES,
-    FakeCluster,
-    FakeEndpoint,
-    FakeReservations,
-    FakeVerifier,
-    endpoint_config,
-    release_data,
-)
+from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, fake_adapters, release_data
 
 WAIT_SECONDS = 90  # a bound on waiting for another process, not a performance expectation
 
@@ -163,10 +152,7 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
 @pytest.fixture()
 def wf(make_ctx):
     ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
-    ctx.adapters.update({
-        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
-        ports.RESERVATIONS: FakeReservations(),
-    })
+    ctx.adapters.update(fake_adapters())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
     return ctx, Engine(ctx, readiness_pause=0)

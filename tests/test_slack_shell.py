@@ -7,18 +7,14 @@ import re
 import pytest
 
 from bot.cli.shell import Shell
-from bot.services import ports
 from bot.services.releases import register_release
-from tests.workflow_support import ROLES, FakeCluster, FakeEndpoint, FakeReservations, FakeVerifier, endpoint_config, release_data
+from tests.workflow_support import ROLES, endpoint_config, fake_adapters, release_data
 
 
 @pytest.fixture()
 def console(make_ctx):
     ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
-    ctx.adapters.update({
-        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
-        ports.RESERVATIONS: FakeReservations(),
-    })
+    ctx.adapters.update(fake_adapters())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     shell = Shell(ctx, user="U0DEPLOYER")
     yield shell

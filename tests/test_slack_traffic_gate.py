@@ -36,16 +36,7 @@ from bot.services.engine import Engine
 from bot.services.releases import register_release
 from commands.base import ENGINE_KEY
 from tests.slack_support import CHANNEL, SlackBench, blocks_text, button, start_bench, stop_bench
-from tests.workflow_support import (
-    REQUESTER,
-    ROLES,
-    FakeCluster,
-    FakeEndpoint,
-    FakeReservations,
-    FakeVerifier,
-    endpoint_config,
-    release_data,
-)
+from tests.workflow_support import REQUESTER, ROLES, endpoint_config, fake_adapters, release_data
 
 LIMIT = 6  # the server answers 429 past this many running requests: the proposal must follow it
 SWEEP = {
@@ -69,10 +60,7 @@ def bench(make_ctx, server: OpenAIServer) -> Iterator[SlackBench]:
     endpoint = endpoint_config(channel=CHANNEL, url=server.url,
                                request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})
     ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000})
-    ctx.adapters.update({
-        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
-        ports.RESERVATIONS: FakeReservations(), ports.LOADGEN: HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics),
-    })
+    ctx.adapters.update(fake_adapters(**{ports.LOADGEN: HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)}))
     ctx.adapters[ENGINE_KEY] = Engine(ctx, readiness_pause=0)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]})

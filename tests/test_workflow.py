@@ -28,11 +28,9 @@ from tests.workflow_support import (
     REQUESTER,
     ROLES,
     STRANGER,
-    FakeCluster,
-    FakeEndpoint,
-    FakeReservations,
-    FakeVerifier,
     endpoint_config,
+    fake_adapters,
+    FakeVerifier,
     release_data,
 )
 
@@ -40,10 +38,7 @@ from tests.workflow_support import (
 @pytest.fixture()
 def wf(make_ctx):
     ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
-    ctx.adapters.update({
-        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
-        ports.RESERVATIONS: FakeReservations(),
-    })
+    ctx.adapters.update(fake_adapters())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
     register_release(ctx, release_data("rel-c", EXTRA="2"), "U0DEPLOYER")

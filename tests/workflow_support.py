@@ -19,6 +19,7 @@ from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+from bot.services import ports
 from bot.services.access import Identity
 from tests.conftest import EXAMPLE_RELEASE, START
 
@@ -133,3 +134,13 @@ class FakeEndpoint:
 
     def drain(self, endpoint: EndpointSettings, timeout_seconds: float):
         return True, self.metrics(endpoint)
+
+
+def fake_adapters(**overrides: object) -> dict[str, object]:
+    """The workflow's ports answered by the in-memory fakes above; ``overrides`` (by port key) replace some."""
+    adapters: dict[str, object] = {
+        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
+        ports.RESERVATIONS: FakeReservations(),
+    }
+    adapters.update(overrides)
+    return adapters
