@@ -35,7 +35,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.adapters.slack.blocks import home_view, reject_modal, render
-from bot.adapters.slack.identity import GroupDirectory
+from bot.adapters.slack.identity import GroupDirectory, web_client
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Context
 from bot.domain.messages import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, REJECT_MODAL, GateTicket, Reply, reply
@@ -142,7 +142,7 @@ class KimiApp:
         self.command = command
         self.metrics = Metrics()
         self.replays = ReplayGuard()
-        self.directory = GroupDirectory(client, _role_groups(ctx))
+        self.directory = GroupDirectory(client, ctx.settings.roles.members)
         self.notifier = SlackNotifier(client, ctx.uow, ctx.clock, on_delivered=self._refresh_homes)
         ctx.adapters.setdefault("notifier", self.notifier)
         self._home_viewers: dict[str, None] = {}
@@ -454,18 +454,6 @@ def _reason(view: dict[str, Any]) -> str:
     return str((values.get("reason") or {}).get("value") or "").strip()
 
 
-def _role_groups(ctx: Context) -> set[str]:
-    roles = ctx.settings.roles
-    return {member for role in (roles.viewer, roles.deployer, roles.approver, roles.admin) for member in role}
-
-
-def web_client(ctx: Context, token: str) -> WebClient:
-    base = ctx.settings.slack_api_url
-    if base:
-        return WebClient(token=token, base_url=base.rstrip("/") + "/")
-    return WebClient(token=token)
-
-
 def create_app(
     ctx: Context,
     *,
@@ -476,7 +464,7 @@ def create_app(
     outbox_seconds: float | None = 2.0,
 ) -> KimiApp:
     """Build the Slack app on ``ctx``; ``auth.test`` is called once to learn the bot's identity."""
-    client = web_client(ctx, bot_token)
+    client = web_client(bot_token, ctx.settings.slack_api_url)
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
     bolt = App(
         client=client,

@@ -66,7 +66,8 @@ def production_adapters(settings: Settings, clock: Clock) -> dict[str, Any]:
     AWS credentials come from the standard chain (IRSA in the cluster, a profile
     locally); ``AWS_ENDPOINT_URL`` still redirects boto3. Clusters come from each
     endpoint's kubeconfig context (in-cluster service account by default). The
-    notifier is not here: the Slack app adds it, since only it holds a token.
+    notifier is not here: the Slack app adds it. With ``SLACK_BOT_TOKEN`` set, a
+    user-group directory lets the CLI honour roles granted through Slack user groups.
     """
     from bot.adapters.aws.artifacts import RegionalArtifactVerifier
     from bot.adapters.aws.reservations import AwsReservationSource
@@ -78,7 +79,10 @@ def production_adapters(settings: Settings, clock: Clock) -> dict[str, Any]:
     from bot.services import ports
 
     endpoint = HttpEndpointClient()
-    return {
+    adapters: dict[str, Any] = {}
+    if settings.slack_bot_token:  # the CLI resolves roles granted through Slack user groups too
+        adapters[ports.DIRECTORY] = group_directory(settings, settings.slack_bot_token)
+    return adapters | {
         ports.ARTIFACTS: RegionalArtifactVerifier(default_region(settings.aws_regions[0] if settings.aws_regions else None)),
         ports.CLUSTER: ContextClusters(poll_seconds=settings.rollout_poll_seconds, clock=clock),
         ports.RESERVATIONS: AwsReservationSource(),
@@ -86,6 +90,13 @@ def production_adapters(settings: Settings, clock: Clock) -> dict[str, Any]:
         ports.EVALUATOR: HttpEvaluator(),
         ports.LOADGEN: HttpLoadGenerator(metrics=endpoint.metrics),
     }
+
+
+def group_directory(settings: Settings, token: str) -> Any:
+    """Slack user groups named in the roles, read with ``token`` (at ``KIMI_SLACK_API_URL`` if set)."""
+    from bot.adapters.slack.identity import GroupDirectory, web_client
+
+    return GroupDirectory(web_client(token, settings.slack_api_url), settings.roles.members)
 
 
 def sync_endpoints(ctx: Context) -> None:

@@ -98,6 +98,11 @@ class Roles(BaseModel):
     approver: list[str] = Field(default_factory=list)
     admin: list[str] = Field(default_factory=list)
 
+    @property
+    def members(self) -> set[str]:
+        """Every user and user-group ID named in any role."""
+        return {m for role in (self.viewer, self.deployer, self.approver, self.admin) for m in role}
+
 
 class Settings(BaseSettings):
     """Every setting of kimi-ops; see the README's settings table."""

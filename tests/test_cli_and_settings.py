@@ -122,3 +122,32 @@ def test_settings_yaml_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("KIMI_READINESS_FAILURES_TO_ALERT", "zero")
     with pytest.raises(ConfigError, match="^KIMI_READINESS_FAILURES_TO_ALERT: "):
         load_settings()
+
+
+def test_the_cli_honours_a_role_granted_through_a_slack_user_group(tmp_path: Path) -> None:
+    from bot.sandbox.slack_stub import SlackStub
+
+    config = tmp_path / "kimi.yaml"
+    config.write_text(
+        "endpoints:\n  - name: kimi-dev\n    environment: dev\n    url: http://127.0.0.1:9\n"
+        "roles:\n  deployer: [S0PLATFORM]\n"
+    )
+    register = runner.invoke(app, ["release", "register", str(EXAMPLE_RELEASE), "--as", "cli:test"],
+                             env=_cli_env(tmp_path, config))
+    assert register.exit_code == 0, register.output
+    with SlackStub(groups={"S0PLATFORM": ["U0GROUPIE"]}) as stub:
+        without_token = runner.invoke(app, ["deploy", "kimi-k3-2026-08-01", "--as", "U0GROUPIE"], env=_cli_env(tmp_path, config))
+        assert without_token.exit_code != 0 and "you need the deployer role" in without_token.output
+        with_token = runner.invoke(app, ["deploy", "kimi-k3-2026-08-01", "--as", "U0GROUPIE"],
+                                   env=_cli_env(tmp_path, config, SLACK_BOT_TOKEN="xoxb-cli", KIMI_SLACK_API_URL=stub.api_url))
+        assert with_token.exit_code == 0, with_token.output
+        assert "deployment #1: deploy of kimi-k3-2026-08-01 to kimi-dev — artifact gate" in with_token.output
+        # The CLI's production S3/ECR verifier really asked (and could not reach) AWS: an error, never a pass.
+        assert "ERROR weights.objects: could not be checked" in with_token.output
+        assert [c.params.get("usergroup") for c in stub.calls_to("usergroups.users.list")] == ["S0PLATFORM"]
+
+
+def _cli_env(tmp_path: Path, config: Path, **extra: str) -> dict[str, str]:
+    # No AWS account: the artifact checks fail fast against an unroutable endpoint instead of looking for credentials.
+    return _env(tmp_path, KIMI_CONFIG=str(config), KIMI_AUTO_MIGRATE="1", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
+                AWS_ENDPOINT_URL="http://127.0.0.1:9", KUBECONFIG=str(tmp_path / "none"), **extra)

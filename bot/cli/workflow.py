@@ -22,13 +22,13 @@ AS_OPTION = typer.Option(None, "--as", help="Slack user ID to act as (default: K
 
 
 def _identity(ctx, user: str | None):
-    from bot.services.access import Identity
+    from bot.services.access import identify
     from bot.services.errors import Refused
 
     user = user or ctx.settings.cli_user
     if not user:
         raise Refused("say who you are: --as U123ABC (a Slack user ID) or set KIMI_CLI_USER")
-    return Identity(user)
+    return identify(ctx, user)
 
 
 def _show(view) -> None:

@@ -2,7 +2,8 @@
 
 Roles come from settings (``roles:`` in the ``KIMI_CONFIG`` file): lists of Slack
 user IDs and user-group IDs. The CLI uses the same identities (``--as U…`` or
-``KIMI_CLI_USER``). Anything not explicitly allowed is refused, and every refusal
+``KIMI_CLI_USER``), its groups read from Slack by :func:`identify` when a bot token
+is configured. Anything not explicitly allowed is refused, and every refusal
 is written to the audit log.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bot.bootstrap import Context
+from bot.services import ports
 from bot.services.errors import Forbidden
 
 # The role each action needs; an action missing here is refused (fail closed).
@@ -45,6 +47,16 @@ class Identity:
 
     def __str__(self) -> str:
         return self.user_id
+
+
+def identify(ctx: Context, user_id: str) -> Identity:
+    """The person behind a Slack user ID, with the user groups the process's directory knows.
+
+    Without a directory (no Slack bot token) groups are unknown: roles granted only
+    through a group are then refused, never assumed.
+    """
+    directory: ports.Directory | None = ctx.adapters.get(ports.DIRECTORY)
+    return Identity(user_id, directory.groups_of(user_id) if directory is not None else frozenset())
 
 
 def roles_of(ctx: Context, identity: Identity) -> frozenset[str]:

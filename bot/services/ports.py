@@ -27,6 +27,7 @@ RESERVATIONS = "reservations"
 NOTIFIER = "notifier"
 EVALUATOR = "evaluator"
 LOADGEN = "loadgen"
+DIRECTORY = "directory"
 
 
 class ArtifactVerifier(Protocol):
@@ -101,3 +102,9 @@ class ReservationSource(Protocol):
     def capacity_blocks(self, region: str, instance_type: str) -> list[ReservationInfo]: ...
 
     def training_plans(self, region: str) -> list[ReservationInfo]: ...
+
+
+class Directory(Protocol):
+    """Which role-relevant Slack user groups a person belongs to (roles may name ``S…`` groups)."""
+
+    def groups_of(self, user_id: str) -> frozenset[str]: ...

@@ -56,3 +56,10 @@ class GroupDirectory:
     def groups_of(self, user_id: str) -> frozenset[str]:
         """The role-relevant groups ``user_id`` belongs to."""
         return frozenset(g for g in self._groups if user_id in self._members(g))
+
+
+def web_client(token: str, base_url: str | None = None) -> WebClient:
+    """A Web API client; ``base_url`` (``KIMI_SLACK_API_URL``) points it at a stand-in such as the tests' stub."""
+    if base_url:
+        return WebClient(token=token, base_url=base_url.rstrip("/") + "/")
+    return WebClient(token=token)
