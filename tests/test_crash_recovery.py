@@ -30,9 +30,8 @@ from bot.services.access import Identity
 from bot.services.deployments import decide_gate, get_deployment, in_flight, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
-from bot.services.releases import register_release
 from tests.cli_support import CliSandbox, approve_in_process, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
-from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import APPROVER_1, REQUESTER, workflow
 
 WAIT_SECONDS = 90  # a bound on waiting for another process, not a performance expectation
 
@@ -151,11 +150,7 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
 
 @pytest.fixture()
 def wf(make_ctx):
-    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
-    ctx.adapters.update(fake_adapters())
-    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
-    return ctx, Engine(ctx, readiness_pause=0)
+    return workflow(make_ctx, releases=2)
 
 
 def _lose_manifest(uow: Any, dep: Any) -> str:

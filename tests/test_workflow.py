@@ -29,20 +29,15 @@ from tests.workflow_support import (
     ROLES,
     STRANGER,
     endpoint_config,
-    fake_adapters,
     FakeVerifier,
     release_data,
+    workflow,
 )
 
 
 @pytest.fixture()
 def wf(make_ctx):
-    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
-    ctx.adapters.update(fake_adapters())
-    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
-    register_release(ctx, release_data("rel-c", EXTRA="2"), "U0DEPLOYER")
-    return ctx, Engine(ctx, readiness_pause=0)
+    return workflow(make_ctx, releases=3)
 
 
 def approve(ctx, engine, dep_id, who=APPROVER_1):

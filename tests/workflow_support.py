@@ -144,3 +144,16 @@ def fake_adapters(**overrides: object) -> dict[str, object]:
     }
     adapters.update(overrides)
     return adapters
+
+
+def workflow(make_ctx, releases: int = 2) -> tuple[object, object]:
+    """A context on the fakes with ``kimi-prod`` declared, releases rel-a, rel-b… registered, and an engine."""
+    from bot.services.engine import Engine
+    from bot.services.releases import register_release
+
+    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
+    ctx.adapters.update(fake_adapters())
+    for i in range(releases):
+        extra = {"EXTRA": str(i)} if i else {}
+        register_release(ctx, release_data(f"rel-{'abcdefgh'[i]}", **extra), "U0DEPLOYER")
+    return ctx, Engine(ctx, readiness_pause=0)
