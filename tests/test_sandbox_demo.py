@@ -10,6 +10,7 @@ steps and the history.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,9 @@ def test_demo_shows_real_gate_measurements_and_probe_history(demo_run: subproces
     assert "9/9 cases passed" in out and "vs production kimi-k3-2026-08-01" in out  # the model gate, measured
     assert "knee at " in out and "proposing " in out  # the traffic gate's sweep found the stand-in's limit
     assert "*recent probes:* [ok]" in out  # /kimi status after the scheduled readiness probes
+    accepted = re.search(r"You accepted maxConcurrentRequests (\d+), maxQueueSize (\d+)", out)
+    assert accepted  # the approver took the measured limits…
+    assert f"{accepted[1]} concurrent, queue {accepted[2]} (accepted from a traffic gate)" in out  # …which /kimi status shows
     assert "readiness-probe: kimi-prod: answered: first token" in out
 
 

@@ -9,7 +9,7 @@ every line goes through the same signed-request dispatch path as Slack.
 ``sandbox`` hands the console to a person. ``demo`` plays the newcomer's tour
 and prints the conversation: the reservation watch's countdown and alert, a
 deploy through four gates approved by two people (with a self-approval
-refused), readiness probes, a second release compared with production, and a
+refused, and the traffic gate's measured admission limits accepted), readiness probes, a second release compared with production, and a
 rollback to the complete previous release. It exits non-zero if any step does
 not end where it should.
 """
@@ -101,6 +101,8 @@ def tour(tour: Tour) -> None:
     tour.say(DEPLOYER, f"/kimi deploy {first} to {ENDPOINT}")
     tour.press(DEPLOYER, "Approve", "artifact", 1)  # refused: on prod the requester may not approve their own
     for i, gate in enumerate(GATES):
+        if gate == "traffic":  # the sweep measured where the endpoint saturates: admit no more than that
+            tour.press(APPROVER_2, "Accept proposed limits", gate, 1)
         tour.press((APPROVER_1, APPROVER_2)[i % 2], "Approve", gate, 1)
     tour.expect_live(1)
 
