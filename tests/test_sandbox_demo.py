@@ -69,7 +69,7 @@ def test_demo_shows_real_gate_measurements_and_probe_history(demo_run: subproces
 
 def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # No AWS credentials, kubeconfig or network: building them must not touch any of those.
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "KUBECONFIG", "KIMI_CONFIG"):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "KUBECONFIG", "KIMI_CONFIG", "SLACK_BOT_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
     settings = load_settings(data_dir=tmp_path, auto_migrate=True, rollout_poll_seconds=0.5)
