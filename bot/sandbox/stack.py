@@ -108,6 +108,7 @@ class Sandbox:
     def _start_stand_ins(self) -> None:
         from bot.sandbox.aws import start_moto
         from bot.sandbox.capacity import CapacityStandIn
+        from bot.sandbox.capacity_http import SageMakerFace
         from bot.sandbox.eval_replies import DEFAULT_SET_REFUSAL_PATTERNS, DEFAULT_SET_REPLIES
         from bot.sandbox.kube import seed_cluster, start_kube
         from bot.sandbox.openai_server import OpenAIServer
@@ -122,7 +123,8 @@ class Sandbox:
         self.stand_ins["openai"] = OpenAIServer(
             replies=DEFAULT_SET_REPLIES, refusal_patterns=DEFAULT_SET_REFUSAL_PATTERNS, **SERVER_SPEED, **SERVER_LIMIT,
         ).start()
-        self.stand_ins["capacity"] = CapacityStandIn()
+        capacity = self.stand_ins["capacity"] = CapacityStandIn()
+        self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
 
     def settings(self) -> Settings:
         """The sandbox's settings: its own SQLite file, the endpoint on the stand-ins, the demo's people."""
@@ -191,7 +193,7 @@ class Sandbox:
         return self.ctx.settings.endpoint(ENDPOINT)
 
     def environment(self, kubeconfig: Path) -> dict[str, str]:
-        """Variables that aim a separate ``kimi-ops`` process at this sandbox (database, S3/ECR, cluster)."""
+        """Variables that aim a separate ``kimi-ops`` process at this sandbox (database, S3/ECR, training plans, cluster)."""
         config = self.data_dir / "sandbox-settings.yaml"
         settings = self.settings()
         config.write_text(yaml.safe_dump(json.loads(settings.model_dump_json(
@@ -204,6 +206,7 @@ class Sandbox:
             "KUBECONFIG": str(kubeconfig),
             "KIMI_ROLLOUT_POLL_SECONDS": "0.2",  # the operator simulator moves in tenths of a second
             "AWS_ENDPOINT_URL": self.stand_ins["moto"].url,
+            "AWS_ENDPOINT_URL_SAGEMAKER": self.stand_ins["sagemaker"].url,  # training plans: moto has none
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
         }
 
@@ -223,7 +226,7 @@ class Sandbox:
         if self.ctx is not None:
             self.ctx.close()
             self.ctx = None
-        for name in ("openai", "operator", "kube", "moto"):
+        for name in ("sagemaker", "openai", "operator", "kube", "moto"):
             stand_in = self.stand_ins.pop(name, None)
             if stand_in is not None:
                 stand_in.stop()
