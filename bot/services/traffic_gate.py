@@ -185,10 +185,7 @@ def accept_proposed_limits(
         if seen_report_hash is not None and seen_report_hash != row.report_hash:
             raise refuse(f"the traffic report of deployment #{deployment_id} changed since you looked (it was re-checked); "
                          "accept the proposal of the newest report in the thread", "stale")
-        done = find_acceptance(
-            [(a.action, a.actor, a.at, a.details or {}) for a in uow.audit.list(subject=f"endpoint:{name}", limit=500)],
-            deployment_id, row.report_hash,
-        )
+        done = find_acceptance(uow.audit.actions(f"endpoint:{name}", LIMITS_ACCEPTED), deployment_id, row.report_hash)
         if done is not None:
             raise refuse(f"these limits were already accepted by <@{done.accepted_by}> at {done.accepted_at:%Y-%m-%d %H:%M} UTC "
                          f"({limits_words(done.accepted)}); nothing changed", "already_accepted")

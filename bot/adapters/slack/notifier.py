@@ -48,6 +48,7 @@ from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
 from bot.domain.messages import (
+    LIMITS_ACCEPTED,
     LIMITS_CLOSED_STATES,
     GateTicket,
     LimitsAcceptance,
@@ -250,8 +251,7 @@ class SlackNotifier:
         return uow.session.get(GateResult, row_id) if row_id else None
 
     def _acceptance(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> LimitsAcceptance | None:
-        entries = uow.audit.list(subject=f"endpoint:{dep.endpoint.name}", limit=500)
-        return find_acceptance([(a.action, a.actor, a.at, a.details or {}) for a in entries], dep.id, row.report_hash)
+        return find_acceptance(uow.audit.actions(f"endpoint:{dep.endpoint.name}", LIMITS_ACCEPTED), dep.id, row.report_hash)
 
     def _limits(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult, report: GateReport) -> tuple[Part, ...]:
         """The accept-limits part of a traffic gate message, as things stand in the database now."""

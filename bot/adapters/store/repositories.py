@@ -218,6 +218,13 @@ class AuditRepository(_Repository):
         )
         return self._add(entry)
 
+    def actions(self, subject: str, action: str) -> list[tuple[str, str, dt.datetime, dict[str, Any]]]:
+        """Every ``action`` row about ``subject``, newest first, as ``(action, actor, at, details)``."""
+        rows = self.session.scalars(
+            select(AuditEntry).where(AuditEntry.subject == subject, AuditEntry.action == action).order_by(AuditEntry.id.desc())
+        ).all()
+        return [(a.action, a.actor, a.at, a.details or {}) for a in rows]
+
     def list(self, subject: str | None = None, limit: int = 100) -> Sequence[AuditEntry]:
         stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
         if subject is not None:
