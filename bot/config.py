@@ -20,6 +20,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from bot.domain.sweep import Objectives, SweepPlan
+from bot.route_config import RouteSettings
 
 Role = Literal["viewer", "deployer", "approver", "admin"]
 EndpointKind = Literal["hyperpod", "eks"]
@@ -70,6 +71,14 @@ class EndpointSettings(BaseModel):
         description="Namespaces besides the endpoint's own allowed to reach its API port (EKS NetworkPolicy).",
     )
     rollback_approvals: int = Field(default=1, ge=0, le=4)
+    # The Gateway API HTTPRoute kimi-ops keeps in front of the endpoint (bot/route_config.py); None: no route.
+    route: RouteSettings | None = None
+
+    @model_validator(mode="after")
+    def _route_backends(self) -> "EndpointSettings":
+        if self.route is not None:
+            self.route.check_for(self.name)
+        return self
 
     @property
     def requires_separate_approver(self) -> bool:

@@ -61,6 +61,7 @@ SUBRESOURCES: dict[str, set[str]] = {
     "Service": {"status"},
     "PodDisruptionBudget": {"status"},
     "CustomResourceDefinition": {"status"},
+    "HTTPRoute": {"status"},
 }
 
 

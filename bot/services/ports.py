@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from bot.config import EndpointSettings
+from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
@@ -69,6 +70,19 @@ class Cluster(Protocol):
     ) -> RolloutOutcome: ...
 
     def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None: ...
+
+    def set_route(self, endpoint: EndpointSettings, admission: Admission, reason: str) -> RouteStatus:
+        """Write the endpoint's HTTPRoute for ``admission`` (field manager ``kimi-ops-admission``) and read it back.
+
+        Raises ``bot.adapters.cluster.RouteNotConfigured`` when the endpoint has no ``route`` settings and
+        ``InvalidManifest`` for a share without a fallback. The returned status is the stored object's: a
+        gateway's ``Accepted`` for the new generation comes later (poll ``route_status``).
+        """
+        ...
+
+    def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
+        """The route the cluster has now (annotation, rules and weights, parent conditions); None when none."""
+        ...
 
 
 class EndpointClient(Protocol):

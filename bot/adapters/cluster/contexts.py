@@ -15,6 +15,7 @@ from typing import Any
 from bot.adapters.clock import Clock
 from bot.adapters.cluster.kube import KubernetesCluster, render_manifest
 from bot.config import EndpointSettings
+from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
@@ -75,3 +76,9 @@ class ContextClusters:
 
     def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
         self.cluster(endpoint).set_admission(endpoint, open_, reason)
+
+    def set_route(self, endpoint: EndpointSettings, admission: Admission, reason: str) -> RouteStatus:
+        return self.cluster(endpoint).set_route(endpoint, admission, reason)
+
+    def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
+        return self.cluster(endpoint).route_status(endpoint)

@@ -17,6 +17,9 @@
   The endpoint object gets the annotation ``kimi-ops.io/admission`` for people
   using ``kubectl``. Both are written under their own field manager, so the
   release apply never removes or conflicts with them.
+* Route (see DESIGN.md, "Traffic layer"): ``set_route`` and ``route_status``
+  keep the endpoint's Gateway API HTTPRoute (:mod:`.route`) under the same
+  ``kimi-ops-admission`` field manager.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
+from bot.adapters.cluster.route import apply_route, current_route
 from bot.adapters.cluster.rollout import (
     Reading, belongs_to, event_key, event_summary, pod_summary, read_deployment, read_hyperpod,
 )
 from bot.adapters.cluster.validate import crd_schema_document, manifest_errors
 from bot.config import EndpointSettings
+from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
@@ -324,3 +329,12 @@ class KubernetesCluster:
         """The admission ConfigMap's data, or ``None`` when it was never written (admission open)."""
         configmap = self.rest.get(object_path("ConfigMap", admission_configmap_name(endpoint), endpoint.namespace))
         return None if configmap is None else dict(configmap.get("data") or {})
+
+    # -- route ----------------------------------------------------------------------------------------
+
+    def set_route(self, endpoint: EndpointSettings, admission: Admission, reason: str) -> RouteStatus:
+        """Apply the endpoint's HTTPRoute for ``admission``; raises ``RouteNotConfigured`` without a route block."""
+        return apply_route(self.rest, endpoint, admission, reason, self.clock.now().isoformat())
+
+    def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
+        return current_route(self.rest, endpoint)

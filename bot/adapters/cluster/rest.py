@@ -39,6 +39,7 @@ RESOURCES: dict[str, Kind] = {
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets", True),
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies", True),
     "ConfigMap": Kind("v1", "configmaps", True),
+    "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes", True),
     "Pod": Kind("v1", "pods", True),
     "Event": Kind("v1", "events", True),
     "Namespace": Kind("v1", "namespaces", False),

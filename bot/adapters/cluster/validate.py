@@ -128,6 +128,18 @@ def _leaf_errors(errors: Iterable[jsonschema.ValidationError]) -> Iterator[jsons
             yield error
 
 
+def crd_validator(document: dict[str, Any]) -> Any:
+    """A validator for one shipped CRD document (``openAPIV3Schema`` with the extensions above)."""
+    return _KubeValidator(_structural(copy.deepcopy(document["openAPIV3Schema"])))
+
+
+def schema_errors(validator: Any, obj: dict[str, Any]) -> list[str]:
+    """``Kind/name path: message`` for each error ``validator`` finds in ``obj``, ordered by path."""
+    label = f"{obj.get('kind') or '?'}/{(obj.get('metadata') or {}).get('name', '?')}"
+    errors = sorted(_leaf_errors(validator.iter_errors(obj)), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return [f"{label} {_describe(e)}" for e in errors]
+
+
 def object_errors(obj: dict[str, Any]) -> list[str]:
     """Schema errors of one object (empty when valid), each ``Kind/name path: message``."""
     kind = str(obj.get("kind", ""))
