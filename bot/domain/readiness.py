@@ -38,6 +38,9 @@ class MetricsSnapshot:
     # Raw cumulative counters, so a caller comparing two snapshots can get the hit rate of an interval.
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
+    # Requests the server finished since it started (every finish reason, abort included): two snapshots
+    # minus the caller's own requests tell whether anyone else's requests reached the model in between.
+    requests_finished: float | None = None
 
     @property
     def idle(self) -> bool:

@@ -5,7 +5,8 @@ their metric name only and summed across label sets: current vLLM adds an
 ``engine`` label (one series per data-parallel engine) and may serve several
 model names, so a scraper keyed on the full label set would break. Names renamed
 in vLLM 0.9 (``gpu_cache_usage_perc``, ``gpu_prefix_cache_*``) are read when the
-current ones are absent.
+current ones are absent. The finished-request counter (``request_success``) is
+summed over every finish reason, so two snapshots give the requests served in between.
 
 Time-to-first-token quantiles come from the cumulative histogram buckets with the
 same linear interpolation as PromQL's ``histogram_quantile``; they describe every
@@ -29,6 +30,9 @@ KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
 TTFT = "vllm:time_to_first_token_seconds"
+# Exposed as ``vllm:request_success_total`` by every vLLM (older loggers declared the ``_total`` name, newer
+# ones let prometheus-client add it); the bare name is what a scrape declaring the family untyped shows.
+FINISHED = ("vllm:request_success_total", "vllm:request_success")
 
 
 class MetricsUnavailable(Exception):
@@ -128,6 +132,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         ttft_p99_s=histogram_quantile(0.99, buckets),
         prefix_cache_hits=hits,
         prefix_cache_queries=queries,
+        requests_finished=_sum(samples, FINISHED),
     )
 
 
