@@ -12,7 +12,10 @@ The adapters are the production classes (:func:`bot.bootstrap.production_adapter
 builds the same ones from settings), pointed at the stand-ins. ``kimi-ops
 sandbox`` and ``kimi-ops demo`` put the Slack bot on top of it; tests use it for
 whole-workflow runs. :meth:`Sandbox.environment` gives the variables that aim a
-separate ``kimi-ops`` process at the same stand-ins.
+separate ``kimi-ops`` process at the same stand-ins. With ``traffic=True`` it also
+runs the traffic layer (:mod:`bot.sandbox.traffic`: a fallback model server and the
+Gateway API gateway stand-in), gives the endpoint its ``route`` block, and
+:attr:`Sandbox.gateway_url` is where users' requests go.
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watc
 SANDBOX_LATENCY_FLOOR_MS = 1000.0
 
 
-def endpoint_config(url: str) -> dict[str, Any]:
-    """The sandbox's one production endpoint on HyperPod."""
-    return {
+def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The sandbox's one production endpoint on HyperPod (behind the gateway stand-in when ``route`` is given)."""
+    return {**({"route": route} if route else {}),
         "name": ENDPOINT, "kind": "hyperpod", "environment": "prod", "namespace": NAMESPACE,
         "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
@@ -84,6 +87,7 @@ class Sandbox:
     clock: Clock = field(default_factory=SystemClock)
     reservation_days: float = RESERVATION_DAYS
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
+    traffic: bool = False  # also run the fallback model server and the gateway stand-in
     stand_ins: dict[str, Any] = field(default_factory=dict)
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
@@ -123,6 +127,11 @@ class Sandbox:
         self.stand_ins["openai"] = OpenAIServer(
             replies=DEFAULT_SET_REPLIES, refusal_patterns=DEFAULT_SET_REFUSAL_PATTERNS, **SERVER_SPEED, **SERVER_LIMIT,
         ).start()
+        if self.traffic:
+            from bot.sandbox.traffic import start_traffic_layer
+
+            self.stand_ins["traffic"] = start_traffic_layer(kube.rest(), namespace=NAMESPACE, endpoint=ENDPOINT,
+                                                            model_url=self.stand_ins["openai"].url)
         capacity = self.stand_ins["capacity"] = CapacityStandIn()
         self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
 
@@ -132,7 +141,7 @@ class Sandbox:
             "data_dir": self.data_dir,
             "database_url": f"sqlite:///{(self.data_dir / 'sandbox.db').resolve()}",
             "config": None,
-            "endpoints": [endpoint_config(self.stand_ins["openai"].url)],
+            "endpoints": [endpoint_config(self.stand_ins["openai"].url, self._route())],
             "roles": ROLES,
             "aws_regions": ["us-east-1"],
             "traffic_sweep": SANDBOX_SWEEP,
@@ -180,13 +189,26 @@ class Sandbox:
 
         moto = self.stand_ins["moto"]
         s3, ecr = moto.client("s3"), moto.client("ecr")
-        endpoint = EndpointSettings(**endpoint_config(self.stand_ins["openai"].url))
+        endpoint = EndpointSettings(**endpoint_config(self.stand_ins["openai"].url, self._route()))
         now = self.clock.now()
         self.stand_ins["capacity"].cover(endpoint, now - dt.timedelta(days=1), now + dt.timedelta(days=self.reservation_days))
         seeded = [seed_good_release(s3, ecr, release, tag=release.name) for release in example_releases()]
         for release in seeded:
             register_release(self.ctx, release.model_dump(mode="json"), "sandbox")
         return seeded
+
+    def _route(self) -> dict[str, Any] | None:
+        if "traffic" not in self.stand_ins:
+            return None
+        from bot.sandbox.traffic import route_config
+
+        return route_config()
+
+    @property
+    def gateway_url(self) -> str | None:
+        """Where users' requests go when the traffic layer runs (the gateway stand-in's listener)."""
+        traffic = self.stand_ins.get("traffic")
+        return None if traffic is None else str(traffic.url)
 
     @property
     def endpoint(self) -> EndpointSettings:
@@ -226,7 +248,7 @@ class Sandbox:
         if self.ctx is not None:
             self.ctx.close()
             self.ctx = None
-        for name in ("sagemaker", "openai", "operator", "kube", "moto"):
+        for name in ("sagemaker", "traffic", "openai", "operator", "kube", "moto"):
             stand_in = self.stand_ins.pop(name, None)
             if stand_in is not None:
                 stand_in.stop()
