@@ -82,7 +82,8 @@ class Engine:
         self._served = self._rejected = self._aborted = 0
         self._prefix = PrefixCache(block_tokens=behaviour.prefix_block_tokens)
         self._hits = self._queries = self._prompt_tokens = self._generation_tokens = 0
-        self._finished: Tally[str] = Tally()
+        # vLLM creates a request_success series per finish reason at start, so the counter reads 0, not absent.
+        self._finished: Tally[str] = Tally({reason: 0 for reason in ("abort", "length", "stop")})
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         self._ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
