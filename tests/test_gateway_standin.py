@@ -69,9 +69,21 @@ class Stack:
         raise AssertionError(f"the gateway never accepted {admission}: {self.cluster.route_status(ep)}")
 
 
+# One pooled client for every request of the module: a new httpx client per request costs more CPU than
+# the request itself, and the weight tests send hundreds.
+HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=32))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_client() -> Iterator[None]:
+    yield
+    HTTP.close()
+
+
 def chat(url: str, headers: dict[str, str] | None = None, *, stream: bool = False) -> httpx.Response:
     body = {"messages": [{"role": "user", "content": "Say hello."}], "stream": stream, "max_tokens": 8}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers or {}, timeout=30)
+    # A fresh connection per request: the upstream stand-ins go away between tests, pooled sockets with them.
+    return HTTP.post(f"{url}/v1/chat/completions", json=body, headers={"Connection": "close", **(headers or {})})
 
 
 def model_of(response: httpx.Response) -> str:
