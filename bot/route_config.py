@@ -80,7 +80,8 @@ class RouteSettings(BaseModel):
     gateway: GatewayParent
     hostnames: list[str] = Field(default_factory=list, max_length=16,
                                  description="Host headers the route answers; empty: every hostname of the listener.")
-    backend: ServiceBackend | None = Field(default=None, description="The Kimi K3 model Service; default: named after the endpoint, port 8000.")
+    backend: ServiceBackend | None = Field(
+        default=None, description="The Kimi K3 model Service; default: named after the endpoint, port 8000.")
     fallback: ServiceBackend | None = Field(default=None, description="The smaller fallback model's Service, if any.")
     cohort_header: CohortHeader = Field(default_factory=CohortHeader)
 
@@ -96,7 +97,7 @@ class RouteSettings(BaseModel):
         return values
 
     @model_validator(mode="after")
-    def _distinct_backends(self) -> "RouteSettings":
+    def _distinct_backends(self) -> RouteSettings:
         if self.backend is not None and self.fallback is not None and (
                 (self.backend.name, self.backend.port) == (self.fallback.name, self.fallback.port)):
             raise ValueError("fallback must be another Service than the model backend")

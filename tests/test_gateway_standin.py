@@ -30,6 +30,7 @@ from bot.adapters.cluster.rest import object_path
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
+from bot.route_config import RouteSettings
 from bot.sandbox.gateway import NO_ROUTE, UNAVAILABLE, GatewayStandIn, Routed, ServiceKey
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
@@ -102,7 +103,8 @@ def stack(kube: KubeStandIn) -> Iterator[Stack]:
     with OpenAIServer(served_model="Kimi-K3") as model:
         traffic = start_traffic_layer(kube.rest(), namespace=NS, endpoint="kimi-prod", model_url=model.url, seed=13)
         try:
-            ep = EndpointSettings(name="kimi-prod", namespace=NS, url=model.url, route=route_config())
+            ep = EndpointSettings(name="kimi-prod", namespace=NS, url=model.url,
+                                  route=RouteSettings.model_validate(route_config()))
             cluster = KubernetesCluster(kube.api_client(), clock=FrozenClock(START))
             yield Stack(kube, cluster, model, traffic, ep)
         finally:
@@ -139,9 +141,9 @@ def test_a_new_admission_is_a_new_generation_the_gateway_must_accept_again(stack
 
 
 def test_a_route_naming_a_service_the_gateway_cannot_resolve_says_so_and_answers_500(stack: Stack) -> None:
-    assert stack.endpoint.route is not None
-    lost = stack.endpoint.model_copy(update={"route": stack.endpoint.route.model_copy(
-        update={"fallback": stack.endpoint.route.fallback.model_copy(update={"name": "no-such-fallback"})})})  # type: ignore[union-attr]
+    data = route_config()
+    data["fallback"]["name"] = "no-such-fallback"
+    lost = stack.endpoint.model_copy(update={"route": RouteSettings.model_validate(data)})
     stack.cluster.set_route(lost, Admission.closed(), "x")
     stack.gateway.sync()
 
@@ -158,7 +160,7 @@ def test_a_route_naming_a_service_the_gateway_cannot_resolve_says_so_and_answers
 def test_a_route_for_a_listener_the_gateway_lacks_is_not_accepted_and_not_served(stack: Stack) -> None:
     data = route_config()
     data["gateway"]["section_name"] = "grpc"
-    elsewhere = stack.endpoint.model_copy(update={"route": type(stack.endpoint.route).model_validate(data)})  # type: ignore[union-attr]
+    elsewhere = stack.endpoint.model_copy(update={"route": RouteSettings.model_validate(data)})
     stack.cluster.set_route(elsewhere, Admission.open(), "x")
     stack.gateway.sync()
 
@@ -297,11 +299,10 @@ def test_a_model_service_that_does_not_answer_gets_503(stack: Stack) -> None:
 # -- the Gateway API's own examples, served by the stand-in ---------------------------------------------------
 
 
-def _apply_example(kube: KubeStandIn, name: str, namespace: str) -> dict[str, Any]:
+def _apply_example(kube: KubeStandIn, name: str, namespace: str) -> None:
     (route,) = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d["kind"] == "HTTPRoute"]
     route["metadata"]["namespace"] = namespace
     kube.rest().apply(route, manager="kubectl", force=True)
-    return route
 
 
 @pytest.fixture()
@@ -314,7 +315,8 @@ def three_backends() -> Iterator[list[OpenAIServer]]:
             server.stop()
 
 
-def test_the_conformance_weight_route_splits_70_30_0_within_tolerance(kube: KubeStandIn, three_backends: list[OpenAIServer]) -> None:
+def test_the_conformance_weight_route_splits_70_30_0_within_tolerance(kube: KubeStandIn,
+                                                                     three_backends: list[OpenAIServer]) -> None:
     ns = "gateway-conformance-infra"
     _apply_example(kube, "conformance_httproute-weight.yaml", ns)
     backends = {ServiceKey(ns, f"infra-backend-v{i}", 8080): s.url for i, s in zip((1, 2, 3), three_backends, strict=True)}
@@ -327,7 +329,8 @@ def test_the_conformance_weight_route_splits_70_30_0_within_tolerance(kube: Kube
         assert abs(served[name] / CONFORMANCE_REQUESTS - weight) <= CONFORMANCE_TOLERANCE
 
 
-def test_the_header_routing_example_sends_canary_requests_to_the_canary(kube: KubeStandIn, three_backends: list[OpenAIServer]) -> None:
+def test_the_header_routing_example_sends_canary_requests_to_the_canary(kube: KubeStandIn,
+                                                                       three_backends: list[OpenAIServer]) -> None:
     ns = "default"
     _apply_example(kube, "http-routing_bar-httproute.yaml", ns)
     backends = {ServiceKey(ns, "bar-svc", 8080): three_backends[0].url,

@@ -21,6 +21,7 @@ from bot.adapters.cluster.route import (
 )
 from bot.config import ConfigError, EndpointSettings, load_settings
 from bot.domain.admission import Admission, AdmissionError, parse_admission
+from bot.route_config import RouteSettings
 
 EXAMPLES = Path(__file__).resolve().parent / "fixtures" / "gateway-api"
 STATES = ["closed", "internal", "1%", "25%", "99%", "open"]
@@ -32,7 +33,7 @@ def endpoint(fallback: bool = True, **route: Any) -> EndpointSettings:
                              "hostnames": ["kimi.example.com"], **route}
     if fallback:
         block["fallback"] = {"name": "kimi-fallback", "port": 8000}
-    return EndpointSettings(name="kimi-prod", namespace="model-serving", route=block)
+    return EndpointSettings(name="kimi-prod", namespace="model-serving", route=RouteSettings.model_validate(block))
 
 
 def split(rule: dict[str, Any]) -> dict[str, int]:

@@ -90,7 +90,8 @@ def _backend_port_errors(obj: dict[str, Any]) -> list[str]:
     for r, rule in enumerate(rules if isinstance(rules, list) else []):
         refs = rule.get("backendRefs") if isinstance(rule, dict) else None
         for b, ref in enumerate(refs if isinstance(refs, list) else []):
-            if isinstance(ref, dict) and ref.get("group", "") == "" and ref.get("kind", "Service") == "Service" and "port" not in ref:
+            if (isinstance(ref, dict) and ref.get("group", "") == "" and ref.get("kind", "Service") == "Service"
+                    and "port" not in ref):
                 errors.append(f"{label} spec.rules[{r}].backendRefs[{b}]: Must have port for Service reference")
     return errors
 
