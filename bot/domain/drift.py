@@ -1,0 +1,77 @@
+"""Pure comparison of what the database says runs with what the cluster and the route say.
+
+Status must tell the truth: the database records what kimi-ops did, the
+cluster is what runs. Each field that differs is one :class:`Drift` a person
+reads in ``/kimi status``; no observation (the cluster did not answer) is
+never taken as agreement — it is reported as unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the database says: the release and limits kimi-ops applied last and the admission it set."""
+
+    release: str | None
+    release_hash: str | None
+    image: str | None
+    limits: dict[str, Any] | None
+    admission: str | None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the cluster says: the applied objects' release annotations, image and limits, and the route's state."""
+
+    release: str | None
+    release_hash: str | None
+    image: str | None
+    limits: dict[str, Any] | None
+    admission: str | None
+    route_accepted: bool | None = None
+
+
+@dataclass(frozen=True)
+class Drift:
+    field: str
+    recorded: str
+    observed: str
+
+    @property
+    def words(self) -> str:
+        return f"{self.field}: kimi-ops recorded {self.recorded}, the cluster has {self.observed}"
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items()))
+    return str(value)
+
+
+def compare(recorded: Recorded, observed: Observed | None) -> list[Drift]:
+    """Every field where the cluster differs from the record (an unreadable cluster is one drift: unknown)."""
+    if observed is None:
+        return [Drift("cluster", "a release", "no answer (could not be read)")]
+    found: list[Drift] = []
+    pairs: list[tuple[str, object, object]] = [
+        ("release", recorded.release_hash, observed.release_hash),
+        ("image", recorded.image, observed.image),
+        ("request limits", recorded.limits, observed.limits),
+        ("admission", recorded.admission, observed.admission),
+    ]
+    for name, mine, theirs in pairs:
+        if mine is None and theirs is None:
+            continue
+        if name == "release" and mine != theirs:
+            found.append(Drift(name, _show(recorded.release), _show(observed.release)))
+        elif name != "release" and mine != theirs:
+            found.append(Drift(name, _show(mine), _show(theirs)))
+    if observed.route_accepted is False:
+        found.append(Drift("route", "accepted by its gateway", "not accepted"))
+    return found
