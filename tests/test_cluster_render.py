@@ -81,7 +81,8 @@ def test_eks_rendering_is_private_isolated_and_pinned_to_the_reserved_node(relea
         "eks.amazonaws.com/capacityType": "CAPACITY_BLOCK",
     }
     [vllm] = pod["containers"]
-    assert vllm["image"] == release.image and vllm["args"] == release.serving.args
+    assert vllm["image"] == release.image
+    assert vllm["args"] == release.serving.args + ["--max-num-seqs", "6"]  # the endpoint's concurrency limit
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert vllm["startupProbe"]["httpGet"]["path"] == "/health" and vllm["readinessProbe"]["httpGet"]["path"] == "/health"
     assert not any(e["name"].startswith("AWS_") for e in vllm["env"])
@@ -158,3 +159,29 @@ def test_eks_network_policy_lets_kimi_ops_reach_the_api_port(release: ReleaseMan
     policy = by_kind(render_manifest(release, endpoint("eks"), release.tuple_hash()))["NetworkPolicy"]
     sources = policy["spec"]["ingress"][0]["from"]
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kimi-ops"}}} in sources
+
+
+def test_eks_renders_the_request_limits_as_vllms_max_num_seqs_and_deployment_annotations(release: ReleaseManifest) -> None:
+    accepted = RequestLimits(max_concurrent_requests=9, max_queue_size=20, overflow_status_code=429)
+    objects = by_kind(render_manifest(release, endpoint("eks", accepted_request_limits=accepted), release.tuple_hash()))
+    deployment = objects["Deployment"]
+    [vllm] = deployment["spec"]["template"]["spec"]["containers"]
+    assert vllm["args"][-2:] == ["--max-num-seqs", "9"]
+    annotations = deployment["metadata"]["annotations"]
+    assert {k: v for k, v in annotations.items() if k in (
+        "kimi-ops.io/max-concurrent-requests", "kimi-ops.io/max-queue-size", "kimi-ops.io/overflow-status-code")} == {
+        "kimi-ops.io/max-concurrent-requests": "9", "kimi-ops.io/max-queue-size": "20",
+        "kimi-ops.io/overflow-status-code": "429"}
+    # A new queue bound is no reason to restart the model: the pod template does not carry it.
+    assert "kimi-ops.io/max-queue-size" not in deployment["spec"]["template"]["metadata"]["annotations"]
+    assert "kimi-ops.io/max-queue-size" not in objects["Service"]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("pinned", [["--max-num-seqs", "256"], ["--max-num-seqs=256"]])
+def test_a_max_num_seqs_in_the_release_gives_way_to_the_endpoints_limit(release: ReleaseManifest, pinned: list[str]) -> None:
+    data = release.model_dump(mode="json")
+    data["serving"]["args"] = pinned + data["serving"]["args"]
+    pinning = ReleaseManifest.model_validate(data)
+    deployment = by_kind(render_manifest(pinning, endpoint("eks"), pinning.tuple_hash()))["Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == release.serving.args + ["--max-num-seqs", "6"]

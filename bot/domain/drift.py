@@ -25,7 +25,19 @@ class Recorded:
 
 @dataclass(frozen=True)
 class Observed:
-    """What the cluster says: the applied objects' release annotations, image and limits, and the route's state."""
+    """What the cluster says: the applied objects' release annotations, image and limits, and the route's state.
+
+    ``None`` in a field means the cluster has nothing there (no object, no
+    annotation). ``limits`` uses :class:`bot.config.RequestLimits`' keys
+    (``max_concurrent_requests``, ``max_queue_size``, ``overflow_status_code``),
+    only those the cluster holds. ``admission`` is the state the route's rules
+    and weights give (``unknown`` when they fit none). ``route_accepted`` is
+    True when every parent Gateway accepted the route's current generation and
+    resolved its backends, False when one refused either, None while none has
+    reported on this generation. ``route`` is the route's one-line summary and
+    ``workload`` names the object read (``InferenceEndpointConfig/kimi-prod``)
+    when there is one.
+    """
 
     release: str | None
     release_hash: str | None
@@ -33,6 +45,8 @@ class Observed:
     limits: dict[str, Any] | None
     admission: str | None
     route_accepted: bool | None = None
+    route: str | None = None
+    workload: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
+from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
@@ -82,6 +83,16 @@ class Cluster(Protocol):
 
     def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
         """The route the cluster has now (annotation, rules and weights, parent conditions); None when none."""
+        ...
+
+    def observe(self, endpoint: EndpointSettings) -> Observed | None:
+        """What the cluster runs on the endpoint now, to set beside the database's record (``drift.compare``).
+
+        Release name, tuple hash, image and request limits of the applied workload object (HyperPod's
+        InferenceEndpointConfig, EKS's Deployment and pod template) and the route's admission and
+        parents' verdict; ``None`` fields where the cluster has nothing. Returns ``None`` (unknown) when
+        the cluster cannot be read, quickly and logged; never raises.
+        """
         ...
 
 

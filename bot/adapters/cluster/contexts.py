@@ -8,6 +8,7 @@ and kept for the life of the process.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -17,8 +18,11 @@ from bot.adapters.cluster.kube import KubernetesCluster, render_manifest
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
+from bot.domain.drift import Observed
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+
+log = logging.getLogger(__name__)
 
 ClientFactory = Callable[[str | None], Any]
 
@@ -82,3 +86,12 @@ class ContextClusters:
 
     def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
         return self.cluster(endpoint).route_status(endpoint)
+
+    def observe(self, endpoint: EndpointSettings) -> Observed | None:
+        try:
+            cluster = self.cluster(endpoint)
+        except Exception as exc:  # no kubeconfig, unknown context: unknown, like an API that does not answer
+            log.warning("could not observe endpoint %s: no access to cluster context %s: %s", endpoint.name,
+                        endpoint.cluster_context or "(default)", exc)
+            return None
+        return cluster.observe(endpoint)

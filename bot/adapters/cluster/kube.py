@@ -20,6 +20,9 @@
 * Route (see DESIGN.md, "Traffic layer"): ``set_route`` and ``route_status``
   keep the endpoint's Gateway API HTTPRoute (:mod:`.route`) under the same
   ``kimi-ops-admission`` field manager.
+* ``observe`` reads back what runs (:mod:`.observe`): release, tuple hash,
+  image and request limits of the applied workload object, and the route's
+  admission and parents' verdict; ``None`` when the API cannot be read.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
+from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
 from bot.adapters.cluster.route import apply_route, current_route
 from bot.adapters.cluster.rollout import (
@@ -42,6 +46,7 @@ from bot.adapters.cluster.validate import crd_schema_document, manifest_errors
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
+from bot.domain.drift import Observed
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
 
@@ -338,3 +343,9 @@ class KubernetesCluster:
 
     def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
         return current_route(self.rest, endpoint)
+
+    # -- observation ----------------------------------------------------------------------------------
+
+    def observe(self, endpoint: EndpointSettings) -> Observed | None:
+        """What the cluster runs on ``endpoint`` now and what its route admits; None when it cannot be read."""
+        return observation.observe(self.rest, endpoint, admission_configmap=admission_configmap_name(endpoint))

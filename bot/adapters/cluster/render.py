@@ -12,6 +12,16 @@ one ``p6-b300.48xlarge`` of the reservation with 8 GPUs, startup and readiness
 probes on ``/health``, a private ClusterIP Service, a PodDisruptionBudget and a
 NetworkPolicy that admits only the serving port and lets out only DNS.
 
+Request limits: HyperPod's operator enforces ``worker.requestLimits``. vLLM has
+no such block, so on EKS the concurrency limit becomes vLLM's own
+``--max-num-seqs`` (appended to the release's arguments, replacing any the
+release sets: the endpoint's accepted limit is the authority), and all three
+limits are written as Deployment annotations (``kimi-ops.io/max-concurrent-
+requests``, ``…/max-queue-size``, ``…/overflow-status-code``). vLLM queues
+without bound, so the queue bound and the overflow status are enforced by the
+application layer in front of the model, which reads them there (see DESIGN.md,
+"Rendering, apply and rollout watch"); ``Cluster.observe`` reads them back.
+
 Every object carries the release name and the tuple hash as labels and
 annotations, so ``kubectl`` shows which release is running.
 """
@@ -20,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bot.config import EndpointSettings
+from bot.config import EndpointSettings, RequestLimits
 from bot.domain.release import ReleaseManifest
 
 IEC_API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
@@ -33,6 +43,10 @@ PORT = 8000
 MODEL_MOUNT = "/opt/ml/model"
 MOUNTPOINT_S3_DRIVER = "s3.csi.aws.com"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
+MAX_NUM_SEQS = "--max-num-seqs"
+MAX_CONCURRENT_ANNOTATION = "kimi-ops.io/max-concurrent-requests"
+MAX_QUEUE_ANNOTATION = "kimi-ops.io/max-queue-size"
+OVERFLOW_STATUS_ANNOTATION = "kimi-ops.io/overflow-status-code"
 
 
 def _labels(release: ReleaseManifest, endpoint: EndpointSettings) -> dict[str, str]:
@@ -82,6 +96,36 @@ def model_location(release: ReleaseManifest) -> str:
 
 def _env(release: ReleaseManifest) -> list[dict[str, str]]:
     return [{"name": key, "value": value} for key, value in sorted(release.serving.env.items())]
+
+
+def eks_serving_args(release: ReleaseManifest, limits: RequestLimits) -> list[str]:
+    """The release's vLLM arguments with ``--max-num-seqs`` set to the endpoint's concurrency limit.
+
+    A ``--max-num-seqs`` the release carries is dropped rather than left for argparse's
+    last-one-wins, so the container's arguments say one value, the one that runs.
+    """
+    args: list[str] = []
+    skip_value = False
+    for arg in release.serving.args:
+        if skip_value:
+            skip_value = False
+            continue
+        if arg == MAX_NUM_SEQS:
+            skip_value = True
+            continue
+        if arg.startswith(MAX_NUM_SEQS + "="):
+            continue
+        args.append(arg)
+    return args + [MAX_NUM_SEQS, str(limits.max_concurrent_requests)]
+
+
+def limit_annotations(limits: RequestLimits) -> dict[str, str]:
+    """The EKS Deployment's request limits, for the application layer in front of vLLM and for read-back."""
+    return {
+        MAX_CONCURRENT_ANNOTATION: str(limits.max_concurrent_requests),
+        MAX_QUEUE_ANNOTATION: str(limits.max_queue_size),
+        OVERFLOW_STATUS_ANNOTATION: str(limits.overflow_status_code),
+    }
 
 
 def _zone_affinity(endpoint: EndpointSettings) -> dict[str, Any] | None:
@@ -176,6 +220,10 @@ def _probe(failure_threshold: int, period: int) -> dict[str, Any]:
     }
 
 
+def _with_annotations(meta: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
+    return {**meta, "annotations": {**meta["annotations"], **extra}}
+
+
 def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> list[dict[str, Any]]:
     """ServiceAccount, weights volume, Deployment, Service, PodDisruptionBudget and NetworkPolicy."""
     ns = endpoint.namespace
@@ -185,12 +233,13 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
     volume = weights_volume_name(endpoint, release_hash)
     bucket_prefix = model_location(release) + "/"
     gpus = {"nvidia.com/gpu": str(GPUS)}
+    limits = endpoint.effective_request_limits
     # Loading 2.8T parameters takes a long time: the startup probe allows the whole deploy window.
     startup_failures = max(1, endpoint.max_deploy_seconds // 10)
     container = {
         "name": "vllm",
         "image": release.image,
-        "args": list(release.serving.args),
+        "args": eks_serving_args(release, limits),
         "env": _env(release),
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "resources": {"requests": dict(gpus), "limits": dict(gpus)},
@@ -251,7 +300,8 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": meta(name),
+            # The limits sit on the Deployment, not the pod template: a new queue bound needs no new pod.
+            "metadata": _with_annotations(meta(name), limit_annotations(limits)),
             "spec": {
                 "replicas": 1,
                 # One reserved node holds one copy: the old pod must leave before the new one fits.

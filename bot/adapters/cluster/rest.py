@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_CONTENT_TYPE = "application/merge-patch+json"
 REQUEST_TIMEOUT = (5.0, 30.0)
+Timeout = tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class Rest:
         self.api_client = api_client
 
     def _call(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-              body: Any = None, content_type: str | None = None) -> dict[str, Any]:
+              body: Any = None, content_type: str | None = None,
+              timeout: Timeout = REQUEST_TIMEOUT) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -89,16 +91,16 @@ class Rest:
             auth_settings=["BearerToken"],
         )
         response = self.api_client.call_api(method, url, header_params=headers, body=body, post_params=post,
-                                            _request_timeout=REQUEST_TIMEOUT)
+                                            _request_timeout=timeout)
         data = response.read()
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response, body=data.decode("utf-8", "replace") if data else None)
         return json.loads(data) if data else {}
 
-    def get(self, path: str) -> dict[str, Any] | None:
-        """The object at ``path``, or ``None`` when the server answers 404."""
+    def get(self, path: str, *, timeout: Timeout = REQUEST_TIMEOUT) -> dict[str, Any] | None:
+        """The object at ``path``, or ``None`` when the server answers 404; ``timeout`` is (connect, read) seconds."""
         try:
-            return self._call("GET", path)
+            return self._call("GET", path, timeout=timeout)
         except ApiException as exc:
             if exc.status == 404:
                 return None
