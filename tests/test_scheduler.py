@@ -154,7 +154,7 @@ def test_jobs_list_and_run_from_the_cli(cli_ctx) -> None:
 
 
 def test_a_failing_job_run_says_why_and_is_recorded(cli_ctx) -> None:
-    del cli_ctx.adapters["reservations"]
+    del cli_ctx.ports.reservations
     ran = cli.invoke(app, ["jobs", "run", "reservation-watch"])
     assert ran.exit_code == 1 and "no AWS access is configured" in ran.output
     [run] = runs_of(cli_ctx, "reservation-watch")

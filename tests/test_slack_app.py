@@ -15,15 +15,14 @@ from bot.sandbox.slack_stub import sign
 from bot.services import ports
 from bot.services.releases import register_release
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
-from tests.workflow_support import ROLES, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "slack"
 
 
 @pytest.fixture()
 def bench(make_ctx):
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]})
-    ctx.adapters.update(fake_adapters())
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]}, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
     b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"], "S0VIEWERS": ["U0VIEWER"]})
