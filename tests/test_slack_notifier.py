@@ -9,7 +9,6 @@ from bot.adapters.slack.identity import GroupDirectory
 from bot.adapters.slack.notifier import MAX_ATTEMPTS, SlackNotifier
 from bot.domain.checks import Check
 from bot.sandbox.slack_stub import SlackStub
-from bot.services import ports
 from bot.services.deployments import request_deploy
 from bot.services.engine import Engine
 from bot.services.releases import register_release

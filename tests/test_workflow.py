@@ -8,6 +8,7 @@ import pytest
 
 from bot.domain.checks import Check
 from bot.domain.states import IllegalTransition, check_transition
+from bot.services.context import Ports
 from bot.services.deployments import (
     cancel,
     decide_gate,
@@ -17,7 +18,6 @@ from bot.services.deployments import (
     request_deploy,
     request_rollback,
 )
-from bot.services.context import Ports
 from bot.services.engine import Engine
 from bot.services.errors import Forbidden, Refused
 from bot.services.releases import register_release
