@@ -27,8 +27,7 @@ MALFORMED = {
 @pytest.fixture()
 def bench(make_ctx):
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL), endpoint_config("kimi-staging", channel=CHANNEL)],
-                   roles=ROLES)
-    ctx.adapters.update(fake_ports())
+                   roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
     yield b

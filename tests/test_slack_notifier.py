@@ -112,9 +112,8 @@ def test_two_replicas_delivering_at_once_post_each_message_once(fresh_pg_url, cl
 
     schema.upgrade(fresh_pg_url)
     contexts = [build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config(channel="C0PROD")],
-                                            roles=ROLES), clock=clock) for _ in range(2)]
+                                            roles=ROLES), clock=clock, ports=fake_ports()) for _ in range(2)]
     ctx = contexts[0]
-    ctx.adapters.update(fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     view = request_deploy(ctx, "rel-a", None, REQUESTER)
     Engine(ctx, readiness_pause=0).advance(view.id)
