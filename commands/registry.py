@@ -35,4 +35,5 @@ def split(text: str) -> tuple[ModuleType, list[str]]:
 
 def dispatch(root: Root, identity: Identity, text: str) -> Reply:
     module, args = split(text)
-    return module.run(root, identity, args)
+    answer: Reply = module.run(root, identity, args)
+    return answer
