@@ -33,7 +33,7 @@ from slack_sdk import WebClient  # noqa: E402
 
 from bot.adapters.store import schema  # noqa: E402
 from bot.app import create_app  # noqa: E402
-from bot.bootstrap import build_context  # noqa: E402
+from bot.bootstrap import build_context, build_root  # noqa: E402
 from bot.cli.serve import HttpServer  # noqa: E402
 from bot.config import load_settings  # noqa: E402
 from bot.domain.messages import APPROVE, GateTicket  # noqa: E402
@@ -97,7 +97,7 @@ def main() -> None:
         schema.upgrade(url)
         ctx = build_context(load_settings(database_url=url, data_dir=Path(tmp), slack_api_url=stub.api_url,
                                           roles={"approver": ["U0BENCH"], "viewer": ["U0BENCH"]}))
-        kimi = create_app(ctx, bot_token="xoxb-bench", signing_secret=SECRET)
+        kimi = create_app(build_root(ctx, slack_token="xoxb-bench"), signing_secret=SECRET)
         servers = {
             "kimi-ops": HttpServer(kimi.wsgi(), "127.0.0.1", 0).start(),
             "bare Bolt": HttpServer(_bare_wsgi(bare_app(stub)), "127.0.0.1", 0).start(),

@@ -25,7 +25,6 @@ from bot.adapters.endpoint.loadgen import HttpLoadGenerator  # noqa: E402
 from bot.bootstrap import build_context  # noqa: E402
 from bot.config import EndpointSettings, load_settings  # noqa: E402
 from bot.sandbox.openai_server import OpenAIServer  # noqa: E402
-from bot.services import ports  # noqa: E402
 from bot.services.gate_text import render_traffic_report  # noqa: E402
 from bot.services.traffic_gate import run_traffic_gate  # noqa: E402
 
@@ -48,7 +47,7 @@ def main() -> None:
             traffic_objectives={"ttft_p99_ms": args.ttft_objective_ms},
         )
         client = HttpEndpointClient(timeout=5)
-        ctx = build_context(settings, **{ports.LOADGEN: HttpLoadGenerator(metrics=client.metrics)})
+        ctx = build_context(settings, loadgen=HttpLoadGenerator(metrics=client.metrics))
         started = time.perf_counter()
         report = run_traffic_gate(ctx, EndpointSettings(name="bench", url=server.url))
         print(render_traffic_report(report))

@@ -35,9 +35,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.adapters.slack.blocks import home_view, reject_modal, render
-from bot.adapters.slack.identity import GroupDirectory, web_client
-from bot.adapters.slack.notifier import SlackNotifier
-from bot.bootstrap import Context
+from bot.adapters.slack.identity import GroupDirectory
+from bot.bootstrap import Root
 from bot.domain.messages import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, REJECT_MODAL, GateTicket, Reply, reply
 from bot.services.access import Identity
 from bot.services.errors import UserError
@@ -49,6 +48,7 @@ log = logging.getLogger("kimi_ops.slack")
 
 REPLAY_WINDOW_SECONDS = 300
 HOME_VIEWERS_MAX = 1000
+NO_NOTIFIER = "the Slack app needs a root with a notifier: build it with build_root(ctx, slack_token=...)"
 
 
 class ReplayGuard:
@@ -133,8 +133,11 @@ class CountingExecutor(ThreadPoolExecutor):
 class KimiApp:
     """The Slack front end of one process; build it with :func:`create_app`."""
 
-    def __init__(self, ctx: Context, bolt: App, client: WebClient, workers: CountingExecutor, command: str) -> None:
-        self.ctx = ctx
+    def __init__(self, root: Root, bolt: App, client: WebClient, workers: CountingExecutor, command: str) -> None:
+        if root.notifier is None:
+            raise ValueError(NO_NOTIFIER)
+        self.root = root
+        self.ctx = ctx = root.ctx
         self.bolt = bolt
         self.client = client
         self.workers = workers
@@ -143,8 +146,8 @@ class KimiApp:
         self.metrics = Metrics()
         self.replays = ReplayGuard()
         self.directory = GroupDirectory(client, ctx.settings.roles.members)
-        self.notifier = SlackNotifier(client, ctx.uow, ctx.clock, on_delivered=self._refresh_homes)
-        ctx.adapters.setdefault("notifier", self.notifier)
+        self.notifier = root.notifier
+        self.notifier.on_delivered = self._refresh_homes  # the Homes opened on this replica follow what it delivers
         self._home_viewers: dict[str, None] = {}
         self._home_lock = threading.Lock()
         self._home_version: tuple[int, int] | None = None
@@ -238,7 +241,7 @@ class KimiApp:
                 return  # already answered with the usage line
             user, channel = command["user_id"], command.get("channel_id")
             tell = self._responder(respond)
-            answer = self._guard(lambda: registry.dispatch(self.ctx, self.identity(user), command.get("text", "")), tell)
+            answer = self._guard(lambda: registry.dispatch(self.root, self.identity(user), command.get("text", "")), tell)
             self._follow(answer, tell, channel)
 
         app.command(self.command)(ack=ack_command, lazy=[run_command])
@@ -249,7 +252,7 @@ class KimiApp:
         def approve(body: dict[str, Any], respond: Callable[..., Any]) -> None:
             user, channel, value = _click(body)
             tell = self._clicker(user, channel, respond)
-            answer = self._guard(lambda: actions.decide(self.ctx, self.identity(user), value, "approved"), tell)
+            answer = self._guard(lambda: actions.decide(self.root, self.identity(user), value, "approved"), tell)
             self._follow(answer, tell, channel)
 
         def ask_reason(body: dict[str, Any], respond: Callable[..., Any]) -> None:
@@ -271,7 +274,7 @@ class KimiApp:
         def recheck(body: dict[str, Any], respond: Callable[..., Any]) -> None:
             user, channel, value = _click(body)
             tell = self._clicker(user, channel, respond)
-            answer = self._guard(lambda: actions.recheck(self.ctx, self.identity(user), value), tell)
+            answer = self._guard(lambda: actions.recheck(self.root, self.identity(user), value), tell)
             self._follow(answer, tell, channel)
 
         def accept_limits(body: dict[str, Any], respond: Callable[..., Any]) -> None:
@@ -298,7 +301,7 @@ class KimiApp:
             meta = json.loads(view.get("private_metadata") or "{}")
             user, channel = body["user"]["id"], meta.get("channel")
             tell = self._clicker(user, channel, None)
-            answer = self._guard(lambda: actions.decide(self.ctx, self.identity(user), meta.get("ticket"), "rejected", reason), tell)
+            answer = self._guard(lambda: actions.decide(self.root, self.identity(user), meta.get("ticket"), "rejected", reason), tell)
             self._follow(answer, tell, channel)
 
         app.view(REJECT_MODAL)(ack=ack_reason, lazy=[reject])
@@ -420,23 +423,17 @@ class KimiApp:
 
     def start_background(self) -> None:
         """After a restart: resume in-flight deployments and send what the outbox still holds."""
-        from commands.base import engine
-
         def resume() -> None:
             try:
-                engine(self.ctx).resume_all()
+                self.root.engine.resume_all()
             finally:
                 self.deliver()
 
         self.slow.submit(resume)
 
     def close(self) -> None:
-        from commands.base import ENGINE_KEY
-
         self._stop.set()
-        found = self.ctx.adapters.get(ENGINE_KEY)
-        if found is not None:
-            found.stop_all()
+        self.root.engine.stop_all()
         self.workers.shutdown(wait=True, cancel_futures=True)
         self.slow.shutdown(wait=True, cancel_futures=True)
         if self._delivery is not None:
@@ -455,16 +452,17 @@ def _reason(view: dict[str, Any]) -> str:
 
 
 def create_app(
-    ctx: Context,
+    root: Root,
     *,
-    bot_token: str,
     signing_secret: str,
     command: str = "/kimi",
     workers: int = 16,
     outbox_seconds: float | None = 2.0,
 ) -> KimiApp:
-    """Build the Slack app on ``ctx``; ``auth.test`` is called once to learn the bot's identity."""
-    client = web_client(bot_token, ctx.settings.slack_api_url)
+    """Build the Slack app on ``root``, sharing its notifier's Web API client; ``auth.test`` is called once to learn the bot's identity."""
+    if root.notifier is None:
+        raise ValueError(NO_NOTIFIER)
+    client = root.notifier.client
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
     bolt = App(
         client=client,
@@ -474,7 +472,7 @@ def create_app(
         raise_error_for_unhandled_request=False,
         logger=logging.getLogger("kimi_ops.bolt"),
     )
-    kimi = KimiApp(ctx, bolt, client, pool, command)
+    kimi = KimiApp(root, bolt, client, pool, command)
     if outbox_seconds:
         kimi.start_delivery(outbox_seconds)
     return kimi

@@ -1,38 +1,57 @@
-"""The composition root: builds settings, the store and the adapters once per process.
+"""The composition root: builds settings, the store, the adapters and the engine once per process.
 
-Entrypoints (CLI, Slack app, scheduler) ask for a :class:`Context` and hand it to
-services; nothing else constructs engines or clients. :func:`build_context` with
-``connect=True`` (what the CLI, ``serve`` and ``jobs start`` use) installs the
-production adapters of :func:`production_adapters`; tests and the sandbox give
-the same adapter classes pointed at local stand-ins instead. Every adapter makes
-its network clients on first use, so a command that never reaches AWS or a
-cluster never needs credentials for them.
+:func:`build_context` makes the :class:`~bot.services.context.Context` every
+service receives; with ``connect=True`` (what the CLI, ``serve`` and ``jobs
+start`` use) the production adapters of :func:`production_adapters` fill every
+port not given; tests and the sandbox give the same adapter classes pointed at
+local stand-ins instead. Every adapter makes its network clients on first use,
+so a command that never reaches AWS or a cluster never needs credentials for them.
+
+:func:`build_root` then makes the process's one :class:`Root` (the Context, its
+deployment engine and, where Slack is configured, the outbox notifier), which is
+handed to the Slack app, the CLI commands and the scheduler (through
+:mod:`bot.runtime`). Nothing else constructs engines or clients.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.store import UnitOfWorkFactory, make_engine
 from bot.adapters.store.models import Endpoint
 from bot.adapters.store.schema import check_schema
 from bot.config import Settings, load_settings
+from bot.services.context import Context, Ports
+from bot.services.ports import (
+    ArtifactVerifier,
+    Cluster,
+    Directory,
+    EndpointClient,
+    Evaluator,
+    LoadGenerator,
+    ReservationSource,
+)
+
+if TYPE_CHECKING:  # both load only when a process needs them (most CLI commands need neither)
+    from bot.adapters.slack.notifier import SlackNotifier
+    from bot.services.engine import Engine
 
 
-@dataclass
-class Context:
-    """Everything a service needs: settings, a unit-of-work factory, a clock, and adapters."""
+@dataclass(frozen=True)
+class Root:
+    """The one object per process that entrypoints receive: the Context, its engine, the notifier.
 
-    settings: Settings
-    uow: UnitOfWorkFactory
-    clock: Clock = field(default_factory=SystemClock)
-    adapters: dict[str, Any] = field(default_factory=dict)
+    One engine per process, so a rollout watch it runs can be stopped (``/kimi
+    cancel``, shutdown). ``notifier`` is there where Slack is configured (the
+    Slack app, ``kimi-ops shell``), ``None`` otherwise.
+    """
 
-    def close(self) -> None:
-        self.uow.engine.dispose()
+    ctx: Context
+    engine: Engine
+    notifier: SlackNotifier | None = None
 
 
 def build_context(
@@ -41,32 +60,60 @@ def build_context(
     clock: Clock | None = None,
     check: bool = True,
     connect: bool = False,
-    **adapters: Any,
+    ports: Ports | None = None,
+    artifacts: ArtifactVerifier | None = None,
+    cluster: Cluster | None = None,
+    endpoint: EndpointClient | None = None,
+    reservations: ReservationSource | None = None,
+    evaluator: Evaluator | None = None,
+    loadgen: LoadGenerator | None = None,
+    directory: Directory | None = None,
 ) -> Context:
     """Connect to the configured database, verify its schema and sync declared endpoints.
 
-    ``connect`` adds the production adapters for every port not given in ``adapters``.
+    Adapters come from ``ports`` and the port keywords (a keyword wins over
+    ``ports``); ``connect`` adds the production adapter for every port still unset.
     """
     settings = settings or load_settings()
     clock = clock or SystemClock()
+    given = Ports(artifacts=artifacts, cluster=cluster, endpoint=endpoint, reservations=reservations,
+                  evaluator=evaluator, loadgen=loadgen, directory=directory).over(ports or Ports())
     engine = make_engine(settings.effective_database_url)
     if check:
         check_schema(engine, auto_migrate=settings.auto_migrate)
     if connect:
-        adapters = {**production_adapters(settings, clock), **adapters}
-    ctx = Context(settings=settings, uow=UnitOfWorkFactory(engine), clock=clock, adapters=adapters)
+        given = given.over(production_adapters(settings, clock))
+    ctx = Context(settings=settings, uow=UnitOfWorkFactory(engine), clock=clock, ports=given)
     if check:
         sync_endpoints(ctx)
     return ctx
 
 
-def production_adapters(settings: Settings, clock: Clock) -> dict[str, Any]:
+def build_root(ctx: Context, *, slack_token: str | None = None, readiness_pause: float | None = None) -> Root:
+    """The process's root on ``ctx``; ``slack_token`` (a bot token) adds the outbox notifier.
+
+    ``readiness_pause`` (seconds between readiness attempts) is the engine's
+    default unless a test or the sandbox wants it shorter.
+    """
+    from bot.services.engine import READINESS_PAUSE_SECONDS, Engine
+
+    notifier = None
+    if slack_token:
+        from bot.adapters.slack.identity import web_client
+        from bot.adapters.slack.notifier import SlackNotifier
+
+        notifier = SlackNotifier(web_client(slack_token, ctx.settings.slack_api_url), ctx.uow, ctx.clock)
+    pause = READINESS_PAUSE_SECONDS if readiness_pause is None else readiness_pause
+    return Root(ctx=ctx, engine=Engine(ctx, readiness_pause=pause), notifier=notifier)
+
+
+def production_adapters(settings: Settings, clock: Clock) -> Ports:
     """The real adapter behind each port, reaching AWS, the clusters and the endpoints.
 
     AWS credentials come from the standard chain (IRSA in the cluster, a profile
     locally); ``AWS_ENDPOINT_URL`` still redirects boto3. Clusters come from each
     endpoint's kubeconfig context (in-cluster service account by default). The
-    notifier is not here: the Slack app adds it. With ``SLACK_BOT_TOKEN`` set, a
+    notifier is not here: :func:`build_root` adds it. With ``SLACK_BOT_TOKEN`` set, a
     user-group directory lets the CLI honour roles granted through Slack user groups.
     """
     from bot.adapters.aws.artifacts import RegionalArtifactVerifier
@@ -76,23 +123,21 @@ def production_adapters(settings: Settings, clock: Clock) -> dict[str, Any]:
     from bot.adapters.endpoint import HttpEndpointClient
     from bot.adapters.endpoint.evaluation import HttpEvaluator
     from bot.adapters.endpoint.loadgen import HttpLoadGenerator
-    from bot.services import ports
 
     endpoint = HttpEndpointClient()
-    adapters: dict[str, Any] = {}
-    if settings.slack_bot_token:  # the CLI resolves roles granted through Slack user groups too
-        adapters[ports.DIRECTORY] = group_directory(settings, settings.slack_bot_token)
-    return adapters | {
-        ports.ARTIFACTS: RegionalArtifactVerifier(default_region(settings.aws_regions[0] if settings.aws_regions else None)),
-        ports.CLUSTER: ContextClusters(poll_seconds=settings.rollout_poll_seconds, clock=clock),
-        ports.RESERVATIONS: AwsReservationSource(),
-        ports.ENDPOINT: endpoint,
-        ports.EVALUATOR: HttpEvaluator(),
-        ports.LOADGEN: HttpLoadGenerator(metrics=endpoint.metrics),
-    }
+    return Ports(
+        artifacts=RegionalArtifactVerifier(default_region(settings.aws_regions[0] if settings.aws_regions else None)),
+        cluster=ContextClusters(poll_seconds=settings.rollout_poll_seconds, clock=clock),
+        reservations=AwsReservationSource(),
+        endpoint=endpoint,
+        evaluator=HttpEvaluator(),
+        loadgen=HttpLoadGenerator(metrics=endpoint.metrics),
+        # The CLI resolves roles granted through Slack user groups too.
+        directory=group_directory(settings, settings.slack_bot_token) if settings.slack_bot_token else None,
+    )
 
 
-def group_directory(settings: Settings, token: str) -> Any:
+def group_directory(settings: Settings, token: str) -> Directory:
     """Slack user groups named in the roles, read with ``token`` (at ``KIMI_SLACK_API_URL`` if set)."""
     from bot.adapters.slack.identity import GroupDirectory, web_client
 

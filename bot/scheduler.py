@@ -12,8 +12,8 @@ Every replica creates a runner, but its scheduler stays paused until the
 replica wins leader election (:mod:`bot.adapters.leader`): a Kubernetes Lease in
 a cluster, a PostgreSQL advisory lock otherwise, nobody else on SQLite. The
 leader (re)registers the jobs, resumes, and keeps renewing; a replica that
-loses leadership pauses. Jobs fetch the process's Context from
-:mod:`bot.runtime`, which :meth:`JobRunner.start` installs.
+loses leadership pauses. Jobs fetch the process's root (and so its Context)
+from :mod:`bot.runtime`, which :meth:`JobRunner.start` installs.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot import runtime
 from bot.adapters.leader import LeaderLock, leader_lock
-from bot.bootstrap import Context
+from bot.bootstrap import Root
+from bot.services.context import Context
 from bot.services.scheduling import JOBS
 
 log = logging.getLogger(__name__)
@@ -88,18 +89,19 @@ def next_runs(ctx: Context) -> dict[str, dt.datetime | None]:
 class JobRunner:
     """Runs the scheduled jobs in this process while it is the elected leader."""
 
-    def __init__(self, ctx: Context, lock: LeaderLock | None = None, *, election_seconds: float = ELECTION_SECONDS) -> None:
-        self.ctx = ctx
-        self.lock = lock or leader_lock(ctx.uow.engine)
+    def __init__(self, root: Root, lock: LeaderLock | None = None, *, election_seconds: float = ELECTION_SECONDS) -> None:
+        self.root = root
+        self.ctx = root.ctx
+        self.lock = lock or leader_lock(root.ctx.uow.engine)
         self.election_seconds = election_seconds
-        self.scheduler = make_scheduler(ctx)
+        self.scheduler = make_scheduler(root.ctx)
         self.leading = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Install the Context for jobs, start paused, and campaign for leadership (first round at once)."""
-        runtime.install(self.ctx)
+        """Install the root for jobs, start paused, and campaign for leadership (first round at once)."""
+        runtime.install(self.root)
         self.scheduler.start(paused=True)
         self.elect_once()
         self._thread = threading.Thread(target=self._campaign, name="kimi-ops-leader", daemon=True)
@@ -116,7 +118,7 @@ class JobRunner:
         if self.leading:
             self.lock.release()
             self.leading = False
-        runtime.uninstall(self.ctx)
+        runtime.uninstall(self.root)
         log.info("scheduler stopped")
 
     def _campaign(self) -> None:

@@ -8,13 +8,13 @@ way. The refusal's sentence goes back to the clicker only.
 
 from __future__ import annotations
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import GateTicket, Reply, limits_words, reply
 from bot.services.access import Identity, authorize
+from bot.services.context import Context
 from bot.services.deployments import decide_gate
 from bot.services.errors import Refused
 from bot.services.traffic_gate import accept_proposed_limits
-from commands.base import engine
 
 
 def ticket(value: str | None) -> GateTicket:
@@ -31,25 +31,25 @@ def may_decide(ctx: Context, identity: Identity, value: str | None) -> GateTicke
     return seen
 
 
-def recheck(ctx: Context, identity: Identity, value: str | None) -> Reply:
+def recheck(root: Root, identity: Identity, value: str | None) -> Reply:
     """Re-run a blocked gate's checks (after its cause was fixed); the new report arrives in the thread."""
     seen = ticket(value)
-    authorize(ctx, identity, "recheck", f"deployment:{seen.deployment_id}")
+    authorize(root.ctx, identity, "recheck", f"deployment:{seen.deployment_id}")
 
     def run() -> None:
-        engine(ctx).recheck(seen.deployment_id, seen.gate, identity)
+        root.engine.recheck(seen.deployment_id, seen.gate, identity)
 
     return reply(f"Re-running the {seen.gate} checks of deployment #{seen.deployment_id}; the new report follows in the thread.",
                  then=run)
 
 
-def decide(ctx: Context, identity: Identity, value: str | None, decision: str, reason: str | None = None) -> Reply:
+def decide(root: Root, identity: Identity, value: str | None, decision: str, reason: str | None = None) -> Reply:
     seen = ticket(value)
-    view = decide_gate(ctx, seen.deployment_id, seen.gate, decision, identity, seen_report_hash=seen.report_hash,
+    view = decide_gate(root.ctx, seen.deployment_id, seen.gate, decision, identity, seen_report_hash=seen.report_hash,
                        seen_release_hash=seen.release_hash, reason=reason)
 
     def advance() -> None:
-        engine(ctx).advance(view.id)
+        root.engine.advance(view.id)
 
     if decision == "approved":
         return reply(f"You approved the {seen.gate} gate of deployment #{view.id}; the next step is running.", then=advance)

@@ -1,28 +1,17 @@
-"""What every ``/kimi`` sub-command module shares: the usage error, argument helpers, the engine.
+"""What every ``/kimi`` sub-command module shares: the usage error and argument helpers.
 
 A sub-command module declares ``NAME``, ``USAGE`` (one line), ``HELP`` (one
 sentence), ``parse(args)`` (pure: raises :class:`Usage` on malformed input, so the
-app can answer before doing any work) and ``run(ctx, identity, args) -> Reply``.
+app can answer before doing any work) and ``run(root, identity, args) -> Reply``,
+where ``root`` is the process's :class:`bot.bootstrap.Root` (its Context and its
+one deployment engine), handed down by the app.
 """
 
 from __future__ import annotations
 
-from bot.bootstrap import Context
-from bot.services.engine import Engine
-
-ENGINE_KEY = "engine"
-
 
 class Usage(Exception):
     """Malformed input: the message is the sub-command's usage line."""
-
-
-def engine(ctx: Context) -> Engine:
-    """The process's deployment engine (one per process, so a rollout watch can be stopped)."""
-    found = ctx.adapters.get(ENGINE_KEY)
-    if found is None:
-        found = ctx.adapters.setdefault(ENGINE_KEY, Engine(ctx))
-    return found
 
 
 def deployment_number(text: str, usage: str) -> int:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Reply, reply, state_words
 from bot.services.access import Identity
 from bot.services.deployments import cancel
-from commands.base import Usage, deployment_number, engine
+from commands.base import Usage, deployment_number
 
 NAME = "cancel"
 USAGE = "/kimi cancel DEPLOYMENT [force]"
@@ -29,8 +29,8 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
     parsed = parse(args)
-    view = cancel(ctx, parsed.deployment, identity, force=parsed.force)
-    engine(ctx).stop(view.id)  # a rollout watch of this deployment stops instead of running on
+    view = cancel(root.ctx, parsed.deployment, identity, force=parsed.force)
+    root.engine.stop(view.id)  # a rollout watch of this deployment stops instead of running on
     return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Reply, reply
 from bot.services.access import Identity
 from bot.services.deployments import request_deploy
-from commands.base import Usage, engine
+from commands.base import Usage
 
 NAME = "deploy"
 USAGE = "/kimi deploy RELEASE [to ENDPOINT]"
@@ -29,12 +29,12 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
     parsed = parse(args)
-    view = request_deploy(ctx, parsed.release, parsed.endpoint, identity)
+    view = request_deploy(root.ctx, parsed.release, parsed.endpoint, identity)
 
     def advance() -> None:
-        engine(ctx).advance(view.id)
+        root.engine.advance(view.id)
 
     return reply(f"Deployment #{view.id} of *{view.release}* to *{view.endpoint}* requested; "
                  f"its artifact checks are running — follow the thread.", then=advance,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Heading, Reply, Text, plain
 from bot.domain.release_diff import render_diff
 from bot.services.access import Identity, authorize
@@ -20,7 +20,8 @@ def parse(args: list[str]) -> tuple[str, str]:
     return args[0], args[1]
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+    ctx = root.ctx
     a, b = parse(args)
     authorize(ctx, identity, "view", "releases")
     text = render_diff(diff_releases(ctx, a, b))

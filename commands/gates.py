@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Buttons, GateTicket, Part, Reply, Text, gate_parts, plain
 from bot.services.access import Identity, authorize
 from bot.services.deployments import pending_gates
@@ -26,7 +26,8 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+    ctx = root.ctx
     parse(args)
     authorize(ctx, identity, "decide", "gates")
     parts: list[Part] = []

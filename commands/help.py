@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Heading, Reply, Text
 from bot.services.access import Identity
 from commands.base import Usage
@@ -17,7 +17,7 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
     from commands.registry import COMMANDS  # the registry imports this module
 
     parse(args)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Heading, Reply, Text, plain, state_words
 from bot.services.access import Identity, authorize
 from bot.services.deployments import history, resolve_endpoint
@@ -34,7 +34,8 @@ def parse(args: list[str]) -> Args:
     return Args(endpoint, limit)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+    ctx = root.ctx
     parsed = parse(args)
     name = resolve_endpoint(ctx, parsed.endpoint)
     authorize(ctx, identity, "view", f"endpoint:{name}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.bootstrap import Context
+from bot.services.context import Context
 from bot.domain.messages import Divider, Heading, Note, Part, Text, deployment_title
 from bot.services.access import Identity, is_allowed
 from bot.services.deployments import in_flight

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from types import ModuleType
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Reply
 from bot.services.access import Identity
 from commands import cancel, deploy, diff, gates, help, history, release, reservations, rollback, status
@@ -33,6 +33,7 @@ def split(text: str) -> tuple[ModuleType, list[str]]:
     return module, words[1:]
 
 
-def dispatch(ctx: Context, identity: Identity, text: str) -> Reply:
+def dispatch(root: Root, identity: Identity, text: str) -> Reply:
     module, args = split(text)
-    return module.run(ctx, identity, args)
+    answer: Reply = module.run(root, identity, args)
+    return answer

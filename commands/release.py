@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Heading, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.releases import get_release, list_releases
@@ -29,7 +29,8 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+    ctx = root.ctx
     parsed = parse(args)
     authorize(ctx, identity, "view", "releases")
     if parsed.action == "list":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Heading, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.reservations import format_remaining, reservation_overview
@@ -18,7 +18,8 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+    ctx = root.ctx
     parse(args)
     authorize(ctx, identity, "view", "reservations")
     lines = [

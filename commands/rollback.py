@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Reply, reply
 from bot.services.access import Identity
 from bot.services.deployments import request_rollback
-from commands.base import Usage, engine
+from commands.base import Usage
 
 NAME = "rollback"
 USAGE = "/kimi rollback [ENDPOINT] [to RELEASE]"
@@ -33,12 +33,12 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
     parsed = parse(args)
-    view = request_rollback(ctx, parsed.endpoint, identity, parsed.release)
+    view = request_rollback(root.ctx, parsed.endpoint, identity, parsed.release)
 
     def advance() -> None:
-        engine(ctx).advance(view.id)
+        root.engine.advance(view.id)
 
     return reply(f"Rollback #{view.id} of *{view.endpoint}* to *{view.release}* requested; "
                  f"the weights are being re-verified — follow the thread.", then=advance,

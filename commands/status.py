@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.bootstrap import Context
+from bot.bootstrap import Root
 from bot.domain.messages import Divider, Heading, Part, Reply, Text, deployment_title, plain
 from bot.services.access import Identity, authorize
 from bot.services.deployments import in_flight
@@ -29,7 +29,8 @@ def probe_history(probes: list[ProbeView]) -> str:
     )
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+    ctx = root.ctx
     name = parse(args)
     authorize(ctx, identity, "view", f"endpoint:{name or '*'}")
     statuses = endpoint_status(ctx, name, history=PROBES_SHOWN)

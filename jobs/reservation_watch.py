@@ -1,7 +1,7 @@
 """Scheduled entrypoint: the reservation watch (default every 15 minutes).
 
-APScheduler calls :func:`run` by its textual reference; the Context comes from
-:mod:`bot.runtime`, and the outcome is recorded by the scheduling service.
+APScheduler calls :func:`run` by its textual reference; the Context is the one of
+the root in :mod:`bot.runtime`, and the outcome is recorded by the scheduling service.
 """
 
 from __future__ import annotations
@@ -13,4 +13,4 @@ NAME = "reservation-watch"
 
 
 def run() -> None:
-    run_job(runtime.current(), NAME)
+    run_job(runtime.current().ctx, NAME)

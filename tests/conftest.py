@@ -11,6 +11,7 @@ import datetime as dt
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ from sqlalchemy.engine import make_url
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.store import schema
-from bot.bootstrap import Context, build_context
+from bot.bootstrap import build_context
 from bot.config import load_settings
+from bot.services.context import Context, Ports
 
 DEFAULT_PG = "postgresql+psycopg://root@127.0.0.1:5432/root"
 START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
@@ -86,14 +88,14 @@ def clock() -> FrozenClock:
 
 @pytest.fixture()
 def make_ctx(db_url: str, clock: FrozenClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Build a Context on the migrated database, with optional settings overrides."""
+    """Build a Context on the migrated database, with optional ``ports`` and settings overrides."""
     monkeypatch.delenv("KIMI_CONFIG", raising=False)
     contexts: list[Context] = []
 
-    def factory(**overrides: object) -> Context:
+    def factory(*, ports: Ports | None = None, **overrides: object) -> Context:
         overrides.setdefault("database_url", db_url)
         overrides.setdefault("data_dir", tmp_path / "data")
-        ctx = build_context(load_settings(**overrides), clock=clock)
+        ctx = build_context(load_settings(**overrides), clock=clock, ports=ports)
         contexts.append(ctx)
         return ctx
 
@@ -105,3 +107,8 @@ def make_ctx(db_url: str, clock: FrozenClock, tmp_path: Path, monkeypatch: pytes
 @pytest.fixture()
 def ctx(make_ctx) -> Context:
     return make_ctx()
+
+
+def with_ports(ctx: Context, **ports: object) -> Context:
+    """``ctx`` with the named ports replaced (same database, settings and clock); the Context itself is immutable."""
+    return replace(ctx, ports=replace(ctx.ports, **ports))

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from bot.adapters.store.models import Deployment
-from bot.bootstrap import Context
+from bot.services.context import Context
 from bot.config import EndpointSettings
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.reservations import ReservationInfo, same_instance_type

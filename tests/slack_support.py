@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from bot.app import KimiApp, create_app
+from bot.bootstrap import build_root
 from bot.cli.serve import HttpServer
 from bot.domain.messages import APPROVE, REJECT
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
@@ -84,10 +85,13 @@ def blocks_text(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def start_bench(ctx: Any, groups: dict[str, list[str]] | None = None, missing_channels: set[str] | None = None) -> SlackBench:
+def start_bench(ctx: Any, groups: dict[str, list[str]] | None = None, missing_channels: set[str] | None = None,
+                readiness_pause: float | None = None) -> SlackBench:
+    """The app on ``ctx``'s own root (its engine waits ``readiness_pause`` between readiness attempts, if given)."""
     stub = SlackStub(groups=groups, missing_channels=missing_channels).start()
     ctx.settings.slack_api_url = stub.api_url
-    app = create_app(ctx, bot_token="xoxb-test-token", signing_secret=SECRET, workers=8, outbox_seconds=0.05)
+    root = build_root(ctx, slack_token="xoxb-test-token", readiness_pause=readiness_pause)
+    app = create_app(root, signing_secret=SECRET, workers=8, outbox_seconds=0.05)
     http = HttpServer(app.wsgi(), "127.0.0.1", 0, threads=8).start()
     return SlackBench(app, stub, SlackSender(SECRET, stub), http, httpx.Client(timeout=10))
 

@@ -12,16 +12,16 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from bot.bootstrap import Context
+from bot.services.context import Context
 from bot.cli.main import app
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
 from bot.sandbox import MotoStandIn, set_scan_findings
-from bot.services import ports
 from bot.services.artifact_gate import run_artifact_checks, verify_release
 from bot.services.errors import NotFound
 from bot.services.releases import register_release
 from tests.artifact_support import Seeded, moto, not_passing, seeded  # noqa: F401 (fixtures)
+from tests.conftest import with_ports
 
 ALL_CHECKS = {
     "image.pinned", "image.exists", "image.scan", "model.commit",
@@ -49,7 +49,7 @@ def test_good_release_passes_every_check(seeded: Seeded) -> None:
 
 def test_verify_release_reads_the_registered_tuple_and_stores_nothing(seeded: Seeded, ctx: Context) -> None:
     register_release(ctx, seeded.release.model_dump(mode="json"), actor="U1")
-    ctx.adapters[ports.ARTIFACTS] = seeded.verifier()
+    ctx = with_ports(ctx, artifacts=seeded.verifier())
     with ctx.uow() as uow:
         audit_before = len(uow.audit.list(limit=1000))
     report = verify_release(ctx, seeded.release.name)
@@ -305,7 +305,7 @@ def test_s3_going_down_mid_check_is_an_error_never_a_pass(seeded: Seeded, ctx: C
         seeded.moto.stop()
 
     register_release(ctx, seeded.release.model_dump(mode="json"), actor="U1")
-    ctx.adapters[ports.ARTIFACTS] = seeded.verifier()
+    ctx = with_ports(ctx, artifacts=seeded.verifier())
     with ctx.uow() as uow:
         audit_before = [a.action for a in uow.audit.list(limit=1000)]
     # The weights are read, then the server goes away just before the bucket settings are asked for.

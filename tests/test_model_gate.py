@@ -21,7 +21,7 @@ from bot.domain.checks import GateReport
 from bot.domain.evaluation import KINDS, expand, parse_eval_set
 from bot.sandbox.eval_replies import DEFAULT_SET_REFUSAL_PATTERNS, DEFAULT_SET_REPLIES
 from bot.sandbox.openai_server import OpenAIServer
-from bot.services import ports
+from bot.services.context import Ports
 from bot.services.gate_text import render_model_report
 from bot.services.gates import GateSubject, run_gate
 from bot.services.model_gate import DEFAULT_EVAL_SET, run_model_gate
@@ -113,8 +113,7 @@ def server() -> Iterator[OpenAIServer]:
 def gate_ctx(make_ctx, tmp_path: Path):
     path = tmp_path / "eval.yaml"
     path.write_text(TEST_SET)
-    ctx = make_ctx(evaluation_set=path)
-    ctx.adapters[ports.EVALUATOR] = HttpEvaluator()
+    ctx = make_ctx(evaluation_set=path, ports=Ports(evaluator=HttpEvaluator()))
     return ctx
 
 
@@ -274,8 +273,7 @@ def test_a_broken_evaluation_set_is_one_line_error(gate_ctx, server: OpenAIServe
 
 
 def test_the_default_kimi_set_passes_on_the_stand_in(make_ctx) -> None:
-    ctx = make_ctx(evaluation_set=DEFAULT_EVAL_SET)
-    ctx.adapters[ports.EVALUATOR] = HttpEvaluator()
+    ctx = make_ctx(evaluation_set=DEFAULT_EVAL_SET, ports=Ports(evaluator=HttpEvaluator()))
     with OpenAIServer(replies=DEFAULT_SET_REPLIES, refusal_patterns=DEFAULT_SET_REFUSAL_PATTERNS) as srv:
         report = run_model_gate(ctx, endpoint(srv.url), "kimi-k3-2026-08-01", None)
 

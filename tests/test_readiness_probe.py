@@ -14,8 +14,10 @@ import pytest
 
 from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.sandbox.openai_server import OpenAIServer
+from bot.services.context import Ports
 from bot.services.readiness import endpoint_status, probe_endpoints
 from bot.services.reservations import watch_reservations
+from tests.conftest import with_ports
 from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
 
 OBJECTIVE_MS = 800
@@ -38,8 +40,8 @@ def server() -> Iterator[OpenAIServer]:
 @pytest.fixture()
 def probe(make_ctx, clock, server):
     ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod", url=server.url, ttft_objective_ms=OBJECTIVE_MS)],
-                   oncall_group="S0ONCALL", readiness_failures_to_alert=3)
-    ctx.adapters["endpoint"] = HttpEndpointClient(timeout=30)
+                   oncall_group="S0ONCALL", readiness_failures_to_alert=3,
+                   ports=Ports(endpoint=HttpEndpointClient(timeout=30)))
     make_live(ctx, "kimi-prod")
 
     def run(behaviour: dict, times: int = 1) -> None:
@@ -135,7 +137,7 @@ def test_an_adapter_that_raises_counts_as_a_failed_probe(probe) -> None:
         def readiness(self, spec):
             raise OSError("[Errno 111] Connection refused")
 
-    ctx.adapters["endpoint"] = Broken()
+    ctx = with_ports(ctx, endpoint=Broken())
     for _ in range(3):
         [outcome] = probe_endpoints(ctx)
     assert outcome.probed and not outcome.result.ok and outcome.opened == ("readiness",)
@@ -146,7 +148,7 @@ def test_status_shows_last_probe_history_and_reservation_countdown(probe, server
     ctx, run = probe
     source = ScriptedReservations()
     source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=3)))
-    ctx.adapters["reservations"] = source
+    ctx = with_ports(ctx, reservations=source)
     watch_reservations(ctx)
     run(HEALTHY)
     run(BROKEN, 3)
@@ -175,9 +177,8 @@ def test_one_recovery_message_when_both_incidents_end_together(probe) -> None:
 
 
 def test_only_endpoints_with_a_live_release_are_probed(make_ctx) -> None:
-    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-next")])
     endpoint = ScriptedEndpoint()
-    ctx.adapters["endpoint"] = endpoint
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-next")], ports=Ports(endpoint=endpoint))
     make_live(ctx, "kimi-prod")
     outcomes = {o.endpoint: o for o in probe_endpoints(ctx)}
     assert endpoint.calls == {"kimi-prod": 1}

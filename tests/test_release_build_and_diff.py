@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from bot.adapters.aws.artifacts import S3EcrArtifactVerifier, S3Objects
-from bot.bootstrap import Context
+from bot.services.context import Context
 from bot.cli.main import app
 from bot.domain.release import ReleaseManifest
 from bot.domain.release_diff import diff_releases as diff_tuples

@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from bot.adapters.clock import FrozenClock
+from bot.services.context import Ports
 from bot.services.reservations import reservation_for, reservation_overview, watch_reservations
-from tests.conftest import START
+from tests.conftest import START, with_ports
 from tests.jobs_support import ScriptedReservations, capacity_block, eks_endpoint, make_live
 
 H = dt.timedelta(hours=1)
@@ -37,8 +38,7 @@ def new_ctx(make_ctx, source):
     def factory(**overrides: object):
         overrides.setdefault("endpoints", [eks_endpoint("kimi-prod")])
         overrides.setdefault("oncall_group", "S0ONCALL")
-        ctx = make_ctx(**overrides)
-        ctx.adapters["reservations"] = source
+        ctx = make_ctx(**overrides, ports=Ports(reservations=source))
         return ctx
     return factory
 
@@ -274,8 +274,8 @@ def test_the_watch_reads_aws_through_the_real_adapter(make_ctx, clock) -> None:
     aws.add_capacity_block("cr-0p5", region="us-east-1", zone="us-east-1a", start=START - D, end=START + 2 * D,
                            instance_type="p5.48xlarge")
     plan = aws.add_training_plan("kimi-plan", region="us-east-1", zone="us-east-1b", start=START, end=START + 14 * D)
-    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b")])
-    ctx.adapters["reservations"] = AwsReservationSource(aws.client_factory())
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b")],
+                   ports=Ports(reservations=AwsReservationSource(aws.client_factory())))
 
     report = watch_reservations(ctx)
     assert sorted(report.appeared) == ["cr-0aaa", "kimi-plan"]  # the p5 block is not watched
@@ -298,7 +298,7 @@ def test_the_sandbox_covers_each_endpoint_with_the_reservation_it_needs(make_ctx
                               eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b", reservation_id="kimi-hp-plan")])
     aws = CapacityStandIn()
     ids = {e.name: aws.cover(e, START - D, START + 20 * D) for e in ctx.settings.endpoints}
-    ctx.adapters["reservations"] = AwsReservationSource(aws.client_factory())
+    ctx = with_ports(ctx, reservations=AwsReservationSource(aws.client_factory()))
     watch_reservations(ctx)
     assert {v.endpoint: v.id for v in reservation_overview(ctx)} == ids
     assert ids["kimi-eks"].startswith("cr-") and ids["kimi-hp"].endswith("training-plan/kimi-hp-plan")

@@ -20,7 +20,6 @@ import pytest
 from bot.bootstrap import build_context, production_adapters
 from bot.adapters.clock import SystemClock
 from bot.config import load_settings
-from bot.services import ports
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +74,17 @@ def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path,
     settings = load_settings(data_dir=tmp_path, auto_migrate=True, rollout_poll_seconds=0.5)
     ctx = build_context(settings, connect=True)
     try:
-        wired = {key: type(adapter).__name__ for key, adapter in ctx.adapters.items()}
+        wired = {name: type(adapter).__name__ for name, adapter in vars(ctx.ports).items() if adapter is not None}
         assert wired == {
-            ports.ARTIFACTS: "RegionalArtifactVerifier", ports.CLUSTER: "ContextClusters",
-            ports.RESERVATIONS: "AwsReservationSource", ports.ENDPOINT: "HttpEndpointClient",
-            ports.EVALUATOR: "HttpEvaluator", ports.LOADGEN: "HttpLoadGenerator",
+            "artifacts": "RegionalArtifactVerifier", "cluster": "ContextClusters",
+            "reservations": "AwsReservationSource", "endpoint": "HttpEndpointClient",
+            "evaluator": "HttpEvaluator", "loadgen": "HttpLoadGenerator",
         }
-        assert set(production_adapters(settings, SystemClock())) == set(wired)
-        assert ctx.adapters[ports.CLUSTER].poll_seconds == 0.5  # KIMI_ROLLOUT_POLL_SECONDS reaches the watch
+        made = production_adapters(settings, SystemClock())
+        assert {name for name, adapter in vars(made).items() if adapter is not None} == set(wired)
+        assert ctx.ports.cluster.poll_seconds == 0.5  # KIMI_ROLLOUT_POLL_SECONDS reaches the watch
         # A cluster that cannot be reached is an error check the gate shows, never a pass or a crash.
-        preflight = ctx.adapters[ports.CLUSTER].preflight(load_settings(endpoints=[{"name": "x"}]).endpoints[0])
+        preflight = ctx.ports.cluster.preflight(load_settings(endpoints=[{"name": "x"}]).endpoints[0])
         assert [c.status for c in preflight] == ["error"] and "no access to cluster context" in preflight[0].reason
     finally:
         ctx.close()

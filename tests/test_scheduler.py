@@ -16,15 +16,16 @@ from bot.adapters.aws.reservations import AwsReservationSource
 from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.adapters.leader import PostgresAdvisoryLock, SingleProcess, leader_lock
 from bot.adapters.store import schema
-from bot.bootstrap import build_context
+from bot.bootstrap import build_context, build_root
 from bot.cli import output
 from bot.cli.main import app
 from bot.config import load_settings
 from bot.sandbox.capacity import CapacityStandIn
 from bot.sandbox.openai_server import OpenAIServer
 from bot.scheduler import JobRunner, next_runs
+from bot.services.context import Ports
 from bot.services.scheduling import runs_of
-from tests.conftest import START
+from tests.conftest import START, with_ports
 from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
 
 cli = CliRunner()
@@ -56,8 +57,8 @@ def test_two_schedulers_on_one_postgres_run_each_job_once(fresh_pg_url: str, clo
 
         ctx_a, ctx_b = replica(), replica()
         make_live(ctx_a, "kimi-prod")
-        a = JobRunner(ctx_a, PostgresAdvisoryLock(ctx_a.uow.engine, identity="replica-a"), election_seconds=0.1)
-        b = JobRunner(ctx_b, PostgresAdvisoryLock(ctx_b.uow.engine, identity="replica-b"), election_seconds=0.1)
+        a = JobRunner(build_root(ctx_a), PostgresAdvisoryLock(ctx_a.uow.engine, identity="replica-a"), election_seconds=0.1)
+        b = JobRunner(build_root(ctx_b), PostgresAdvisoryLock(ctx_b.uow.engine, identity="replica-b"), election_seconds=0.1)
         try:
             a.start()
             b.start()
@@ -130,8 +131,7 @@ def test_postgres_outside_a_cluster_uses_the_advisory_lock(fresh_pg_url: str) ->
 def cli_ctx(make_ctx, monkeypatch):
     source, endpoint = ScriptedReservations(), ScriptedEndpoint()
     source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=5)))
-    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")])
-    ctx.adapters.update(reservations=source, endpoint=endpoint)
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")], ports=Ports(reservations=source, endpoint=endpoint))
     monkeypatch.setattr("bot.cli.jobs.context", lambda: ctx)
     monkeypatch.setattr(output.stdout, "width", 400)  # one table row per line, whatever the terminal
     return ctx
@@ -153,8 +153,8 @@ def test_jobs_list_and_run_from_the_cli(cli_ctx) -> None:
     assert unknown.exit_code == 1 and "no job named nope" in unknown.output
 
 
-def test_a_failing_job_run_says_why_and_is_recorded(cli_ctx) -> None:
-    del cli_ctx.adapters["reservations"]
+def test_a_failing_job_run_says_why_and_is_recorded(cli_ctx, monkeypatch) -> None:
+    monkeypatch.setattr("bot.cli.jobs.context", lambda: with_ports(cli_ctx, reservations=None))
     ran = cli.invoke(app, ["jobs", "run", "reservation-watch"])
     assert ran.exit_code == 1 and "no AWS access is configured" in ran.output
     [run] = runs_of(cli_ctx, "reservation-watch")
@@ -182,12 +182,12 @@ def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
 
     source, endpoint = ScriptedReservations(), ScriptedEndpoint()
     source.put(capacity_block("cr-0001", ends_in=dt.timedelta(days=5)))
-    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")], reservation_watch_minutes=1, readiness_probe_minutes=1)
-    ctx.adapters.update(reservations=source, endpoint=endpoint)
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")], reservation_watch_minutes=1, readiness_probe_minutes=1,
+                   ports=Ports(reservations=source, endpoint=endpoint))
     make_live(ctx, "kimi-prod")
 
     # A previous leader stored the jobs; the last of them ran 3 min 10 s ago.
-    previous = JobRunner(ctx, SingleProcess(identity="before"))
+    previous = JobRunner(build_root(ctx), SingleProcess(identity="before"))
     previous.scheduler.start(paused=True)
     previous.ensure_jobs()
     behind = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=3, seconds=10)
@@ -203,7 +203,7 @@ def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
     assert all(j.max_instances == 1 and j.misfire_grace_time == 300 for j in jobs.values())
     assert all(j.trigger.interval == dt.timedelta(minutes=1) for j in jobs.values())  # the configured periods
 
-    runner = JobRunner(ctx, SingleProcess(identity="after"), election_seconds=3600)
+    runner = JobRunner(build_root(ctx), SingleProcess(identity="after"), election_seconds=3600)
     try:
         runner.start()
         wait_for(lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), "the backlog to run")
@@ -221,8 +221,8 @@ def test_a_replica_that_loses_its_lock_pauses_and_the_other_takes_over(fresh_pg_
     ctx_a = build_context(settings, clock=clock, reservations=ScriptedReservations(), endpoint=ScriptedEndpoint())
     ctx_b = build_context(settings, clock=clock, reservations=ScriptedReservations(), endpoint=ScriptedEndpoint())
     lock_a = PostgresAdvisoryLock(ctx_a.uow.engine, identity="replica-a")
-    a = JobRunner(ctx_a, lock_a, election_seconds=3600)
-    b = JobRunner(ctx_b, PostgresAdvisoryLock(ctx_b.uow.engine, identity="replica-b"), election_seconds=3600)
+    a = JobRunner(build_root(ctx_a), lock_a, election_seconds=3600)
+    b = JobRunner(build_root(ctx_b), PostgresAdvisoryLock(ctx_b.uow.engine, identity="replica-b"), election_seconds=3600)
     try:
         a.start()
         b.start()
@@ -244,7 +244,7 @@ def test_listing_jobs_or_stopping_a_standby_never_moves_a_due_run(make_ctx) -> N
     """APScheduler 3 processes due jobs once more after ``shutdown``: that must not advance the shared schedule,
     or `kimi-ops jobs list` (or a standby replica stopping) would silently skip the leader's next run."""
     ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod")])
-    standby = JobRunner(ctx, SingleProcess(identity="standby"))
+    standby = JobRunner(build_root(ctx), SingleProcess(identity="standby"))
     standby.scheduler.start(paused=True)
     standby.ensure_jobs()
     due = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)
@@ -268,7 +268,7 @@ def test_a_changed_period_replaces_the_stored_job_and_an_unchanged_one_keeps_its
             scheduler.shutdown(wait=False)
 
     def leader_stores(ctx) -> None:
-        runner = JobRunner(ctx, SingleProcess())
+        runner = JobRunner(build_root(ctx), SingleProcess())
         runner.scheduler.start(paused=True)
         runner.ensure_jobs()
         runner.scheduler.shutdown(wait=False)

@@ -12,18 +12,17 @@ import pytest
 
 from bot.domain.messages import APPROVE, REJECT
 from bot.sandbox.slack_stub import sign
-from bot.services import ports
+from bot.services.context import Ports
 from bot.services.releases import register_release
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
-from tests.workflow_support import ROLES, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "slack"
 
 
 @pytest.fixture()
 def bench(make_ctx):
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]})
-    ctx.adapters.update(fake_adapters())
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]}, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
     b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"], "S0VIEWERS": ["U0VIEWER"]})
@@ -173,8 +172,8 @@ def test_app_home_follows_a_probe_run_by_another_replica(bench, make_ctx) -> Non
     assert bench.home("U0VIEWER").status_code == 200
     bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish") if "never probed" in blocks_text(c.params["view"]["blocks"])])
     # The elected replica runs the probe: it shares the database, not this process, and a passing probe emits no event.
-    other = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]})
-    other.adapters[ports.ENDPOINT] = ScriptedEndpoint()
+    other = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]},
+                     ports=Ports(endpoint=ScriptedEndpoint()))
     probe_endpoints(other)
     refreshed = bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish")
                                                if "answered: first token 180 ms" in blocks_text(c.params["view"]["blocks"])])

@@ -7,13 +7,12 @@ import threading
 import pytest
 
 from bot.domain.messages import APPROVE
-from bot.services import ports
 from bot.services.releases import register_release
 from commands import cancel, deploy, history, release, rollback, status
 from commands.base import Usage
 from commands.registry import COMMANDS, split
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
-from tests.workflow_support import ROLES, FakeCluster, FakeVerifier, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import ROLES, FakeCluster, FakeVerifier, endpoint_config, fake_ports, release_data
 
 
 @pytest.mark.parametrize("text, module, args", [
@@ -49,9 +48,8 @@ def test_parsed_arguments() -> None:
 
 @pytest.fixture()
 def bench(make_ctx):
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
     cluster = FakeCluster(block=threading.Event())
-    ctx.adapters.update(fake_adapters(**{ports.CLUSTER: cluster}))
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports(cluster=cluster))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx)
     b.cluster = cluster  # type: ignore[attr-defined]
@@ -98,8 +96,7 @@ def test_reservations_and_release_show(bench) -> None:
 
 
 def test_a_button_in_a_channel_the_bot_is_not_in_is_answered_through_the_response_url(make_ctx) -> None:
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
-    ctx.adapters.update(fake_adapters())
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx, missing_channels={"C0ELSEWHERE"})
     try:
@@ -121,8 +118,7 @@ def test_a_blocked_gate_is_rechecked_from_its_message_once_the_cause_is_fixed(ma
     from bot.domain.messages import RECHECK
 
     verifier = FakeVerifier(extra=[Check.errored("artifact.aws", "could not be checked: S3 timed out")])
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
-    ctx.adapters.update(fake_adapters(**{ports.ARTIFACTS: verifier}))
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports(artifacts=verifier))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx)
     try:

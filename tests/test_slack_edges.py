@@ -14,7 +14,7 @@ from bot.domain.messages import APPROVE, REJECT
 from bot.services.releases import register_release
 from commands.registry import COMMANDS
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
-from tests.workflow_support import ROLES, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
 # One malformed line per sub-command; a new sub-command needs its own here (the test below checks).
 MALFORMED = {
@@ -27,8 +27,7 @@ MALFORMED = {
 @pytest.fixture()
 def bench(make_ctx):
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL), endpoint_config("kimi-staging", channel=CHANNEL)],
-                   roles=ROLES)
-    ctx.adapters.update(fake_adapters())
+                   roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
     yield b

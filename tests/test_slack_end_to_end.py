@@ -27,7 +27,7 @@ from bot.sandbox.capacity import CapacityStandIn
 from bot.sandbox.kube import seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.operator import OperatorSimulator
-from bot.services import ports
+from bot.services.context import Ports
 from bot.services.releases import register_release
 from bot.services.reservations import watch_reservations
 from tests.conftest import EXAMPLE_RELEASE, START
@@ -66,13 +66,12 @@ def bench(make_ctx, stand_ins):
     endpoint = endpoint_config(channel=CHANNEL, url=openai.url, namespace=NS)
     capacity = CapacityStandIn()
     capacity.cover(EndpointSettings(**endpoint), START - dt.timedelta(days=1), START + dt.timedelta(days=20))
-    ctx = make_ctx(endpoints=[endpoint], roles=ROLES)
-    ctx.adapters.update({
-        ports.ARTIFACTS: S3EcrArtifactVerifier(s3, ecr),
-        ports.CLUSTER: KubernetesCluster(kube.api_client(), poll_seconds=0.02),
-        ports.ENDPOINT: HttpEndpointClient(timeout=10.0),
-        ports.RESERVATIONS: AwsReservationSource(capacity.client_factory()),
-    })
+    ctx = make_ctx(endpoints=[endpoint], roles=ROLES, ports=Ports(
+        artifacts=S3EcrArtifactVerifier(s3, ecr),
+        cluster=KubernetesCluster(kube.api_client(), poll_seconds=0.02),
+        endpoint=HttpEndpointClient(timeout=10.0),
+        reservations=AwsReservationSource(capacity.client_factory()),
+    ))
     register_release(ctx, first.model_dump(mode="json"), "U0DEPLOYER")
     register_release(ctx, second, "U0DEPLOYER")
     # U0APPROVER2 is an approver only through the S0APPROVERS user group.

@@ -9,11 +9,10 @@ from bot.adapters.slack.identity import GroupDirectory
 from bot.adapters.slack.notifier import MAX_ATTEMPTS, SlackNotifier
 from bot.domain.checks import Check
 from bot.sandbox.slack_stub import SlackStub
-from bot.services import ports
 from bot.services.deployments import request_deploy
 from bot.services.engine import Engine
 from bot.services.releases import register_release
-from tests.workflow_support import REQUESTER, ROLES, FakeVerifier, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import REQUESTER, ROLES, FakeVerifier, endpoint_config, fake_ports, release_data
 from tests.slack_support import blocks_text, has_buttons
 
 
@@ -24,8 +23,7 @@ def stub():
 
 
 def setup(make_ctx, channel: str, extra_checks: list[Check] | None = None):
-    ctx = make_ctx(endpoints=[endpoint_config(channel=channel)], roles=ROLES)
-    ctx.adapters.update(fake_adapters(**{ports.ARTIFACTS: FakeVerifier(extra=extra_checks or [])}))
+    ctx = make_ctx(endpoints=[endpoint_config(channel=channel)], roles=ROLES, ports=fake_ports(artifacts=FakeVerifier(extra=extra_checks or [])))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     return ctx
 
@@ -114,9 +112,8 @@ def test_two_replicas_delivering_at_once_post_each_message_once(fresh_pg_url, cl
 
     schema.upgrade(fresh_pg_url)
     contexts = [build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config(channel="C0PROD")],
-                                            roles=ROLES), clock=clock) for _ in range(2)]
+                                            roles=ROLES), clock=clock, ports=fake_ports()) for _ in range(2)]
     ctx = contexts[0]
-    ctx.adapters.update(fake_adapters())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     view = request_deploy(ctx, "rel-a", None, REQUESTER)
     Engine(ctx, readiness_pause=0).advance(view.id)

@@ -8,13 +8,12 @@ import pytest
 
 from bot.cli.shell import Shell
 from bot.services.releases import register_release
-from tests.workflow_support import ROLES, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
 
 @pytest.fixture()
 def console(make_ctx):
-    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
-    ctx.adapters.update(fake_adapters())
+    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     shell = Shell(ctx, user="U0DEPLOYER")
     yield shell

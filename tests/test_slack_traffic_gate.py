@@ -29,14 +29,11 @@ from bot.domain.messages import ACCEPT_LIMITS, APPROVE, gate_parts
 from bot.domain.release import ReleaseManifest
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.slack_stub import Message, SlackStub
-from bot.services import ports
 from bot.services.access import Identity
 from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
-from bot.services.engine import Engine
 from bot.services.releases import register_release
-from commands.base import ENGINE_KEY
 from tests.slack_support import CHANNEL, SlackBench, blocks_text, button, start_bench, stop_bench
-from tests.workflow_support import REQUESTER, ROLES, endpoint_config, fake_adapters, release_data
+from tests.workflow_support import REQUESTER, ROLES, endpoint_config, fake_ports, release_data
 
 LIMIT = 6  # the server answers 429 past this many running requests: the proposal must follow it
 SWEEP = {
@@ -59,11 +56,10 @@ def server() -> Iterator[OpenAIServer]:
 def bench(make_ctx, server: OpenAIServer) -> Iterator[SlackBench]:
     endpoint = endpoint_config(channel=CHANNEL, url=server.url,
                                request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})
-    ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000})
-    ctx.adapters.update(fake_adapters(**{ports.LOADGEN: HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)}))
-    ctx.adapters[ENGINE_KEY] = Engine(ctx, readiness_pause=0)
+    ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000},
+                   ports=fake_ports(loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    b = start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]})
+    b = start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]}, readiness_pause=0)
     yield b
     stop_bench(b)
 
@@ -152,7 +148,7 @@ def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: Slac
     old = to_traffic_gate(bench)
     value = button(old, ACCEPT_LIMITS)["value"]
 
-    bench.app.ctx.adapters[ENGINE_KEY].recheck(1, "traffic", Identity("U0DEPLOYER"))
+    bench.app.root.engine.recheck(1, "traffic", Identity("U0DEPLOYER"))
     bench.app.deliver()
     bench.stub.wait_for(lambda s: "Re-checked at" in blocks_text(old.blocks), timeout=30)
     assert not has(old, ACCEPT_LIMITS)  # the superseded report lost its buttons

@@ -18,14 +18,14 @@ import pytest
 from bot.adapters.clock import FrozenClock
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.store import schema
-from bot.bootstrap import Context, build_context
+from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
 from bot.sandbox.openai_server import OpenAIServer
-from bot.services import ports
 from bot.services.access import Identity
+from bot.services.context import Context, Ports
 from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
 from bot.services.errors import Forbidden, Refused
 from bot.services.gate_text import render_traffic_report
@@ -56,8 +56,8 @@ def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPat
     schema.upgrade(url)
     made: list[Context] = []
 
-    def factory(**overrides: object) -> Context:
-        ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data", **overrides), clock=clock)
+    def factory(*, ports: Ports | None = None, **overrides: object) -> Context:
+        ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data", **overrides), clock=clock, ports=ports)
         made.append(ctx)
         return ctx
 
@@ -73,8 +73,8 @@ def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None =
         roles=ROLES,
         traffic_sweep=sweep or SMALL_SWEEP,
         traffic_objectives=objectives or {"ttft_p99_ms": 2000},
+        ports=Ports(loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)),
     )
-    ctx.adapters[ports.LOADGEN] = HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)
     return ctx
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from bot.domain.checks import Check
 from bot.domain.states import IllegalTransition, check_transition
-from bot.services import ports
+from bot.services.context import Ports
 from bot.services.deployments import (
     cancel,
     decide_gate,
@@ -102,8 +102,7 @@ def test_requester_cannot_approve_their_own_deployment_on_prod(wf, make_ctx) -> 
 
 
 def test_self_approval_allowed_where_the_endpoint_says_so(make_ctx) -> None:
-    ctx = make_ctx(endpoints=[endpoint_config("kimi-dev", environment="dev")], roles=ROLES)
-    ctx.adapters.update({ports.ARTIFACTS: FakeVerifier()})
+    ctx = make_ctx(endpoints=[endpoint_config("kimi-dev", environment="dev")], roles=ROLES, ports=Ports(artifacts=FakeVerifier()))
     register_release(ctx, release_data("rel-a"), "U0ADMIN")
     view = Engine(ctx).advance(request_deploy(ctx, "rel-a", "kimi-dev", ADMIN).id)
     view = decide_gate(ctx, view.id, "artifact", "approved", ADMIN, seen_report_hash=view.pending.report_hash,
@@ -115,7 +114,7 @@ def test_stale_approval_is_refused(wf) -> None:
     ctx, engine = wf
     view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
     old = view.pending
-    ctx.adapters[ports.ARTIFACTS].extra.append(Check.warned("scan", "2 HIGH findings"))
+    ctx.ports.artifacts.extra.append(Check.warned("scan", "2 HIGH findings"))
     engine.recheck(view.id, "artifact", REQUESTER)
     with pytest.raises(Refused, match="changed since you looked"):
         decide_gate(ctx, view.id, "artifact", "approved", APPROVER_1, seen_report_hash=old.report_hash,
@@ -133,12 +132,12 @@ def test_stale_approval_is_refused(wf) -> None:
 
 def test_gate_with_failed_check_cannot_be_approved_only_rejected_or_rechecked(wf) -> None:
     ctx, engine = wf
-    ctx.adapters[ports.ARTIFACTS].extra.append(Check.errored("bucket.posture", "AccessDenied"))
+    ctx.ports.artifacts.extra.append(Check.errored("bucket.posture", "AccessDenied"))
     view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
     with pytest.raises(Refused, match="failed or errored checks"):
         decide_gate(ctx, view.id, "artifact", "approved", APPROVER_1, seen_report_hash=view.pending.report_hash,
                     seen_release_hash=view.pending.release_hash)
-    ctx.adapters[ports.ARTIFACTS].extra.clear()
+    ctx.ports.artifacts.extra.clear()
     engine.recheck(view.id, "artifact", REQUESTER)
     assert approve(ctx, engine, view.id).pending.gate == "infrastructure"
 
@@ -220,7 +219,7 @@ def test_rollback_restores_the_previous_manifest_byte_for_byte(wf) -> None:
     first = deploy_to_live(ctx, engine, "rel-a")
     second = deploy_to_live(ctx, engine, "rel-b")
     assert get_deployment(ctx, first.id).state == "superseded"
-    cluster = ctx.adapters[ports.CLUSTER]
+    cluster = ctx.ports.cluster
     with ctx.uow() as uow:
         first_manifest = uow.deployments.get(first.id).applied_manifest
     view = engine.advance(request_rollback(ctx, "kimi-prod", REQUESTER).id)
@@ -254,12 +253,12 @@ def test_rollback_of_a_rollback_needs_an_explicit_release(wf) -> None:
 def test_failed_deploy_past_apply_offers_rollback_to_the_live_release(wf) -> None:
     ctx, engine = wf
     live = deploy_to_live(ctx, engine, "rel-a")
-    ctx.adapters[ports.CLUSTER].outcome = "failed"
+    ctx.ports.cluster.outcome = "failed"
     view = engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id)
     view = approve(ctx, engine, view.id)
     view = approve(ctx, engine, view.id)
     assert view.state == "failed" and view.rollback_offered and "image pull backoff" in view.state_reason
-    ctx.adapters[ports.CLUSTER].outcome = "succeeded"
+    ctx.ports.cluster.outcome = "succeeded"
     rollback = engine.advance(request_rollback(ctx, "kimi-prod", REQUESTER).id)
     assert rollback.release == "rel-a"
     assert approve(ctx, engine, rollback.id).state == "live"
@@ -268,7 +267,7 @@ def test_failed_deploy_past_apply_offers_rollback_to_the_live_release(wf) -> Non
 
 def test_failed_readiness_fails_the_deploy_with_the_reason(wf) -> None:
     ctx, engine = wf
-    ctx.adapters[ports.ENDPOINT].ok = False
+    ctx.ports.endpoint.ok = False
     view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
     view = approve(ctx, engine, approve(ctx, engine, view.id).id) if False else approve(ctx, engine, view.id)
     view = approve(ctx, engine, view.id)
@@ -281,7 +280,7 @@ def test_infrastructure_gate_fails_when_the_reservation_ends_too_soon(wf) -> Non
     import datetime as dt
 
     ctx, engine = wf
-    ctx.adapters[ports.RESERVATIONS].end = ctx.clock.now() + dt.timedelta(hours=3)
+    ctx.ports.reservations.end = ctx.clock.now() + dt.timedelta(hours=3)
     view = approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id).id)
     checks = {c["name"]: c for c in view.pending.report["checks"]}
     assert checks["reservation.window"]["status"] == "fail"

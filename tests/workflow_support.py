@@ -19,7 +19,7 @@ from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
-from bot.services import ports
+from bot.services.context import Ports
 from bot.services.access import Identity
 from tests.conftest import EXAMPLE_RELEASE, START
 
@@ -136,14 +136,12 @@ class FakeEndpoint:
         return True, self.metrics(endpoint)
 
 
-def fake_adapters(**overrides: object) -> dict[str, object]:
-    """The workflow's ports answered by the in-memory fakes above; ``overrides`` (by port key) replace some."""
-    adapters: dict[str, object] = {
-        ports.ARTIFACTS: FakeVerifier(), ports.CLUSTER: FakeCluster(), ports.ENDPOINT: FakeEndpoint(),
-        ports.RESERVATIONS: FakeReservations(),
+def fake_ports(**overrides: object) -> Ports:
+    """The workflow's ports answered by the in-memory fakes above; ``overrides`` (by port name) replace some."""
+    fakes: dict[str, object] = {
+        "artifacts": FakeVerifier(), "cluster": FakeCluster(), "endpoint": FakeEndpoint(), "reservations": FakeReservations(),
     }
-    adapters.update(overrides)
-    return adapters
+    return Ports(**{**fakes, **overrides})  # type: ignore[arg-type]
 
 
 def workflow(make_ctx, releases: int = 2) -> tuple[object, object]:
@@ -151,8 +149,7 @@ def workflow(make_ctx, releases: int = 2) -> tuple[object, object]:
     from bot.services.engine import Engine
     from bot.services.releases import register_release
 
-    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES)
-    ctx.adapters.update(fake_adapters())
+    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES, ports=fake_ports())
     for i in range(releases):
         extra = {"EXTRA": str(i)} if i else {}
         register_release(ctx, release_data(f"rel-{'abcdefgh'[i]}", **extra), "U0DEPLOYER")

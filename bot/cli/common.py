@@ -1,15 +1,21 @@
-"""Shared plumbing for CLI commands: the context and the acting identity."""
+"""Shared plumbing for CLI commands: the context, the process's root and the acting identity."""
 
 from __future__ import annotations
 
 import getpass
 
-from bot.bootstrap import Context, build_context
+from bot.bootstrap import Root, build_context, build_root
+from bot.services.context import Context
 
 
 def context() -> Context:
     """The CLI's context: settings from the environment, production adapters."""
     return build_context(connect=True)
+
+
+def root() -> Root:
+    """The CLI process's root: its context and the one engine that runs the slow steps here."""
+    return build_root(context())
 
 
 def default_actor() -> str:

@@ -78,10 +78,11 @@ def start() -> None:
     """Run the scheduler in the foreground (only the elected replica runs jobs) until Ctrl-C."""
     import threading
 
+    from bot.cli.common import root as process_root
     from bot.scheduler import JobRunner
 
     def body() -> None:
-        runner = JobRunner(context())
+        runner = JobRunner(process_root())
         runner.start()
         output.info(f"scheduler running as {runner.lock.identity} ({'leader' if runner.leading else 'standby'}); Ctrl-C stops it")
         try:

@@ -14,12 +14,15 @@ import logging
 import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bot.cli import output
 from bot.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from bot.bootstrap import Root
 
 log = logging.getLogger("kimi_ops.serve")
 
@@ -113,6 +116,7 @@ def serve(
     jobs: bool = typer.Option(True, "--jobs/--no-jobs", help="Also run the scheduled jobs (with leader election)."),
 ) -> None:
     """Run the Slack bot until interrupted."""
+    from bot.bootstrap import build_root
     from bot.cli.common import context
     from bot.cli.main import run_guarded
 
@@ -122,17 +126,16 @@ def serve(
         required_credentials(load_settings(), socket)
         ctx = context()
         settings = ctx.settings
-        _run(ctx, settings, host, port, socket, jobs)
+        _run(build_root(ctx, slack_token=settings.slack_bot_token), settings, host, port, socket, jobs)
 
     run_guarded(body)
 
 
-def _run(ctx: Any, settings: Settings, host: str, port: int, socket: bool, jobs: bool) -> None:
+def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, jobs: bool) -> None:
     from bot.app import create_app
 
     # The outbox is also written by rollout watches and the scheduled jobs: deliver it periodically.
-    kimi = create_app(ctx, bot_token=settings.slack_bot_token or "",
-                      signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign", outbox_seconds=OUTBOX_SECONDS)
+    kimi = create_app(root, signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign", outbox_seconds=OUTBOX_SECONDS)
     http = HttpServer(kimi.wsgi(), host, port).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -140,7 +143,7 @@ def _run(ctx: Any, settings: Settings, host: str, port: int, socket: bool, jobs:
     if jobs:
         from bot.scheduler import JobRunner
 
-        runner = JobRunner(ctx)
+        runner = JobRunner(root)
         runner.start()
     handler = None
     if socket:

@@ -26,7 +26,7 @@ from bot.domain.messages import REJECT
 
 if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts (the CLI starts faster)
     from bot.app import KimiApp
-    from bot.bootstrap import Context
+    from bot.services.context import Context
     from bot.sandbox.slack_stub import Message
 
 EMOJI = {
@@ -76,6 +76,7 @@ class Shell:
 
     def __init__(self, ctx: Context, *, user: str, channel: str = "C0SHELL", groups: dict[str, list[str]] | None = None) -> None:
         from bot.app import create_app
+        from bot.bootstrap import build_root
         from bot.sandbox.slack_stub import SlackSender, SlackStub
 
         self.ctx = ctx
@@ -85,7 +86,7 @@ class Shell:
         ctx.settings.slack_api_url = self.stub.api_url
         secret = secrets.token_hex(16)
         # Delivery follows each request here, so what a line caused is printed right after it.
-        self.app: KimiApp = create_app(ctx, bot_token="xoxb-local-shell", signing_secret=secret, outbox_seconds=None)
+        self.app: KimiApp = create_app(build_root(ctx, slack_token="xoxb-local-shell"), signing_secret=secret, outbox_seconds=None)
         self.sender = SlackSender(secret, self.stub)
         self.buttons: list[tuple[Message, dict[str, Any]]] = []
         self._shown: dict[tuple[str, str], int] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import typer
 
 from bot.cli import output
-from bot.cli.common import context
+from bot.cli.common import context, root
 
 gate_app = typer.Typer(help="Decide or re-run a deployment's gates.", no_args_is_help=True)
 
@@ -51,12 +51,11 @@ def deploy(
 ) -> None:
     """Request a deployment of RELEASE and run it up to its first gate."""
     from bot.services.deployments import request_deploy
-    from bot.services.engine import Engine
 
     def body() -> None:
-        ctx = context()
-        view = request_deploy(ctx, release, to, _identity(ctx, user))
-        _show(Engine(ctx).advance(view.id))
+        here = root()
+        view = request_deploy(here.ctx, release, to, _identity(here.ctx, user))
+        _show(here.engine.advance(view.id))
 
     _run(body)
 
@@ -68,12 +67,11 @@ def rollback(
 ) -> None:
     """Roll back to the complete previous release tuple and its exact manifest."""
     from bot.services.deployments import request_rollback
-    from bot.services.engine import Engine
 
     def body() -> None:
-        ctx = context()
-        view = request_rollback(ctx, endpoint, _identity(ctx, user), to)
-        _show(Engine(ctx).advance(view.id))
+        here = root()
+        view = request_rollback(here.ctx, endpoint, _identity(here.ctx, user), to)
+        _show(here.engine.advance(view.id))
 
     _run(body)
 
@@ -95,10 +93,8 @@ def cancel(
 
 def resume() -> None:
     """Continue every in-flight deployment from its stored state (after a restart)."""
-    from bot.services.engine import Engine
-
     def body() -> None:
-        views = Engine(context()).resume_all()
+        views = root().engine.resume_all()
         if not views:
             output.info("no deployment in flight")
         for view in views:
@@ -133,11 +129,11 @@ def gate_show(deployment: int = typer.Argument(..., help="Deployment number.")) 
 
 def _decide(deployment: int, gate: str, decision: str, user: str | None, reason: str | None) -> None:
     from bot.services.deployments import decide_gate, get_deployment
-    from bot.services.engine import Engine
     from bot.services.errors import Refused
 
     def body() -> None:
-        ctx = context()
+        here = root()
+        ctx = here.ctx
         who = _identity(ctx, user)
         seen = get_deployment(ctx, deployment).pending
         if seen is None or seen.gate != gate:
@@ -146,7 +142,7 @@ def _decide(deployment: int, gate: str, decision: str, user: str | None, reason:
         _show(get_deployment(ctx, deployment))
         decide_gate(ctx, deployment, gate, decision, who, seen_report_hash=seen.report_hash,
                     seen_release_hash=seen.release_hash, reason=reason)
-        _show(Engine(ctx).advance(deployment))
+        _show(here.engine.advance(deployment))
 
     _run(body)
 
@@ -179,11 +175,9 @@ def gate_recheck(
     user: str = AS_OPTION,
 ) -> None:
     """Run the waiting GATE's automated checks again."""
-    from bot.services.engine import Engine
-
     def body() -> None:
-        ctx = context()
-        _show(Engine(ctx).recheck(deployment, gate, _identity(ctx, user)))
+        here = root()
+        _show(here.engine.recheck(deployment, gate, _identity(here.ctx, user)))
 
     _run(body)
 

@@ -26,7 +26,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
@@ -34,6 +34,9 @@ import yaml
 from bot.adapters.clock import Clock, SystemClock
 from bot.config import EndpointSettings, Settings, load_settings
 from bot.domain.release import ReleaseManifest
+
+if TYPE_CHECKING:
+    from bot.services.context import Ports
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_RELEASES = REPO / "deploy" / "releases"
@@ -102,7 +105,7 @@ class Sandbox:
             if settings.database_url and settings.database_url.startswith("sqlite"):
                 Path(settings.database_url.removeprefix("sqlite:///")).unlink(missing_ok=True)
             schema.upgrade(settings.effective_database_url)
-            self.ctx = build_context(settings, clock=self.clock, **self.adapters())
+            self.ctx = build_context(settings, clock=self.clock, ports=self.ports())
             self.releases = self._seed(settings)
         except BaseException:
             self.stop()
@@ -161,7 +164,7 @@ class Sandbox:
         path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         return path
 
-    def adapters(self) -> dict[str, Any]:
+    def ports(self) -> Ports:
         """The production adapter classes, aimed at the stand-ins."""
         from bot.adapters.aws.artifacts import RegionalArtifactVerifier
         from bot.adapters.aws.reservations import AwsReservationSource
@@ -169,18 +172,18 @@ class Sandbox:
         from bot.adapters.endpoint import HttpEndpointClient
         from bot.adapters.endpoint.evaluation import HttpEvaluator
         from bot.adapters.endpoint.loadgen import HttpLoadGenerator
-        from bot.services import ports
+        from bot.services.context import Ports
 
         moto, kube = self.stand_ins["moto"], self.stand_ins["kube"]
         endpoint = HttpEndpointClient(timeout=30, drain_poll_seconds=0.2)
-        return {
-            ports.ARTIFACTS: RegionalArtifactVerifier("us-east-1", client_factory=lambda service, region: moto.client(service, region)),
-            ports.CLUSTER: ContextClusters(client_factory=lambda _context: kube.api_client(), poll_seconds=0.1, clock=self.clock),
-            ports.RESERVATIONS: AwsReservationSource(self.stand_ins["capacity"].client_factory()),
-            ports.ENDPOINT: endpoint,
-            ports.EVALUATOR: HttpEvaluator(),
-            ports.LOADGEN: HttpLoadGenerator(metrics=endpoint.metrics),
-        }
+        return Ports(
+            artifacts=RegionalArtifactVerifier("us-east-1", client_factory=lambda service, region: moto.client(service, region)),
+            cluster=ContextClusters(client_factory=lambda _context: kube.api_client(), poll_seconds=0.1, clock=self.clock),
+            reservations=AwsReservationSource(self.stand_ins["capacity"].client_factory()),
+            endpoint=endpoint,
+            evaluator=HttpEvaluator(),
+            loadgen=HttpLoadGenerator(metrics=endpoint.metrics),
+        )
 
     def _seed(self, settings: Settings) -> list[ReleaseManifest]:
         """Weights and images in moto, the reservation in the capacity stand-in, the releases registered."""

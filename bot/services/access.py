@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bot.bootstrap import Context
-from bot.services import ports
+from bot.services.context import Context
 from bot.services.errors import Forbidden
 
 # The role each action needs; an action missing here is refused (fail closed).
@@ -55,7 +54,7 @@ def identify(ctx: Context, user_id: str) -> Identity:
     Without a directory (no Slack bot token) groups are unknown: roles granted only
     through a group are then refused, never assumed.
     """
-    directory: ports.Directory | None = ctx.adapters.get(ports.DIRECTORY)
+    directory = ctx.ports.directory
     return Identity(user_id, directory.groups_of(user_id) if directory is not None else frozenset())
 
 

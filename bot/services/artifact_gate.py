@@ -1,7 +1,7 @@
 """The artifact gate's automated checks for a release, as a :class:`GateReport`.
 
 The checks run through the :class:`~bot.services.ports.ArtifactVerifier` port:
-the one the composition root put in ``ctx.adapters`` (S3 and ECR through the
+the one the composition root put in ``ctx.ports.artifacts`` (S3 and ECR through the
 standard AWS chain in production; moto in tests and the sandbox). A
 verifier that cannot answer at all yields an ``error`` check, never a ``pass``;
 a report with any ``fail`` or ``error`` cannot be approved.
@@ -13,11 +13,10 @@ import logging
 from collections import Counter
 
 from bot.adapters.aws.artifacts import Progress
-from bot.bootstrap import Context
 from bot.domain.checks import Check, GateReport
 from bot.domain.release import ReleaseManifest
 from bot.services import ports
-from bot.services.errors import NotConfigured
+from bot.services.context import Context, require
 from bot.services.releases import get_release
 
 log = logging.getLogger(__name__)
@@ -43,9 +42,7 @@ def run_artifact_checks(verifier: ports.ArtifactVerifier, release: ReleaseManife
 
 def verifier_for(ctx: Context, progress: Progress | None = None) -> ports.ArtifactVerifier:
     """The process's verifier; with ``progress`` when it can report streaming progress."""
-    configured: ports.ArtifactVerifier | None = ctx.adapters.get(ports.ARTIFACTS)
-    if configured is None:
-        raise NotConfigured("this process has no artifact verifier (S3/ECR access) configured")
+    configured = require(ctx.ports.artifacts, "S3/ECR access")
     if progress is not None and isinstance(configured, ports.ReportsProgress):
         return configured.with_progress(progress)
     return configured

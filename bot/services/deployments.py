@@ -15,11 +15,11 @@ from typing import Any
 from bot.adapters.store.models import Deployment, Endpoint, GateResult
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
-from bot.bootstrap import Context
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
 from bot.domain.states import GATE_OF_STATE, PAST_APPLY, STATE_OF_GATE, TERMINAL, check_transition
 from bot.services.access import Identity, authorize
+from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
 
 # ---------------------------------------------------------------------------- read models

@@ -19,15 +19,14 @@ from dataclasses import dataclass
 
 from bot.adapters.store.models import Deployment, ReadinessCheck
 from bot.adapters.store.uow import SqlUnitOfWork
-from bot.bootstrap import Context
 from bot.config import EndpointSettings
 from bot.domain.readiness import ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
 from bot.domain.states import GATE_OF_STATE, PAST_APPLY, TERMINAL, next_state
-from bot.services import ports
 from bot.services.deployments import DeploymentView, _view, get_deployment, live_deployment, store_gate_report, transition
 from bot.services.access import Identity, authorize
-from bot.services.errors import NotFound, Refused, UserError
+from bot.services.context import Context, require
+from bot.services.errors import NotConfigured, NotFound, Refused, UserError
 from bot.services.gates import GateSubject, run_gate
 from bot.services.releases import manifest_from_row
 
@@ -114,12 +113,6 @@ class Engine:
             )
             uow.commit()
 
-    def _adapter(self, key: str) -> object:
-        found = self.ctx.adapters.get(key)
-        if found is None:
-            raise StepFailed(f"no {key} access is configured for this process")
-        return found
-
     def stop(self, deployment_id: int) -> None:
         """Ask a running rollout watch of this deployment to stop (explicitly, never by hanging)."""
         with self._lock:
@@ -153,7 +146,7 @@ class Engine:
             except StateMoved as moved:
                 log.info("%s", moved)
                 continue
-            except StepFailed as exc:
+            except (StepFailed, NotConfigured) as exc:
                 self._fail(snap, str(exc))
             except Exception as exc:
                 correlation = uuid.uuid4().hex[:12]
@@ -217,7 +210,7 @@ class Engine:
                 uow.commit()
 
     def _render(self, snap: Snapshot) -> RenderedManifest:
-        cluster: ports.Cluster = self._adapter(ports.CLUSTER)  # type: ignore[assignment]
+        cluster = require(self.ctx.ports.cluster, "cluster access")
         if snap.applied_manifest is not None:
             return RenderedManifest.from_text(snap.applied_manifest)
         if snap.kind == "rollback":
@@ -236,7 +229,7 @@ class Engine:
         return manifest
 
     def _apply(self, snap: Snapshot) -> None:
-        cluster: ports.Cluster = self._adapter(ports.CLUSTER)  # type: ignore[assignment]
+        cluster = require(self.ctx.ports.cluster, "cluster access")
         manifest = self._render(snap)
         try:
             result = cluster.apply(snap.endpoint, manifest)
@@ -248,7 +241,7 @@ class Engine:
                    manifest_hash=manifest.sha256, changed=result.changed)
 
     def _rollout(self, snap: Snapshot) -> None:
-        cluster: ports.Cluster = self._adapter(ports.CLUSTER)  # type: ignore[assignment]
+        cluster = require(self.ctx.ports.cluster, "cluster access")
         if snap.applied_manifest is None:
             raise StepFailed("no applied manifest is stored for this rollout")
         manifest = RenderedManifest.from_text(snap.applied_manifest)
@@ -272,7 +265,7 @@ class Engine:
             raise StepFailed(f"rollout {outcome.status.replace('_', ' ')}: {outcome.reason}")
 
     def _readiness(self, snap: Snapshot) -> None:
-        client: ports.EndpointClient = self._adapter(ports.ENDPOINT)  # type: ignore[assignment]
+        client = require(self.ctx.ports.endpoint, "endpoint access")
         result: ReadinessResult | None = None
         for attempt in range(READINESS_ATTEMPTS):
             result = client.readiness(snap.endpoint)
@@ -300,7 +293,7 @@ class Engine:
             uow.commit()
 
     def _admission(self, snap: Snapshot, *, open_: bool) -> None:
-        cluster: ports.Cluster = self._adapter(ports.CLUSTER)  # type: ignore[assignment]
+        cluster = require(self.ctx.ports.cluster, "cluster access")
         reason = f"{'reopened after' if open_ else 'closed for'} rollback #{snap.id}"
         try:
             cluster.set_admission(snap.endpoint, open_, reason)
@@ -314,7 +307,7 @@ class Engine:
             uow.commit()
 
     def _drain(self, snap: Snapshot) -> None:
-        client: ports.EndpointClient = self._adapter(ports.ENDPOINT)  # type: ignore[assignment]
+        client = require(self.ctx.ports.endpoint, "endpoint access")
         drained, last = client.drain(snap.endpoint, timeout_seconds=float(snap.endpoint.max_deploy_seconds) / 12)
         if drained:
             reason = "queue drained: no running or waiting requests"

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.bootstrap import Context
 from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
-from bot.services import ports
 from bot.services.artifact_gate import run_artifact_checks
+from bot.services.context import Context, require
+from bot.services.errors import NotConfigured
 from bot.services.model_gate import run_model_gate
 from bot.services.reservations import reservation_for
 from bot.services.traffic_gate import run_traffic_gate
@@ -39,11 +39,6 @@ class GateSubject:
     baseline_reports: dict[str, Any]
 
 
-def adapter(ctx: Context, key: str) -> Any:
-    """The adapter registered under ``key``, or ``None`` when this process has none."""
-    return ctx.adapters.get(key)
-
-
 def guarded(name: str, fn: Callable[[], list[Check]]) -> list[Check]:
     """Run an adapter-backed check; any failure to ask becomes an ``error`` check."""
     try:
@@ -59,9 +54,10 @@ def _short(exc: BaseException) -> str:
 
 
 def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
-    verifier: ports.ArtifactVerifier | None = adapter(ctx, ports.ARTIFACTS)
-    if verifier is None:
-        return GateReport(gate="artifact", checks=[Check.errored("artifact.aws", "no S3/ECR access is configured for this process")])
+    try:
+        verifier = require(ctx.ports.artifacts, "S3/ECR access")
+    except NotConfigured as absent:
+        return GateReport(gate="artifact", checks=[Check.errored("artifact.aws", str(absent))])
     if subject.kind == "rollback":
         checks = guarded("weights", lambda: verifier.verify_weights(subject.release))
         checks.append(
@@ -75,14 +71,17 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
 
 def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) -> GateReport:
     endpoint = subject.endpoint
-    cluster: ports.Cluster | None = adapter(ctx, ports.CLUSTER)
     checks: list[Check] = []
-    preflight = guarded("cluster.preflight", lambda: cluster.preflight(endpoint)) if cluster else [
-        Check.errored("cluster.preflight", "no cluster access is configured for this process")
-    ]
+    try:
+        cluster = require(ctx.ports.cluster, "cluster access")
+        preflight = guarded("cluster.preflight", lambda: cluster.preflight(endpoint))
+    except NotConfigured as absent:
+        preflight = [Check.errored("cluster.preflight", str(absent))]
     zones = sorted({z for c in preflight for z in c.details.get("zones", [])})
-    if adapter(ctx, ports.RESERVATIONS) is None:
-        checks.append(Check.errored("reservation", "no AWS access is configured to read reservations"))
+    try:
+        require(ctx.ports.reservations, "AWS access", "to read reservations")
+    except NotConfigured as absent:
+        checks.append(Check.errored("reservation", str(absent)))
     else:
         checks.extend(guarded("reservation", lambda: reservation_checks(
             reservation_for(ctx, endpoint, fresh=True),
@@ -115,13 +114,13 @@ HUMAN_STEP = {
 
 
 def model_report(ctx: Context, subject: GateSubject) -> GateReport:
-    if adapter(ctx, ports.EVALUATOR) is None:
+    if ctx.ports.evaluator is None:
         return _human_decides("model", "model.evaluation", "evaluation")
     return run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
 
 
 def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:
-    if adapter(ctx, ports.LOADGEN) is None:
+    if ctx.ports.loadgen is None:
         return _human_decides("traffic", "traffic.sweep", "load sweep")
     return run_traffic_gate(ctx, subject.endpoint)
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from bot.adapters.plots import plot_evaluation
-from bot.bootstrap import Context
 from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
 from bot.domain.evaluation import EvalSet, EvalSetError, Summary, Verdict, compare, expand, kind_verdicts, parse_eval_set, score, summarise
-from bot.services import ports
+from bot.services.context import Context, require
+from bot.services.errors import NotConfigured
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,10 @@ def baseline_summary(baseline: dict[str, Any] | None) -> tuple[Summary | None, s
 
 def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, baseline: dict[str, Any] | None) -> GateReport:
     """Evaluate ``release_name`` as served by ``endpoint``; ``baseline`` is the live release's model-gate report."""
-    evaluator: ports.Evaluator | None = ctx.adapters.get(ports.EVALUATOR)
-    if evaluator is None:
-        return GateReport(gate="model", checks=[Check.errored("model.evaluation", "no endpoint client is configured to run the evaluation set")])
+    try:
+        evaluator = require(ctx.ports.evaluator, "endpoint client", "to run the evaluation set")
+    except NotConfigured as absent:
+        return GateReport(gate="model", checks=[Check.errored("model.evaluation", str(absent))])
     try:
         eval_set = load_eval_set(ctx)
     except EvalSetError as exc:

@@ -1,8 +1,8 @@
 """What the services need from the outside world, as protocols the adapters implement.
 
 The composition root (:mod:`bot.bootstrap`) puts one implementation of each in
-``Context.adapters`` under the key given here; tests and the sandbox give the
-same real adapters pointed at local stand-ins.
+the typed :class:`bot.services.context.Ports` of the Context; tests and the
+sandbox give the same real adapters pointed at local stand-ins.
 """
 
 from __future__ import annotations
@@ -21,16 +21,6 @@ from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
 from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
 from bot.domain.sweep import LevelStats, Objectives, SweepOutcome, SweepPlan
-
-ARTIFACTS = "artifacts"
-CLUSTER = "cluster"
-ENDPOINT = "endpoint"
-RESERVATIONS = "reservations"
-NOTIFIER = "notifier"
-EVALUATOR = "evaluator"
-LOADGEN = "loadgen"
-DIRECTORY = "directory"
-
 
 class ArtifactVerifier(Protocol):
     """Checks a release tuple against S3 and the image registry (artifact gate)."""

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field, replace
 from bot.adapters.store.models import Endpoint, Incident, ReadinessCheck
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
-from bot.bootstrap import Context
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
 from bot.services import ports
+from bot.services.context import Context, require
 from bot.services.deployments import live_deployment
-from bot.services.errors import NotFound, Refused
+from bot.services.errors import NotFound
 from bot.services.reservations import MISSING_INCIDENT, WATCH_INCIDENT, ReservationView, reservations_of
 
 log = logging.getLogger(__name__)
@@ -175,9 +175,7 @@ def _ask(client: ports.EndpointClient, spec: EndpointSettings) -> ReadinessResul
 
 def probe_endpoints(ctx: Context) -> list[ProbeOutcome]:
     """One round of readiness probes over every live endpoint with open admission."""
-    client: ports.EndpointClient | None = ctx.adapters.get(ports.ENDPOINT)
-    if client is None:
-        raise Refused("no endpoint client is configured for this process; readiness cannot be probed")
+    client = require(ctx.ports.endpoint, "endpoint client", "for this process; readiness cannot be probed")
     targets, outcomes = _targets(ctx)
     for spec in targets:
         result = _ask(client, spec)  # outside any transaction: a completion can take seconds

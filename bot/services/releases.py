@@ -15,10 +15,10 @@ from pydantic import ValidationError
 from bot.adapters.store.models import Release
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
-from bot.bootstrap import Context
 from bot.domain.release import ReleaseManifest
 from bot.domain.release_diff import ReleaseDiff
 from bot.domain.release_diff import diff_releases as diff_tuples
+from bot.services.context import Context
 from bot.services.errors import NotFound, Refused, ValidationFailed
 
 

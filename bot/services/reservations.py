@@ -43,7 +43,6 @@ from typing import Any
 
 from bot.adapters.store.models import Incident, Reservation
 from bot.adapters.store.uow import SqlUnitOfWork
-from bot.bootstrap import Context
 from bot.config import EndpointSettings
 from bot.domain.expiry import (
     USABLE_STATES,
@@ -62,9 +61,9 @@ from bot.domain.expiry import (
 )
 from bot.domain.infrastructure import select_reservation
 from bot.domain.reservations import ReservationInfo, same_instance_type
-from bot.services import ports
+from bot.services.context import Context, require
 from bot.services.deployments import live_deployment
-from bot.services.errors import NotFound, Refused
+from bot.services.errors import NotFound
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +151,7 @@ def _instance_types(ctx: Context, region: str) -> list[str]:
 
 def read_all(ctx: Context) -> tuple[dict[str, ReservationInfo], set[str], dict[str, str]]:
     """Ask AWS, region by region: ``(reservations by id, regions read, error by region)``; no transaction is open."""
-    source: ports.ReservationSource | None = ctx.adapters.get(ports.RESERVATIONS)
-    if source is None:
-        raise Refused("no AWS access is configured to read reservations; give this process AWS credentials and regions")
+    source = require(ctx.ports.reservations, "AWS access", "to read reservations; give this process AWS credentials and regions")
     seen: dict[str, ReservationInfo] = {}
     read: set[str] = set()
     errors: dict[str, str] = {}
@@ -486,9 +483,7 @@ def reservation_for(ctx: Context, endpoint: EndpointSettings | str, *, fresh: bo
             raise NotFound(f"no endpoint named {endpoint}; `kimi-ops reservations` lists what is watched")
         endpoint = spec
     if fresh:
-        source: ports.ReservationSource | None = ctx.adapters.get(ports.RESERVATIONS)
-        if source is None:
-            raise Refused("no AWS access is configured to read reservations; give this process AWS credentials")
+        source = require(ctx.ports.reservations, "AWS access", "to read reservations; give this process AWS credentials")
         if endpoint.kind == "hyperpod":
             candidates = source.training_plans(endpoint.region)
         else:

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from bot.bootstrap import Context
 from bot.config import Settings
+from bot.services.context import Context
 from bot.services.errors import NotFound, UserError
 from bot.services.readiness import probe_endpoints
 from bot.services.reservations import watch_reservations

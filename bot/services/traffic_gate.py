@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.adapters.plots import plot_sweep
-from bot.bootstrap import Context
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.checks import Check, GateReport
 from bot.domain.messages import LIMITS_ACCEPTED, LIMITS_CLOSED_STATES, find_acceptance, limits_words, proposed_limits, same_limits
 from bot.domain.sweep import LevelStats, Objectives, Proposal, SweepOutcome, SweepPlan, propose
-from bot.services import ports
 from bot.services.access import Identity, authorize
-from bot.services.errors import NotFound, Refused
+from bot.services.context import Context, require
+from bot.services.errors import NotConfigured, NotFound, Refused
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +37,10 @@ def objectives_for(ctx: Context, endpoint: EndpointSettings) -> Objectives:
 
 def run_traffic_gate(ctx: Context, endpoint: EndpointSettings) -> GateReport:
     """Sweep ``endpoint``'s concurrency and propose admission limits below the knee."""
-    loadgen: ports.LoadGenerator | None = ctx.adapters.get(ports.LOADGEN)
-    if loadgen is None:
-        return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", "no load generator is configured for this process")])
+    try:
+        loadgen = require(ctx.ports.loadgen, "load generator")
+    except NotConfigured as absent:
+        return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", str(absent))])
     plan: SweepPlan = ctx.settings.traffic_sweep
     objectives = objectives_for(ctx, endpoint)
     outcome = loadgen.sweep(endpoint, plan, objectives)
