@@ -2,7 +2,8 @@
 
 A sub-command module declares ``NAME``, ``USAGE`` (one line), ``HELP`` (one
 sentence), ``parse(args)`` (pure: raises :class:`Usage` on malformed input, so the
-app can answer before doing any work) and ``run(ctx, identity, args) -> Reply``.
+app can answer before doing any work) and ``run(ctx, identity, parsed) -> Reply``, where
+``parsed`` is what ``parse`` returned: the app parses once, when it acknowledges.
 """
 
 from __future__ import annotations

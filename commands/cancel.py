@@ -29,8 +29,7 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    parsed = parse(args)
+def run(ctx: Context, identity: Identity, parsed: Args) -> Reply:
     view = cancel(ctx, parsed.deployment, identity, force=parsed.force)
     engine(ctx).stop(view.id)  # a rollout watch of this deployment stops instead of running on
     return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}")

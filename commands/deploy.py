@@ -29,8 +29,7 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    parsed = parse(args)
+def run(ctx: Context, identity: Identity, parsed: Args) -> Reply:
     view = request_deploy(ctx, parsed.release, parsed.endpoint, identity)
 
     def advance() -> None:

@@ -20,8 +20,8 @@ def parse(args: list[str]) -> tuple[str, str]:
     return args[0], args[1]
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    a, b = parse(args)
+def run(ctx: Context, identity: Identity, parsed: tuple[str, str]) -> Reply:
+    a, b = parsed
     authorize(ctx, identity, "view", "releases")
     text = render_diff(diff_releases(ctx, a, b))
     parts = (Heading(f"{a} → {b}"), Text(f"```{text}```"))

@@ -26,8 +26,7 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    parse(args)
+def run(ctx: Context, identity: Identity, parsed: None) -> Reply:
     authorize(ctx, identity, "decide", "gates")
     parts: list[Part] = []
     for p in pending_gates(ctx, identity):

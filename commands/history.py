@@ -34,8 +34,7 @@ def parse(args: list[str]) -> Args:
     return Args(endpoint, limit)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    parsed = parse(args)
+def run(ctx: Context, identity: Identity, parsed: Args) -> Reply:
     name = resolve_endpoint(ctx, parsed.endpoint)
     authorize(ctx, identity, "view", f"endpoint:{name}")
     views = history(ctx, name, parsed.limit)

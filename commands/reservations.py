@@ -18,8 +18,7 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    parse(args)
+def run(ctx: Context, identity: Identity, parsed: None) -> Reply:
     authorize(ctx, identity, "view", "reservations")
     lines = [
         f"*{v.id.rsplit('/', 1)[-1]}* ({v.kind}, {v.instance_count} × {v.instance_type}, {v.availability_zone or 'any zone'}) "

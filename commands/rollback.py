@@ -33,8 +33,7 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    parsed = parse(args)
+def run(ctx: Context, identity: Identity, parsed: Args) -> Reply:
     view = request_rollback(ctx, parsed.endpoint, identity, parsed.release)
 
     def advance() -> None:

@@ -29,8 +29,7 @@ def probe_history(probes: list[ProbeView]) -> str:
     )
 
 
-def run(ctx: Context, identity: Identity, args: list[str]) -> Reply:
-    name = parse(args)
+def run(ctx: Context, identity: Identity, name: str | None) -> Reply:
     authorize(ctx, identity, "view", f"endpoint:{name or '*'}")
     statuses = endpoint_status(ctx, name, history=PROBES_SHOWN)
     flying = {v.endpoint: v for v in in_flight(ctx)}
