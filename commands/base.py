@@ -2,9 +2,9 @@
 
 A sub-command module declares ``NAME``, ``USAGE`` (one line), ``HELP`` (one
 sentence), ``parse(args)`` (pure: raises :class:`Usage` on malformed input, so the
-app can answer before doing any work) and ``run(root, identity, args) -> Reply``,
-where ``root`` is the process's :class:`bot.bootstrap.Root` (its Context and its
-one deployment engine), handed down by the app.
+app can answer before doing any work) and ``run(root, identity, parsed) -> Reply``, where
+``root`` is the process's :class:`bot.bootstrap.Root` (its Context and its one engine) and
+``parsed`` is what ``parse`` returned: the app parses once, when it acknowledges.
 """
 
 from __future__ import annotations

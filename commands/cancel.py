@@ -29,8 +29,8 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
-    parsed = parse(args)
-    view = cancel(root.ctx, parsed.deployment, identity, force=parsed.force)
+def run(root: Root, identity: Identity, parsed: Args) -> Reply:
+    ctx = root.ctx
+    view = cancel(ctx, parsed.deployment, identity, force=parsed.force)
     root.engine.stop(view.id)  # a rollout watch of this deployment stops instead of running on
     return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}")

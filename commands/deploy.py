@@ -29,9 +29,9 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
-    parsed = parse(args)
-    view = request_deploy(root.ctx, parsed.release, parsed.endpoint, identity)
+def run(root: Root, identity: Identity, parsed: Args) -> Reply:
+    ctx = root.ctx
+    view = request_deploy(ctx, parsed.release, parsed.endpoint, identity)
 
     def advance() -> None:
         root.engine.advance(view.id)

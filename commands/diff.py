@@ -20,9 +20,9 @@ def parse(args: list[str]) -> tuple[str, str]:
     return args[0], args[1]
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, parsed: tuple[str, str]) -> Reply:
     ctx = root.ctx
-    a, b = parse(args)
+    a, b = parsed
     authorize(ctx, identity, "view", "releases")
     text = render_diff(diff_releases(ctx, a, b))
     parts = (Heading(f"{a} → {b}"), Text(f"```{text}```"))

@@ -26,9 +26,8 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, parsed: None) -> Reply:
     ctx = root.ctx
-    parse(args)
     authorize(ctx, identity, "decide", "gates")
     parts: list[Part] = []
     for p in pending_gates(ctx, identity):

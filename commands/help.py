@@ -17,9 +17,8 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, parsed: None) -> Reply:
     from commands.registry import COMMANDS  # the registry imports this module
 
-    parse(args)
     lines = [f"`{m.USAGE}` — {m.HELP}" for m in COMMANDS]
     return Reply(parts=(Heading("kimi-ops commands"), Text("\n".join(lines))), text="\n".join(lines))

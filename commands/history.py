@@ -34,9 +34,8 @@ def parse(args: list[str]) -> Args:
     return Args(endpoint, limit)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
-    parsed = parse(args)
     name = resolve_endpoint(ctx, parsed.endpoint)
     authorize(ctx, identity, "view", f"endpoint:{name}")
     views = history(ctx, name, parsed.limit)

@@ -1,11 +1,15 @@
 """The one explicit list of ``/kimi`` sub-commands, and the dispatch from a command's text to a module.
 
 A new sub-command is one new module in ``commands/`` plus one line here.
+A command's text is parsed once (:func:`parse`, pure); the :class:`Parsed`
+value it returns is what :func:`run` hands to the module, so the Slack app
+parses in its acknowledgement and carries the result to the work after it.
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from types import ModuleType
 
 from bot.bootstrap import Root
@@ -18,8 +22,15 @@ COMMANDS: tuple[ModuleType, ...] = (help, deploy, status, history, release, diff
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 
 
-def split(text: str) -> tuple[ModuleType, list[str]]:
-    """The sub-command module and its arguments; :class:`Usage` for unknown or malformed input."""
+@dataclass(frozen=True)
+class Parsed:
+    """A sub-command's name and what its module's ``parse`` returned (plain values: it can be copied between threads)."""
+
+    name: str
+    args: object
+
+
+def _words(text: str) -> tuple[ModuleType, list[str]]:
     try:
         words = shlex.split(text or "")
     except ValueError:
@@ -29,11 +40,27 @@ def split(text: str) -> tuple[ModuleType, list[str]]:
     module = BY_NAME.get(words[0].lower())
     if module is None:
         raise Usage(f"unknown sub-command `{words[0]}`; try `{help.USAGE}`")
-    module.parse(words[1:])  # pure: malformed input is refused before any work or acknowledgement delay
     return module, words[1:]
 
 
+def parse(text: str) -> Parsed:
+    """The sub-command and its parsed arguments; :class:`Usage` for unknown or malformed input. Pure."""
+    module, args = _words(text)
+    return Parsed(module.NAME, module.parse(args))
+
+
+def split(text: str) -> tuple[ModuleType, list[str]]:
+    """The sub-command module and its argument words, refusing malformed input as :func:`parse` does."""
+    module, args = _words(text)
+    module.parse(args)
+    return module, args
+
+
+def run(root: Root, identity: Identity, parsed: Parsed) -> Reply:
+    """Run an already parsed command: its module authorises, calls one service and renders."""
+    reply: Reply = BY_NAME[parsed.name].run(root, identity, parsed.args)
+    return reply
+
+
 def dispatch(root: Root, identity: Identity, text: str) -> Reply:
-    module, args = split(text)
-    answer: Reply = module.run(root, identity, args)
-    return answer
+    return run(root, identity, parse(text))

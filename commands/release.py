@@ -29,9 +29,8 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
-    parsed = parse(args)
     authorize(ctx, identity, "view", "releases")
     if parsed.action == "list":
         views = list_releases(ctx, limit=50)

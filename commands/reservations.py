@@ -18,9 +18,8 @@ def parse(args: list[str]) -> None:
         raise Usage(USAGE)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, parsed: None) -> Reply:
     ctx = root.ctx
-    parse(args)
     authorize(ctx, identity, "view", "reservations")
     lines = [
         f"*{v.id.rsplit('/', 1)[-1]}* ({v.kind}, {v.instance_count} × {v.instance_type}, {v.availability_zone or 'any zone'}) "

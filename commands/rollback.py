@@ -33,9 +33,9 @@ def parse(args: list[str]) -> Args:
     raise Usage(USAGE)
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
-    parsed = parse(args)
-    view = request_rollback(root.ctx, parsed.endpoint, identity, parsed.release)
+def run(root: Root, identity: Identity, parsed: Args) -> Reply:
+    ctx = root.ctx
+    view = request_rollback(ctx, parsed.endpoint, identity, parsed.release)
 
     def advance() -> None:
         root.engine.advance(view.id)

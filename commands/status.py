@@ -29,9 +29,8 @@ def probe_history(probes: list[ProbeView]) -> str:
     )
 
 
-def run(root: Root, identity: Identity, args: list[str]) -> Reply:
+def run(root: Root, identity: Identity, name: str | None) -> Reply:
     ctx = root.ctx
-    name = parse(args)
     authorize(ctx, identity, "view", f"endpoint:{name or '*'}")
     statuses = endpoint_status(ctx, name, history=PROBES_SHOWN)
     flying = {v.endpoint: v for v in in_flight(ctx)}

@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 
-from bot.app import KimiApp, create_app
 from bot.bootstrap import build_root
-from bot.cli.serve import HttpServer
 from bot.domain.messages import APPROVE, REJECT
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
+from bot.slack.app import KimiApp, create_app
+from bot.slack.http import HttpServer
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 CHANNEL = "C0KIMIPROD"

@@ -58,6 +58,23 @@ def bench(make_ctx):
     stop_bench(b)
 
 
+def test_a_command_is_parsed_once_on_its_way_from_the_ack_to_its_module(bench, monkeypatch) -> None:
+    # A spy on the module's own pure parse: the signed request goes through the real app over HTTP.
+    seen: list[list[str]] = []
+    real_parse = deploy.parse
+
+    def counting_parse(args: list[str]) -> deploy.Args:
+        seen.append(list(args))
+        return real_parse(args)
+
+    monkeypatch.setattr(deploy, "parse", counting_parse)
+    assert bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod").status_code == 200
+    answer = bench.replies_to("requester")[0]  # the module ran, with the arguments the ack parsed
+    assert "Deployment #1 of *rel-a* to *kimi-prod* requested" in answer.text
+    bench.gate_message("artifact", 1)
+    assert seen == [["rel-a", "to", "kimi-prod"]]
+
+
 def test_the_ack_comes_before_slow_work_finishes(bench) -> None:
     bench.slash("U0DEPLOYER", "deploy rel-a")
     for gate, who in (("artifact", "U0APPROVER1"), ("infrastructure", "U0ADMIN")):

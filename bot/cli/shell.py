@@ -2,7 +2,7 @@
 
 Like Errbot's text backend or Hubot's shell adapter, but nothing is faked
 inside the bot: each line becomes the signed request Slack would send and goes
-through :meth:`bot.app.KimiApp.dispatch`; the bot's Web API calls land in the
+through :meth:`bot.slack.app.KimiApp.dispatch`; the bot's Web API calls land in the
 local Slack stub; what a person would see (channel messages, thread replies,
 ephemeral answers, updates in place) is rendered from the same Block Kit as
 text. Buttons are numbered: type the number to press one. ``/as U123`` switches
@@ -25,9 +25,9 @@ import typer
 from bot.domain.messages import REJECT
 
 if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts (the CLI starts faster)
-    from bot.app import KimiApp
     from bot.services.context import Context
     from bot.sandbox.slack_stub import Message
+    from bot.slack.app import KimiApp
 
 EMOJI = {
     ":white_check_mark:": "[ok]", ":warning:": "[warn]", ":x:": "[FAIL]", ":exclamation:": "[ERROR]",
@@ -75,9 +75,9 @@ class Shell:
     """Feeds lines to the Slack app as a given user and returns what that user would see, as text."""
 
     def __init__(self, ctx: Context, *, user: str, channel: str = "C0SHELL", groups: dict[str, list[str]] | None = None) -> None:
-        from bot.app import create_app
         from bot.bootstrap import build_root
         from bot.sandbox.slack_stub import SlackSender, SlackStub
+        from bot.slack.app import create_app
 
         self.ctx = ctx
         self.user = user

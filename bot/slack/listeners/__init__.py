@@ -1,0 +1,15 @@
+"""The Slack app's listeners, one module per concern, each with ``register(app, deps)``."""
+
+from __future__ import annotations
+
+from slack_bolt import App
+
+from bot.slack.deps import SlackDeps
+from bot.slack.listeners import commands, errors, gate_actions, home
+
+
+def register_listeners(app: App, deps: SlackDeps, command: str) -> None:
+    commands.register(app, deps, command)
+    gate_actions.register(app, deps)
+    home.register(app, deps)
+    errors.register(app)

@@ -1,0 +1,96 @@
+"""Gate buttons (Approve, Reject, Re-run checks, Accept proposed limits) and the reject-reason modal.
+
+Each button is acknowledged at once; the lazy function resolves the clicker and
+calls :mod:`commands.actions` with the ticket the button carried (deployment,
+gate, report hash, release hash), so the services refuse stale, decided or
+self-approved clicks. Reject first opens a modal asking why; its submission is
+refused in the acknowledgement when the reason is empty.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from slack_bolt import Ack, App, Respond
+from slack_sdk.errors import SlackApiError
+
+from bot.adapters.slack.blocks import reject_modal
+from bot.domain.messages import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, REJECT_MODAL, reply
+from bot.slack.answers import clicker, guard
+from bot.slack.deps import SlackDeps
+from bot.slack.listeners.acks import ack_now
+from commands import actions
+
+log = logging.getLogger("kimi_ops.slack")
+
+
+def click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    """Who clicked, in which channel, and the button's value."""
+    action = (body.get("actions") or [{}])[0]
+    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
+    return body["user"]["id"], channel, action.get("value")
+
+
+def reason(view: dict[str, Any]) -> str:
+    values = ((view.get("state") or {}).get("values") or {}).get("reason") or {}
+    return str((values.get("reason") or {}).get("value") or "").strip()
+
+
+def register(app: App, deps: SlackDeps) -> None:
+    def approve(body: dict[str, Any], respond: Respond) -> None:
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), value, "approved"), tell)
+        deps.follow(answer, tell, channel)
+
+    def ask_reason(body: dict[str, Any], respond: Respond) -> None:
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+        seen = guard(lambda: actions.may_decide(deps.ctx, deps.identity(user), value), tell)
+        if seen is None:
+            return
+        message_ts = (body.get("container") or {}).get("message_ts")
+        try:
+            deps.client.views_open(trigger_id=body["trigger_id"],
+                                   view=reject_modal(value or "", seen.gate, seen.deployment_id, channel, message_ts))
+        except SlackApiError as exc:
+            # A trigger lives 3 seconds; a slow queue can outlive it. Nothing was decided: say so.
+            log.warning("views.open failed for a Reject click: %s", exc.response.get("error"))
+            tell(reply(f"Slack could not open the reason form ({exc.response.get('error')}); nothing was rejected. "
+                       "Click Reject again."))
+
+    def recheck(body: dict[str, Any], respond: Respond) -> None:
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+        answer = guard(lambda: actions.recheck(deps.root, deps.identity(user), value), tell)
+        deps.follow(answer, tell, channel)
+
+    def accept_limits(body: dict[str, Any], respond: Respond) -> None:
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+        answer = guard(lambda: actions.accept_limits(deps.ctx, deps.identity(user), value), tell)
+        deps.follow(answer, tell, channel)
+
+    def ack_reason(ack: Ack, view: dict[str, Any]) -> None:
+        if not reason(view):
+            ack(response_action="errors", errors={"reason": "Say why the gate is rejected."})
+            return
+        ack()
+
+    def reject(body: dict[str, Any], view: dict[str, Any]) -> None:
+        why = reason(view)
+        if not why:
+            return
+        meta = json.loads(view.get("private_metadata") or "{}")
+        user, channel = body["user"]["id"], meta.get("channel")
+        tell = clicker(deps.client, user, channel, None)
+        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "rejected", why), tell)
+        deps.follow(answer, tell, channel)
+
+    app.action(APPROVE)(ack=ack_now, lazy=[approve])
+    app.action(RECHECK)(ack=ack_now, lazy=[recheck])
+    app.action(ACCEPT_LIMITS)(ack=ack_now, lazy=[accept_limits])
+    app.action(REJECT)(ack=ack_now, lazy=[ask_reason])
+    app.view(REJECT_MODAL)(ack=ack_reason, lazy=[reject])

@@ -1,0 +1,1 @@
+"""The Slack app's middleware, one per module: redeliveries, replays, metrics."""
