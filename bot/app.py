@@ -34,11 +34,12 @@ from slack_bolt import App, BoltRequest, BoltResponse
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.adapters.slack.blocks import home_view, reject_modal, render
+from bot.adapters.slack.blocks import REJECT_MODAL, home_view, reject_modal, render
 from bot.adapters.slack.identity import GroupDirectory, web_client
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Context
-from bot.domain.messages import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, REJECT_MODAL, GateTicket, Reply, reply
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, GateTicket
+from bot.views.parts import Reply, reply
 from bot.services.access import Identity
 from bot.services.errors import UserError
 from bot.services.readiness import status_version

@@ -9,7 +9,9 @@ way. The refusal's sentence goes back to the clicker only.
 from __future__ import annotations
 
 from bot.bootstrap import Context
-from bot.domain.messages import GateTicket, Reply, limits_words, reply
+from bot.domain.limits import limits_words
+from bot.views.actions import GateTicket
+from bot.views.parts import Reply, reply
 from bot.services.access import Identity, authorize
 from bot.services.deployments import decide_gate
 from bot.services.errors import Refused

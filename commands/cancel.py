@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Context
-from bot.domain.messages import Reply, reply, state_words
+from bot.views.deployments import state_words
+from bot.views.parts import Reply, reply
 from bot.services.access import Identity
 from bot.services.deployments import cancel
 from commands.base import Usage, deployment_number, engine

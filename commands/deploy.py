@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Context
-from bot.domain.messages import Reply, reply
+from bot.views.parts import Reply, reply
 from bot.services.access import Identity
 from bot.services.deployments import request_deploy
 from commands.base import Usage, engine

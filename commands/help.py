@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.bootstrap import Context
-from bot.domain.messages import Heading, Reply, Text
+from bot.views.parts import Heading, Reply, Text
 from bot.services.access import Identity
 from commands.base import Usage
 

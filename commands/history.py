@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Context
-from bot.domain.messages import Heading, Reply, Text, plain, state_words
+from bot.views.deployments import state_words
+from bot.views.parts import Heading, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.deployments import history, resolve_endpoint
 from commands.base import Usage, at

@@ -9,7 +9,7 @@ import shlex
 from types import ModuleType
 
 from bot.bootstrap import Context
-from bot.domain.messages import Reply
+from bot.views.parts import Reply
 from bot.services.access import Identity
 from commands import cancel, deploy, diff, gates, help, history, release, reservations, rollback, status
 from commands.base import Usage

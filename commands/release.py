@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Context
-from bot.domain.messages import Heading, Reply, Text, plain
+from bot.views.parts import Heading, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.releases import get_release, list_releases
 from commands.base import Usage, at

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.bootstrap import Context
-from bot.domain.messages import Heading, Reply, Text, plain
+from bot.views.parts import Heading, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.reservations import format_remaining, reservation_overview
 from commands.base import Usage, at

@@ -14,7 +14,7 @@ import httpx
 
 from bot.app import KimiApp, create_app
 from bot.cli.serve import HttpServer
-from bot.domain.messages import APPROVE, REJECT
+from bot.views.actions import APPROVE, REJECT
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
-from bot.domain.messages import APPROVE, REJECT
+from bot.views.actions import APPROVE, REJECT
 from bot.sandbox.slack_stub import sign
 from bot.services import ports
 from bot.services.releases import register_release

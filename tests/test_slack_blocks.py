@@ -8,7 +8,9 @@ import pytest
 
 from bot.adapters.slack.blocks import BUTTON_VALUE_CHARS, MAX_BLOCKS, SECTION_CHARS, chunks, render
 from bot.domain.checks import Check, GateReport
-from bot.domain.messages import APPROVE, RECHECK, REJECT, Button, Buttons, GateTicket, Text, gate_parts
+from bot.views.actions import APPROVE, RECHECK, REJECT, GateTicket
+from bot.views.gates import gate_parts
+from bot.views.parts import Button, Buttons, Text
 
 TICKET = GateTicket(7, "artifact", "a" * 64, "b" * 64)
 

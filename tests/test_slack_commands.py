@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from bot.domain.messages import APPROVE
+from bot.views.actions import APPROVE
 from bot.services import ports
 from bot.services.releases import register_release
 from commands import cancel, deploy, history, release, rollback, status
@@ -118,7 +118,7 @@ def test_a_button_in_a_channel_the_bot_is_not_in_is_answered_through_the_respons
 
 def test_a_blocked_gate_is_rechecked_from_its_message_once_the_cause_is_fixed(make_ctx) -> None:
     from bot.domain.checks import Check
-    from bot.domain.messages import RECHECK
+    from bot.views.actions import RECHECK
 
     verifier = FakeVerifier(extra=[Check.errored("artifact.aws", "could not be checked: S3 timed out")])
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)

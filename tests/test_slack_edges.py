@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from bot.domain.messages import APPROVE, REJECT
+from bot.views.actions import APPROVE, REJECT
 from bot.services.releases import register_release
 from commands.registry import COMMANDS
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench

@@ -20,7 +20,7 @@ from bot.adapters.aws.reservations import AwsReservationSource
 from bot.adapters.cluster import KubernetesCluster
 from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.config import EndpointSettings
-from bot.domain.messages import APPROVE
+from bot.views.actions import APPROVE
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import seed_good_release, start_moto
 from bot.sandbox.capacity import CapacityStandIn

@@ -8,6 +8,7 @@ from slack_sdk import WebClient
 from bot.adapters.slack.identity import GroupDirectory
 from bot.adapters.slack.notifier import MAX_ATTEMPTS, SlackNotifier
 from bot.domain.checks import Check
+from bot.domain.events import ReservationAlert
 from bot.sandbox.slack_stub import SlackStub
 from bot.services import ports
 from bot.services.deployments import request_deploy
@@ -68,8 +69,8 @@ def test_a_long_report_is_summarised_with_the_rest_in_the_thread(make_ctx, stub)
 def test_alerts_go_to_the_endpoint_channel(make_ctx, stub) -> None:
     ctx = setup(make_ctx, "C0PROD")
     with ctx.uow() as uow:
-        uow.events.emit(at=ctx.clock.now(), kind="reservation.alert", endpoint_name="kimi-prod",
-                        payload={"text": "training plan kimi ends in 24 h", "channel": None})
+        uow.events.emit(ReservationAlert(endpoint_name="kimi-prod", text="training plan kimi ends in 24 h", channel=None,
+                                         reservation_id="kimi"), at=ctx.clock.now())
         uow.commit()
     notifier_for(ctx, stub).deliver_pending()
     alert = stub.calls_to("chat.postMessage")[-1].params

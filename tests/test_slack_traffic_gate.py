@@ -25,7 +25,8 @@ from bot.adapters.slack.blocks import MAX_BLOCKS, SECTION_CHARS, render
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.cli.shell import Shell
 from bot.domain.checks import Check, GateReport
-from bot.domain.messages import ACCEPT_LIMITS, APPROVE, gate_parts
+from bot.views.actions import ACCEPT_LIMITS, APPROVE
+from bot.views.gates import gate_parts
 from bot.domain.release import ReleaseManifest
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.slack_stub import Message, SlackStub

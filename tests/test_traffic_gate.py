@@ -28,7 +28,7 @@ from bot.services import ports
 from bot.services.access import Identity
 from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
 from bot.services.errors import Forbidden, Refused
-from bot.services.gate_text import render_traffic_report
+from bot.views.gate_text import render_traffic_report
 from bot.services.releases import register_release
 from bot.services.traffic_gate import accept_proposed_limits, run_traffic_gate
 from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, release_data

@@ -200,8 +200,8 @@ def _create(
     payload = {"release": dep.release.name if dep.release else None, "kind": kind, "endpoint": endpoint.name,
                "replaces": replaces}
     uow.audit.record(at=now, actor=actor.user_id, action=f"{kind}.requested", subject=f"deployment:{dep.id}", details=payload)
-    uow.events.emit(DeploymentRequested(deployment_id=dep.id, endpoint_name=endpoint.name, release=payload["release"], kind=kind,
-                                        replaces=replaces), at=now)
+    uow.events.emit(DeploymentRequested(deployment_id=dep.id, endpoint_name=endpoint.name,
+                                        release=dep.release.name if dep.release else None, kind=kind, replaces=replaces), at=now)
     return dep
 
 

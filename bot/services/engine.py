@@ -21,12 +21,13 @@ from bot.adapters.store.models import Deployment, ReadinessCheck
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.bootstrap import Context
 from bot.config import EndpointSettings
+from bot.domain.events import RolloutProgress as RolloutProgressEvent
+from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
-from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.states import ADMISSION_CLOSED, NEEDS_STORED_MANIFEST, State, next_state
 from bot.services import ports
-from bot.services.deployments import DeploymentView, _view, get_deployment, live_deployment, store_gate_report, transition
+from bot.services.deployments import _view, get_deployment, live_deployment, store_gate_report, transition
 from bot.services.access import Identity, authorize
 from bot.services.errors import NotFound, Refused, UserError
 from bot.services.gates import GateSubject, run_gate

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import typing
-from functools import cache
 from typing import Any
 
 from bot.domain.events import BY_KIND, OutboxEvent
@@ -36,8 +35,14 @@ class _Field:
     is_tuple: bool
 
 
-@cache
+_FIELDS: dict[str, tuple[_Field, ...]] = {}
+
+
 def _fields(cls: type[OutboxEvent]) -> tuple[_Field, ...]:
+    """The stored fields of ``cls`` (type hints are resolved once per class)."""
+    known = _FIELDS.get(cls.KIND)
+    if known is not None:
+        return known
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -52,7 +57,8 @@ def _fields(cls: type[OutboxEvent]) -> tuple[_Field, ...]:
             is_datetime=hint is dt.datetime or dt.datetime in args,
             is_tuple=typing.get_origin(hint) is tuple,
         ))
-    return tuple(out)
+    _FIELDS[cls.KIND] = tuple(out)
+    return _FIELDS[cls.KIND]
 
 
 def _encode(f: _Field, value: Any) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -51,11 +51,14 @@ def flush(session: Session) -> None:
         raise Conflict(str(exc.orig).splitlines()[0] if exc.orig else str(exc)) from exc
 
 
+_Row = TypeVar("_Row")
+
+
 class _Repository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def _add(self, obj: Any) -> Any:
+    def _add(self, obj: _Row) -> _Row:
         self.session.add(obj)
         flush(self.session)
         return obj
@@ -243,8 +246,7 @@ class EventRepository(_Repository):
         """Store ``event`` in the outbox, in the caller's transaction (the notifier sends it after the commit)."""
         kind, payload = outbox.to_row(event)
         row = Event(at=at, kind=kind, deployment_id=event.deployment_id, endpoint_name=event.endpoint_name, payload=payload)
-        self._add(row)
-        return row
+        return self._add(row)
 
     def undelivered(self, limit: int = 100) -> Sequence[Event]:
         return self.session.scalars(
