@@ -30,9 +30,9 @@ def _key(name: str) -> dict[str, str]:
 
 @dataclass(frozen=True, kw_only=True)
 class OutboxEvent:
-    """Base of every outbox event; ``KIND`` is what the row's ``kind`` column holds."""
+    """Base of every outbox event; ``KIND`` is what the row's ``kind`` column holds (empty: not stored itself)."""
 
-    KIND: ClassVar[str]
+    KIND: ClassVar[str] = ""
     deployment_id: int | None = None
     endpoint_name: str | None = None
 
@@ -142,7 +142,6 @@ class RolloutProgress(OutboxEvent):
 class ChannelNotice(OutboxEvent):
     """An alert for a channel: ``channel``, or the endpoint's when ``None``."""
 
-    KIND: ClassVar[str] = ""
     text: str
     channel: str | None = None
 
