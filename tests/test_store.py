@@ -61,6 +61,9 @@ def test_upgrade_marks_failed_deployments_that_offered_a_rollback(empty_db_url: 
             conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, state_reason, in_flight, requested_by, "
                               "created_at, updated_at) VALUES (:id, 1, 1, 'deploy', :state, :reason, NULL, 'U1', :now, :now)"),
                          {"id": dep_id, "state": state, "reason": reason, "now": now})
+        # Rows that reference deployments: the upgrade must not rebuild the table under them.
+        conn.execute(text("INSERT INTO events (at, kind, deployment_id, endpoint_name, payload, attempts) "
+                          "VALUES (:now, 'deployment.state', 2, 'kimi-prod', '{}', 0)"), {"now": now})
     schema.upgrade(empty_db_url)
     with engine.connect() as conn:
         offered = dict(conn.execute(text("SELECT id, rollback_offered FROM deployments ORDER BY id")).all())
