@@ -36,8 +36,8 @@ from bot.app import create_app  # noqa: E402
 from bot.bootstrap import build_context  # noqa: E402
 from bot.cli.serve import HttpServer  # noqa: E402
 from bot.config import load_settings  # noqa: E402
-from bot.views.actions import APPROVE, GateTicket  # noqa: E402
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub  # noqa: E402
+from bot.views.actions import APPROVE, GateTicket  # noqa: E402
 
 SECRET = "bench-signing-secret"
 LEVELS = (1, 10, 50)

@@ -26,8 +26,8 @@ from bot.bootstrap import build_context  # noqa: E402
 from bot.config import EndpointSettings, load_settings  # noqa: E402
 from bot.sandbox.openai_server import OpenAIServer  # noqa: E402
 from bot.services import ports  # noqa: E402
-from bot.views.gate_text import render_traffic_report  # noqa: E402
 from bot.services.traffic_gate import run_traffic_gate  # noqa: E402
+from bot.views.gate_text import render_traffic_report  # noqa: E402
 
 
 def main() -> None:

@@ -38,11 +38,11 @@ from bot.adapters.slack.blocks import REJECT_MODAL, home_view, reject_modal, ren
 from bot.adapters.slack.identity import GroupDirectory, web_client
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Context
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, GateTicket
-from bot.views.parts import Reply, reply
 from bot.services.access import Identity
 from bot.services.errors import UserError
 from bot.services.readiness import status_version
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, GateTicket
+from bot.views.parts import Reply, reply
 from commands import actions, home, registry
 from commands.base import Usage
 

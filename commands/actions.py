@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from bot.bootstrap import Context
 from bot.domain.limits import limits_words
-from bot.views.actions import GateTicket
-from bot.views.parts import Reply, reply
 from bot.services.access import Identity, authorize
 from bot.services.deployments import decide_gate
 from bot.services.errors import Refused
 from bot.services.traffic_gate import accept_proposed_limits
+from bot.views.actions import GateTicket
+from bot.views.parts import Reply, reply
 from commands.base import engine
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Context
-from bot.views.deployments import state_words
-from bot.views.parts import Reply, reply
 from bot.services.access import Identity
 from bot.services.deployments import cancel
+from bot.views.deployments import state_words
+from bot.views.parts import Reply, reply
 from commands.base import Usage, deployment_number, engine
 
 NAME = "cancel"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from bot.bootstrap import Context
-from bot.views.deployments import deployment_title
-from bot.views.parts import Divider, Heading, Note, Part, Text
 from bot.services.access import Identity, is_allowed
 from bot.services.deployments import in_flight
 from bot.services.readiness import endpoint_status
+from bot.views.deployments import deployment_title
+from bot.views.parts import Divider, Heading, Note, Part, Text
 from commands.base import at
 
 

@@ -9,8 +9,8 @@ import shlex
 from types import ModuleType
 
 from bot.bootstrap import Context
-from bot.views.parts import Reply
 from bot.services.access import Identity
+from bot.views.parts import Reply
 from commands import cancel, deploy, diff, gates, help, history, release, reservations, rollback, status
 from commands.base import Usage
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from bot.bootstrap import Context
-from bot.views.deployments import deployment_title
-from bot.views.icons import Icon
-from bot.views.parts import Divider, Heading, Part, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.deployments import in_flight
 from bot.services.readiness import ProbeView, endpoint_status
+from bot.views.deployments import deployment_title
+from bot.views.icons import Icon
+from bot.views.parts import Divider, Heading, Part, Reply, Text, plain
 from commands.base import Usage, at
 
 NAME = "status"

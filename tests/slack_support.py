@@ -14,8 +14,8 @@ import httpx
 
 from bot.app import KimiApp, create_app
 from bot.cli.serve import HttpServer
-from bot.views.actions import APPROVE, REJECT
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
+from bot.views.actions import APPROVE, REJECT
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 CHANNEL = "C0KIMIPROD"

@@ -10,10 +10,10 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
-from bot.views.actions import APPROVE, REJECT
 from bot.sandbox.slack_stub import sign
 from bot.services import ports
 from bot.services.releases import register_release
+from bot.views.actions import APPROVE, REJECT
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_adapters, release_data
 

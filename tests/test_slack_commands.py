@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from bot.views.actions import APPROVE
 from bot.services import ports
 from bot.services.releases import register_release
+from bot.views.actions import APPROVE
 from commands import cancel, deploy, history, release, rollback, status
 from commands.base import Usage
 from commands.registry import COMMANDS, split

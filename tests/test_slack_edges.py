@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from bot.views.actions import APPROVE, REJECT
 from bot.services.releases import register_release
+from bot.views.actions import APPROVE, REJECT
 from commands.registry import COMMANDS
 from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_adapters, release_data

@@ -25,8 +25,6 @@ from bot.adapters.slack.blocks import MAX_BLOCKS, SECTION_CHARS, render
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.cli.shell import Shell
 from bot.domain.checks import Check, GateReport
-from bot.views.actions import ACCEPT_LIMITS, APPROVE
-from bot.views.gates import gate_parts
 from bot.domain.release import ReleaseManifest
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.slack_stub import Message, SlackStub
@@ -35,6 +33,8 @@ from bot.services.access import Identity
 from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
 from bot.services.engine import Engine
 from bot.services.releases import register_release
+from bot.views.actions import ACCEPT_LIMITS, APPROVE
+from bot.views.gates import gate_parts
 from commands.base import ENGINE_KEY
 from tests.slack_support import CHANNEL, SlackBench, blocks_text, button, start_bench, stop_bench
 from tests.workflow_support import REQUESTER, ROLES, endpoint_config, fake_adapters, release_data

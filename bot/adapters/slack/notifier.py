@@ -32,7 +32,6 @@ given up and logged.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import threading
@@ -42,6 +41,7 @@ from typing import Any, ClassVar
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
+from sqlalchemy.orm import Session
 
 from bot.adapters.clock import Clock
 from bot.adapters.slack.blocks import render, slack_text
@@ -77,6 +77,19 @@ Handler = Callable[["SlackNotifier", SqlUnitOfWork, Deployment, Any], None]
 PLOT_NAMES = {"traffic": "traffic-sweep.png", "model": "model-pass-rates.png"}
 PLOT_TITLES = {"traffic": "latency and 429/error rate against concurrency, knee marked",
                "model": "pass rate per kind, this release beside production"}
+
+
+def _session(uow: SqlUnitOfWork) -> Session:
+    if uow.session is None:
+        raise RuntimeError("the unit of work is not open")
+    return uow.session
+
+
+def _thread(channel: str | None, ts: str | None) -> tuple[str, str]:
+    """Where a message already posted lives; callers reach here only after it was posted."""
+    if channel is None or ts is None:
+        raise RuntimeError("the Slack message has no channel or ts yet")
+    return channel, ts
 
 
 class SlackNotifier:
@@ -145,7 +158,7 @@ class SlackNotifier:
         sent, blocked, touched = 0, set(), set()
         for event_id in ids:
             with self.uow() as uow:
-                event = uow.session.get(Event, event_id, with_for_update=True)
+                event = _session(uow).get(Event, event_id, with_for_update=True)
                 if event is None or event.delivered_at is not None or event.deployment_id in blocked:
                     continue
                 try:
@@ -153,7 +166,9 @@ class SlackNotifier:
                 except (SlackClientError, OSError) as exc:
                     # Slack said no, or could not be reached (an upload URL is plain HTTP): retried next pass.
                     uow.rollback()
-                    event = uow.session.get(Event, event_id, with_for_update=True)
+                    event = _session(uow).get(Event, event_id, with_for_update=True)
+                    if event is None:
+                        continue
                     event.attempts += 1
                     error = exc.response.get("error") if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
                     if event.attempts >= MAX_ATTEMPTS:
@@ -236,13 +251,14 @@ class SlackNotifier:
 
     def _reply(self, dep: Deployment, text: str, *, broadcast: bool = False, parts: list[Part] | None = None) -> dict[str, Any]:
         rendered = render(parts or [Text(text)])
+        channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
         answer = self.client.chat_postMessage(
-            channel=dep.slack_channel, thread_ts=dep.slack_thread_ts, text=rendered.text if parts else text,
+            channel=channel, thread_ts=thread_ts, text=rendered.text if parts else text,
             blocks=rendered.blocks, reply_broadcast=broadcast,
         )
         for piece in rendered.overflow:
-            self.client.chat_postMessage(channel=dep.slack_channel, thread_ts=dep.slack_thread_ts, text=piece)
-        return answer.data if hasattr(answer, "data") else dict(answer)
+            self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=piece)
+        return dict(answer.data) if isinstance(answer.data, dict) else {}
 
     def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged) -> None:
         target, reason = State(event.to_state), event.reason
@@ -256,10 +272,11 @@ class SlackNotifier:
 
     def _update_root(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> None:
         text = self._root_text(dep, state, reason)
-        self.client.chat_update(channel=dep.slack_channel, ts=dep.slack_thread_ts, text=text, blocks=render([Text(text)]).blocks)
+        channel, ts = _thread(dep.slack_channel, dep.slack_thread_ts)
+        self.client.chat_update(channel=channel, ts=ts, text=text, blocks=render([Text(text)]).blocks)
 
     def _gate_row(self, uow: SqlUnitOfWork, row_id: int | None) -> GateResult | None:
-        return uow.session.get(GateResult, row_id) if row_id else None
+        return _session(uow).get(GateResult, row_id) if row_id else None
 
     def _acceptance(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> LimitsAcceptance | None:
         return find_acceptance(uow.audit.actions(f"endpoint:{dep.endpoint.name}", LIMITS_ACCEPTED), dep.id, row.report_hash)
@@ -275,22 +292,22 @@ class SlackNotifier:
     def _gate_message(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[Part]:
         """A gate message as it should read now: buttons while undecided, who decided, the limits part."""
         report = GateReport.model_validate(row.report)
-        common = {"deployment_id": dep.id, "release": dep.release.name, "endpoint": dep.endpoint.name, "kind": dep.kind}
-        if row.decision is None and not State(dep.state).terminal:
-            ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash)
-            parts = list(gate_parts(report, ticket=ticket, **common))
+        waiting = row.decision is None and not State(dep.state).terminal
+        ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if waiting else None
+        parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
+                                kind=dep.kind, ticket=ticket))
+        if waiting:
             parts.insert(1, Text(f"Waiting for an approver (requested by <@{dep.requested_by}>)."))
-        else:
-            parts = list(gate_parts(report, **common))
-            if row.decision and row.decided_by and row.decided_at:
-                parts.append(decided_note(row.decision, row.decided_by, row.decided_at, row.decision_reason))
+        elif row.decision and row.decided_by and row.decided_at:
+            parts.append(decided_note(row.decision, row.decided_by, row.decided_at, row.decision_reason))
         if row.gate == "traffic":
             parts += self._limits(uow, dep, row, report)
         return parts
 
     def _update_gate(self, uow: SqlUnitOfWork, row: GateResult, parts: list[Part]) -> None:
         rendered = render(parts)
-        self.client.chat_update(channel=row.slack_channel, ts=row.slack_ts, text=rendered.text, blocks=rendered.blocks)
+        channel, ts = _thread(row.slack_channel, row.slack_ts)
+        self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
 
     def _gate_waiting(self, uow: SqlUnitOfWork, dep: Deployment, event: GateWaiting) -> None:
         row = self._gate_row(uow, event.gate_result_id)
