@@ -34,10 +34,10 @@ from slack_sdk import WebClient  # noqa: E402
 from bot.adapters.store import schema  # noqa: E402
 from bot.bootstrap import build_context, build_root  # noqa: E402
 from bot.config import load_settings  # noqa: E402
-from bot.domain.messages import APPROVE, GateTicket  # noqa: E402
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub  # noqa: E402
 from bot.slack.app import create_app  # noqa: E402
 from bot.slack.http import HttpServer  # noqa: E402
+from bot.views.actions import APPROVE, GateTicket  # noqa: E402
 
 SECRET = "bench-signing-secret"
 LEVELS = (1, 10, 50)

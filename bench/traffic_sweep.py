@@ -25,8 +25,8 @@ from bot.adapters.endpoint.loadgen import HttpLoadGenerator  # noqa: E402
 from bot.bootstrap import build_context  # noqa: E402
 from bot.config import EndpointSettings, load_settings  # noqa: E402
 from bot.sandbox.openai_server import OpenAIServer  # noqa: E402
-from bot.services.gate_text import render_traffic_report  # noqa: E402
 from bot.services.traffic_gate import run_traffic_gate  # noqa: E402
+from bot.views.gate_text import render_traffic_report  # noqa: E402
 
 
 def main() -> None:

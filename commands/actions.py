@@ -9,12 +9,14 @@ way. The refusal's sentence goes back to the clicker only.
 from __future__ import annotations
 
 from bot.bootstrap import Root
-from bot.domain.messages import GateTicket, Reply, limits_words, reply
+from bot.domain.limits import limits_words
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
 from bot.services.deployments import decide_gate
 from bot.services.errors import Refused
 from bot.services.traffic_gate import accept_proposed_limits
+from bot.views.actions import GateTicket
+from bot.views.parts import Reply, reply
 
 
 def ticket(value: str | None) -> GateTicket:

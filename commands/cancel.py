@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
-from bot.domain.messages import Reply, reply, state_words
 from bot.services.access import Identity
 from bot.services.deployments import cancel
+from bot.views.deployments import state_words
+from bot.views.parts import Reply, reply
 from commands.base import Usage, deployment_number
 
 NAME = "cancel"

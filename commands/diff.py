@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from bot.bootstrap import Root
-from bot.domain.messages import Heading, Reply, Text, plain
 from bot.domain.release_diff import render_diff
 from bot.services.access import Identity, authorize
 from bot.services.releases import diff_releases
+from bot.views.parts import Heading, Reply, Text, plain
 from commands.base import Usage
 
 NAME = "diff"

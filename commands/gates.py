@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bot.bootstrap import Root
-from bot.domain.messages import Buttons, GateTicket, Part, Reply, Text, gate_parts, plain
 from bot.services.access import Identity, authorize
 from bot.services.deployments import pending_gates
+from bot.views.actions import GateTicket
+from bot.views.gates import gate_parts
+from bot.views.parts import Buttons, Part, Reply, Text, plain
 from commands.base import Usage
 
 NAME = "gates"

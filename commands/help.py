@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bot.bootstrap import Root
-from bot.domain.messages import Heading, Reply, Text
 from bot.services.access import Identity
+from bot.views.parts import Heading, Reply, Text
 from commands.base import Usage
 
 NAME = "help"

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
-from bot.domain.messages import Heading, Reply, Text, plain, state_words
 from bot.services.access import Identity, authorize
 from bot.services.deployments import history, resolve_endpoint
+from bot.views.deployments import state_words
+from bot.views.parts import Heading, Reply, Text, plain
 from commands.base import Usage, at
 
 NAME = "history"

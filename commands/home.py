@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from bot.services.context import Context
-from bot.domain.messages import Divider, Heading, Note, Part, Text, deployment_title
 from bot.services.access import Identity, is_allowed
+from bot.services.context import Context
 from bot.services.deployments import in_flight
 from bot.services.readiness import endpoint_status
+from bot.views.deployments import deployment_title
+from bot.views.parts import Divider, Heading, Note, Part, Text
 from commands.base import at
 
 

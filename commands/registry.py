@@ -13,9 +13,20 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from bot.bootstrap import Root
-from bot.domain.messages import Reply
 from bot.services.access import Identity
-from commands import cancel, deploy, diff, gates, help, history, release, reservations, rollback, status
+from bot.views.parts import Reply
+from commands import (
+    cancel,
+    deploy,
+    diff,
+    gates,
+    help,
+    history,
+    release,
+    reservations,
+    rollback,
+    status,
+)
 from commands.base import Usage
 
 COMMANDS: tuple[ModuleType, ...] = (help, deploy, status, history, release, diff, gates, rollback, cancel, reservations)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
-from bot.domain.messages import Heading, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.releases import get_release, list_releases
+from bot.views.parts import Heading, Reply, Text, plain
 from commands.base import Usage, at
 
 NAME = "release"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bot.bootstrap import Root
-from bot.domain.messages import Heading, Reply, Text, plain
 from bot.services.access import Identity, authorize
 from bot.services.reservations import format_remaining, reservation_overview
+from bot.views.parts import Heading, Reply, Text, plain
 from commands.base import Usage, at
 
 NAME = "reservations"

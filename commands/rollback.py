@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
-from bot.domain.messages import Reply, reply
 from bot.services.access import Identity
 from bot.services.deployments import request_rollback
+from bot.views.parts import Reply, reply
 from commands.base import Usage
 
 NAME = "rollback"

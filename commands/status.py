@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from bot.bootstrap import Root
-from bot.domain.messages import Divider, Heading, Part, Reply, Text, deployment_title, plain
 from bot.services.access import Identity, authorize
 from bot.services.deployments import in_flight
 from bot.services.readiness import ProbeView, endpoint_status
+from bot.views.deployments import deployment_title
+from bot.views.icons import Icon
+from bot.views.parts import Divider, Heading, Part, Reply, Text, plain
 from commands.base import Usage, at
 
 NAME = "status"
@@ -24,7 +26,7 @@ def parse(args: list[str]) -> str | None:
 def probe_history(probes: list[ProbeView]) -> str:
     """Newest first, one mark each: time and first-token latency, or the failure's kind."""
     return " · ".join(
-        f":white_check_mark: {p.at:%H:%M:%S} {p.ttft_ms or 0:.0f} ms" if p.ok else f":x: {p.at:%H:%M:%S} {p.failure_kind}"
+        f"{Icon.PASS} {p.at:%H:%M:%S} {p.ttft_ms or 0:.0f} ms" if p.ok else f"{Icon.FAIL} {p.at:%H:%M:%S} {p.failure_kind}"
         for p in probes
     )
 

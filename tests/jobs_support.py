@@ -14,10 +14,10 @@ import threading
 from dataclasses import dataclass, field, replace
 
 from bot.adapters.store.models import Deployment
-from bot.services.context import Context
 from bot.config import EndpointSettings
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.reservations import ReservationInfo, same_instance_type
+from bot.services.context import Context
 from bot.services.releases import register_release
 from tests.conftest import START
 from tests.workflow_support import release_data

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 
 from bot.bootstrap import build_root
-from bot.domain.messages import APPROVE, REJECT
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
 from bot.slack.app import KimiApp, create_app
 from bot.slack.http import HttpServer
+from bot.views.actions import APPROVE, REJECT
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 CHANNEL = "C0KIMIPROD"

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from bot.services.context import Context
 from bot.cli.main import app
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
-from bot.sandbox import MotoStandIn, set_scan_findings
+from bot.sandbox import set_scan_findings
 from bot.services.artifact_gate import run_artifact_checks, verify_release
+from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.releases import register_release
 from tests.artifact_support import Seeded, moto, not_passing, seeded  # noqa: F401 (fixtures)

@@ -21,9 +21,21 @@ from typer.testing import CliRunner
 
 from bot.adapters.cluster.rest import object_path
 from bot.cli.main import app
-from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, NAMESPACE
+from bot.sandbox.stack import (
+    ADMIN,
+    APPROVER_1,
+    APPROVER_2,
+    DEPLOYER,
+    ENDPOINT,
+    NAMESPACE,
+)
 from bot.services.deployments import endpoint_settings, get_deployment
-from tests.cli_support import CliSandbox, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
+from tests.cli_support import (
+    CliSandbox,
+    deploy_in_process,
+    start_cli_sandbox,
+    stop_cli_sandbox,
+)
 
 
 @pytest.fixture()

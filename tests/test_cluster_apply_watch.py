@@ -16,7 +16,12 @@ import yaml
 from kubernetes import client
 
 from bot.adapters.clock import FrozenClock
-from bot.adapters.cluster import ClusterError, ContextClusters, InvalidManifest, KubernetesCluster
+from bot.adapters.cluster import (
+    ClusterError,
+    ContextClusters,
+    InvalidManifest,
+    KubernetesCluster,
+)
 from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.cluster.rollout import read_hyperpod

@@ -31,7 +31,12 @@ from bot.route_config import RouteSettings
 from bot.sandbox.gateway import GatewayStandIn, ServiceKey
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.operator import OperatorSimulator
-from bot.sandbox.traffic import FALLBACK_SERVICE, GATEWAY_NAME, GATEWAY_NAMESPACE, route_config
+from bot.sandbox.traffic import (
+    FALLBACK_SERVICE,
+    GATEWAY_NAME,
+    GATEWAY_NAMESPACE,
+    route_config,
+)
 from tests.conftest import EXAMPLE_RELEASE, START
 
 NS = "model-serving"

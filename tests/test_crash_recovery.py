@@ -27,10 +27,21 @@ import pytest
 from bot.adapters.cluster.rest import object_path
 from bot.sandbox.stack import APPROVER_2, DEPLOYER, ENDPOINT, NAMESPACE
 from bot.services.access import Identity
-from bot.services.deployments import decide_gate, get_deployment, in_flight, request_deploy
+from bot.services.deployments import (
+    decide_gate,
+    get_deployment,
+    in_flight,
+    request_deploy,
+)
 from bot.services.engine import Engine
 from bot.services.errors import Refused
-from tests.cli_support import CliSandbox, approve_in_process, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
+from tests.cli_support import (
+    CliSandbox,
+    approve_in_process,
+    deploy_in_process,
+    start_cli_sandbox,
+    stop_cli_sandbox,
+)
 from tests.workflow_support import APPROVER_1, REQUESTER, workflow
 
 WAIT_SECONDS = 90  # a bound on waiting for another process, not a performance expectation

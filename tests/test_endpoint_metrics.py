@@ -17,7 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.adapters.endpoint import HttpEndpointClient, MetricsUnavailable, histogram_quantile, parse_metrics
+from bot.adapters.endpoint import (
+    HttpEndpointClient,
+    MetricsUnavailable,
+    histogram_quantile,
+    parse_metrics,
+)
 from bot.config import EndpointSettings
 from bot.sandbox.openai_server import OpenAIServer
 

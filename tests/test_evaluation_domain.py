@@ -20,7 +20,16 @@ from bot.domain.evaluation import (
     percentile,
     score,
 )
-from bot.domain.sweep import LevelStats, MetricsPeak, Objectives, Sample, SweepPlan, level_stats, next_level, propose
+from bot.domain.sweep import (
+    LevelStats,
+    MetricsPeak,
+    Objectives,
+    Sample,
+    SweepPlan,
+    level_stats,
+    next_level,
+    propose,
+)
 
 SET = """
 name: unit

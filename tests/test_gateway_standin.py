@@ -31,10 +31,21 @@ from bot.adapters.endpoint import HttpEndpointClient
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.route_config import RouteSettings
-from bot.sandbox.gateway import NO_ROUTE, UNAVAILABLE, GatewayStandIn, Routed, ServiceKey
+from bot.sandbox.gateway import (
+    NO_ROUTE,
+    UNAVAILABLE,
+    GatewayStandIn,
+    Routed,
+    ServiceKey,
+)
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
-from bot.sandbox.traffic import FALLBACK_MODEL, TrafficLayer, route_config, start_traffic_layer
+from bot.sandbox.traffic import (
+    FALLBACK_MODEL,
+    TrafficLayer,
+    route_config,
+    start_traffic_layer,
+)
 from tests.conftest import START
 
 NS = "model-serving"

@@ -22,10 +22,10 @@ from bot.domain.evaluation import KINDS, expand, parse_eval_set
 from bot.sandbox.eval_replies import DEFAULT_SET_REFUSAL_PATTERNS, DEFAULT_SET_REPLIES
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services.context import Ports
-from bot.services.gate_text import render_model_report
 from bot.services.gates import GateSubject, run_gate
 from bot.services.model_gate import DEFAULT_EVAL_SET, run_model_gate
 from bot.services.releases import parse_manifest
+from bot.views.gate_text import render_model_report
 from tests.workflow_support import release_data
 
 TEST_SET = """

@@ -6,7 +6,15 @@ import datetime as dt
 
 from bot.domain.drift import Observed, Recorded, compare
 from bot.domain.gate_deadlines import Due, GateClock, words
-from bot.domain.ramp import Window, WindowObjectives, breaches, bucket_delta, next_step, ramp_steps, window_summary
+from bot.domain.ramp import (
+    Window,
+    WindowObjectives,
+    breaches,
+    bucket_delta,
+    next_step,
+    ramp_steps,
+    window_summary,
+)
 
 T0 = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
 

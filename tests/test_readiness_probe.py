@@ -18,7 +18,13 @@ from bot.services.context import Ports
 from bot.services.readiness import endpoint_status, probe_endpoints
 from bot.services.reservations import watch_reservations
 from tests.conftest import with_ports
-from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
+from tests.jobs_support import (
+    ScriptedEndpoint,
+    ScriptedReservations,
+    capacity_block,
+    eks_endpoint,
+    make_live,
+)
 
 OBJECTIVE_MS = 800
 HEALTHY = {"fail_status": None, "first_token_delay": 0.0}

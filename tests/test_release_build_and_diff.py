@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from bot.adapters.aws.artifacts import S3EcrArtifactVerifier, S3Objects
-from bot.services.context import Context
 from bot.cli.main import app
 from bot.domain.release import ReleaseManifest
 from bot.domain.release_diff import diff_releases as diff_tuples
@@ -22,8 +21,16 @@ from bot.domain.release_diff import group_args, render_diff
 from bot.sandbox import MotoStandIn
 from bot.sandbox.aws import seed_image
 from bot.services.artifact_gate import run_artifact_checks
+from bot.services.context import Context
 from bot.services.errors import NotFound, Refused, ValidationFailed
-from bot.services.release_build import BuildRequest, build_manifest, manifest_yaml, read_serving_file, s3_store, write_manifest
+from bot.services.release_build import (
+    BuildRequest,
+    build_manifest,
+    manifest_yaml,
+    read_serving_file,
+    s3_store,
+    write_manifest,
+)
 from bot.services.releases import diff_releases, list_releases, register_release
 from tests.artifact_support import example_manifest, moto, not_passing  # noqa: F401 (fixture)
 from tests.conftest import EXAMPLE_RELEASE

@@ -9,9 +9,18 @@ import pytest
 
 from bot.adapters.clock import FrozenClock
 from bot.services.context import Ports
-from bot.services.reservations import reservation_for, reservation_overview, watch_reservations
+from bot.services.reservations import (
+    reservation_for,
+    reservation_overview,
+    watch_reservations,
+)
 from tests.conftest import START, with_ports
-from tests.jobs_support import ScriptedReservations, capacity_block, eks_endpoint, make_live
+from tests.jobs_support import (
+    ScriptedReservations,
+    capacity_block,
+    eks_endpoint,
+    make_live,
+)
 
 H = dt.timedelta(hours=1)
 D = dt.timedelta(days=1)

@@ -17,7 +17,12 @@ import yaml
 
 from bot.adapters.cluster import InvalidManifest, RouteNotConfigured
 from bot.adapters.cluster.route import (
-    ADMISSION_ANNOTATION, CHANGED_AT_ANNOTATION, REASON_ANNOTATION, read_route_status, render_route, route_errors,
+    ADMISSION_ANNOTATION,
+    CHANGED_AT_ANNOTATION,
+    REASON_ANNOTATION,
+    read_route_status,
+    render_route,
+    route_errors,
 )
 from bot.config import ConfigError, EndpointSettings, load_settings
 from bot.domain.admission import Admission, AdmissionError, parse_admission

@@ -26,7 +26,13 @@ from bot.scheduler import JobRunner, next_runs
 from bot.services.context import Ports
 from bot.services.scheduling import runs_of
 from tests.conftest import START, with_ports
-from tests.jobs_support import ScriptedEndpoint, ScriptedReservations, capacity_block, eks_endpoint, make_live
+from tests.jobs_support import (
+    ScriptedEndpoint,
+    ScriptedReservations,
+    capacity_block,
+    eks_endpoint,
+    make_live,
+)
 
 cli = CliRunner()
 

@@ -10,11 +10,17 @@ from urllib.parse import parse_qsl, urlencode
 
 import pytest
 
-from bot.domain.messages import APPROVE, REJECT
 from bot.sandbox.slack_stub import sign
 from bot.services.context import Ports
 from bot.services.releases import register_release
-from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
+from bot.views.actions import APPROVE, REJECT
+from tests.slack_support import (
+    CHANNEL,
+    blocks_text,
+    has_buttons,
+    start_bench,
+    stop_bench,
+)
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "slack"

@@ -6,9 +6,22 @@ import json
 
 import pytest
 
-from bot.adapters.slack.blocks import BUTTON_VALUE_CHARS, MAX_BLOCKS, SECTION_CHARS, chunks, render
+from bot.adapters.slack.blocks import (
+    BUTTON_VALUE_CHARS,
+    MAX_BLOCKS,
+    SECTION_CHARS,
+    chunks,
+    render,
+)
 from bot.domain.checks import Check, GateReport
-from bot.domain.messages import APPROVE, RECHECK, REJECT, Button, Buttons, GateTicket, Text, gate_parts
+from bot.domain.read_models import DeploymentView
+from bot.domain.states import State
+from bot.views.actions import APPROVE, RECHECK, REJECT, GateTicket
+from bot.views.deployments import deployment_parts
+from bot.views.gates import gate_parts
+from bot.views.icons import Icon
+from bot.views.parts import Button, Buttons, Text
+from tests.conftest import START
 
 TICKET = GateTicket(7, "artifact", "a" * 64, "b" * 64)
 
@@ -59,3 +72,22 @@ def test_tickets_round_trip_and_approvable_reports_offer_both_buttons() -> None:
     rendered = render(gate_parts(ok, deployment_id=7, release="r", endpoint="e", ticket=TICKET))
     ids = [e["action_id"] for b in rendered.blocks if b["type"] == "actions" for e in b["elements"]]
     assert ids == [APPROVE, REJECT]
+
+
+def _failed_view(rollback_offered: bool) -> DeploymentView:
+    return DeploymentView(id=7, endpoint="kimi-prod", release="rel-b", release_hash="b" * 64, kind="deploy", state=State.FAILED,
+                          state_reason="rollout failed: image pull backoff", requested_by="U1", replaces_release="rel-a",
+                          created_at=START, updated_at=START, finished_at=START, manifest_hash=None,
+                          rollback_offered=rollback_offered)
+
+
+def test_icons_reach_slack_as_emoji_names_and_the_stored_rollback_offer_is_shown() -> None:
+    rendered = render(deployment_parts(_failed_view(True)))
+    text = json.dumps(rendered.blocks, ensure_ascii=False)
+    assert ":red_circle: Deployment #7: deploy of *rel-b* to *kimi-prod* — failed" in text
+    assert "Rollback offered: `/kimi rollback kimi-prod`" in text and Icon.FAILED.value not in text + rendered.text
+    # The offer is the stored fact: a reason without the words changes nothing, and no fact means no offer.
+    assert "Rollback offered" not in json.dumps(render(deployment_parts(_failed_view(False))).blocks)
+    checks = render(gate_parts(GateReport(gate="artifact", checks=[Check.warned("image.scan", "1 medium finding")]),
+                               deployment_id=7, release="r", endpoint="e"))
+    assert ":warning: *image.scan* (warn): 1 medium finding" in json.dumps(checks.blocks, ensure_ascii=False)

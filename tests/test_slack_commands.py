@@ -6,13 +6,26 @@ import threading
 
 import pytest
 
-from bot.domain.messages import APPROVE
 from bot.services.releases import register_release
+from bot.views.actions import APPROVE
 from commands import cancel, deploy, history, release, rollback, status
 from commands.base import Usage
 from commands.registry import COMMANDS, split
-from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
-from tests.workflow_support import ROLES, FakeCluster, FakeVerifier, endpoint_config, fake_ports, release_data
+from tests.slack_support import (
+    CHANNEL,
+    blocks_text,
+    has_buttons,
+    start_bench,
+    stop_bench,
+)
+from tests.workflow_support import (
+    ROLES,
+    FakeCluster,
+    FakeVerifier,
+    endpoint_config,
+    fake_ports,
+    release_data,
+)
 
 
 @pytest.mark.parametrize("text, module, args", [
@@ -132,7 +145,7 @@ def test_a_button_in_a_channel_the_bot_is_not_in_is_answered_through_the_respons
 
 def test_a_blocked_gate_is_rechecked_from_its_message_once_the_cause_is_fixed(make_ctx) -> None:
     from bot.domain.checks import Check
-    from bot.domain.messages import RECHECK
+    from bot.views.actions import RECHECK
 
     verifier = FakeVerifier(extra=[Check.errored("artifact.aws", "could not be checked: S3 timed out")])
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports(artifacts=verifier))

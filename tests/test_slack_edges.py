@@ -10,10 +10,16 @@ import threading
 
 import pytest
 
-from bot.domain.messages import APPROVE, REJECT
 from bot.services.releases import register_release
+from bot.views.actions import APPROVE, REJECT
 from commands.registry import COMMANDS
-from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
+from tests.slack_support import (
+    CHANNEL,
+    blocks_text,
+    has_buttons,
+    start_bench,
+    stop_bench,
+)
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
 # One malformed line per sub-command; a new sub-command needs its own here (the test below checks).

@@ -20,7 +20,6 @@ from bot.adapters.aws.reservations import AwsReservationSource
 from bot.adapters.cluster import KubernetesCluster
 from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.config import EndpointSettings
-from bot.domain.messages import APPROVE
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import seed_good_release, start_moto
 from bot.sandbox.capacity import CapacityStandIn
@@ -30,8 +29,15 @@ from bot.sandbox.operator import OperatorSimulator
 from bot.services.context import Ports
 from bot.services.releases import register_release
 from bot.services.reservations import watch_reservations
+from bot.views.actions import APPROVE
 from tests.conftest import EXAMPLE_RELEASE, START
-from tests.slack_support import CHANNEL, blocks_text, has_buttons, start_bench, stop_bench
+from tests.slack_support import (
+    CHANNEL,
+    blocks_text,
+    has_buttons,
+    start_bench,
+    stop_bench,
+)
 from tests.workflow_support import ROLES, endpoint_config
 
 GATES = ("artifact", "infrastructure", "model", "traffic")

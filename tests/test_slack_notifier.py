@@ -8,12 +8,20 @@ from slack_sdk import WebClient
 from bot.adapters.slack.identity import GroupDirectory
 from bot.adapters.slack.notifier import MAX_ATTEMPTS, SlackNotifier
 from bot.domain.checks import Check
+from bot.domain.events import ReservationAlert
 from bot.sandbox.slack_stub import SlackStub
 from bot.services.deployments import request_deploy
 from bot.services.engine import Engine
 from bot.services.releases import register_release
-from tests.workflow_support import REQUESTER, ROLES, FakeVerifier, endpoint_config, fake_ports, release_data
 from tests.slack_support import blocks_text, has_buttons
+from tests.workflow_support import (
+    REQUESTER,
+    ROLES,
+    FakeVerifier,
+    endpoint_config,
+    fake_ports,
+    release_data,
+)
 
 
 @pytest.fixture()
@@ -66,8 +74,8 @@ def test_a_long_report_is_summarised_with_the_rest_in_the_thread(make_ctx, stub)
 def test_alerts_go_to_the_endpoint_channel(make_ctx, stub) -> None:
     ctx = setup(make_ctx, "C0PROD")
     with ctx.uow() as uow:
-        uow.events.emit(at=ctx.clock.now(), kind="reservation.alert", endpoint_name="kimi-prod",
-                        payload={"text": "training plan kimi ends in 24 h", "channel": None})
+        uow.events.emit(ReservationAlert(endpoint_name="kimi-prod", text="training plan kimi ends in 24 h", channel=None,
+                                         reservation_id="kimi"), at=ctx.clock.now())
         uow.commit()
     notifier_for(ctx, stub).deliver_pending()
     alert = stub.calls_to("chat.postMessage")[-1].params

@@ -25,15 +25,33 @@ from bot.adapters.slack.blocks import MAX_BLOCKS, SECTION_CHARS, render
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.cli.shell import Shell
 from bot.domain.checks import Check, GateReport
-from bot.domain.messages import ACCEPT_LIMITS, APPROVE, gate_parts
 from bot.domain.release import ReleaseManifest
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.slack_stub import Message, SlackStub
 from bot.services.access import Identity
-from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
+from bot.services.deployments import (
+    endpoint_settings,
+    request_deploy,
+    store_gate_report,
+)
 from bot.services.releases import register_release
-from tests.slack_support import CHANNEL, SlackBench, blocks_text, button, start_bench, stop_bench
-from tests.workflow_support import REQUESTER, ROLES, endpoint_config, fake_ports, release_data
+from bot.views.actions import ACCEPT_LIMITS, APPROVE
+from bot.views.gates import gate_parts
+from tests.slack_support import (
+    CHANNEL,
+    SlackBench,
+    blocks_text,
+    button,
+    start_bench,
+    stop_bench,
+)
+from tests.workflow_support import (
+    REQUESTER,
+    ROLES,
+    endpoint_config,
+    fake_ports,
+    release_data,
+)
 
 LIMIT = 6  # the server answers 429 past this many running requests: the proposal must follow it
 SWEEP = {

@@ -9,12 +9,20 @@ import pytest
 import yaml
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, func, inspect, select
-from bot.adapters.store.repositories import Conflict
+from sqlalchemy import create_engine, func, inspect, select, text
+from sqlalchemy.orm import Session
 
 from bot.adapters.store import make_engine, schema
 from bot.adapters.store.guards import ImmutableRowError
-from bot.adapters.store.models import AuditEntry, Base, Deployment, Endpoint, GateResult, Release
+from bot.adapters.store.models import (
+    AuditEntry,
+    Base,
+    Deployment,
+    Endpoint,
+    GateResult,
+    Release,
+)
+from bot.adapters.store.repositories import Conflict
 from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.services.errors import Refused
@@ -38,6 +46,45 @@ def test_upgrade_downgrade_upgrade_round_trip(empty_db_url: str) -> None:
     assert "releases" not in inspect(engine).get_table_names()
     schema.upgrade(empty_db_url)
     assert schema.current_revision(engine) == schema.head_revision()
+    engine.dispose()
+
+
+def test_upgrade_marks_failed_deployments_that_offered_a_rollback(empty_db_url: str) -> None:
+    """0002 adds deployments.rollback_offered to a database with history, filled from the old reason text once."""
+    engine = make_engine(empty_db_url)
+    schema.upgrade(empty_db_url, "0001")
+    now = START.isoformat()
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO endpoints (id, name, kind, environment, namespace, url, admission_open, settings, created_at) "
+                          "VALUES (1, 'kimi-prod', 'hyperpod', 'prod', 'kimi', 'http://x', true, '{}', :now)"), {"now": now})
+        conn.execute(text("INSERT INTO releases (id, name, model_repo, model_commit, weights_prefix, objects, image, serving_args, "
+                          "serving_env, licence_version, licence_sha256, tuple_hash, registered_by, registered_at) VALUES "
+                          "(1, 'rel-a', 'm/k3', :commit, 's3://w/', '[]', 'img@sha256:0', '[]', '{}', 'v1', :sha, :sha, 'U1', :now)"),
+                     {"commit": "0" * 40, "sha": "a" * 64, "now": now})
+        for dep_id, state, reason in ((1, "superseded", "superseded by deployment #2"),
+                                      (2, "failed", "rollout failed: image pull backoff; rollback offered"),
+                                      (3, "failed", "the artifact gate errored"),
+                                      (4, "cancelled", "cancelled by U1 while readiness; the cluster may carry its manifest, rollback offered")):
+            conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, state_reason, in_flight, requested_by, "
+                              "created_at, updated_at) VALUES (:id, 1, 1, 'deploy', :state, :reason, NULL, 'U1', :now, :now)"),
+                         {"id": dep_id, "state": state, "reason": reason, "now": now})
+        # Rows that reference deployments: the upgrade must not rebuild the table under them.
+        conn.execute(text("INSERT INTO events (at, kind, deployment_id, endpoint_name, payload, attempts) "
+                          "VALUES (:now, 'deployment.state', 2, 'kimi-prod', '{}', 0)"), {"now": now})
+    schema.upgrade(empty_db_url)
+    with engine.connect() as conn:
+        offered = dict(conn.execute(text("SELECT id, rollback_offered FROM deployments ORDER BY id")).all())
+    assert {k: bool(v) for k, v in offered.items()} == {1: False, 2: True, 3: False, 4: False}
+    # New rows get false without naming the column; the ORM reads the stored value back.
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, in_flight, requested_by, created_at, "
+                          "updated_at) VALUES (5, 1, 1, 'deploy', 'requested', true, 'U1', :now, :now)"), {"now": now})
+    with Session(engine) as session:
+        assert [d.rollback_offered for d in session.scalars(select(Deployment).order_by(Deployment.id))] == [False, True, False, False, False]
+    schema.downgrade(empty_db_url, "0001")
+    assert "rollback_offered" not in {c["name"] for c in inspect(engine).get_columns("deployments")}
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM deployments")).scalar_one() == 5
     engine.dispose()
 
 

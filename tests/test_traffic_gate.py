@@ -17,21 +17,30 @@ import pytest
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.endpoint import HttpEndpointClient
+from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.adapters.store import schema
 from bot.bootstrap import build_context
-from bot.config import load_settings
-from bot.adapters.endpoint.loadgen import HttpLoadGenerator
-from bot.config import EndpointSettings
+from bot.config import EndpointSettings, load_settings
 from bot.domain.checks import GateReport
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services.access import Identity
 from bot.services.context import Context, Ports
-from bot.services.deployments import endpoint_settings, request_deploy, store_gate_report
+from bot.services.deployments import (
+    endpoint_settings,
+    request_deploy,
+    store_gate_report,
+)
 from bot.services.errors import Forbidden, Refused
-from bot.services.gate_text import render_traffic_report
 from bot.services.releases import register_release
 from bot.services.traffic_gate import accept_proposed_limits, run_traffic_gate
-from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, release_data
+from bot.views.gate_text import render_traffic_report
+from tests.workflow_support import (
+    APPROVER_1,
+    REQUESTER,
+    ROLES,
+    endpoint_config,
+    release_data,
+)
 
 SMALL_SWEEP = {
     "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 2,

@@ -24,12 +24,11 @@ from bot.services.releases import register_release
 from tests.workflow_support import (
     ADMIN,
     APPROVER_1,
-    APPROVER_2,
     REQUESTER,
     ROLES,
     STRANGER,
-    endpoint_config,
     FakeVerifier,
+    endpoint_config,
     release_data,
     workflow,
 )
@@ -274,6 +273,26 @@ def test_failed_readiness_fails_the_deploy_with_the_reason(wf) -> None:
     assert view.state == "failed" and "HTTP 500: engine dead" in view.state_reason and view.rollback_offered
     with ctx.uow() as uow:
         assert [r.ok for r in uow.readiness.recent(uow.endpoints.get("kimi-prod").id)] == [False, False, False]
+
+
+def test_rollback_offered_is_stored_with_the_failure_not_read_from_its_reason(wf, make_ctx) -> None:
+    ctx, engine = wf
+    ctx.ports.cluster.outcome = "failed"
+    view = approve(ctx, engine, approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id).id).id)
+    assert view.state == "failed" and view.rollback_offered and view.state_reason.endswith("; rollback offered")
+    with ctx.uow() as uow:
+        row = uow.deployments.get(view.id)
+        assert row.rollback_offered is True
+        row.state_reason = "image pull backoff"  # the text no longer says it; the stored fact still does
+        uow.commit()
+    again = get_deployment(make_ctx(endpoints=[endpoint_config()], roles=ROLES), view.id)  # another process, same database
+    assert again.rollback_offered and again.state_reason == "image pull backoff"
+    # A cancel past apply mentions a rollback in its reason, but only a failure offers one.
+    ctx.ports.cluster.outcome = "succeeded"
+    waiting = approve(ctx, engine, approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id).id).id)
+    assert waiting.state == "model_gate"
+    cancelled = cancel(ctx, waiting.id, REQUESTER)
+    assert "rollback offered" in cancelled.state_reason and not cancelled.rollback_offered
 
 
 def test_infrastructure_gate_fails_when_the_reservation_ends_too_soon(wf) -> None:

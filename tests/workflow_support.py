@@ -8,6 +8,7 @@ end-to-end workflow test uses those.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from dataclasses import dataclass, field
 
@@ -18,12 +19,15 @@ from bot.domain.checks import Check
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
-from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
-from bot.services.context import Ports
+from bot.domain.rollout import (
+    ApplyResult,
+    RenderedManifest,
+    RolloutOutcome,
+    RolloutProgress,
+)
 from bot.services.access import Identity
+from bot.services.context import Ports
 from tests.conftest import EXAMPLE_RELEASE, START
-
-import datetime as dt
 
 REQUESTER = Identity("U0DEPLOYER")
 APPROVER_1 = Identity("U0APPROVER1")

@@ -115,7 +115,13 @@ class _ByteProgress:
     """Progress bars on stderr while objects without S3 checksums are streamed and hashed."""
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
 
         self.bars = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -152,7 +158,13 @@ def build(
 ) -> None:
     """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
     from bot.cli.main import run_guarded
-    from bot.services.release_build import DEFAULT_SERVING_ARGS, BuildRequest, build_manifest, read_serving_file, write_manifest
+    from bot.services.release_build import (
+        DEFAULT_SERVING_ARGS,
+        BuildRequest,
+        build_manifest,
+        read_serving_file,
+        write_manifest,
+    )
 
     def body() -> None:
         args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), {})

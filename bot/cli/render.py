@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from bot.domain.checks import GateReport
+from bot.domain.read_models import DeploymentView
 
 STATUS_MARK = {"pass": "PASS ", "warn": "WARN ", "fail": "FAIL ", "error": "ERROR"}
 
@@ -25,9 +26,9 @@ def _took(delta: dt.timedelta | None) -> str:
     return f"{minutes:.0f} min" if minutes >= 1 else f"{delta.total_seconds():.0f} s"
 
 
-def deployment_lines(view: Any) -> list[str]:
+def deployment_lines(view: DeploymentView) -> list[str]:
     lines = [
-        f"deployment #{view.id}: {view.kind} of {view.release} to {view.endpoint} — {view.state.replace('_', ' ')}"
+        f"deployment #{view.id}: {view.kind} of {view.release} to {view.endpoint} — {view.state.words}"
         + (f" ({view.state_reason})" if view.state_reason else ""),
     ]
     for g in view.gates:
@@ -39,13 +40,13 @@ def deployment_lines(view: Any) -> list[str]:
             lines.append(f"  → approve: kimi-ops gate approve {view.id} {view.pending.gate} --as <approver>")
         else:
             lines.append(f"  → blocked: reject it or run `kimi-ops gate recheck {view.id} {view.pending.gate}`")
-    if getattr(view, "rollback_offered", False):
+    if view.rollback_offered:
         lines.append(f"  → rollback offered: kimi-ops rollback {view.endpoint}")
     return lines
 
 
-def history_rows(views: Iterable[Any]) -> list[tuple[object, ...]]:
-    rows = []
+def history_rows(views: Iterable[DeploymentView]) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = []
     for v in views:
         gates = ", ".join(f"{g.gate[:5]}:{g.decided_by or '-'}" for g in v.gates)
         rows.append((v.id, v.kind, v.release, v.state, v.requested_by, gates, f"{v.created_at:%Y-%m-%d %H:%M}", _took(v.duration)))

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from bot.domain.messages import REJECT
+from bot.views.actions import REJECT
 
 if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts (the CLI starts faster)
-    from bot.services.context import Context
     from bot.sandbox.slack_stub import Message
+    from bot.services.context import Context
     from bot.slack.app import KimiApp
 
 EMOJI = {

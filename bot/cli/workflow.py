@@ -190,7 +190,7 @@ def gate_report(
     """Print the stored report of GATE of DEPLOYMENT (the newest one, decided or waiting)."""
     from bot.cli.render import report_lines
     from bot.services.deployments import stored_gate_report
-    from bot.services.gate_text import render_model_report, render_traffic_report
+    from bot.views.gate_text import render_model_report, render_traffic_report
 
     def body() -> None:
         stored = stored_gate_report(context(), deployment, gate)

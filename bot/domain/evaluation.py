@@ -22,7 +22,14 @@ from typing import Any, Literal
 
 import jsonschema
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Kind = Literal["coding", "tool_call", "structured_output", "long_context", "image", "refusal", "adversarial"]
 KINDS: tuple[Kind, ...] = ("coding", "tool_call", "structured_output", "long_context", "image", "refusal", "adversarial")

@@ -209,7 +209,9 @@ def _emulator_class() -> type:
             return self._respond(new, 201 if live is None else 200)
 
         async def _merge(self, request: Any) -> Any:
-            from kmock._internal import dicts  # kmock's own RFC 7386 merge, as its emulator uses
+            from kmock._internal import (
+                dicts,  # kmock's own RFC 7386 merge, as its emulator uses
+            )
 
             patch = copy.deepcopy(request.data or {})
             key = (request.resource, request.namespace, request.name)

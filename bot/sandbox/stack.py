@@ -116,7 +116,10 @@ class Sandbox:
         from bot.sandbox.aws import start_moto
         from bot.sandbox.capacity import CapacityStandIn
         from bot.sandbox.capacity_http import SageMakerFace
-        from bot.sandbox.eval_replies import DEFAULT_SET_REFUSAL_PATTERNS, DEFAULT_SET_REPLIES
+        from bot.sandbox.eval_replies import (
+            DEFAULT_SET_REFUSAL_PATTERNS,
+            DEFAULT_SET_REPLIES,
+        )
         from bot.sandbox.kube import seed_cluster, start_kube
         from bot.sandbox.openai_server import OpenAIServer
         from bot.sandbox.operator import OperatorSimulator

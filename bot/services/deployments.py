@@ -9,7 +9,7 @@ The slow steps (checks, apply, rollout, readiness) are run by
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bot.adapters.store.models import Deployment, Endpoint, GateResult
@@ -17,76 +17,25 @@ from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
-from bot.domain.states import GATE_OF_STATE, PAST_APPLY, STATE_OF_GATE, TERMINAL, check_transition
+from bot.domain.events import (
+    DeploymentRequested,
+    GateDecided,
+    GateWaiting,
+    StateChanged,
+)
+from bot.domain.read_models import DeploymentView, GateSummary, PendingGate
+from bot.domain.states import STATE_OF_GATE, State, check_transition
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
 
 # ---------------------------------------------------------------------------- read models
 
-
-@dataclass(frozen=True)
-class PendingGate:
-    deployment_id: int
-    gate: str
-    report: dict[str, Any]
-    report_hash: str
-    release_name: str
-    release_hash: str
-    endpoint: str
-    requested_by: str
-    checked_at: dt.datetime
-
-    @property
-    def approvable(self) -> bool:
-        return GateReport.model_validate(self.report).approvable
-
-
-@dataclass(frozen=True)
-class GateSummary:
-    gate: str
-    status: str
-    decision: str | None
-    decided_by: str | None
-    decided_at: dt.datetime | None
-    reason: str | None
-
-
-@dataclass(frozen=True)
-class DeploymentView:
-    id: int
-    endpoint: str
-    release: str
-    release_hash: str
-    kind: str
-    state: str
-    state_reason: str | None
-    requested_by: str
-    replaces_release: str | None
-    created_at: dt.datetime
-    updated_at: dt.datetime
-    finished_at: dt.datetime | None
-    manifest_hash: str | None
-    gates: list[GateSummary] = field(default_factory=list)
-    pending: PendingGate | None = None
-
-    @property
-    def in_flight(self) -> bool:
-        return self.state not in TERMINAL
-
-    @property
-    def rollback_offered(self) -> bool:
-        return self.state == "failed" and bool(self.state_reason and "rollback offered" in self.state_reason)
-
-    @property
-    def duration(self) -> dt.timedelta | None:
-        return (self.finished_at - self.created_at) if self.finished_at else None
-
-
 def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
     gates: dict[str, GateSummary] = {}
     pending: PendingGate | None = None
-    waiting_gate = GATE_OF_STATE.get(dep.state)
+    state = State(dep.state)
+    waiting_gate = state.gate
     for row in uow.gates.for_deployment(dep.id):
         gates[row.gate] = GateSummary(
             gate=row.gate,
@@ -96,7 +45,7 @@ def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
             decided_at=row.decided_at,
             reason=row.decision_reason,
         )
-        if row.gate == waiting_gate and row.decision is None and dep.state not in TERMINAL:
+        if row.gate == waiting_gate and row.decision is None and not state.terminal:
             pending = PendingGate(
                 deployment_id=dep.id,
                 gate=row.gate,
@@ -114,7 +63,7 @@ def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
         release=dep.release.name,
         release_hash=dep.release.tuple_hash,
         kind=dep.kind,
-        state=dep.state,
+        state=state,
         state_reason=dep.state_reason,
         requested_by=dep.requested_by,
         replaces_release=dep.replaces_release.name if dep.replaces_release else None,
@@ -124,6 +73,7 @@ def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
         manifest_hash=dep.manifest_hash,
         gates=list(gates.values()),
         pending=pending,
+        rollback_offered=bool(dep.rollback_offered),
     )
 
 
@@ -151,24 +101,25 @@ def transition(
     """Move ``dep`` to ``target`` inside the caller's transaction: state, audit row, outbox event."""
     check_transition(dep.kind, dep.state, target)
     now = ctx.clock.now()
-    before = dep.state
-    dep.state = target
+    before, to = dep.state, State(target)
+    dep.state = to.value
     dep.state_reason = reason
     dep.updated_at = now
-    if target in TERMINAL:
+    if to.terminal:
         dep.in_flight = None
         dep.finished_at = now
-    if target == "live":
-        for other in uow.deployments.in_states(dep.endpoint_id, ["live"]):
+    if to == State.LIVE:
+        for other in uow.deployments.in_states(dep.endpoint_id, [State.LIVE]):
             if other.id != dep.id:
-                check_transition(other.kind, "live", "superseded")
-                other.state, other.state_reason, other.updated_at = "superseded", f"superseded by deployment #{dep.id}", now
+                check_transition(other.kind, State.LIVE, State.SUPERSEDED)
+                other.state, other.state_reason, other.updated_at = State.SUPERSEDED.value, f"superseded by deployment #{dep.id}", now
                 uow.audit.record(at=now, actor=actor, action="deployment.superseded", subject=f"deployment:{other.id}",
                                  details={"by": dep.id})
-    payload = {"from": before, "to": target, "reason": reason, "release": dep.release.name, "kind": dep.kind,
+    payload = {"from": before, "to": to.value, "reason": reason, "release": dep.release.name, "kind": dep.kind,
                "endpoint": dep.endpoint.name, **(details or {})}
-    uow.audit.record(at=now, actor=actor, action=f"deployment.{target}", subject=f"deployment:{dep.id}", details=payload)
-    uow.events.emit(at=now, kind="deployment.state", deployment_id=dep.id, endpoint_name=dep.endpoint.name, payload=payload)
+    uow.audit.record(at=now, actor=actor, action=f"deployment.{to.value}", subject=f"deployment:{dep.id}", details=payload)
+    uow.events.emit(StateChanged(deployment_id=dep.id, endpoint_name=dep.endpoint.name, from_state=before, to_state=to.value,
+                                 reason=reason, release=dep.release.name, kind=dep.kind, details=dict(details or {})), at=now)
 
 
 def store_gate_report(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops") -> GateResult:
@@ -185,12 +136,9 @@ def store_gate_report(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report:
     )
     uow.audit.record(at=now, actor=actor, action="gate.checked", subject=f"deployment:{dep.id}",
                      details={"gate": report.gate, "status": report.status, "report_hash": row.report_hash})
-    uow.events.emit(
-        at=now, kind="gate.waiting", deployment_id=dep.id, endpoint_name=dep.endpoint.name,
-        payload={"gate": report.gate, "gate_result_id": row.id, "report": row.report, "report_hash": row.report_hash,
-                 "release": dep.release.name, "release_hash": dep.release.tuple_hash, "requested_by": dep.requested_by,
-                 "kind": dep.kind},
-    )
+    uow.events.emit(GateWaiting(deployment_id=dep.id, endpoint_name=dep.endpoint.name, gate=report.gate, gate_result_id=row.id,
+                                report=row.report, report_hash=row.report_hash, release=dep.release.name,
+                                release_hash=dep.release.tuple_hash, requested_by=dep.requested_by, kind=dep.kind), at=now)
     return row
 
 
@@ -232,7 +180,7 @@ def _busy_message(uow: SqlUnitOfWork, endpoint: Endpoint) -> str:
 
 
 def live_deployment(uow: SqlUnitOfWork, endpoint_id: int) -> Deployment | None:
-    lives = uow.deployments.in_states(endpoint_id, ["live"])
+    lives = uow.deployments.in_states(endpoint_id, [State.LIVE])
     return lives[0] if lives else None
 
 
@@ -244,7 +192,7 @@ def _create(
     if uow.deployments.in_flight(endpoint.id) is not None:
         raise Refused(_busy_message(uow, endpoint))
     dep = Deployment(
-        endpoint_id=endpoint.id, release_id=release_id, kind=kind, state="requested", in_flight=True,
+        endpoint_id=endpoint.id, release_id=release_id, kind=kind, state=State.REQUESTED.value, in_flight=True,
         requested_by=actor.user_id, replaces_release_id=replaces, rollback_of_id=rollback_of, created_at=now, updated_at=now,
     )
     try:
@@ -257,7 +205,8 @@ def _create(
     payload = {"release": dep.release.name if dep.release else None, "kind": kind, "endpoint": endpoint.name,
                "replaces": replaces}
     uow.audit.record(at=now, actor=actor.user_id, action=f"{kind}.requested", subject=f"deployment:{dep.id}", details=payload)
-    uow.events.emit(at=now, kind="deployment.requested", deployment_id=dep.id, endpoint_name=endpoint.name, payload=payload)
+    uow.events.emit(DeploymentRequested(deployment_id=dep.id, endpoint_name=endpoint.name,
+                                        release=dep.release.name if dep.release else None, kind=kind, replaces=replaces), at=now)
     return dep
 
 
@@ -289,7 +238,7 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
         live = live_deployment(uow, endpoint.id)
         latest = history[0] if history else None
         # A deployment that ended badly after its manifest was stored may be what the cluster now runs.
-        if latest is not None and latest.state in ("failed", "cancelled", "interrupted") and latest.manifest_hash \
+        if latest is not None and State(latest.state).ended_early and latest.manifest_hash \
                 and (live is None or latest.id > live.id):
             current, restore_same_release = latest, True
         elif live is not None:
@@ -302,7 +251,7 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
                 f"name the release to restore: `rollback {name} to RELEASE`"
             )
         # Candidates: releases that were live before, newest first, with the manifest that made them live.
-        previous = [d for d in history if d.state in ("live", "superseded") and d.applied_manifest and d.id != current.id]
+        previous = [d for d in history if State(d.state).was_live and d.applied_manifest and d.id != current.id]
         if to_release is not None:
             target = next((d for d in previous if d.release.name == to_release), None)
             if target is None:
@@ -311,7 +260,7 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
             target = next((d for d in previous if restore_same_release or d.release_id != current.release_id), None)
             if target is None:
                 raise Refused(f"no earlier live release on {name} to roll back to")
-        if target.release_id == current.release_id and current.state == "live":
+        if target.release_id == current.release_id and current.state == State.LIVE:
             raise Refused(f"{target.release.name} is already live on {name}")
         dep = _create(ctx, uow, endpoint, target.release_id, "rollback", actor, current.release_id, rollback_of=target.id)
         dep.applied_manifest = target.applied_manifest
@@ -352,8 +301,9 @@ def decide_gate(
         dep = uow.deployments.get_for_update(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment #{deployment_id}")
-        if GATE_OF_STATE.get(dep.state) != gate:
-            where = "finished" if dep.state in TERMINAL else f"at {dep.state.replace('_', ' ')}"
+        state = State(dep.state)
+        if state.gate != gate:
+            where = "finished" if state.terminal else f"at {state.words}"
             raise refuse(uow, f"the {gate} gate of deployment #{dep.id} is not waiting for a decision (the deployment is {where})", "not_waiting")
         row = uow.gates.latest(dep.id, gate)
         if row is None:
@@ -379,11 +329,13 @@ def decide_gate(
             raise refuse(uow, f"the {gate} gate was decided by someone else a moment ago", "race") from None
         details = {"gate": gate, "decision": decision, "reason": reason, "gate_result_id": row.id, **row.seen}
         uow.audit.record(at=now, actor=actor.user_id, action=f"gate.{decision}", subject=f"deployment:{dep.id}", details=details)
-        uow.events.emit(at=now, kind="gate.decided", deployment_id=dep.id, endpoint_name=dep.endpoint.name,
-                        payload={**details, "decided_by": actor.user_id, "decided_at": now.isoformat(),
-                                 "slack_channel": row.slack_channel, "slack_ts": row.slack_ts})
+        uow.events.emit(GateDecided(deployment_id=dep.id, endpoint_name=dep.endpoint.name, gate=gate, decision=decision,
+                                    reason=reason, gate_result_id=row.id, report_hash=seen_report_hash,
+                                    release_hash=seen_release_hash, release=dep.release.name, status=row.seen["status"],
+                                    decided_by=actor.user_id, decided_at=now, slack_channel=row.slack_channel,
+                                    slack_ts=row.slack_ts), at=now)
         if decision == "rejected":
-            transition(uow, ctx, dep, "rejected", actor=actor.user_id, reason=f"{gate} gate rejected by {actor.user_id}: {reason or 'no reason given'}")
+            transition(uow, ctx, dep, State.REJECTED, actor=actor.user_id, reason=f"{gate} gate rejected by {actor.user_id}: {reason or 'no reason given'}")
         view = _view(uow, dep)
         uow.commit()
         return view
@@ -396,14 +348,14 @@ def cancel(ctx: Context, deployment_id: int, actor: Identity, *, force: bool = F
         dep = uow.deployments.get_for_update(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment #{deployment_id}")
-        if dep.state in TERMINAL:
+        if State(dep.state).terminal:
             raise Refused(f"deployment #{dep.id} already ended ({dep.state})")
         if force:
-            transition(uow, ctx, dep, "interrupted", actor=actor.user_id,
+            transition(uow, ctx, dep, State.INTERRUPTED, actor=actor.user_id,
                        reason=f"lock broken by admin {actor.user_id} while {dep.state}", details={"forced": True})
         else:
-            note = "; the cluster may carry its manifest, rollback offered" if dep.state in PAST_APPLY else ""
-            transition(uow, ctx, dep, "cancelled", actor=actor.user_id, reason=f"cancelled by {actor.user_id} while {dep.state}{note}")
+            note = "; the cluster may carry its manifest, rollback offered" if State(dep.state).past_apply else ""
+            transition(uow, ctx, dep, State.CANCELLED, actor=actor.user_id, reason=f"cancelled by {actor.user_id} while {dep.state}{note}")
         view = _view(uow, dep)
         uow.commit()
         return view
@@ -441,7 +393,7 @@ def in_flight(ctx: Context) -> list[DeploymentView]:
         return [_view(uow, d) for d in uow.deployments.all_in_flight()]
 
 
-def gate_state(gate: str) -> str:
+def gate_state(gate: str) -> State:
     return STATE_OF_GATE[gate]
 
 @dataclass(frozen=True)
@@ -472,7 +424,7 @@ def stored_gate_report(ctx: Context, deployment_id: int, gate: str) -> StoredGat
             raise NotFound(f"no deployment #{deployment_id}; `history` lists them")
         rows = [r for r in uow.gates.for_deployment(dep.id) if r.gate == gate]
         if not rows:
-            why = "a rollback has only an artifact gate" if dep.kind == "rollback" else f"the deployment is {dep.state.replace('_', ' ')}"
+            why = "a rollback has only an artifact gate" if dep.kind == "rollback" else f"the deployment is {State(dep.state).words}"
             raise NotFound(f"deployment #{dep.id} has no {gate} gate report ({why})")
         row = rows[-1]
         return StoredGateReport(

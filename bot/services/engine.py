@@ -20,12 +20,20 @@ from dataclasses import dataclass
 from bot.adapters.store.models import Deployment, ReadinessCheck
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.events import RolloutProgress as RolloutProgressEvent
+from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
-from bot.domain.states import GATE_OF_STATE, PAST_APPLY, TERMINAL, next_state
-from bot.services.deployments import DeploymentView, _view, get_deployment, live_deployment, store_gate_report, transition
+from bot.domain.states import ADMISSION_CLOSED, NEEDS_STORED_MANIFEST, State, next_state
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
+from bot.services.deployments import (
+    _view,
+    get_deployment,
+    live_deployment,
+    store_gate_report,
+    transition,
+)
 from bot.services.errors import NotConfigured, NotFound, Refused, UserError
 from bot.services.gates import GateSubject, run_gate
 from bot.services.releases import manifest_from_row
@@ -48,7 +56,7 @@ class StepFailed(Exception):
 class Snapshot:
     id: int
     kind: str
-    state: str
+    state: State
     endpoint: EndpointSettings
     subject: GateSubject
     applied_manifest: str | None
@@ -67,7 +75,7 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
     return Snapshot(
         id=dep.id,
         kind=dep.kind,
-        state=dep.state,
+        state=State(dep.state),
         endpoint=endpoint,
         subject=GateSubject(
             deployment_id=dep.id,
@@ -107,10 +115,8 @@ class Engine:
 
     def _progress(self, snap: Snapshot, progress: RolloutProgress) -> None:
         with self.ctx.uow() as uow:
-            uow.events.emit(
-                at=self.ctx.clock.now(), kind="rollout.progress", deployment_id=snap.id, endpoint_name=snap.endpoint.name,
-                payload={"message": progress.message, "state": progress.state},
-            )
+            uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name, message=progress.message,
+                                                 state=progress.state), at=self.ctx.clock.now())
             uow.commit()
 
     def stop(self, deployment_id: int) -> None:
@@ -133,10 +139,10 @@ class Engine:
                 dep = uow.deployments.get(deployment_id)
                 if dep is None:
                     raise UserError(f"no deployment #{deployment_id}")
-                if dep.state in TERMINAL:
+                if State(dep.state).terminal:
                     return _view(uow, dep)
                 snap = _snapshot(uow, dep)
-                gate = GATE_OF_STATE.get(dep.state)
+                gate = State(dep.state).gate
                 latest = uow.gates.latest(dep.id, gate) if gate else None
                 if gate and latest is not None and latest.decision is None:
                     return _view(uow, dep)  # waiting for a person
@@ -154,37 +160,43 @@ class Engine:
                 self._fail(snap, f"unexpected error in {snap.state} ({type(exc).__name__}; correlation id {correlation})")
 
     def _fail(self, snap: Snapshot, reason: str) -> None:
-        if snap.kind == "deploy" and snap.state in PAST_APPLY:
+        # Stored, not only said: views and rollback offers read the column, never the reason text.
+        offered = snap.kind == "deploy" and snap.state.past_apply
+        if offered:
             reason += "; rollback offered"
-        if snap.kind == "rollback" and snap.state in {"draining", "applying", "rolling_out", "readiness", "reopen"}:
+        if snap.kind == "rollback" and snap.state in ADMISSION_CLOSED:
             reason += "; admission stays closed until an operator reopens it"
         try:
-            self._move(snap, "failed", reason)
+            with self.ctx.uow() as uow:
+                dep = self._locked(uow, snap)
+                dep.rollback_offered = offered
+                transition(uow, self.ctx, dep, State.FAILED, reason=reason, details={"rollback_offered": True} if offered else None)
+                uow.commit()
         except StateMoved:
             log.info("deployment #%s moved on (e.g. cancelled) before its failure could be recorded: %s", snap.id, reason)
 
     def _step(self, snap: Snapshot, *, latest_decision: str | None, has_report: bool) -> None:
         state = snap.state
-        if state == "requested":
+        if state == State.REQUESTED:
             self._move(snap, next_state(snap.kind, state))
-        elif state in GATE_OF_STATE:
+        elif (gate := state.gate) is not None:
             if not has_report:
-                self._check_gate(snap, GATE_OF_STATE[state])
+                self._check_gate(snap, gate)
             elif latest_decision == "approved":
                 self._move(snap, next_state(snap.kind, state))
             else:  # rejected gates end the deployment in decide_gate; nothing to do here
                 raise StateMoved("gate decided without a transition")
-        elif state == "close_admission":
+        elif state == State.CLOSE_ADMISSION:
             self._admission(snap, open_=False)
-        elif state == "draining":
+        elif state == State.DRAINING:
             self._drain(snap)
-        elif state == "applying":
+        elif state == State.APPLYING:
             self._apply(snap)
-        elif state == "rolling_out":
+        elif state == State.ROLLING_OUT:
             self._rollout(snap)
-        elif state == "readiness":
+        elif state == State.READINESS:
             self._readiness(snap)
-        elif state == "reopen":
+        elif state == State.REOPEN:
             self._admission(snap, open_=True)
         else:
             raise StepFailed(f"no step is defined for state {state}")
@@ -237,7 +249,7 @@ class Engine:
             raise StepFailed(f"apply failed: {exc}") from exc
         if result.conflicts:
             raise StepFailed("apply refused, fields are owned by another manager: " + "; ".join(result.conflicts[:5]))
-        self._move(snap, "rolling_out", f"applied manifest {manifest.sha256[:12]}",
+        self._move(snap, State.ROLLING_OUT, f"applied manifest {manifest.sha256[:12]}",
                    manifest_hash=manifest.sha256, changed=result.changed)
 
     def _rollout(self, snap: Snapshot) -> None:
@@ -258,7 +270,7 @@ class Engine:
             with self._lock:
                 self._stops.pop(snap.id, None)
         if outcome.status == "succeeded":
-            self._move(snap, "readiness", outcome.reason, rollout_seconds=round(outcome.elapsed_seconds, 1))
+            self._move(snap, State.READINESS, outcome.reason, rollout_seconds=round(outcome.elapsed_seconds, 1))
         elif outcome.status == "stopped":
             raise StateMoved("rollout watch stopped")
         else:
@@ -277,7 +289,7 @@ class Engine:
         assert result is not None
         if not result.ok:
             raise StepFailed(f"readiness completion {result.summary}")
-        self._move(snap, next_state(snap.kind, "readiness"), f"readiness completion {result.summary}",
+        self._move(snap, next_state(snap.kind, State.READINESS), f"readiness completion {result.summary}",
                    ttft_ms=result.ttft_ms, total_ms=result.total_ms)
 
     def _record_readiness(self, snap: Snapshot, result: ReadinessResult) -> None:
@@ -288,8 +300,8 @@ class Engine:
                 endpoint_id=endpoint.id, at=now, ok=result.ok, http_status=result.http_status, ttft_ms=result.ttft_ms,
                 total_ms=result.total_ms, failure_kind=result.failure_kind, error=result.error,
             ))
-            uow.events.emit(at=now, kind="rollout.progress", deployment_id=snap.id, endpoint_name=snap.endpoint.name,
-                            payload={"message": f"readiness completion {result.summary}", "state": "readiness"})
+            uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
+                                                 message=f"readiness completion {result.summary}", state=State.READINESS.value), at=now)
             uow.commit()
 
     def _admission(self, snap: Snapshot, *, open_: bool) -> None:
@@ -314,7 +326,7 @@ class Engine:
         else:
             running = f"{(last.running or 0):.0f} running, {(last.waiting or 0):.0f} waiting" if last else "metrics unavailable"
             reason = f"drain deadline passed ({running}); applying the previous release anyway"
-        self._move(snap, "applying", reason, drained=drained)
+        self._move(snap, State.APPLYING, reason, drained=drained)
 
     def recheck(self, deployment_id: int, gate: str, actor: Identity) -> DeploymentView:
         """Run a waiting gate's checks again (the only way past a failed or errored check besides rejecting)."""
@@ -323,7 +335,7 @@ class Engine:
             dep = uow.deployments.get(deployment_id)
             if dep is None:
                 raise NotFound(f"no deployment #{deployment_id}")
-            if GATE_OF_STATE.get(dep.state) != gate:
+            if State(dep.state).gate != gate:
                 raise Refused(f"the {gate} gate of deployment #{deployment_id} is not waiting (the deployment is {dep.state})")
             snap = _snapshot(uow, dep)
         report = run_gate(self.ctx, gate, snap.subject)
@@ -367,16 +379,16 @@ class Engine:
         """Why the stored state of a deployment cannot be continued, or ``None`` when it can."""
         with self.ctx.uow() as uow:
             dep = uow.deployments.get(deployment_id)
-            if dep is None or dep.state in TERMINAL:
+            if dep is None or State(dep.state).terminal:
                 return None
             try:
                 snap = _snapshot(uow, dep)
             except Exception as exc:  # e.g. a release stored by a version whose tuple this one refuses
                 log.warning("deployment #%s: stored state unreadable", deployment_id, exc_info=True)
                 return f"its stored release or endpoint settings can no longer be read ({type(exc).__name__})"
-        needs_manifest = snap.state == "rolling_out" or (snap.kind == "rollback" and snap.state in {"draining", "applying"})
+        needs_manifest = snap.state in NEEDS_STORED_MANIFEST.get(snap.kind, frozenset())
         if needs_manifest and snap.applied_manifest is None:
-            return f"no applied manifest is stored for its {snap.state.replace('_', ' ')} step, so what the cluster runs is unknown"
+            return f"no applied manifest is stored for its {snap.state.words} step, so what the cluster runs is unknown"
         if snap.applied_manifest is not None:
             try:
                 RenderedManifest.from_text(snap.applied_manifest)
@@ -389,11 +401,11 @@ class Engine:
         try:
             with self.ctx.uow() as uow:
                 dep = uow.deployments.get_for_update(deployment_id)
-                if dep is None or dep.state in TERMINAL:
+                if dep is None or State(dep.state).terminal:
                     return
-                was = dep.state
-                note = "; check the endpoint, roll back if needed" if was in PAST_APPLY else ""
-                transition(uow, self.ctx, dep, "interrupted", reason=f"not resumed after a restart while {was.replace('_', ' ')}: {why}{note}",
+                was = State(dep.state)
+                note = "; check the endpoint, roll back if needed" if was.past_apply else ""
+                transition(uow, self.ctx, dep, State.INTERRUPTED, reason=f"not resumed after a restart while {was.words}: {why}{note}",
                            details={"resumed": False})
                 uow.commit()
         except Exception:

@@ -15,7 +15,18 @@ from typing import Any
 from bot.adapters.plots import plot_evaluation
 from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
-from bot.domain.evaluation import EvalSet, EvalSetError, Summary, Verdict, compare, expand, kind_verdicts, parse_eval_set, score, summarise
+from bot.domain.evaluation import (
+    EvalSet,
+    EvalSetError,
+    Summary,
+    Verdict,
+    compare,
+    expand,
+    kind_verdicts,
+    parse_eval_set,
+    score,
+    summarise,
+)
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
 

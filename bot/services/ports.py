@@ -19,8 +19,14 @@ from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
-from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+from bot.domain.rollout import (
+    ApplyResult,
+    RenderedManifest,
+    RolloutOutcome,
+    RolloutProgress,
+)
 from bot.domain.sweep import LevelStats, Objectives, SweepOutcome, SweepPlan
+
 
 class ArtifactVerifier(Protocol):
     """Checks a release tuple against S3 and the image registry (artifact gate)."""

@@ -35,13 +35,19 @@ from bot.adapters.store.models import Endpoint, Incident, ReadinessCheck
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
+from bot.domain.events import ReadinessAlert, ReadinessRecovered
 from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound
-from bot.services.reservations import MISSING_INCIDENT, WATCH_INCIDENT, ReservationView, reservations_of
+from bot.services.reservations import (
+    MISSING_INCIDENT,
+    WATCH_INCIDENT,
+    ReservationView,
+    reservations_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -241,8 +247,8 @@ class _Incidents:
             text = f":large_orange_circle: Endpoint `{self.spec.name}` is slow: {reason}."
         self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "reason": reason})
-        self.uow.events.emit(at=self.now, kind="readiness.alert", endpoint_name=self.spec.name,
-                             payload={"text": text, "channel": self.spec.channel, "incident": kind, "reason": reason})
+        self.uow.events.emit(ReadinessAlert(endpoint_name=self.spec.name, text=text, channel=self.spec.channel, incident=kind,
+                                            reason=reason), at=self.now)
         return True
 
     def close(self, kind: str) -> list[str]:
@@ -258,8 +264,8 @@ class _Incidents:
     def recovered(self, kinds: list[str], probe: ProbeView) -> None:
         what = " and ".join("answering" if k == FAILING else "within its first-token objective" for k in kinds)
         text = f":large_green_circle: Endpoint `{self.spec.name}` is {what} again: {probe.summary}."
-        self.uow.events.emit(at=self.now, kind="readiness.recovered", endpoint_name=self.spec.name,
-                             payload={"text": text, "channel": self.spec.channel, "incidents": kinds})
+        self.uow.events.emit(ReadinessRecovered(endpoint_name=self.spec.name, text=text, channel=self.spec.channel,
+                                                incidents=tuple(kinds)), at=self.now)
 
 
 # ---------------------------------------------------------------------------- readers

@@ -19,7 +19,13 @@ from typing import Any, Protocol
 
 import yaml
 
-from bot.adapters.aws.artifacts import AWS_ERRORS, ListedObject, Progress, S3Objects, aws_error_text
+from bot.adapters.aws.artifacts import (
+    AWS_ERRORS,
+    ListedObject,
+    Progress,
+    S3Objects,
+    aws_error_text,
+)
 from bot.adapters.aws.session import default_region, make_client
 from bot.domain.release import ReleaseManifest, parse_s3_uri
 from bot.services.errors import Refused, ValidationFailed

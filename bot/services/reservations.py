@@ -44,6 +44,20 @@ from typing import Any
 from bot.adapters.store.models import Incident, Reservation
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.events import (
+    EndpointIncidentNotice,
+    ReservationAlert,
+    ReservationAppeared,
+    ReservationChanged,
+    ReservationEscalation,
+    ReservationFound,
+    ReservationGone,
+    ReservationMismatch,
+    ReservationMissing,
+    ReservationNotice,
+    ReservationWatchFailed,
+    ReservationWatchRecovered,
+)
 from bot.domain.expiry import (
     USABLE_STATES,
     describe,
@@ -198,11 +212,11 @@ class _Watch:
         return live
 
     # -- outbox and audit, always together
-    def _say(self, kind: str, row: Reservation, text: str, **details: Any) -> None:
+    def _say(self, kind: type[ReservationNotice], row: Reservation, text: str, **details: Any) -> None:
         endpoint = self.by_name.get(row.endpoint_name or "")
-        payload = {"text": text, "channel": endpoint.channel if endpoint else None, "reservation_id": row.id, **details}
-        self.uow.events.emit(at=self.now, kind=kind, endpoint_name=row.endpoint_name, payload=payload)
-        self.uow.audit.record(at=self.now, actor=ACTOR, action=kind, subject=f"reservation:{row.id}",
+        self.uow.events.emit(kind(endpoint_name=row.endpoint_name, text=text, channel=endpoint.channel if endpoint else None,
+                                  reservation_id=row.id, details=details), at=self.now)
+        self.uow.audit.record(at=self.now, actor=ACTOR, action=kind.KIND, subject=f"reservation:{row.id}",
                               details={"text": text, **details})
 
     def _mention(self) -> str:
@@ -225,7 +239,7 @@ class _Watch:
                     alerts_sent=[], first_seen_at=self.now, last_seen_at=self.now, gone_at=None,
                 ))
                 self._match(row)
-                self._say("reservation.appeared", row,
+                self._say(ReservationAppeared, row,
                           f"New reservation {describe(info)}: {info.state}, ends {when(info.end)} "
                           f"({format_remaining(info.remaining(self.now))} left)"
                           + (f", for endpoint `{row.endpoint_name}`" if row.endpoint_name else ", matched to no endpoint"),
@@ -242,14 +256,14 @@ class _Watch:
         row.last_seen_at = self.now
         if row.gone_at is not None:
             row.gone_at = None
-            self._say("reservation.appeared", row, f"Reservation {describe(info)} is listed again: {info.state}, ends {when(info.end)}",
+            self._say(ReservationAppeared, row, f"Reservation {describe(info)} is listed again: {info.state}, ends {when(info.end)}",
                       state=info.state)
             self.report.appeared.append(short_id(info.id))
         row.kind, row.region, row.instance_type = info.kind, info.region, info.instance_type
         row.availability_zone, row.instance_count, row.start_at = info.availability_zone, info.instance_count, info.start
         if info.state != old.state:
             row.state = info.state
-            self._say("reservation.changed", row, f"Reservation {describe(info)} is now {info.state} (was {old.state})",
+            self._say(ReservationChanged, row, f"Reservation {describe(info)} is now {info.state} (was {old.state})",
                       change="state", before=old.state, after=info.state)
             self.report.changed.append(f"{short_id(info.id)} {old.state}→{info.state}")
             if info.state not in USABLE_STATES and info.end is not None and info.end > self.now:
@@ -260,7 +274,7 @@ class _Watch:
             if later and info.end is not None:
                 _store_alerts(row, rearm(info.end - self.now, _thresholds(row)), _markers(row))
             verb = "extended" if later else "moved"
-            self._say("reservation.changed", row,
+            self._say(ReservationChanged, row,
                       f"Reservation {describe(info)} {verb}: now ends {when(info.end)} (was {when(old.end)}), "
                       f"{format_remaining(info.remaining(self.now))} left",
                       change="end", before=old.end.isoformat() if old.end else None, after=info.end.isoformat() if info.end else None)
@@ -273,7 +287,7 @@ class _Watch:
         row.gone_at = self.now
         ended_naturally = row.end_at is not None and row.end_at <= self.now
         how = "ended and is no longer listed" if ended_naturally else "is no longer listed by AWS (cancelled or removed)"
-        self._say("reservation.gone", row, f"Reservation {describe(_info(row))} {how}", ended=ended_naturally)
+        self._say(ReservationGone, row, f"Reservation {describe(_info(row))} {how}", ended=ended_naturally)
         self.report.gone.append(short_id(row.id))
         if not ended_naturally:
             self._escalate_early_end(row, "disappeared")
@@ -303,7 +317,7 @@ class _Watch:
             text = (f":warning: Reservation {describe(_info(row))} does not fit endpoint `{endpoint.name}`: "
                     + "; ".join(m.removeprefix(MISMATCH_PREFIX) for m in new)
                     + ". Fix the reservation or the endpoint's settings before the next deployment.")
-            self._say("reservation.mismatch", row, text, problems=[m.removeprefix(MISMATCH_PREFIX) for m in new])
+            self._say(ReservationMismatch, row, text, problems=[m.removeprefix(MISMATCH_PREFIX) for m in new])
             self.report.warnings.append(f"{short_id(row.id)} mismatch")
         if wanted != known:
             _store_alerts(row, _thresholds(row), (markers - known) | wanted)
@@ -334,7 +348,7 @@ class _Watch:
         text = (f":rotating_light: {self._mention()} Reservation {describe(_info(row))} behind live endpoint "
                 f"`{row.endpoint_name}` {what} before its end ({when(row.end_at)}) and no tested endpoint or reservation "
                 "can take over. Reserve capacity now.")
-        self._say("reservation.escalation", row, text, reason=what, oncall_group=self.ctx.settings.oncall_group)
+        self._say(ReservationEscalation, row, text, reason=what, oncall_group=self.ctx.settings.oncall_group)
         self.report.escalations.append(short_id(row.id))
 
     def thresholds(self) -> None:
@@ -364,15 +378,15 @@ class _Watch:
                 text += f" Taking over: {takeover}."
             elif not live:
                 text += " The endpoint has no live release."
-            kind = "reservation.escalation" if escalate else "reservation.alert"
+            kind: type[ReservationNotice] = ReservationEscalation if escalate else ReservationAlert
             self._say(kind, row, text, threshold_hours=fire, remaining_seconds=int(remaining.total_seconds()),
                       oncall_group=self.ctx.settings.oncall_group if escalate else None)
             (self.report.escalations if escalate else self.report.alerts).append(f"{short_id(row.id)}@{fmt_hours(fire)}")
 
 
     # -- endpoint-level incidents: said once when they start, once when they end
-    def _incident(self, spec: EndpointSettings, kind: str, active: bool, reason: str, opened: tuple[str, str],
-                  closed: tuple[str, str]) -> None:
+    def _incident(self, spec: EndpointSettings, kind: str, active: bool, reason: str,
+                  opened: tuple[type[EndpointIncidentNotice], str], closed: tuple[type[EndpointIncidentNotice], str]) -> None:
         """Open (``active``) or close one ``kind`` incident of an endpoint; ``opened``/``closed`` are (event kind, text)."""
         row = self.uow.endpoints.get(spec.name)
         if row is None:
@@ -391,9 +405,9 @@ class _Watch:
             event, text = closed
         else:
             return
-        self.uow.events.emit(at=self.now, kind=event, endpoint_name=spec.name,
-                             payload={"text": text, "channel": spec.channel, "region": spec.region, "incident": kind})
-        self.report.warnings.append(f"{spec.name} {event.removeprefix('reservation.')}")
+        self.uow.events.emit(event(endpoint_name=spec.name, text=text, channel=spec.channel, region=spec.region, incident=kind),
+                             at=self.now)
+        self.report.warnings.append(f"{spec.name} {event.KIND.removeprefix('reservation.')}")
 
     def aws_health(self, errors: dict[str, str]) -> None:
         """Warn once per endpoint while its region cannot be read, and once when it can again.
@@ -404,10 +418,10 @@ class _Watch:
             reason = f"AWS in {spec.region} cannot be read: {errors.get(spec.region)}"
             self._incident(
                 spec, WATCH_INCIDENT, spec.region in errors, reason,
-                ("reservation.watch_failed",
+                (ReservationWatchFailed,
                  f":warning: The reservation watch is blind for endpoint `{spec.name}`: {reason}. No reservation alert "
                  "can be sent until it reads AWS again; check this process's AWS credentials and permissions."),
-                ("reservation.watch_recovered",
+                (ReservationWatchRecovered,
                  f":large_green_circle: The reservation watch reads AWS in {spec.region} again for endpoint `{spec.name}`."),
             )
 
@@ -421,11 +435,11 @@ class _Watch:
             wanted = spec.reservation_id or f"a {expected_kind(spec)} of {spec.instance_type} in {spec.availability_zone or spec.region}"
             self._incident(
                 spec, MISSING_INCIDENT, missing, f"no usable reservation found ({wanted})",
-                ("reservation.missing",
+                (ReservationMissing,
                  f":warning: {self._mention()} Live endpoint `{spec.name}` runs on no reservation the watch can see "
                  f"(looked for {wanted}): nothing will warn before its capacity goes. Reserve capacity or fix the "
                  "endpoint's reservation settings."),
-                ("reservation.found", f":large_green_circle: Endpoint `{spec.name}` has a reservation the watch can see again."),
+                (ReservationFound, f":large_green_circle: Endpoint `{spec.name}` has a reservation the watch can see again."),
             )
 
 

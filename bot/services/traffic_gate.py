@@ -18,8 +18,24 @@ from typing import Any
 from bot.adapters.plots import plot_sweep
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.checks import Check, GateReport
-from bot.domain.messages import LIMITS_ACCEPTED, LIMITS_CLOSED_STATES, find_acceptance, limits_words, proposed_limits, same_limits
-from bot.domain.sweep import LevelStats, Objectives, Proposal, SweepOutcome, SweepPlan, propose
+from bot.domain.events import LimitsAccepted
+from bot.domain.limits import (
+    LIMITS_ACCEPTED,
+    find_acceptance,
+    limits_words,
+    proposal_open,
+    proposed_limits,
+    same_limits,
+)
+from bot.domain.states import State
+from bot.domain.sweep import (
+    LevelStats,
+    Objectives,
+    Proposal,
+    SweepOutcome,
+    SweepPlan,
+    propose,
+)
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured, NotFound, Refused
@@ -189,8 +205,8 @@ def accept_proposed_limits(
         if done is not None:
             raise refuse(f"these limits were already accepted by <@{done.accepted_by}> at {done.accepted_at:%Y-%m-%d %H:%M} UTC "
                          f"({limits_words(done.accepted)}); nothing changed", "already_accepted")
-        if dep.state in LIMITS_CLOSED_STATES:
-            raise refuse(f"deployment #{deployment_id} is {dep.state.replace('_', ' ')}: its sweep measured a release that is "
+        if not proposal_open(dep.state):
+            raise refuse(f"deployment #{deployment_id} is {State(dep.state).words}: its sweep measured a release that is "
                          f"not serving on {name}, so its proposal no longer applies", dep.state)
         proposal = proposed_limits(row.report)
         if proposal is None:
@@ -206,11 +222,13 @@ def accept_proposed_limits(
         )
         # A new dict, so the JSON column sees the change.
         endpoint.settings = {**endpoint.settings, "accepted_request_limits": accepted.model_dump(mode="json")}
+        before, after = previous.model_dump(mode="json"), accepted.model_dump(mode="json")
         details = {"deployment_id": deployment_id, "gate_result_id": row.id, "report_hash": row.report_hash,
-                   "previous": previous.model_dump(mode="json"), "accepted": accepted.model_dump(mode="json")}
+                   "previous": before, "accepted": after}
         uow.audit.record(at=now, actor=actor.user_id, action=LIMITS_ACCEPTED, subject=f"endpoint:{name}", details=details)
-        uow.events.emit(at=now, kind="limits.accepted", deployment_id=deployment_id, endpoint_name=name,
-                        payload={**details, "accepted_by": actor.user_id, "accepted_at": now.isoformat()})
+        uow.events.emit(LimitsAccepted(deployment_id=deployment_id, endpoint_name=name, gate_result_id=row.id,
+                                       report_hash=row.report_hash, previous=before, accepted=after,
+                                       accepted_by=actor.user_id, accepted_at=now), at=now)
         uow.commit()
     return AcceptedLimits(endpoint=name, deployment_id=deployment_id, previous=previous.model_dump(mode="json"),
                           accepted=accepted.model_dump(mode="json"), accepted_at=now)

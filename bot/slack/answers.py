@@ -17,8 +17,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.adapters.slack.blocks import render
-from bot.domain.messages import Reply, reply
 from bot.services.errors import UserError
+from bot.views.parts import Reply, reply
 
 log = logging.getLogger("kimi_ops.slack")
 

@@ -37,7 +37,6 @@ from bot.slack.middleware.retries import IgnoreRetries
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
 
-
 NO_NOTIFIER = "the Slack app needs a root with a notifier: build it with build_root(ctx, slack_token=...)"
 
 

@@ -14,13 +14,13 @@ from slack_sdk import WebClient
 from bot.adapters.slack.identity import GroupDirectory
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Root
-from bot.services.context import Context
-from bot.domain.messages import Reply
 from bot.services.access import Identity
+from bot.services.context import Context
 from bot.slack.answers import Tell, guard
 from bot.slack.home_cache import HomeCache
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
+from bot.views.parts import Reply
 
 
 def person(directory: GroupDirectory, user_id: str) -> Identity:

@@ -20,7 +20,12 @@ from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.drift import Observed
 from bot.domain.release import ReleaseManifest
-from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+from bot.domain.rollout import (
+    ApplyResult,
+    RenderedManifest,
+    RolloutOutcome,
+    RolloutProgress,
+)
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,22 @@ from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
-from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
+from bot.adapters.cluster.rest import (
+    ApplyConflict,
+    Rest,
+    api_error,
+    collection_path,
+    describe_object,
+    object_path,
+)
 from bot.adapters.cluster.rollout import (
-    Reading, belongs_to, event_key, event_summary, pod_summary, read_deployment, read_hyperpod,
+    Reading,
+    belongs_to,
+    event_key,
+    event_summary,
+    pod_summary,
+    read_deployment,
+    read_hyperpod,
 )
 from bot.adapters.cluster.route import apply_route, current_route
 from bot.adapters.cluster.validate import crd_schema_document, manifest_errors
@@ -48,7 +61,12 @@ from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.drift import Observed
 from bot.domain.release import ReleaseManifest
-from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, RolloutProgress
+from bot.domain.rollout import (
+    ApplyResult,
+    RenderedManifest,
+    RolloutOutcome,
+    RolloutProgress,
+)
 
 log = logging.getLogger(__name__)
 

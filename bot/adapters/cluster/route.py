@@ -45,7 +45,12 @@ from bot.adapters.cluster.rest import Rest, api_error, object_path
 from bot.adapters.cluster.validate import crd_validator, schema_errors
 from bot.config import EndpointSettings
 from bot.domain.admission import (
-    Admission, AdmissionError, ParentCondition, ParentStatus, RouteStatus, parse_admission,
+    Admission,
+    AdmissionError,
+    ParentCondition,
+    ParentStatus,
+    RouteStatus,
+    parse_admission,
 )
 from bot.route_config import RouteSettings, ServiceBackend
 

@@ -23,8 +23,8 @@ from bot.domain.readiness import MetricsSnapshot
 from bot.domain.sweep import (
     LevelStats,
     MetricsPeak,
-    Phase,
     Objectives,
+    Phase,
     PrefixMode,
     Sample,
     SweepOutcome,

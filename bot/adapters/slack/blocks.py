@@ -1,4 +1,4 @@
-"""Block Kit from the chat-neutral message model, always within Slack's limits.
+"""Block Kit from the chat-neutral message model (:mod:`bot.views`), always within Slack's limits.
 
 Slack refuses a message with more than 50 blocks, a section text over 3,000
 characters or a button value over 2,000, and in practice a payload of more than
@@ -7,7 +7,9 @@ buttons, fills the rest up to those limits, and returns what did not fit as
 plain-text chunks that the notifier posts to the thread, so a long gate report
 is summarised in the message and complete in the thread. A ``Detail`` part never
 enters the message: it follows in the thread (a code block keeps its fences in
-every piece).
+every piece). A ``Table`` fits one section with its code fences, or shows its
+first rows there and follows whole in the thread. Icons (:class:`Icon`) become
+Slack's emoji names, which the workspace shows the same on every client.
 """
 
 from __future__ import annotations
@@ -29,7 +31,21 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
-from bot.domain.messages import REJECT_MODAL, Buttons, Detail, Divider, Heading, Note, Part, Text, plain
+from bot.views.icons import Icon
+from bot.views.parts import (
+    Buttons,
+    Detail,
+    Divider,
+    Heading,
+    Note,
+    Part,
+    Table,
+    Text,
+    plain,
+)
+
+# The reject button opens a modal asking why; its submission comes back under this callback id.
+REJECT_MODAL = "gate_reject_reason"
 
 MAX_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
@@ -40,6 +56,20 @@ BUTTON_TEXT_CHARS = 75
 # Slack answers msg_blocks_too_long well below 50 full sections; stay under the observed ~13k.
 PAYLOAD_CHARS = 11_000
 FALLBACK_CHARS = 3000
+
+EMOJI: dict[Icon, str] = {
+    Icon.PASS: ":white_check_mark:", Icon.WARN: ":warning:", Icon.FAIL: ":x:", Icon.ERROR: ":exclamation:",
+    Icon.LIVE: ":large_green_circle:", Icon.FAILED: ":red_circle:", Icon.REJECTED: ":no_entry:", Icon.ENDED: ":black_circle:",
+    Icon.SUPERSEDED: ":white_circle:", Icon.WAITING: ":hourglass_flowing_sand:",
+}
+
+
+def slack_text(text: str) -> str:
+    """``text`` with every icon as its Slack emoji name."""
+    for icon, name in EMOJI.items():
+        if icon.value in text:
+            text = text.replace(icon.value, name)
+    return text
 
 
 @dataclass(frozen=True)
@@ -70,6 +100,39 @@ def chunks(text: str, limit: int = SECTION_CHARS) -> list[str]:
     if current or not pieces:
         pieces.append(current)
     return pieces
+
+
+def fenced_parts(table: Table) -> list[Part]:
+    """``table`` in a code block under its caption, within one section; a longer one is cut and posted whole in the thread."""
+    whole = table.fenced
+    if len(whole) <= SECTION_CHARS:
+        return [Text(whole)]
+    caption, what = table.caption, table.what
+    lines = table.text.split("\n")
+    kept: list[str] = []
+    for line in lines:
+        tail = f"\n… {len(lines) - len(kept)} more {what} in the thread below"
+        if len(caption) + len("\n".join([*kept, line])) + len(tail) + 12 > SECTION_CHARS:
+            break
+        kept.append(line)
+    rest = len(lines) - len(kept)
+    return [Text(f"{caption}\n```\n" + "\n".join(kept) + f"\n```\n… {rest} more {what} in the thread below"),
+            Detail(table.text, code=True)]
+
+
+def _slack_part(part: Part) -> list[Part]:
+    """``part`` as Slack shows it: icons as emoji names, a table as fenced text (and its rest for the thread)."""
+    if isinstance(part, Table):
+        return [q for p in fenced_parts(part) for q in _slack_part(p)]
+    if isinstance(part, Heading):
+        return [Heading(slack_text(part.text))]
+    if isinstance(part, Text):
+        return [Text(slack_text(part.text))]
+    if isinstance(part, Note):
+        return [Note(slack_text(part.text))]
+    if isinstance(part, Detail):
+        return [Detail(slack_text(part.text), part.code)]
+    return [part]
 
 
 def _detail_pieces(detail: Detail) -> list[str]:
@@ -107,6 +170,7 @@ def _size(block: Block) -> int:
 
 def render(parts: Sequence[Part], *, max_blocks: int = MAX_BLOCKS, max_chars: int = PAYLOAD_CHARS) -> Rendered:
     """Blocks for ``parts``; buttons always kept, content cut where a limit would be crossed."""
+    parts = [q for p in parts for q in _slack_part(p)]
     actions = [_actions(p) for p in parts if isinstance(p, Buttons)]
     details = [piece for p in parts if isinstance(p, Detail) for piece in _detail_pieces(p)]
     content = [p for p in parts if not isinstance(p, (Buttons, Detail))]

@@ -1,7 +1,9 @@
 """Delivers the ``events`` outbox to Slack: deployment threads, gate messages, alerts.
 
-Services write an event in the same transaction as the change it reports; this
-adapter sends them afterwards, in order, and marks each delivered:
+Services write an event (:mod:`bot.domain.events`) in the same transaction as
+the change it reports; this adapter reads them back (:mod:`bot.adapters.store.outbox`),
+sends them afterwards, in order, through one handler per event class
+(:attr:`SlackNotifier.HANDLERS`), and marks each delivered:
 
 * ``deployment.requested`` posts the thread's root message in the endpoint's
   channel (or the channel the request came from) and keeps its ``ts``;
@@ -17,8 +19,8 @@ adapter sends them afterwards, in order, and marks each delivered:
   (``files_upload_v2``) by its own ``gate.plot`` event, written in the same
   transaction that records the gate message, so a failed upload is retried
   without posting the gate message twice;
-* anything with a ``text`` (reservation and readiness alerts) goes to the
-  endpoint's channel.
+* a channel notice (reservation and readiness alerts) goes to its channel, or
+  the endpoint's.
 
 Delivery is idempotent where Slack lets it be: a root or gate message already
 recorded is never posted again. Each event is delivered under a row lock
@@ -30,47 +32,69 @@ given up and logged.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
+from sqlalchemy.orm import Session
 
 from bot.adapters.clock import Clock
-from bot.adapters.slack.blocks import render
+from bot.adapters.slack.blocks import render, slack_text
 from bot.adapters.store.models import Deployment, Event, GateResult
+from bot.adapters.store.outbox import UnknownEvent, event_of
 from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
-from bot.domain.messages import (
-    LIMITS_ACCEPTED,
-    LIMITS_CLOSED_STATES,
-    GateTicket,
-    LimitsAcceptance,
-    Note,
-    Part,
-    Text,
-    decided_note,
-    deployment_title,
-    find_acceptance,
-    gate_parts,
-    limits_parts,
-    state_words,
+from bot.domain.events import (
+    ChannelNotice,
+    DeploymentRequested,
+    GateDecided,
+    GatePlot,
+    GateWaiting,
+    LimitsAccepted,
+    OutboxEvent,
+    RolloutProgress,
+    StateChanged,
 )
-from bot.domain.states import TERMINAL
+from bot.domain.limits import (
+    LIMITS_ACCEPTED,
+    LimitsAcceptance,
+    find_acceptance,
+    proposal_open,
+)
+from bot.domain.states import State
+from bot.views.actions import GateTicket
+from bot.views.deployments import deployment_title, state_words
+from bot.views.gates import decided_note, gate_parts, limits_parts
+from bot.views.parts import Note, Part, Text
 
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
+Handler = Callable[["SlackNotifier", SqlUnitOfWork, Deployment, Any], None]
+"""Delivers one event of a deployment whose thread exists."""
 # What a plot is called in the thread, per gate.
 PLOT_NAMES = {"traffic": "traffic-sweep.png", "model": "model-pass-rates.png"}
 PLOT_TITLES = {"traffic": "latency and 429/error rate against concurrency, knee marked",
                "model": "pass rate per kind, this release beside production"}
+
+
+def _session(uow: SqlUnitOfWork) -> Session:
+    if uow.session is None:
+        raise RuntimeError("the unit of work is not open")
+    return uow.session
+
+
+def _thread(channel: str | None, ts: str | None) -> tuple[str, str]:
+    """Where a message already posted lives; callers reach here only after it was posted."""
+    if channel is None or ts is None:
+        raise RuntimeError("the Slack message has no channel or ts yet")
+    return channel, ts
 
 
 class SlackNotifier:
@@ -139,7 +163,7 @@ class SlackNotifier:
         sent, blocked, touched = 0, set(), set()
         for event_id in ids:
             with self.uow() as uow:
-                event = uow.session.get(Event, event_id, with_for_update=True)
+                event = _session(uow).get(Event, event_id, with_for_update=True)
                 if event is None or event.delivered_at is not None or event.deployment_id in blocked:
                     continue
                 try:
@@ -147,7 +171,9 @@ class SlackNotifier:
                 except (SlackClientError, OSError) as exc:
                     # Slack said no, or could not be reached (an upload URL is plain HTTP): retried next pass.
                     uow.rollback()
-                    event = uow.session.get(Event, event_id, with_for_update=True)
+                    event = _session(uow).get(Event, event_id, with_for_update=True)
+                    if event is None:
+                        continue
                     event.attempts += 1
                     error = exc.response.get("error") if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
                     if event.attempts >= MAX_ATTEMPTS:
@@ -168,33 +194,40 @@ class SlackNotifier:
         return sent, touched
 
     # ------------------------------------------------------------------ one event
-    def _deliver(self, uow: SqlUnitOfWork, event: Event) -> None:
-        payload = event.payload or {}
+    def _deliver(self, uow: SqlUnitOfWork, row: Event) -> None:
+        try:
+            event = event_of(row)
+        except UnknownEvent as exc:
+            log.warning("event %s not delivered: %s", row.id, exc)
+            return
         dep = uow.deployments.get(event.deployment_id) if event.deployment_id else None
         if dep is None:
-            text = payload.get("text")
-            channel = payload.get("channel") or self._endpoint_channel(uow, event.endpoint_name)
-            if text and channel:
-                self.client.chat_postMessage(channel=channel, text=text, blocks=render([Text(text)]).blocks)
-            elif text:
-                log.warning("no channel for %s event %s; set the endpoint's channel", event.kind, event.id)
+            if isinstance(event, ChannelNotice):
+                self._notice(uow, event)
             return
         if not self._ensure_root(uow, dep):
             return
-        if event.kind == "deployment.state":
-            self._state_change(uow, dep, payload)
-        elif event.kind == "gate.waiting":
-            self._gate_waiting(uow, dep, payload)
-        elif event.kind == "gate.decided":
-            self._gate_decided(uow, dep, payload)
-        elif event.kind == "limits.accepted":
-            self._limits_accepted(uow, dep, payload)
-        elif event.kind == "gate.plot":
-            self._gate_plot(uow, dep, payload)
-        elif event.kind == "rollout.progress":
-            self._reply(dep, f":arrows_counterclockwise: {payload.get('message', '')}")
-        elif payload.get("text"):
-            self._reply(dep, str(payload["text"]))
+        handler = next((h for cls in type(event).__mro__ if (h := self.HANDLERS.get(cls)) is not None), None)
+        if handler is not None:
+            handler(self, uow, dep, event)
+
+    def _notice(self, uow: SqlUnitOfWork, event: ChannelNotice) -> None:
+        text = slack_text(event.text)
+        channel = event.channel or self._endpoint_channel(uow, event.endpoint_name)
+        if text and channel:
+            self.client.chat_postMessage(channel=channel, text=text, blocks=render([Text(text)]).blocks)
+        elif text:
+            log.warning("no channel for %s event; set the endpoint's channel", event.KIND)
+
+    def _requested(self, uow: SqlUnitOfWork, dep: Deployment, event: DeploymentRequested) -> None:
+        """The root message is the whole announcement, and ``_ensure_root`` posted it."""
+
+    def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress) -> None:
+        self._reply(dep, f":arrows_counterclockwise: {event.message}")
+
+    def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice) -> None:
+        if event.text:
+            self._reply(dep, slack_text(event.text))
 
     def _endpoint_channel(self, uow: SqlUnitOfWork, name: str | None) -> str | None:
         row = uow.endpoints.get(name) if name else None
@@ -203,8 +236,8 @@ class SlackNotifier:
     def _root_text(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> str:
         # The title follows the event being delivered, not the database (which may already be further on).
         state, reason = (state, reason) if state else (dep.state, dep.state_reason)
-        return (deployment_title(dep.id, dep.kind, dep.release.name, dep.endpoint.name, state)
-                + f"\nrequested by <@{dep.requested_by}>" + (f"\n_{reason}_" if reason else ""))
+        return slack_text(deployment_title(dep.id, dep.kind, dep.release.name, dep.endpoint.name, state)
+                          + f"\nrequested by <@{dep.requested_by}>" + (f"\n_{reason}_" if reason else ""))
 
     def _ensure_root(self, uow: SqlUnitOfWork, dep: Deployment) -> bool:
         if dep.slack_thread_ts:
@@ -223,32 +256,32 @@ class SlackNotifier:
 
     def _reply(self, dep: Deployment, text: str, *, broadcast: bool = False, parts: list[Part] | None = None) -> dict[str, Any]:
         rendered = render(parts or [Text(text)])
+        channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
         answer = self.client.chat_postMessage(
-            channel=dep.slack_channel, thread_ts=dep.slack_thread_ts, text=rendered.text if parts else text,
+            channel=channel, thread_ts=thread_ts, text=rendered.text if parts else text,
             blocks=rendered.blocks, reply_broadcast=broadcast,
         )
         for piece in rendered.overflow:
-            self.client.chat_postMessage(channel=dep.slack_channel, thread_ts=dep.slack_thread_ts, text=piece)
-        return answer.data if hasattr(answer, "data") else dict(answer)
+            self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=piece)
+        return dict(answer.data) if isinstance(answer.data, dict) else {}
 
-    def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
-        target = str(payload.get("to"))
-        reason = payload.get("reason")
-        self._reply(dep, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), broadcast=target in TERMINAL)
+    def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged) -> None:
+        target, reason = State(event.to_state), event.reason
+        self._reply(dep, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), broadcast=target.terminal)
         self._update_root(dep, target, reason)
-        if target == "live":
+        if target == State.LIVE:
             # The release this one replaced is no longer live: its thread's title must say so too.
-            for older in uow.deployments.in_states(dep.endpoint_id, ["superseded"]):
+            for older in uow.deployments.in_states(dep.endpoint_id, [State.SUPERSEDED]):
                 if older.slack_thread_ts and older.state_reason == f"superseded by deployment #{dep.id}":
                     self._update_root(older)
 
     def _update_root(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> None:
         text = self._root_text(dep, state, reason)
-        self.client.chat_update(channel=dep.slack_channel, ts=dep.slack_thread_ts, text=text, blocks=render([Text(text)]).blocks)
+        channel, ts = _thread(dep.slack_channel, dep.slack_thread_ts)
+        self.client.chat_update(channel=channel, ts=ts, text=text, blocks=render([Text(text)]).blocks)
 
-    def _gate_row(self, uow: SqlUnitOfWork, payload: dict[str, Any]) -> GateResult | None:
-        row_id = payload.get("gate_result_id")
-        return uow.session.get(GateResult, row_id) if row_id else None
+    def _gate_row(self, uow: SqlUnitOfWork, row_id: int | None) -> GateResult | None:
+        return _session(uow).get(GateResult, row_id) if row_id else None
 
     def _acceptance(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> LimitsAcceptance | None:
         return find_acceptance(uow.audit.actions(f"endpoint:{dep.endpoint.name}", LIMITS_ACCEPTED), dep.id, row.report_hash)
@@ -256,7 +289,7 @@ class SlackNotifier:
     def _limits(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult, report: GateReport) -> tuple[Part, ...]:
         """The accept-limits part of a traffic gate message, as things stand in the database now."""
         latest = uow.gates.latest(dep.id, "traffic")
-        open_ = latest is not None and latest.id == row.id and dep.state not in LIMITS_CLOSED_STATES
+        open_ = latest is not None and latest.id == row.id and proposal_open(dep.state)
         effective = EndpointSettings.model_validate(dep.endpoint.settings).effective_request_limits.model_dump(mode="json")
         ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if open_ else None
         return limits_parts(report, effective=effective, acceptance=self._acceptance(uow, dep, row), ticket=ticket)
@@ -264,33 +297,33 @@ class SlackNotifier:
     def _gate_message(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[Part]:
         """A gate message as it should read now: buttons while undecided, who decided, the limits part."""
         report = GateReport.model_validate(row.report)
-        common = {"deployment_id": dep.id, "release": dep.release.name, "endpoint": dep.endpoint.name, "kind": dep.kind}
-        if row.decision is None and dep.state not in TERMINAL:
-            ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash)
-            parts = list(gate_parts(report, ticket=ticket, **common))
+        waiting = row.decision is None and not State(dep.state).terminal
+        ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if waiting else None
+        parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
+                                kind=dep.kind, ticket=ticket))
+        if waiting:
             parts.insert(1, Text(f"Waiting for an approver (requested by <@{dep.requested_by}>)."))
-        else:
-            parts = list(gate_parts(report, **common))
-            if row.decision and row.decided_by and row.decided_at:
-                parts.append(decided_note(row.decision, row.decided_by, row.decided_at, row.decision_reason))
+        elif row.decision and row.decided_by and row.decided_at:
+            parts.append(decided_note(row.decision, row.decided_by, row.decided_at, row.decision_reason))
         if row.gate == "traffic":
             parts += self._limits(uow, dep, row, report)
         return parts
 
     def _update_gate(self, uow: SqlUnitOfWork, row: GateResult, parts: list[Part]) -> None:
         rendered = render(parts)
-        self.client.chat_update(channel=row.slack_channel, ts=row.slack_ts, text=rendered.text, blocks=rendered.blocks)
+        channel, ts = _thread(row.slack_channel, row.slack_ts)
+        self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
 
-    def _gate_waiting(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
-        row = self._gate_row(uow, payload)
+    def _gate_waiting(self, uow: SqlUnitOfWork, dep: Deployment, event: GateWaiting) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
         if row is None or row.slack_ts:
             return  # already posted (a redelivery), or the report is gone
         answer = self._reply(dep, "", parts=self._gate_message(uow, dep, row))
         row.slack_channel, row.slack_ts = answer.get("channel", dep.slack_channel), answer["ts"]
         if ((row.report.get("attachments") or {}).get("plot") or {}).get("path"):
             # Its own event, committed with the gate message's ts: a failed upload is retried alone.
-            uow.events.emit(at=self.clock.now(), kind="gate.plot", deployment_id=dep.id, endpoint_name=dep.endpoint.name,
-                            payload={"gate": row.gate, "gate_result_id": row.id})
+            uow.events.emit(GatePlot(deployment_id=dep.id, endpoint_name=dep.endpoint.name, gate=row.gate, gate_result_id=row.id),
+                            at=self.clock.now())
             with self._state:
                 self._spawned = True
         uow.flush()
@@ -305,29 +338,28 @@ class SlackNotifier:
                     stale += self._limits(uow, dep, older, old_report)  # no button now; who accepted it, if anyone did
                 self._update_gate(uow, older, stale)
 
-    def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
-        row = self._gate_row(uow, payload)
+    def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, event: GateDecided) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
         if row is None or not row.slack_ts:
-            decided_at = dt.datetime.fromisoformat(payload["decided_at"]) if payload.get("decided_at") else self.clock.now()
-            note = decided_note(str(payload.get("decision")), str(payload.get("decided_by")), decided_at, payload.get("reason"))
-            self._reply(dep, note.text)
+            note = decided_note(event.decision, event.decided_by, event.decided_at, event.reason)
+            self._reply(dep, slack_text(note.text))
             return
         self._update_gate(uow, row, self._gate_message(uow, dep, row))
 
-    def _limits_accepted(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
-        row = self._gate_row(uow, payload)
+    def _limits_accepted(self, uow: SqlUnitOfWork, dep: Deployment, event: LimitsAccepted) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
         if row is not None and row.slack_ts:
             self._update_gate(uow, row, self._gate_message(uow, dep, row))
             return
         # The gate message was never posted (no channel then): say it in the thread instead.
-        accepted = payload.get("accepted") or {}
-        self._reply(dep, f"Limits accepted by <@{payload.get('accepted_by')}>: maxConcurrentRequests "
+        accepted = event.accepted
+        self._reply(dep, f"Limits accepted by <@{event.accepted_by}>: maxConcurrentRequests "
                          f"{accepted.get('max_concurrent_requests')}, maxQueueSize {accepted.get('max_queue_size')}")
 
-    def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, payload: dict[str, Any]) -> None:
-        row = self._gate_row(uow, payload)
+    def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: GatePlot) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
         plot = (((row.report if row else {}).get("attachments") or {}).get("plot")) or {}
-        gate = str(payload.get("gate") or (row.gate if row else "gate"))
+        gate = event.gate or (row.gate if row else "gate")
         path = Path(str(plot.get("path", "")))
         try:
             data = path.read_bytes() if plot.get("path") else None
@@ -344,3 +376,15 @@ class SlackNotifier:
             title=f"{gate.capitalize()} gate · deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
             alt_txt=f"{gate} gate plot of deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
         )
+
+    # One handler per event class; a subclass without its own entry uses its nearest base's (every ChannelNotice).
+    HANDLERS: ClassVar[dict[type[OutboxEvent], Handler]] = {
+        DeploymentRequested: _requested,
+        StateChanged: _state_change,
+        GateWaiting: _gate_waiting,
+        GateDecided: _gate_decided,
+        LimitsAccepted: _limits_accepted,
+        GatePlot: _gate_plot,
+        RolloutProgress: _progress,
+        ChannelNotice: _thread_notice,
+    }

@@ -131,6 +131,9 @@ class Deployment(Base):
     created_at: Mapped[dt.datetime]
     updated_at: Mapped[dt.datetime]
     finished_at: Mapped[dt.datetime | None]
+    # Set when the deployment failed after its manifest may have reached the cluster (the reason text says so too,
+    # for people; code reads this column).
+    rollback_offered: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
 
     endpoint: Mapped[Endpoint] = relationship(lazy="joined")
     release: Mapped[Release] = relationship(foreign_keys=[release_id], lazy="joined")

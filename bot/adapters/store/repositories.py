@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from bot.adapters.store import outbox
 from bot.adapters.store.models import (
     AuditEntry,
     Deployment,
@@ -25,6 +26,7 @@ from bot.adapters.store.models import (
     Release,
     Reservation,
 )
+from bot.domain.events import OutboxEvent
 
 
 def _write_lock_on_sqlite(session: Session, model: type[Any], where: ColumnElement[bool]) -> None:
@@ -49,11 +51,14 @@ def flush(session: Session) -> None:
         raise Conflict(str(exc.orig).splitlines()[0] if exc.orig else str(exc)) from exc
 
 
+_Row = TypeVar("_Row")
+
+
 class _Repository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def _add(self, obj: Any) -> Any:
+    def _add(self, obj: _Row) -> _Row:
         self.session.add(obj)
         flush(self.session)
         return obj
@@ -237,19 +242,11 @@ class AuditRepository(_Repository):
 
 
 class EventRepository(_Repository):
-    def emit(
-        self,
-        *,
-        at: dt.datetime,
-        kind: str,
-        deployment_id: int | None = None,
-        endpoint_name: str | None = None,
-        payload: dict[str, Any] | None = None,
-    ) -> Event:
-        event = Event(
-            at=at, kind=kind, deployment_id=deployment_id, endpoint_name=endpoint_name, payload=payload or {}
-        )
-        return self._add(event)
+    def emit(self, event: OutboxEvent, *, at: dt.datetime) -> Event:
+        """Store ``event`` in the outbox, in the caller's transaction (the notifier sends it after the commit)."""
+        kind, payload = outbox.to_row(event)
+        row = Event(at=at, kind=kind, deployment_id=event.deployment_id, endpoint_name=event.endpoint_name, payload=payload)
+        return self._add(row)
 
     def undelivered(self, limit: int = 100) -> Sequence[Event]:
         return self.session.scalars(

@@ -15,8 +15,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
 from bot.adapters.store.repositories import (
-    Conflict,
-    flush,
     AuditRepository,
     DeploymentRepository,
     EndpointRepository,
@@ -26,6 +24,7 @@ from bot.adapters.store.repositories import (
     ReadinessRepository,
     ReleaseRepository,
     ReservationRepository,
+    flush,
 )
 
 

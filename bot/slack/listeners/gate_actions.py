@@ -16,11 +16,12 @@ from typing import Any
 from slack_bolt import Ack, App, Respond
 from slack_sdk.errors import SlackApiError
 
-from bot.adapters.slack.blocks import reject_modal
-from bot.domain.messages import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, REJECT_MODAL, reply
+from bot.adapters.slack.blocks import REJECT_MODAL, reject_modal
 from bot.slack.answers import clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT
+from bot.views.parts import reply
 from commands import actions
 
 log = logging.getLogger("kimi_ops.slack")

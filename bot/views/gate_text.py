@@ -2,7 +2,7 @@
 
 Both functions take a :class:`GateReport` or the JSON dict stored for one, and
 read only the attachments the gates wrote; a missing part prints as ``n/a``.
-The rows come from :mod:`bot.domain.messages`, which the Slack gate messages
+The rows come from :mod:`bot.views.tables`, which the Slack gate messages
 use too, so a terminal and a channel show the same numbers.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bot.domain.checks import GateReport
-from bot.domain.messages import model_comparison, sweep_table, text_table
+from bot.views.tables import model_comparison, sweep_table, text_table
 
 MARK = {"pass": "ok", "warn": "WARN", "fail": "FAIL", "error": "ERROR"}
 

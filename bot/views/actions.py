@@ -1,0 +1,37 @@
+"""What a button asks for, and the ticket it carries.
+
+The action ids are part of the neutral model, not of Slack: a :class:`Button`
+names the action it triggers, the commands build those buttons, and every
+front end that shows them dispatches on the same names (the Slack listeners in
+``bot/app.py``, the local shell). Slack-only ids (a modal's callback id) stay in
+:mod:`bot.adapters.slack.blocks`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+APPROVE = "gate_approve"
+REJECT = "gate_reject"
+RECHECK = "gate_recheck"
+ACCEPT_LIMITS = "traffic_accept_limits"
+
+
+@dataclass(frozen=True)
+class GateTicket:
+    """What a gate button carries: the decision is bound to the report and release the clicker saw."""
+
+    deployment_id: int
+    gate: str
+    report_hash: str
+    release_hash: str
+
+    def encode(self) -> str:
+        return json.dumps({"d": self.deployment_id, "g": self.gate, "r": self.report_hash, "h": self.release_hash},
+                          separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, value: str) -> "GateTicket":
+        data = json.loads(value)
+        return cls(int(data["d"]), str(data["g"]), str(data["r"]), str(data["h"]))

@@ -1,0 +1,134 @@
+"""Gate messages: a check report with its tables and buttons, who decided it, and the traffic gate's proposed limits.
+
+Whether a proposal may still be accepted is the domain's rule
+(:mod:`bot.domain.limits`); the caller says so by handing a ticket or ``None``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from bot.domain.checks import STATUS_ORDER, GateReport
+from bot.domain.limits import (
+    LimitsAcceptance,
+    limits_words,
+    proposed_limits,
+    same_limits,
+)
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, GateTicket
+from bot.views.icons import STATUS_ICON, Icon
+from bot.views.parts import Button, Buttons, Heading, Note, Part, Table, Text
+from bot.views.tables import (
+    SWEEP_COMPACT_COLUMNS,
+    model_comparison,
+    sweep_table,
+    text_table,
+)
+
+
+def check_lines(report: GateReport) -> list[str]:
+    """One line per check, the worst first (what a reviewer must read first)."""
+    ordered = sorted(report.checks, key=lambda c: -STATUS_ORDER[c.status])
+    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {c.reason}" for c in ordered]
+
+
+def status_counts(report: GateReport) -> str:
+    counts = {s: sum(1 for c in report.checks if c.status == s) for s in ("pass", "warn", "fail", "error")}
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks"
+
+
+def _report(report: Mapping[str, Any] | GateReport) -> GateReport:
+    return report if isinstance(report, GateReport) else GateReport.model_validate(report)
+
+
+def gate_parts(
+    report: Mapping[str, Any] | GateReport,
+    *,
+    deployment_id: int,
+    release: str,
+    endpoint: str,
+    kind: str = "deploy",
+    ticket: GateTicket | None = None,
+) -> tuple[Part, ...]:
+    """A gate's check report with Approve/Reject buttons when ``ticket`` is given (undecided gates)."""
+    rep = _report(report)
+    title = f"{rep.gate.capitalize()} gate · deployment #{deployment_id}"
+    parts: list[Part] = [
+        Heading(title),
+        Text(f"{kind} of *{release}* to *{endpoint}* — checks *{rep.status}* ({status_counts(rep)})"
+             + (f"\n{rep.summary}" if rep.summary else "")),
+        *report_tables(rep),
+        *[Text(line) for line in check_lines(rep)],
+    ]
+    if ticket is not None:
+        if rep.approvable:
+            parts.append(Buttons((
+                Button("Approve", APPROVE, ticket.encode(), "primary"),
+                Button("Reject", REJECT, ticket.encode(), "danger"),
+            )))
+        else:
+            names = ", ".join(c.name for c in rep.blocking)
+            parts.append(Note(f"Approval is blocked by {names}: fix the cause and re-run the checks, or reject."))
+            parts.append(Buttons((
+                Button("Re-run checks", RECHECK, ticket.encode()),
+                Button("Reject", REJECT, ticket.encode(), "danger"),
+            )))
+    return tuple(parts)
+
+
+def report_tables(report: GateReport) -> list[Part]:
+    """The compact tables of a model gate (beside production, when there is a baseline) or a traffic gate."""
+    attachments = report.attachments or {}
+    if report.gate == "model":
+        evaluation = attachments.get("evaluation") or {}
+        if not evaluation.get("production"):
+            return []
+        headers, rows = model_comparison(evaluation)
+        release = evaluation["production"].get("release") or "the live release"
+        return [Table(f"*Compared with production ({release}):*", text_table(headers, rows))]
+    if report.gate == "traffic":
+        levels = (attachments.get("sweep") or {}).get("levels") or []
+        if not levels:
+            return []
+        return [Table("*Sweep* (ms; 429 = rejected requests):", sweep_table(levels, SWEEP_COMPACT_COLUMNS), what="levels")]
+    return []
+
+
+def accepted_note(acceptance: LimitsAcceptance) -> Note:
+    prev = acceptance.previous
+    return Note(f"{Icon.PASS} Limits accepted by <@{acceptance.accepted_by}> at {acceptance.accepted_at:%Y-%m-%d %H:%M} UTC: "
+                f"{limits_words(acceptance.accepted)} (was {prev.get('max_concurrent_requests')} / "
+                f"{prev.get('max_queue_size')}); the next rendered manifest uses them")
+
+
+def limits_parts(
+    report: Mapping[str, Any] | GateReport,
+    *,
+    effective: Mapping[str, Any],
+    acceptance: LimitsAcceptance | None,
+    ticket: GateTicket | None,
+) -> tuple[Part, ...]:
+    """Under a traffic report: who accepted its proposal, or the Accept button while it differs from ``effective``.
+
+    ``ticket`` is ``None`` where the proposal may no longer be accepted (an older report, a deployment that ended).
+    """
+    if acceptance is not None:
+        return (accepted_note(acceptance),)
+    proposal = proposed_limits(report)
+    if proposal is None or ticket is None:
+        return ()
+    if same_limits(proposal, effective):
+        return (Note(f"The endpoint already runs with the proposed limits ({limits_words(proposal)})."),)
+    return (
+        Text(f"*Proposed limits:* {limits_words(proposal)} — the endpoint now admits "
+             f"{effective.get('max_concurrent_requests')} concurrent, queue {effective.get('max_queue_size')}."),
+        Buttons((Button("Accept proposed limits", ACCEPT_LIMITS, ticket.encode()),)),
+    )
+
+
+def decided_note(decision: str, decided_by: str, decided_at: dt.datetime, reason: str | None) -> Note:
+    verb = f"{Icon.PASS} Approved" if decision == "approved" else f"{Icon.REJECTED} Rejected"
+    why = f" — {reason}" if reason else ""
+    return Note(f"{verb} by <@{decided_by}> at {decided_at:%Y-%m-%d %H:%M} UTC{why}")
