@@ -21,7 +21,7 @@ from bot.services import ports
 from bot.services.artifact_gate import run_artifact_checks, verify_release
 from bot.services.errors import NotFound
 from bot.services.releases import register_release
-from tests.artifact_support import Seeded, moto, not_passing, seeded  # noqa: F401 (fixtures)
+from tests.artifact_support import Seeded, not_passing
 
 ALL_CHECKS = {
     "image.pinned", "image.exists", "image.scan", "model.commit",
@@ -300,6 +300,7 @@ def test_missing_licence_document_fails(seeded: Seeded) -> None:
 # --- AWS that cannot answer ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.own_moto
 def test_s3_going_down_mid_check_is_an_error_never_a_pass(seeded: Seeded, ctx: Context) -> None:
     def stop_server(**_: object) -> None:
         seeded.moto.stop()
@@ -320,6 +321,7 @@ def test_s3_going_down_mid_check_is_an_error_never_a_pass(seeded: Seeded, ctx: C
     assert not report.approvable and report.status == "error"
 
 
+@pytest.mark.own_moto
 def test_closed_port_turns_every_aws_check_into_an_error(seeded: Seeded) -> None:
     seeded.moto.stop()
     report = run_artifact_checks(seeded.verifier(), seeded.release)

@@ -25,7 +25,7 @@ from bot.services.artifact_gate import run_artifact_checks
 from bot.services.errors import NotFound, Refused, ValidationFailed
 from bot.services.release_build import BuildRequest, build_manifest, manifest_yaml, read_serving_file, s3_store, write_manifest
 from bot.services.releases import diff_releases, list_releases, register_release
-from tests.artifact_support import example_manifest, moto, not_passing  # noqa: F401 (fixture)
+from tests.artifact_support import example_manifest, not_passing
 from tests.conftest import EXAMPLE_RELEASE
 
 BUCKET = "acme-model-weights"
@@ -123,6 +123,7 @@ def test_empty_prefix_and_missing_licence_are_reported(s3: Any) -> None:
         build_manifest(_request(licence=f"s3://{BUCKET}/licences/missing.txt"), S3Objects(s3))
 
 
+@pytest.mark.own_moto
 def test_s3_dying_mid_build_writes_nothing(moto: MotoStandIn, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def stop_after_first_chunk(key: str, done: int, total: int) -> None:
         moto.stop()
