@@ -28,16 +28,16 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slack_bolt import App  # noqa: E402
-from slack_sdk import WebClient  # noqa: E402
+from slack_bolt import App
+from slack_sdk import WebClient
 
-from bot.adapters.store import schema  # noqa: E402
-from bot.app import create_app  # noqa: E402
-from bot.bootstrap import build_context  # noqa: E402
-from bot.cli.serve import HttpServer  # noqa: E402
-from bot.config import load_settings  # noqa: E402
-from bot.domain.messages import APPROVE, GateTicket  # noqa: E402
-from bot.sandbox.slack_stub import Message, SlackSender, SlackStub  # noqa: E402
+from bot.adapters.store import schema
+from bot.app import create_app
+from bot.bootstrap import build_context
+from bot.cli.serve import HttpServer
+from bot.config import load_settings
+from bot.domain.messages import APPROVE, GateTicket
+from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
 
 SECRET = "bench-signing-secret"
 LEVELS = (1, 10, 50)

@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _unique_endpoints(self) -> "Settings":
+    def _unique_endpoints(self) -> Settings:
         names = [e.name for e in self.endpoints]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

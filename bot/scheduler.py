@@ -71,7 +71,7 @@ def make_scheduler(ctx: Context) -> BackgroundScheduler:
         jobstores={"default": SharedEngineJobStore(engine=ctx.uow.engine)},
         executors={"default": ThreadPoolExecutor(max_workers=len(JOBS))},
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
-        timezone=dt.timezone.utc,
+        timezone=dt.UTC,
     )
 
 
@@ -143,7 +143,7 @@ class JobRunner:
 
     def ensure_jobs(self) -> None:
         """Store every job with its current period; keep the schedule of jobs already stored unchanged."""
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         for spec in JOBS.values():
             interval = dt.timedelta(minutes=spec.period_minutes(self.ctx.settings))
             existing = self.scheduler.get_job(spec.name)
@@ -151,7 +151,7 @@ class JobRunner:
                 continue  # a previous leader stored it: keep its next run, so a failover neither skips nor repeats
             self.scheduler.add_job(
                 spec.func,
-                trigger=IntervalTrigger(minutes=spec.period_minutes(self.ctx.settings), timezone=dt.timezone.utc),
+                trigger=IntervalTrigger(minutes=spec.period_minutes(self.ctx.settings), timezone=dt.UTC),
                 id=spec.name,
                 name=spec.description,
                 replace_existing=True,

@@ -16,7 +16,6 @@ from bot.domain.checks import Check
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import MotoStandIn, seed_good_release, start_moto
 
-
 # The first example release tuple; conftest re-exports it (it imports this module for the moto fixtures).
 EXAMPLE_RELEASE = Path(__file__).resolve().parents[1] / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml"
 

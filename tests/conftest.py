@@ -38,7 +38,7 @@ DEFAULT_PG = "postgresql+psycopg://root@127.0.0.1:5432/root"
 # Read once, before any test clears the environment: the session's PostgreSQL server for the fixtures below.
 TEST_POSTGRES_URL = os.environ.get("KIMI_TEST_POSTGRES_URL", DEFAULT_PG)
 MACHINE_PREFIXES = ("SLACK_", "AWS_", "KIMI_")
-START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
+START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -16,7 +16,7 @@ from bot.bootstrap import Context
 from bot.cli.main import app
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
-from bot.sandbox import MotoStandIn, set_scan_findings
+from bot.sandbox import set_scan_findings
 from bot.services import ports
 from bot.services.artifact_gate import run_artifact_checks, verify_release
 from bot.services.errors import NotFound

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.bootstrap import build_context, production_adapters
 from bot.adapters.clock import SystemClock
+from bot.bootstrap import build_context, production_adapters
 from bot.config import load_settings
 from bot.services import ports
 

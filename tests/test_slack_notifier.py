@@ -13,8 +13,8 @@ from bot.services import ports
 from bot.services.deployments import request_deploy
 from bot.services.engine import Engine
 from bot.services.releases import register_release
-from tests.workflow_support import REQUESTER, ROLES, FakeVerifier, endpoint_config, fake_adapters, release_data
 from tests.slack_support import blocks_text, has_buttons
+from tests.workflow_support import REQUESTER, ROLES, FakeVerifier, endpoint_config, fake_adapters, release_data
 
 
 @pytest.fixture()

@@ -10,11 +10,11 @@ import yaml
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, func, inspect, select
-from bot.adapters.store.repositories import Conflict
 
 from bot.adapters.store import make_engine, schema
 from bot.adapters.store.guards import ImmutableRowError
 from bot.adapters.store.models import AuditEntry, Base, Deployment, Endpoint, GateResult, Release
+from bot.adapters.store.repositories import Conflict
 from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.services.errors import Refused
@@ -169,9 +169,8 @@ def test_one_deployment_in_flight_per_endpoint_is_a_database_rule(ctx) -> None:
 
 
 def test_naive_datetimes_are_refused(ctx) -> None:
-    with ctx.uow() as uow:
-        with pytest.raises(Exception, match="naive datetime"):
-            uow.audit.record(at=dt.datetime(2026, 1, 1), actor="a", action="x", subject="y")
+    with ctx.uow() as uow, pytest.raises(Exception, match="naive datetime"):
+        uow.audit.record(at=dt.datetime(2026, 1, 1), actor="a", action="x", subject="y")
 
 
 @pytest.mark.postgres

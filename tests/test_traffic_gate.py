@@ -17,11 +17,10 @@ import pytest
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.endpoint import HttpEndpointClient
+from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.adapters.store import schema
 from bot.bootstrap import Context, build_context
-from bot.config import load_settings
-from bot.adapters.endpoint.loadgen import HttpLoadGenerator
-from bot.config import EndpointSettings
+from bot.config import EndpointSettings, load_settings
 from bot.domain.checks import GateReport
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services import ports

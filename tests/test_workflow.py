@@ -24,12 +24,11 @@ from bot.services.releases import register_release
 from tests.workflow_support import (
     ADMIN,
     APPROVER_1,
-    APPROVER_2,
     REQUESTER,
     ROLES,
     STRANGER,
-    endpoint_config,
     FakeVerifier,
+    endpoint_config,
     release_data,
     workflow,
 )

@@ -8,6 +8,7 @@ end-to-end workflow test uses those.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from dataclasses import dataclass, field
 
@@ -22,8 +23,6 @@ from bot.domain.rollout import ApplyResult, RenderedManifest, RolloutOutcome, Ro
 from bot.services import ports
 from bot.services.access import Identity
 from tests.conftest import EXAMPLE_RELEASE, START
-
-import datetime as dt
 
 REQUESTER = Identity("U0DEPLOYER")
 APPROVER_1 = Identity("U0APPROVER1")

@@ -117,14 +117,14 @@ class PostgresAdvisoryLock:
 
 def _micro(at: dt.datetime) -> str:
     """Kubernetes ``MicroTime``: RFC 3339 with exactly six fractional digits."""
-    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _parse(value: Any) -> dt.datetime | None:
     if value is None:
         return None
     if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
@@ -147,7 +147,7 @@ class KubernetesLease:
         self.name = name
         self.identity = identity or default_identity()
         self.duration_seconds = duration_seconds
-        self._now = now or (lambda: dt.datetime.now(dt.timezone.utc))
+        self._now = now or (lambda: dt.datetime.now(dt.UTC))
 
     def _body(self, *, acquired: dt.datetime, renewed: dt.datetime, transitions: int, version: str | None) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}

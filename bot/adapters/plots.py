@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 def _pyplot() -> Any:
     import matplotlib
 

@@ -140,7 +140,7 @@ class EvalCase(BaseModel):
     checks: CaseChecks
 
     @model_validator(mode="after")
-    def _coherent(self) -> "EvalCase":
+    def _coherent(self) -> EvalCase:
         if not self.checks.names:
             raise ValueError(f"case {self.id}: give at least one check")
         if self.checks.tool_call is not None and not self.tools:
@@ -193,7 +193,7 @@ class EvalSet(BaseModel):
     cases: list[EvalCase] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "EvalSet":
+    def _unique_ids(self) -> EvalSet:
         ids = [c.id for c in self.cases]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -227,10 +227,7 @@ def parse_eval_set(text: str, *, source: str = "evaluation set") -> EvalSet:
 
 
 # ---------------------------------------------------------------- long context
-_WORDS = (
-    "cluster node replica shard lease quota region bucket prefix manifest digest tensor kernel batch queue "
-    "token window cache block scheduler driver latency budget rollout gate audit release weight layer expert"
-).split()
+_WORDS = ["cluster", "node", "replica", "shard", "lease", "quota", "region", "bucket", "prefix", "manifest", "digest", "tensor", "kernel", "batch", "queue", "token", "window", "cache", "block", "scheduler", "driver", "latency", "budget", "rollout", "gate", "audit", "release", "weight", "layer", "expert"]
 
 
 def filler_text(tokens: int, needle: str, seed: int = 7) -> str:
@@ -514,7 +511,7 @@ class Summary:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Summary":
+    def from_dict(cls, data: dict[str, Any]) -> Summary:
         kinds = {k: KindSummary(kind=k, total=int(v["total"]), passed=int(v["passed"])) for k, v in (data.get("kinds") or {}).items()}
         return cls(
             set_name=str(data.get("set", "")),

@@ -37,7 +37,7 @@ def select_reservation(
         and (availability_zone is None or r.availability_zone == availability_zone)
         and r.state.lower() in {"active", "scheduled", "payment-pending", "pending"}
     ]
-    return max(matching, key=lambda r: r.end or dt.datetime.min.replace(tzinfo=dt.timezone.utc), default=None)
+    return max(matching, key=lambda r: r.end or dt.datetime.min.replace(tzinfo=dt.UTC), default=None)
 
 
 def reservation_checks(

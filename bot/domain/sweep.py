@@ -129,7 +129,7 @@ class LevelStats:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LevelStats":
+    def from_dict(cls, data: dict[str, Any]) -> LevelStats:
         keys = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in keys}
         values["broken"] = tuple(values.get("broken", ()))

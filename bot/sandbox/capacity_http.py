@@ -49,7 +49,7 @@ class SageMakerFace:
         face = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 target = self.headers.get("X-Amz-Target", "")
                 found = _REGION.search(self.headers.get("Authorization", ""))
@@ -71,7 +71,7 @@ class SageMakerFace:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> "SageMakerFace":
+    def start(self) -> SageMakerFace:
         self._thread.start()
         return self
 

@@ -65,7 +65,7 @@ SUBRESOURCES: dict[str, set[str]] = {
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @functools.cache
@@ -300,7 +300,7 @@ class KubeStandIn:
             api.close()
         self._stop()
 
-    def __enter__(self) -> "KubeStandIn":
+    def __enter__(self) -> KubeStandIn:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -30,7 +30,7 @@ DEFAULT_FAILURE = "CUDA out of memory while loading experts: tried to allocate 2
 
 
 def _ts() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class OperatorSimulator:
@@ -51,7 +51,7 @@ class OperatorSimulator:
         self.errors: list[str] = []
         self.emit_events = emit_events  # False plays a cluster whose events the bot may not read
 
-    def __enter__(self) -> "OperatorSimulator":
+    def __enter__(self) -> OperatorSimulator:
         self._thread.start()
         return self
 

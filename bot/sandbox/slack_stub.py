@@ -106,7 +106,7 @@ class SlackStub:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "SlackStub":
+    def start(self) -> SlackStub:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -154,7 +154,7 @@ class SlackStub:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "SlackStub":
+    def __enter__(self) -> SlackStub:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -88,7 +88,7 @@ class Sandbox:
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
 
-    def start(self) -> "Sandbox":
+    def start(self) -> Sandbox:
         from bot.adapters.store import schema
         from bot.bootstrap import build_context
 
@@ -231,7 +231,7 @@ class Sandbox:
             if stand_in is not None:
                 stand_in.stop()
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

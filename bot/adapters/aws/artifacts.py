@@ -274,7 +274,7 @@ class RegionalArtifactVerifier:
             self._clients[key] = self._factory(service, region)
         return self._clients[key]
 
-    def with_progress(self, progress: Progress | None) -> "RegionalArtifactVerifier":
+    def with_progress(self, progress: Progress | None) -> RegionalArtifactVerifier:
         """The same verifier (sharing clients) reporting streaming progress to ``progress``."""
         twin = RegionalArtifactVerifier(self.region, client_factory=self._factory, progress=progress)
         twin._clients = self._clients

@@ -97,8 +97,8 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None
     if value.tzinfo is None:  # botocore parses with tzutc; be safe with anything else
-        return value.replace(tzinfo=dt.timezone.utc)
-    return value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
 
 
 def _tags(item: Mapping[str, Any]) -> dict[str, str]:

@@ -32,7 +32,13 @@ from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
 from bot.adapters.cluster.rollout import (
-    Reading, belongs_to, event_key, event_summary, pod_summary, read_deployment, read_hyperpod,
+    Reading,
+    belongs_to,
+    event_key,
+    event_summary,
+    pod_summary,
+    read_deployment,
+    read_hyperpod,
 )
 from bot.adapters.cluster.validate import crd_schema_document, manifest_errors
 from bot.config import EndpointSettings

@@ -23,8 +23,8 @@ from bot.domain.readiness import MetricsSnapshot
 from bot.domain.sweep import (
     LevelStats,
     MetricsPeak,
-    Phase,
     Objectives,
+    Phase,
     PrefixMode,
     Sample,
     SweepOutcome,
@@ -36,7 +36,7 @@ from bot.domain.sweep import (
 log = logging.getLogger(__name__)
 
 MetricsReader = Callable[[EndpointSettings], MetricsSnapshot]
-_WORDS = "deploy release endpoint gate capacity reservation token prefix cache kernel node region rollout".split()
+_WORDS = ["deploy", "release", "endpoint", "gate", "capacity", "reservation", "token", "prefix", "cache", "kernel", "node", "region", "rollout"]
 
 
 class _Budget:
@@ -154,7 +154,7 @@ class HttpLoadGenerator:
 
     # ------------------------------------------------------------------ internals
     def _send(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
-              counter: "_Counter", phase: Phase) -> Sample:
+              counter: _Counter, phase: Phase) -> Sample:
         n = counter.next()
         body = {
             "model": endpoint.served_model_name,
@@ -166,14 +166,14 @@ class HttpLoadGenerator:
         return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms, error=answer.error)
 
     def _warm(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
-              counter: "_Counter", budget: _Budget) -> None:
+              counter: _Counter, budget: _Budget) -> None:
         for _ in range(plan.warmup_requests):
             if not budget.take():
                 return
             self._send(client, endpoint, plan, mode, counter, "warmup")
 
     def _level(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
-               mode: PrefixMode, concurrency: int, counter: "_Counter", budget: _Budget) -> LevelStats:
+               mode: PrefixMode, concurrency: int, counter: _Counter, budget: _Budget) -> LevelStats:
         samples: list[Sample] = []
         lock = threading.Lock()
         sampler = _Sampler(lambda: self.metrics(endpoint), self.metrics_interval) if self.metrics else None

@@ -15,8 +15,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
 from bot.adapters.store.repositories import (
-    Conflict,
-    flush,
     AuditRepository,
     DeploymentRepository,
     EndpointRepository,
@@ -26,6 +24,7 @@ from bot.adapters.store.repositories import (
     ReadinessRepository,
     ReleaseRepository,
     ReservationRepository,
+    flush,
 )
 
 
@@ -44,7 +43,7 @@ class SqlUnitOfWork:
         self._session_factory = session_factory
         self.session: Session | None = None
 
-    def __enter__(self) -> "SqlUnitOfWork":
+    def __enter__(self) -> SqlUnitOfWork:
         session = self._session_factory()
         self.session = session
         self.endpoints = EndpointRepository(session)
