@@ -25,6 +25,9 @@ from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT,
 from bot.services.deployments import endpoint_settings, get_deployment
 from tests.cli_support import CliSandbox, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
 
+# Whole-stack: every stand-in plus many kimi-ops subprocesses per test.
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture()
 def cli(tmp_path: Path) -> Iterator[CliSandbox]:

@@ -33,6 +33,9 @@ from bot.services.errors import Refused
 from tests.cli_support import CliSandbox, approve_in_process, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
 from tests.workflow_support import APPROVER_1, REQUESTER, workflow
 
+# Whole-stack: a kimi-ops subprocess is killed mid-rollout and another resumes it.
+pytestmark = pytest.mark.timeout(300)
+
 WAIT_SECONDS = 90  # a bound on waiting for another process, not a performance expectation
 
 

@@ -22,6 +22,9 @@ from bot.bootstrap import build_context, production_adapters
 from bot.config import load_settings
 from bot.services import ports
 
+# The whole demo runs in one subprocess (about 40 s alone, longer with every core busy).
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
