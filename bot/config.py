@@ -123,15 +123,21 @@ class Settings(BaseSettings):
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
-    rollout_poll_seconds: float = Field(default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events.")
+    rollout_poll_seconds: float = Field(
+        default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
+    )
     slack_bot_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"))
     slack_signing_secret: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"))
     slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
     endpoints: list[EndpointSettings] = Field(default_factory=list)
     roles: Roles = Field(default_factory=Roles)
-    evaluation_set: Path | None = Field(default=None, description="YAML evaluation set of the model gate (default: deploy/evaluation/kimi-k3-default.yaml).")
+    evaluation_set: Path | None = Field(
+        default=None, description="YAML evaluation set of the model gate (default: deploy/evaluation/kimi-k3-default.yaml)."
+    )
     traffic_sweep: SweepPlan = Field(default_factory=SweepPlan, description="Bounds of the traffic gate's concurrency sweep.")
-    traffic_objectives: Objectives = Field(default_factory=Objectives, description="Service objectives whose first breach is the knee.")
+    traffic_objectives: Objectives = Field(
+        default_factory=Objectives, description="Service objectives whose first breach is the knee."
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -147,7 +147,8 @@ class JobRunner:
         for spec in JOBS.values():
             interval = dt.timedelta(minutes=spec.period_minutes(self.ctx.settings))
             existing = self.scheduler.get_job(spec.name)
-            if existing is not None and getattr(existing.trigger, "interval", None) == interval and existing.func_ref == spec.func:
+            same_trigger = existing is not None and getattr(existing.trigger, "interval", None) == interval
+            if same_trigger and existing.func_ref == spec.func:
                 continue  # a previous leader stored it: keep its next run, so a failover neither skips nor repeats
             self.scheduler.add_job(
                 spec.func,

@@ -164,7 +164,7 @@ def test_secret_references_and_lookalike_names_are_not_secrets(seeded: Seeded) -
         "HF_TOKEN": "${HF_TOKEN}", "API_KEY": "arn:aws:secretsmanager:us-east-1:123456789012:secret:vllm-key", "EMPTY_SECRET": "",
         "VLLM_MAX_TOKENS": "4096", "HF_TOKEN_PATH": "/var/run/secrets/hf/token",
     }
-    args = list(seeded.release.serving.args) + ["--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192", "--task", "generate"]
+    args = [*seeded.release.serving.args, "--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192", "--task", "generate"]
     checks = seeded.verifier().verify(seeded.variant(serving=seeded.serving(args=args, env={**seeded.release.serving.env, **env})))
     assert not_passing(checks) == {}
 

@@ -128,7 +128,7 @@ def test_s3_dying_mid_build_writes_nothing(moto: MotoStandIn, s3: Any, tmp_path:
     def stop_after_first_chunk(key: str, done: int, total: int) -> None:
         moto.stop()
 
-    with pytest.raises(Refused, match="could not read from S3.*nothing was written"):
+    with pytest.raises(Refused, match=r"could not read from S3.*nothing was written"):
         build_manifest(_request(), S3Objects(s3), progress=stop_after_first_chunk)
 
     # The CLI path: the same outage means no manifest file.
@@ -211,7 +211,7 @@ def test_diff_reports_args_env_objects_and_fields() -> None:
     objects.append({"key": "generation_config.json", "size": 120, "sha256": "1" * 64})
     b = _variant(
         a, name="kimi-k3-2026-09-01", image=a.image[:-4] + "ffff", model__commit="a" * 40,
-        serving__args=args + ["--max-model-len", "131072"],
+        serving__args=[*args, "--max-model-len", "131072"],
         serving__env={"VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION": "0", "HF_TOKEN": "hf_" + "z" * 34},
         weights__objects=objects,
     )

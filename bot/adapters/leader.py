@@ -180,7 +180,9 @@ class KubernetesLease:
             if exc.status != 404:
                 raise
             try:
-                self.api.create_namespaced_lease(self.namespace, self._body(acquired=now, renewed=now, transitions=0, version=None))
+                self.api.create_namespaced_lease(
+                    self.namespace, self._body(acquired=now, renewed=now, transitions=0, version=None)
+                )
                 return True
             except ApiException as create_exc:
                 if create_exc.status == 409:  # another replica created it first
@@ -213,8 +215,12 @@ class KubernetesLease:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.identity:
                 return
-            body = self._body(acquired=_parse(lease.spec.acquire_time) or self._now(), renewed=self._now(),
-                              transitions=lease.spec.lease_transitions or 0, version=lease.metadata.resource_version)
+            body = self._body(
+                acquired=_parse(lease.spec.acquire_time) or self._now(),
+                renewed=self._now(),
+                transitions=lease.spec.lease_transitions or 0,
+                version=lease.metadata.resource_version,
+            )
             body["spec"]["holderIdentity"] = None  # the next replica takes over at once instead of waiting out the Lease
             self._patch(body)
         except ApiException as exc:

@@ -65,7 +65,10 @@ class SageMakerFace:
                 return
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sagemaker-face", daemon=True)
+        self._thread = threading.Thread(
+            # A short poll: stop() waits for it, and tests start and stop stand-ins hundreds of times.
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sagemaker-face", daemon=True,
+        )
 
     @property
     def url(self) -> str:

@@ -165,7 +165,9 @@ class Sandbox:
         moto, kube = self.stand_ins["moto"], self.stand_ins["kube"]
         endpoint = HttpEndpointClient(timeout=30, drain_poll_seconds=0.2)
         return {
-            ports.ARTIFACTS: RegionalArtifactVerifier("us-east-1", client_factory=lambda service, region: moto.client(service, region)),
+            ports.ARTIFACTS: RegionalArtifactVerifier(
+                "us-east-1", client_factory=lambda service, region: moto.client(service, region)
+            ),
             ports.CLUSTER: ContextClusters(client_factory=lambda _context: kube.api_client(), poll_seconds=0.1, clock=self.clock),
             ports.RESERVATIONS: AwsReservationSource(self.stand_ins["capacity"].client_factory()),
             ports.ENDPOINT: endpoint,
@@ -196,8 +198,13 @@ class Sandbox:
         """Variables that aim a separate ``kimi-ops`` process at this sandbox (database, S3/ECR, training plans, cluster)."""
         config = self.data_dir / "sandbox-settings.yaml"
         settings = self.settings()
-        config.write_text(yaml.safe_dump(json.loads(settings.model_dump_json(
-            include={"endpoints", "roles", "traffic_sweep", "evaluation_set", "oncall_group"}))))
+        config.write_text(
+            yaml.safe_dump(
+                json.loads(
+                    settings.model_dump_json(include={"endpoints", "roles", "traffic_sweep", "evaluation_set", "oncall_group"})
+                )
+            )
+        )
         self.write_kubeconfig(kubeconfig)
         return {
             "KIMI_DATABASE_URL": settings.database_url or "",
@@ -207,18 +214,26 @@ class Sandbox:
             "KIMI_ROLLOUT_POLL_SECONDS": "0.2",  # the operator simulator moves in tenths of a second
             "AWS_ENDPOINT_URL": self.stand_ins["moto"].url,
             "AWS_ENDPOINT_URL_SAGEMAKER": self.stand_ins["sagemaker"].url,  # training plans: moto has none
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
         }
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig whose ``kimi-sandbox`` context is the Kubernetes emulator."""
         kube = self.stand_ins["kube"]
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": KUBE_CONTEXT,
-            "clusters": [{"name": KUBE_CONTEXT, "cluster": {"server": kube.url}}],
-            "users": [{"name": "sandbox", "user": {"token": "sandbox"}}],
-            "contexts": [{"name": KUBE_CONTEXT, "context": {"cluster": KUBE_CONTEXT, "user": "sandbox"}}],
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": KUBE_CONTEXT,
+                    "clusters": [{"name": KUBE_CONTEXT, "cluster": {"server": kube.url}}],
+                    "users": [{"name": "sandbox", "user": {"token": "sandbox"}}],
+                    "contexts": [{"name": KUBE_CONTEXT, "context": {"cluster": KUBE_CONTEXT, "user": "sandbox"}}],
+                }
+            )
+        )
         os.chmod(path, 0o600)
         return path
 

@@ -131,7 +131,8 @@ def _one(values: Iterable[str | None]) -> str | None:
 
 def _training_plan(plan: Mapping[str, Any], region: str) -> ReservationInfo:
     capacities = plan.get("ReservedCapacitySummaries", []) or []
-    instance_type = _one(c.get("InstanceType") for c in capacities) or (capacities[0].get("InstanceType", "") if capacities else "")
+    first_type = capacities[0].get("InstanceType", "") if capacities else ""
+    instance_type = _one(c.get("InstanceType") for c in capacities) or first_type
     return ReservationInfo(
         id=plan["TrainingPlanArn"],
         kind="training-plan",

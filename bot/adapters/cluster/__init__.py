@@ -12,4 +12,12 @@ from bot.adapters.cluster.contexts import ContextClusters, kubeconfig_client
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.kube import FIELD_MANAGER, KubernetesCluster, render_manifest
 
-__all__ = ["FIELD_MANAGER", "ClusterError", "ContextClusters", "InvalidManifest", "KubernetesCluster", "kubeconfig_client", "render_manifest"]
+__all__ = [
+    "FIELD_MANAGER",
+    "ClusterError",
+    "ContextClusters",
+    "InvalidManifest",
+    "KubernetesCluster",
+    "kubeconfig_client",
+    "render_manifest",
+]
