@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -48,7 +49,8 @@ def main() -> None:
             traffic_objectives={"ttft_p99_ms": args.ttft_objective_ms},
         )
         client = HttpEndpointClient(timeout=5)
-        ctx = build_context(settings, **{ports.LOADGEN: HttpLoadGenerator(metrics=client.metrics)})
+        adapters: dict[str, Any] = {ports.LOADGEN: HttpLoadGenerator(metrics=client.metrics)}
+        ctx = build_context(settings, **adapters)
         started = time.perf_counter()
         report = run_traffic_gate(ctx, EndpointSettings(name="bench", url=server.url))
         print(render_traffic_report(report))

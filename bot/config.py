@@ -12,6 +12,7 @@ setting and the fix; the CLI prints it and exits with status 2.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -119,7 +120,7 @@ class Settings(BaseSettings):
     cli_user: str | None = Field(default=None, description="Slack user ID the CLI acts as when --as is not given.")
     slack_api_url: str | None = Field(default=None, description="Base URL of the Slack Web API (tests, sandbox).")
     oncall_group: str | None = Field(default=None, description="Slack user group mentioned on escalations.")
-    alert_thresholds_hours: list[float] = Field(default_factory=lambda: [168, 72, 24, 6, 1])
+    alert_thresholds_hours: list[float] = Field(default_factory=lambda: [168.0, 72.0, 24.0, 6.0, 1.0])
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
@@ -206,7 +207,7 @@ class _YamlFileSource(PydanticBaseSettingsSource):
         return data
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     loc = [str(p) for p in error.get("loc", ())]
     top = loc[0] if loc else "settings"
     field = Settings.model_fields.get(top)

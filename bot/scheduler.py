@@ -39,14 +39,14 @@ MISFIRE_GRACE_SECONDS = 300
 ELECTION_SECONDS = 10.0
 
 
-class SharedEngineJobStore(SQLAlchemyJobStore):
+class SharedEngineJobStore(SQLAlchemyJobStore):  # type: ignore[misc]  # apscheduler has no type information
     """The job store on the bot's own engine, which it must not dispose of when a scheduler shuts down."""
 
     def shutdown(self) -> None:
         return None  # the engine belongs to the Context; ``Context.close`` disposes of it
 
 
-class StoppableScheduler(BackgroundScheduler):
+class StoppableScheduler(BackgroundScheduler):  # type: ignore[misc]  # apscheduler has no type information
     """A ``BackgroundScheduler`` that processes no job after ``shutdown``.
 
     APScheduler 3's main loop runs ``_process_jobs`` once more when ``shutdown``

@@ -283,7 +283,8 @@ def public_read_statements(policy_text: str) -> tuple[list[str], list[str]]:
     document = json.loads(policy_text)
     statements = document.get("Statement", [])
     statements = statements if isinstance(statements, list) else [statements]
-    unconditional, conditional = [], []
+    unconditional: list[str] = []
+    conditional: list[str] = []
     for index, st in enumerate(statements):
         if not isinstance(st, Mapping) or st.get("Effect") != "Allow":
             continue

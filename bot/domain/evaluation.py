@@ -18,7 +18,7 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import jsonschema
 import yaml
@@ -406,7 +406,7 @@ def _schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
 
 
 def _rule_words(error: jsonschema.exceptions.ValidationError) -> str:
-    rule, wanted = error.validator, error.validator_value
+    rule, wanted = error.validator, cast(Any, error.validator_value)
     if rule == "required":
         missing = [name for name in wanted if isinstance(error.instance, dict) and name not in error.instance]
         return f"missing required {', '.join(repr(n) for n in missing) or 'properties'}"

@@ -74,7 +74,7 @@ def _emulator_class() -> type:
     import aiohttp.web
     from kmock import KubernetesEmulator, KubernetesError, ResourceInfo, action
 
-    class ApplyingEmulator(KubernetesEmulator):  # type: ignore[misc]
+    class ApplyingEmulator(KubernetesEmulator):
         def __attrs_post_init__(self) -> None:
             super().__attrs_post_init__()
             self.owners: dict[tuple[Any, ...], ssa.Owners] = {}
@@ -88,9 +88,9 @@ def _emulator_class() -> type:
                     verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
                 )
             for resource in self.resources:
-                info = self.resources[resource]
-                api_version = resource.version if resource.group == "" else f"{resource.group}/{resource.version}"
-                self.kinds[resource] = (str(info.kind), api_version)
+                registered = self.resources[resource]
+                api_version = str(resource.version) if resource.group == "" else f"{resource.group}/{resource.version}"
+                self.kinds[resource] = (str(registered.kind), api_version)
 
         def _stamp_version(self, obj: dict[str, Any]) -> None:
             self.version += 1
@@ -114,7 +114,8 @@ def _emulator_class() -> type:
         def _live(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
             if key not in self._objects or self._objects[key].deleted:
                 return None
-            return copy.deepcopy(self._objects[key].raw)
+            live: dict[str, Any] = copy.deepcopy(self._objects[key].raw)
+            return live
 
         @staticmethod
         def _respond(obj: dict[str, Any], status: int = 200) -> Any:
@@ -177,7 +178,7 @@ def _emulator_class() -> type:
                 live = self._live(key)
                 owners = copy.deepcopy(self.owners.get(key, {}))
                 if live is None:
-                    new = {"apiVersion": api_version, "kind": kind,
+                    new: dict[str, Any] = {"apiVersion": api_version, "kind": kind,
                            "metadata": {"name": request.name, "uid": str(uuid.uuid4()), "generation": 1,
                                         "creationTimestamp": _now()}}
                     if request.namespace:
@@ -243,7 +244,7 @@ def _emulator_class() -> type:
             return self._respond(new)
 
         async def _serve_list(self, request: Any) -> Any:
-            payload = await super()._serve_list(request)
+            payload: Any = await super()._serve_list(request)
             kind, api_version = self.kinds.get(request.resource, ("", ""))
             return {
                 "apiVersion": api_version or "v1",

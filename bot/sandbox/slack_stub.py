@@ -171,8 +171,7 @@ class SlackStub:
     @property
     def url(self) -> str:
         assert self._server is not None, "start() the stub first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     @property
     def api_url(self) -> str:

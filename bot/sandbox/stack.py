@@ -46,8 +46,8 @@ ROLES = {"viewer": [], "deployer": [DEPLOYER], "approver": [DEPLOYER, APPROVER_1
 GROUPS = {"S0APPROVERS": [APPROVER_2]}
 
 # The endpoint stand-in saturates like a small vLLM: six requests run, two wait, the rest get 429.
-SERVER_LIMIT = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
-SERVER_SPEED = {"first_token_delay": 0.08, "token_delay": 0.004}
+SERVER_LIMIT: dict[str, Any] = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
+SERVER_SPEED: dict[str, Any] = {"first_token_delay": 0.08, "token_delay": 0.004}
 # A sweep that finds that knee in seconds rather than the production default's minutes.
 SANDBOX_SWEEP = {
     "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 10, "burst_rounds": 1,
@@ -192,7 +192,8 @@ class Sandbox:
 
     @property
     def endpoint(self) -> EndpointSettings:
-        return self.ctx.settings.endpoint(ENDPOINT)
+        endpoint: EndpointSettings = self.ctx.settings.endpoint(ENDPOINT)
+        return endpoint
 
     def environment(self, kubeconfig: Path) -> dict[str, str]:
         """Variables that aim a separate ``kimi-ops`` process at this sandbox (database, S3/ECR, training plans, cluster)."""

@@ -99,7 +99,8 @@ class S3Objects:
     def head(self, bucket: str, key: str) -> dict[str, Any] | None:
         """``head_object`` with checksums enabled; ``None`` when the object does not exist."""
         try:
-            return self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            head: dict[str, Any] = self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            return head
         except ClientError as exc:
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return None
@@ -182,7 +183,7 @@ class EcrImages:
 
     @property
     def region(self) -> str:
-        return self.client.meta.region_name
+        return str(self.client.meta.region_name)
 
     def scan(self, ref: rules.ImageRef) -> rules.ImageScan:
         ids = {"registryId": ref.ecr_account, "repositoryName": ref.ecr_repository, "imageIds": [{"imageDigest": ref.digest}]}

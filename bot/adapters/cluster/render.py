@@ -180,7 +180,10 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
     """ServiceAccount, weights volume, Deployment, Service, PodDisruptionBudget and NetworkPolicy."""
     ns = endpoint.namespace
     name = endpoint.name
-    meta = lambda obj_name, namespace=ns: _metadata(obj_name, namespace, release, endpoint, release_hash)  # noqa: E731
+
+    def meta(obj_name: str, namespace: str | None = ns) -> dict[str, Any]:
+        return _metadata(obj_name, namespace, release, endpoint, release_hash)
+
     selector = _selector_labels(endpoint)
     volume = weights_volume_name(endpoint, release_hash)
     bucket_prefix = model_location(release) + "/"

@@ -221,7 +221,8 @@ class HttpLoadGenerator:
     ) -> LevelStats:
         samples: list[Sample] = []
         lock = threading.Lock()
-        sampler = _Sampler(lambda: self.metrics(endpoint), self.metrics_interval) if self.metrics else None
+        metrics = self.metrics
+        sampler = _Sampler(lambda: metrics(endpoint), self.metrics_interval) if metrics is not None else None
         if sampler is not None:
             sampler.sample_once()  # the baseline of the cumulative prefix-cache counters
             sampler.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -25,6 +25,8 @@ from bot.adapters.store.models import (
     Release,
     Reservation,
 )
+
+_Row = TypeVar("_Row")
 
 
 def _write_lock_on_sqlite(session: Session, model: type[Any], where: ColumnElement[bool]) -> None:
@@ -53,7 +55,7 @@ class _Repository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def _add(self, obj: Any) -> Any:
+    def _add(self, obj: _Row) -> _Row:
         self.session.add(obj)
         flush(self.session)
         return obj
