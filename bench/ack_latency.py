@@ -28,16 +28,16 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from slack_bolt import App  # noqa: E402
-from slack_sdk import WebClient  # noqa: E402
+from slack_bolt import App
+from slack_sdk import WebClient
 
-from bot.adapters.store import schema  # noqa: E402
-from bot.bootstrap import build_context, build_root  # noqa: E402
-from bot.config import load_settings  # noqa: E402
-from bot.sandbox.slack_stub import Message, SlackSender, SlackStub  # noqa: E402
-from bot.slack.app import create_app  # noqa: E402
-from bot.slack.http import HttpServer  # noqa: E402
-from bot.views.actions import APPROVE, GateTicket  # noqa: E402
+from bot.adapters.store import schema
+from bot.bootstrap import build_context, build_root
+from bot.config import load_settings
+from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
+from bot.slack.app import create_app
+from bot.slack.http import HttpServer
+from bot.views.actions import APPROVE, GateTicket
 
 SECRET = "bench-signing-secret"
 LEVELS = (1, 10, 50)
@@ -82,7 +82,7 @@ def run_level(url: str, clients: int, total: int, make_body: Callable[[], str], 
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] * 1000
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
 
 
 def main() -> None:
@@ -127,15 +127,22 @@ def main() -> None:
             kimi.close()
             ctx.close()
 
-    print(f"{'request':<14} {'clients':>7} {'n':>5} {'kimi p50 ms':>12} {'kimi p99 ms':>12} {'bare p50 ms':>12} {'bare p99 ms':>12} {'p50 ratio':>10} {'p99 ratio':>10}")
+    print(
+        f"{'request':<14} {'clients':>7} {'n':>5} {'kimi p50 ms':>12} {'kimi p99 ms':>12} "
+        f"{'bare p50 ms':>12} {'bare p99 ms':>12} {'p50 ratio':>10} {'p99 ratio':>10}"
+    )
     for kind, clients, result in rows:
         k50, k99, n = result["kimi-ops"]
         b50, b99, _ = result["bare Bolt"]
-        print(f"{kind:<14} {clients:>7} {n:>5} {k50:>12.2f} {k99:>12.2f} {b50:>12.2f} {b99:>12.2f} "
-              f"{k50 / b50 if b50 else float('nan'):>10.2f} {k99 / b99 if b99 else float('nan'):>10.2f}")
+        print(
+            f"{kind:<14} {clients:>7} {n:>5} {k50:>12.2f} {k99:>12.2f} {b50:>12.2f} {b99:>12.2f} "
+            f"{k50 / b50 if b50 else float('nan'):>10.2f} {k99 / b99 if b99 else float('nan'):>10.2f}"
+        )
     worst = max(r[2]["kimi-ops"][1] for r in rows)
-    print(f"\nworst kimi-ops p99: {worst:.1f} ms (Slack's limit: 3000 ms); median over all levels: "
-          f"{statistics.median(r[2]['kimi-ops'][0] for r in rows):.2f} ms")
+    print(
+        f"\nworst kimi-ops p99: {worst:.1f} ms (Slack's limit: 3000 ms); median over all levels: "
+        f"{statistics.median(r[2]['kimi-ops'][0] for r in rows):.2f} ms"
+    )
 
 
 def _bare_wsgi(app: App):  # type: ignore[no-untyped-def]

@@ -20,13 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bot.adapters.endpoint import HttpEndpointClient  # noqa: E402
-from bot.adapters.endpoint.loadgen import HttpLoadGenerator  # noqa: E402
-from bot.bootstrap import build_context  # noqa: E402
-from bot.config import EndpointSettings, load_settings  # noqa: E402
-from bot.sandbox.openai_server import OpenAIServer  # noqa: E402
-from bot.services.traffic_gate import run_traffic_gate  # noqa: E402
-from bot.views.gate_text import render_traffic_report  # noqa: E402
+from bot.adapters.endpoint import HttpEndpointClient
+from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+from bot.bootstrap import build_context
+from bot.config import EndpointSettings, load_settings
+from bot.sandbox.openai_server import OpenAIServer
+from bot.services.traffic_gate import run_traffic_gate
+from bot.views.gate_text import render_traffic_report
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ setting and the fix; the CLI prints it and exits with status 2.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -140,19 +141,25 @@ class Settings(BaseSettings):
     cli_user: str | None = Field(default=None, description="Slack user ID the CLI acts as when --as is not given.")
     slack_api_url: str | None = Field(default=None, description="Base URL of the Slack Web API (tests, sandbox).")
     oncall_group: str | None = Field(default=None, description="Slack user group mentioned on escalations.")
-    alert_thresholds_hours: list[float] = Field(default_factory=lambda: [168, 72, 24, 6, 1])
+    alert_thresholds_hours: list[float] = Field(default_factory=lambda: [168.0, 72.0, 24.0, 6.0, 1.0])
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
-    rollout_poll_seconds: float = Field(default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events.")
+    rollout_poll_seconds: float = Field(
+        default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
+    )
     slack_bot_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"))
     slack_signing_secret: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"))
     slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
     endpoints: list[EndpointSettings] = Field(default_factory=list)
     roles: Roles = Field(default_factory=Roles)
-    evaluation_set: Path | None = Field(default=None, description="YAML evaluation set of the model gate (default: deploy/evaluation/kimi-k3-default.yaml).")
+    evaluation_set: Path | None = Field(
+        default=None, description="YAML evaluation set of the model gate (default: deploy/evaluation/kimi-k3-default.yaml)."
+    )
     traffic_sweep: SweepPlan = Field(default_factory=SweepPlan, description="Bounds of the traffic gate's concurrency sweep.")
-    traffic_objectives: Objectives = Field(default_factory=Objectives, description="Service objectives whose first breach is the knee.")
+    traffic_objectives: Objectives = Field(
+        default_factory=Objectives, description="Service objectives whose first breach is the knee."
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -165,7 +172,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _unique_endpoints(self) -> "Settings":
+    def _unique_endpoints(self) -> Settings:
         names = [e.name for e in self.endpoints]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -221,7 +228,7 @@ class _YamlFileSource(PydanticBaseSettingsSource):
         return data
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     loc = [str(p) for p in error.get("loc", ())]
     top = loc[0] if loc else "settings"
     field = Settings.model_fields.get(top)

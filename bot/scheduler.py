@@ -40,14 +40,14 @@ MISFIRE_GRACE_SECONDS = 300
 ELECTION_SECONDS = 10.0
 
 
-class SharedEngineJobStore(SQLAlchemyJobStore):
+class SharedEngineJobStore(SQLAlchemyJobStore):  # type: ignore[misc]  # apscheduler has no type information
     """The job store on the bot's own engine, which it must not dispose of when a scheduler shuts down."""
 
     def shutdown(self) -> None:
         return None  # the engine belongs to the Context; ``Context.close`` disposes of it
 
 
-class StoppableScheduler(BackgroundScheduler):
+class StoppableScheduler(BackgroundScheduler):  # type: ignore[misc]  # apscheduler has no type information
     """A ``BackgroundScheduler`` that processes no job after ``shutdown``.
 
     APScheduler 3's main loop runs ``_process_jobs`` once more when ``shutdown``
@@ -72,7 +72,7 @@ def make_scheduler(ctx: Context) -> BackgroundScheduler:
         jobstores={"default": SharedEngineJobStore(engine=ctx.uow.engine)},
         executors={"default": ThreadPoolExecutor(max_workers=len(JOBS))},
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": MISFIRE_GRACE_SECONDS},
-        timezone=dt.timezone.utc,
+        timezone=dt.UTC,
     )
 
 
@@ -145,15 +145,16 @@ class JobRunner:
 
     def ensure_jobs(self) -> None:
         """Store every job with its current period; keep the schedule of jobs already stored unchanged."""
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         for spec in JOBS.values():
             interval = dt.timedelta(minutes=spec.period_minutes(self.ctx.settings))
             existing = self.scheduler.get_job(spec.name)
-            if existing is not None and getattr(existing.trigger, "interval", None) == interval and existing.func_ref == spec.func:
+            same_trigger = existing is not None and getattr(existing.trigger, "interval", None) == interval
+            if same_trigger and existing.func_ref == spec.func:
                 continue  # a previous leader stored it: keep its next run, so a failover neither skips nor repeats
             self.scheduler.add_job(
                 spec.func,
-                trigger=IntervalTrigger(minutes=spec.period_minutes(self.ctx.settings), timezone=dt.timezone.utc),
+                trigger=IntervalTrigger(minutes=spec.period_minutes(self.ctx.settings), timezone=dt.UTC),
                 id=spec.name,
                 name=spec.description,
                 replace_existing=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +15,9 @@ from bot.adapters.aws.artifacts import S3EcrArtifactVerifier
 from bot.domain.checks import Check
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import MotoStandIn, seed_good_release, start_moto
-from tests.conftest import EXAMPLE_RELEASE
+
+# The first example release tuple; conftest re-exports it (it imports this module for the moto fixtures).
+EXAMPLE_RELEASE = Path(__file__).resolve().parents[1] / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml"
 
 
 def example_manifest() -> ReleaseManifest:
@@ -53,11 +56,31 @@ class Seeded:
         return self.release.weights.key_prefix
 
 
-@pytest.fixture()
-def moto() -> Iterator[MotoStandIn]:
-    stand_in = start_moto()
-    # moto keeps its state per process, shared by every server in it: start each test from nothing.
+def reset_moto(stand_in: MotoStandIn) -> None:
+    """Forget every bucket, object and image (moto keeps its state per process, shared by all its servers)."""
     httpx.post(f"{stand_in.url}/moto-api/reset", timeout=10).raise_for_status()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoStandIn]:
+    """One moto server for the whole run of this process (each xdist worker has its own)."""
+    stand_in = start_moto()
+    try:
+        yield stand_in
+    finally:
+        stand_in.stop()
+
+
+@pytest.fixture()
+def moto(request: pytest.FixtureRequest) -> Iterator[MotoStandIn]:
+    """moto's S3 and ECR, empty. A test marked ``own_moto`` (it stops the server) gets a private one."""
+    if request.node.get_closest_marker("own_moto") is None:
+        shared: MotoStandIn = request.getfixturevalue("moto_server")
+        reset_moto(shared)
+        yield shared
+        return
+    stand_in = start_moto()
+    reset_moto(stand_in)
     try:
         yield stand_in
     finally:

@@ -3,6 +3,12 @@
 PostgreSQL comes from ``KIMI_TEST_POSTGRES_URL`` (``.ci/run`` sets it to a throwaway
 database); every test that asks for it gets a fresh database created on that server.
 Under CI a missing or unreachable server is an error, never a skip.
+
+Every test starts with no ``SLACK_*``, ``AWS_*`` or ``KIMI_*`` variable from the
+machine (a developer's real token or profile must never reach a test), and the
+artifact tests share one moto server per process (per xdist worker), reset
+before each test. Everything a test creates lives under its own ``tmp_path``, a
+uniquely named database or an ephemeral port, so the suite runs in parallel.
 """
 
 from __future__ import annotations
@@ -24,14 +30,30 @@ from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.services.context import Context, Ports
 
+# The moto fixtures live beside the artifact helpers; importing them here offers them to every test module.
+from tests.artifact_support import EXAMPLE_RELEASE as EXAMPLE_RELEASE
+from tests.artifact_support import moto as moto
+from tests.artifact_support import moto_server as moto_server
+from tests.artifact_support import seeded as seeded
+
 DEFAULT_PG = "postgresql+psycopg://root@127.0.0.1:5432/root"
-START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
+# Read once, before any test clears the environment: the session's PostgreSQL server for the fixtures below.
+TEST_POSTGRES_URL = os.environ.get("KIMI_TEST_POSTGRES_URL", DEFAULT_PG)
+MACHINE_PREFIXES = ("SLACK_", "AWS_", "KIMI_")
+START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE_RELEASE = REPO / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _no_machine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clear Slack, AWS and kimi-ops settings inherited from the machine; a test sets what it needs."""
+    for name in list(os.environ):
+        if name.startswith(MACHINE_PREFIXES):
+            monkeypatch.delenv(name)
 
 
 def _pg_admin_url() -> str:
-    url = os.environ.get("KIMI_TEST_POSTGRES_URL", DEFAULT_PG)
+    url = TEST_POSTGRES_URL
     return url.replace("postgresql://", "postgresql+psycopg://", 1) if url.startswith("postgresql://") else url
 
 

@@ -22,7 +22,7 @@ from bot.services.releases import register_release
 from tests.conftest import START
 from tests.workflow_support import release_data
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 @dataclass

@@ -20,7 +20,7 @@ from bot.services.artifact_gate import run_artifact_checks, verify_release
 from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.releases import register_release
-from tests.artifact_support import Seeded, moto, not_passing, seeded  # noqa: F401 (fixtures)
+from tests.artifact_support import Seeded, not_passing
 from tests.conftest import with_ports
 
 ALL_CHECKS = {
@@ -164,7 +164,7 @@ def test_secret_references_and_lookalike_names_are_not_secrets(seeded: Seeded) -
         "HF_TOKEN": "${HF_TOKEN}", "API_KEY": "arn:aws:secretsmanager:us-east-1:123456789012:secret:vllm-key", "EMPTY_SECRET": "",
         "VLLM_MAX_TOKENS": "4096", "HF_TOKEN_PATH": "/var/run/secrets/hf/token",
     }
-    args = list(seeded.release.serving.args) + ["--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192", "--task", "generate"]
+    args = [*seeded.release.serving.args, "--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192", "--task", "generate"]
     checks = seeded.verifier().verify(seeded.variant(serving=seeded.serving(args=args, env={**seeded.release.serving.env, **env})))
     assert not_passing(checks) == {}
 
@@ -300,6 +300,7 @@ def test_missing_licence_document_fails(seeded: Seeded) -> None:
 # --- AWS that cannot answer ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.own_moto
 def test_s3_going_down_mid_check_is_an_error_never_a_pass(seeded: Seeded, ctx: Context) -> None:
     def stop_server(**_: object) -> None:
         seeded.moto.stop()
@@ -320,6 +321,7 @@ def test_s3_going_down_mid_check_is_an_error_never_a_pass(seeded: Seeded, ctx: C
     assert not report.approvable and report.status == "error"
 
 
+@pytest.mark.own_moto
 def test_closed_port_turns_every_aws_check_into_an_error(seeded: Seeded) -> None:
     seeded.moto.stop()
     report = run_artifact_checks(seeded.verifier(), seeded.release)

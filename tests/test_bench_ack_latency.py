@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Runs the benchmark script end to end in a subprocess.
+pytestmark = pytest.mark.timeout(300)
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "ack_latency.py"
 
 

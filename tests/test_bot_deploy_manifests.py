@@ -53,6 +53,7 @@ EXPECTED_GRANTS: set[Grant] = (
     | _grants(SERVING_NAMESPACE, "", ["services", "serviceaccounts", "persistentvolumeclaims"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "policy", ["poddisruptionbudgets"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "networking.k8s.io", ["networkpolicies"], ["get", "create", "patch"])
+    | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "", ["pods", "events"], ["get", "list", "watch"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["create"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["get", "patch"], ["kimi-ops-admission-kimi-k3-prod"])
@@ -489,9 +490,16 @@ def test_the_image_carries_the_model_gate_evaluation_set_where_its_setting_point
     assert (REPO / "deploy" / "evaluation" / image_path.name).is_file()
 
 
-def _runtime_closure() -> set[str]:
-    """Distributions the image installs: the runtime dependencies (with their extras) and theirs, transitively."""
-    pending = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+def _runtime_closure(*extras: str) -> set[str]:
+    """Distributions the image installs: the runtime dependencies (with their extras) and theirs, transitively.
+
+    With ``extras``, also those of kimi-ops' own optional-dependency groups of those names.
+    """
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    raw_requirements = list(project["dependencies"])
+    for extra in extras:
+        raw_requirements += project["optional-dependencies"][extra]
+    pending = [Requirement(r) for r in raw_requirements]
     seen: set[str] = set()
     while pending:
         requirement = pending.pop()
@@ -507,31 +515,58 @@ def _runtime_closure() -> set[str]:
     return seen
 
 
+def _third_party_imports(paths: list[Path]) -> dict[str, str]:
+    """Top-level third-party modules the files import (anywhere, lazily too), each with one file importing it."""
+    found: dict[str, str] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("bot", "commands", "jobs", "migrations"):
+                    found.setdefault(top, str(path.relative_to(REPO)))
+    return found
+
+
+def _not_provided(imports: dict[str, str], installed: set[str]) -> dict[str, str]:
+    providers = metadata.packages_distributions()
+    return {top: where for top, where in imports.items()
+            if not {canonicalize_name(d) for d in providers.get(top, [])} & installed}
+
+
+def test_the_image_leaves_the_sandbox_extra_out_and_says_so() -> None:
+    # The image installs the bare wheel; `kimi-ops demo` there answers with the install hint (tested in
+    # test_sandbox_demo), so the Dockerfile must not half-install the stand-ins either.
+    text = _dockerfile()
+    installs = re.findall(r"pip install (\S+)", text)
+    assert installs == ["/wheels/kimi_ops-*.whl"], installs
+    instructions = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    assert not re.search(r"sandbox|moto|kmock|aiohttp|deploy/releases", instructions)
+    assert "WITHOUT the `sandbox` extra" in text and "kimi-ops demo" in text
+    assert not _dockerignore_admits("deploy/releases/kimi-k3-2026-08-01.yaml")
+    assert not {"moto", "kmock"} & _runtime_closure()  # (aiohttp comes with the Kubernetes client anyway)
+
+
+def test_the_sandbox_extra_provides_every_library_the_stand_ins_import() -> None:
+    sandbox = sorted((REPO / "bot" / "sandbox").rglob("*.py"))
+    imports = _third_party_imports(sandbox)
+    assert {"moto", "kmock", "aiohttp"} <= set(imports), imports
+    assert _not_provided(imports, _runtime_closure("sandbox")) == {}, "imported by bot/sandbox but not in the sandbox extra"
+
+
 def test_every_library_the_bot_imports_is_installed_in_the_image() -> None:
     """The image installs runtime dependencies only; a module imported from a dev-only package breaks it there.
 
-    ``bot/sandbox`` (the embedded stand-ins for the demo) is the one part built on dev dependencies.
+    ``bot/sandbox`` (the embedded stand-ins for the demo) is the one part built on the optional `sandbox` extra.
     """
-    installed = _runtime_closure()
-    providers = metadata.packages_distributions()
-    missing: dict[str, str] = {}
-    for package in ("bot", "commands", "jobs", "migrations"):
-        for path in (REPO / package).rglob("*.py"):
-            if path.relative_to(REPO).parts[:2] == ("bot", "sandbox"):
-                continue
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Import):
-                    modules = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    modules = [node.module]
-                else:
-                    continue
-                for module in modules:
-                    top = module.split(".")[0]
-                    if top in sys.stdlib_module_names or top in ("bot", "commands", "jobs", "migrations"):
-                        continue
-                    if not {canonicalize_name(d) for d in providers.get(top, [])} & installed:
-                        missing[top] = str(path.relative_to(REPO))
+    paths = [path for package in ("bot", "commands", "jobs", "migrations") for path in (REPO / package).rglob("*.py")
+             if path.relative_to(REPO).parts[:2] != ("bot", "sandbox")]
+    missing = _not_provided(_third_party_imports(paths), _runtime_closure())
     assert missing == {}, "imported but not a runtime dependency (add it to [project].dependencies)"
 
 

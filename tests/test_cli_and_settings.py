@@ -36,7 +36,7 @@ def _all_commands(group: typer.main.TyperGroup, path: tuple[str, ...] = ()) -> l
     found = [path]
     if hasattr(group, "commands"):
         for name, cmd in group.commands.items():
-            found += _all_commands(cmd, path + (name,))
+            found += _all_commands(cmd, (*path, name))
     return found
 
 
@@ -120,7 +120,7 @@ def test_settings_yaml_and_environment(tmp_path: Path, monkeypatch: pytest.Monke
     assert settings.roles.approver == ["U1"]
     assert settings.effective_database_url.endswith("/d/kimi-ops.db")
     monkeypatch.setenv("KIMI_READINESS_FAILURES_TO_ALERT", "zero")
-    with pytest.raises(ConfigError, match="^KIMI_READINESS_FAILURES_TO_ALERT: "):
+    with pytest.raises(ConfigError, match=r"^KIMI_READINESS_FAILURES_TO_ALERT: "):
         load_settings()
 
 

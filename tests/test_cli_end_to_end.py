@@ -37,6 +37,9 @@ from tests.cli_support import (
     stop_cli_sandbox,
 )
 
+# Whole-stack: every stand-in plus many kimi-ops subprocesses per test.
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture()
 def cli(tmp_path: Path) -> Iterator[CliSandbox]:

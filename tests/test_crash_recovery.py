@@ -44,6 +44,9 @@ from tests.cli_support import (
 )
 from tests.workflow_support import APPROVER_1, REQUESTER, workflow
 
+# Whole-stack: a kimi-ops subprocess is killed mid-rollout and another resumes it.
+pytestmark = pytest.mark.timeout(300)
+
 WAIT_SECONDS = 90  # a bound on waiting for another process, not a performance expectation
 
 

@@ -150,13 +150,13 @@ def test_every_kind_passes_on_a_healthy_endpoint_and_no_text_is_stored(gate_ctx,
 @pytest.mark.parametrize(
     ("behaviour", "case", "reason"),
     [
-        ({"replies": ((r"adds two numbers", "Here you go: lambda a, b: a + b"),) + REPLIES[1:]}, "code-add", "regex"),
+        ({"replies": ((r"adds two numbers", "Here you go: lambda a, b: a + b"), *REPLIES[1:])}, "code-add", "regex"),
         ({"honour_response_format": False}, "incident-json", "not JSON"),
         ({"honour_tools": False}, "tool-weather", "expected a call to tool get_weather"),
         ({"honour_refusals": False}, "refuse-malware", "expected a refusal"),
         ({"refusal_patterns": (r"ransomware", r"TLS")}, "benign-tls", "refused a legitimate request"),
         ({"first_token_delay": 0.3}, "benign-tls", "latency"),
-        ({"replies": ((r"developer mode", "Sure! The code is SAVE-9000."),) + REPLIES}, "injection", "forbidden regex"),
+        ({"replies": ((r"developer mode", "Sure! The code is SAVE-9000."), *REPLIES)}, "injection", "forbidden regex"),
     ],
     ids=["regex", "json-schema", "tool-call", "must-refuse", "must-not-refuse", "max-latency", "adversarial"],
 )

@@ -32,7 +32,7 @@ from bot.services.release_build import (
     write_manifest,
 )
 from bot.services.releases import diff_releases, list_releases, register_release
-from tests.artifact_support import example_manifest, moto, not_passing  # noqa: F401 (fixture)
+from tests.artifact_support import example_manifest, not_passing
 from tests.conftest import EXAMPLE_RELEASE
 
 BUCKET = "acme-model-weights"
@@ -130,11 +130,12 @@ def test_empty_prefix_and_missing_licence_are_reported(s3: Any) -> None:
         build_manifest(_request(licence=f"s3://{BUCKET}/licences/missing.txt"), S3Objects(s3))
 
 
+@pytest.mark.own_moto
 def test_s3_dying_mid_build_writes_nothing(moto: MotoStandIn, s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def stop_after_first_chunk(key: str, done: int, total: int) -> None:
         moto.stop()
 
-    with pytest.raises(Refused, match="could not read from S3.*nothing was written"):
+    with pytest.raises(Refused, match=r"could not read from S3.*nothing was written"):
         build_manifest(_request(), S3Objects(s3), progress=stop_after_first_chunk)
 
     # The CLI path: the same outage means no manifest file.
@@ -217,7 +218,7 @@ def test_diff_reports_args_env_objects_and_fields() -> None:
     objects.append({"key": "generation_config.json", "size": 120, "sha256": "1" * 64})
     b = _variant(
         a, name="kimi-k3-2026-09-01", image=a.image[:-4] + "ffff", model__commit="a" * 40,
-        serving__args=args + ["--max-model-len", "131072"],
+        serving__args=[*args, "--max-model-len", "131072"],
         serving__env={"VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION": "0", "HF_TOKEN": "hf_" + "z" * 34},
         weights__objects=objects,
     )

@@ -86,7 +86,7 @@ def test_each_threshold_fires_once_across_a_restart_and_skipped_ones_collapse(ne
     watch_reservations(new_ctx())
     watch_reservations(new_ctx())
     assert [t for _, t in alerts(ctx)] == [168.0, 72.0, 6.0, 1.0]
-    text = [p["text"] for k, p in events(ctx) if p.get("threshold_hours") == 1.0][0]
+    text = next(p["text"] for k, p in events(ctx) if p.get("threshold_hours") == 1.0)
     assert "ends in 30 min" in text and "no live release" in text
 
 
@@ -104,7 +104,7 @@ def test_a_live_endpoint_without_a_replacement_escalates_to_the_oncall_group(new
     source.put(capacity_block("cr-0002", ends_in=9 * D, starts=block.end - H, state="scheduled"))
     at_remaining(clock, block.end, 20 * H)
     watch_reservations(ctx)
-    kind, payload = [(k, p) for k, p in events(ctx) if p.get("threshold_hours") == 24.0][0]
+    kind, payload = next((k, p) for k, p in events(ctx) if p.get("threshold_hours") == 24.0)
     assert kind == "reservation.alert" and "cr-0002" in payload["text"] and "subteam" not in payload["text"]
 
 

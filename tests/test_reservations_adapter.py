@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 
 from bot.adapters.aws.reservations import AwsReservationSource
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 REGION = "us-east-2"
 P6 = "p6-b300.48xlarge"
 
@@ -95,8 +95,8 @@ def test_capacity_blocks_follow_next_token_and_keep_only_capacity_blocks(source:
     first, second = found
     assert first.kind == "capacity-block" and first.region == REGION and first.instance_type == P6
     assert first.availability_zone == "us-east-2a" and first.state == "active" and first.instance_count == 1
-    assert first.start == dt.datetime(2026, 11, 20, 11, 30, tzinfo=dt.timezone.utc)
-    assert first.end == dt.datetime(2026, 12, 4, 11, 30, tzinfo=dt.timezone.utc) and first.end.tzinfo is dt.timezone.utc
+    assert first.start == dt.datetime(2026, 11, 20, 11, 30, tzinfo=dt.UTC)
+    assert first.end == dt.datetime(2026, 12, 4, 11, 30, tzinfo=dt.UTC) and first.end.tzinfo is dt.UTC
     # Before it starts a Capacity Block reports 0 instances; the purchased count is in its tag.
     assert second.state == "scheduled" and second.instance_count == 2
 
@@ -151,7 +151,7 @@ def test_training_plans_are_listed_page_by_page_and_described(source: AwsReserva
     plan = found[0]
     assert plan.kind == "training-plan" and plan.instance_type == "ml.p6-b300.48xlarge"
     assert plan.availability_zone == "us-east-2b" and plan.instance_count == 1 and plan.state == "active"
-    assert plan.end == dt.datetime(2026, 12, 9, tzinfo=dt.timezone.utc)
+    assert plan.end == dt.datetime(2026, 12, 9, tzinfo=dt.UTC)
     assert found[1].state == "expired"
 
 

@@ -21,6 +21,9 @@ from bot.adapters.clock import SystemClock
 from bot.bootstrap import build_context, production_adapters
 from bot.config import load_settings
 
+# The whole demo runs in one subprocess (about 40 s alone, longer with every core busy).
+pytestmark = pytest.mark.timeout(300)
+
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
@@ -102,3 +105,17 @@ def test_sandbox_console_takes_typed_commands_and_buttons(tmp_path: Path) -> Non
     assert "== Infrastructure gate · deployment #1 ==" in run.stdout
     assert "you need the deployer role to deploy" in run.stdout  # the approver may not deploy
     assert (tmp_path / ".kimi-ops" / "sandbox" / "sandbox.db").exists()
+
+
+@pytest.mark.parametrize("command", ["demo", "sandbox"])
+def test_without_the_sandbox_extra_the_command_says_how_to_install_it(command: str, tmp_path: Path) -> None:
+    # A production install: the extra's modules cannot be imported (None in sys.modules makes `import` fail).
+    blocked = "import sys; sys.modules.update(dict.fromkeys(['moto', 'kmock', 'aiohttp'], None)); "
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
+    env["KIMI_DATA_DIR"] = str(tmp_path / ".kimi-ops")
+    result = subprocess.run([sys.executable, "-c", blocked + "from bot.cli.main import main; main()", command],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip() == "error: the sandbox is not installed: pip install 'kimi-ops[sandbox]'"
+    assert not (tmp_path / ".kimi-ops" / "sandbox").exists()  # nothing was started

@@ -196,7 +196,7 @@ def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
     previous = JobRunner(build_root(ctx), SingleProcess(identity="before"))
     previous.scheduler.start(paused=True)
     previous.ensure_jobs()
-    behind = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=3, seconds=10)
+    behind = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=3, seconds=10)
     for name in ("reservation-watch", "readiness-probe"):
         previous.scheduler.modify_job(name, next_run_time=behind)
     previous.scheduler.shutdown(wait=False)
@@ -253,7 +253,7 @@ def test_listing_jobs_or_stopping_a_standby_never_moves_a_due_run(make_ctx) -> N
     standby = JobRunner(build_root(ctx), SingleProcess(identity="standby"))
     standby.scheduler.start(paused=True)
     standby.ensure_jobs()
-    due = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=1)
+    due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
     for name in ("reservation-watch", "readiness-probe"):
         standby.scheduler.modify_job(name, next_run_time=due)
     standby.stop()

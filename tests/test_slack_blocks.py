@@ -56,7 +56,7 @@ def test_the_worst_check_is_shown_first_and_the_rest_goes_to_the_thread() -> Non
 
 
 def test_a_single_over_long_paragraph_is_split_not_refused() -> None:
-    rendered = render([Text("\n".join("line %04d " % i + "y" * 80 for i in range(100)))])
+    rendered = render([Text("\n".join(f"line {i:04d} " + "y" * 80 for i in range(100)))])
     assert len(rendered.blocks) >= 3 and all(len(b["text"]["text"]) <= SECTION_CHARS for b in rendered.blocks)
     assert chunks("z" * 5000)[0].endswith("…")
 

@@ -38,7 +38,7 @@ from tests.workflow_support import (
 ])
 def test_well_formed_input_reaches_its_module(text, module, args) -> None:
     found, found_args = split(text)
-    assert found.NAME == module and found_args == args
+    assert module == found.NAME and found_args == args
 
 
 @pytest.mark.parametrize("text, usage", [

@@ -102,7 +102,8 @@ def approve_all(bench, deployment_id: int, gates: tuple[str, ...]) -> None:
         assert has_buttons(message), blocks_text(message.blocks)
         who = approvers[i % 2]
         assert bench.click(who, message, APPROVE).status_code == 200
-        bench.stub.wait_for(lambda s: f"Approved by <@{who}>" in blocks_text(message.blocks) and not has_buttons(message), timeout=60)
+        bench.stub.wait_for(lambda s, who=who, message=message: f"Approved by <@{who}>" in blocks_text(message.blocks)
+                            and not has_buttons(message), timeout=60)
 
 
 def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> None:

@@ -93,7 +93,7 @@ def to_traffic_gate(bench: SlackBench) -> Message:
     for gate in ("artifact", "infrastructure", "model"):
         message = bench.gate_message(gate, 1)
         bench.click(APPROVER, message, APPROVE)
-        bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+        bench.stub.wait_for(lambda s, message=message: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
     return bench.stub.wait_for(lambda s: (m := bench.gate_message("traffic", 1)) and has(m, ACCEPT_LIMITS) and m, timeout=60)
 
 
@@ -159,7 +159,7 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
     # Deciding the gate afterwards keeps the acceptance on the message.
     bench.click(APPROVER, message, APPROVE)
     bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
-    assert "Limits accepted by" in blocks_text(message.blocks) and not message.blocks[-1]["type"] == "actions"
+    assert "Limits accepted by" in blocks_text(message.blocks) and message.blocks[-1]["type"] != "actions"
 
 
 def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: SlackBench) -> None:

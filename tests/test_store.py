@@ -216,9 +216,8 @@ def test_one_deployment_in_flight_per_endpoint_is_a_database_rule(ctx) -> None:
 
 
 def test_naive_datetimes_are_refused(ctx) -> None:
-    with ctx.uow() as uow:
-        with pytest.raises(Exception, match="naive datetime"):
-            uow.audit.record(at=dt.datetime(2026, 1, 1), actor="a", action="x", subject="y")
+    with ctx.uow() as uow, pytest.raises(Exception, match="naive datetime"):
+        uow.audit.record(at=dt.datetime(2026, 1, 1), actor="a", action="x", subject="y")
 
 
 @pytest.mark.postgres

@@ -169,7 +169,7 @@ def test_only_allowed_people_decide_and_refusals_are_audited(wf) -> None:
 
 
 def test_one_deployment_in_flight_per_endpoint_and_cancel_releases_it(wf) -> None:
-    ctx, engine = wf
+    ctx, _engine = wf
     first = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
     with pytest.raises(Refused, match=rf"deployment #{first.id} .* requested by U0DEPLOYER since"):
         request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER)

@@ -15,7 +15,7 @@ class SystemClock:
     """Timezone-aware UTC wall clock."""
 
     def now(self) -> dt.datetime:
-        return dt.datetime.now(dt.timezone.utc)
+        return dt.datetime.now(dt.UTC)
 
 
 class FrozenClock:
@@ -24,7 +24,7 @@ class FrozenClock:
     def __init__(self, start: dt.datetime) -> None:
         if start.tzinfo is None:
             raise ValueError("FrozenClock needs a timezone-aware start")
-        self._now = start.astimezone(dt.timezone.utc)
+        self._now = start.astimezone(dt.UTC)
         self._lock = threading.Lock()
 
     def now(self) -> dt.datetime:
@@ -37,4 +37,4 @@ class FrozenClock:
 
     def set(self, when: dt.datetime) -> None:
         with self._lock:
-            self._now = when.astimezone(dt.timezone.utc)
+            self._now = when.astimezone(dt.UTC)

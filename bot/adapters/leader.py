@@ -117,14 +117,14 @@ class PostgresAdvisoryLock:
 
 def _micro(at: dt.datetime) -> str:
     """Kubernetes ``MicroTime``: RFC 3339 with exactly six fractional digits."""
-    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _parse(value: Any) -> dt.datetime | None:
     if value is None:
         return None
     if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
@@ -147,7 +147,7 @@ class KubernetesLease:
         self.name = name
         self.identity = identity or default_identity()
         self.duration_seconds = duration_seconds
-        self._now = now or (lambda: dt.datetime.now(dt.timezone.utc))
+        self._now = now or (lambda: dt.datetime.now(dt.UTC))
 
     def _body(self, *, acquired: dt.datetime, renewed: dt.datetime, transitions: int, version: str | None) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
@@ -180,7 +180,9 @@ class KubernetesLease:
             if exc.status != 404:
                 raise
             try:
-                self.api.create_namespaced_lease(self.namespace, self._body(acquired=now, renewed=now, transitions=0, version=None))
+                self.api.create_namespaced_lease(
+                    self.namespace, self._body(acquired=now, renewed=now, transitions=0, version=None)
+                )
                 return True
             except ApiException as create_exc:
                 if create_exc.status == 409:  # another replica created it first
@@ -213,8 +215,12 @@ class KubernetesLease:
             lease = self.api.read_namespaced_lease(self.name, self.namespace)
             if lease.spec is None or lease.spec.holder_identity != self.identity:
                 return
-            body = self._body(acquired=_parse(lease.spec.acquire_time) or self._now(), renewed=self._now(),
-                              transitions=lease.spec.lease_transitions or 0, version=lease.metadata.resource_version)
+            body = self._body(
+                acquired=_parse(lease.spec.acquire_time) or self._now(),
+                renewed=self._now(),
+                transitions=lease.spec.lease_transitions or 0,
+                version=lease.metadata.resource_version,
+            )
             body["spec"]["holderIdentity"] = None  # the next replica takes over at once instead of waiting out the Lease
             self._patch(body)
         except ApiException as exc:

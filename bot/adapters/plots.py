@@ -32,7 +32,9 @@ def _save(fig: Any, path: Path) -> dict[str, Any]:
     return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "content_type": "image/png"}
 
 
-def plot_sweep(levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str) -> dict[str, Any]:
+def plot_sweep(
+    levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str
+) -> dict[str, Any]:
     """Latency (TTFT p99, completion p99) and 429/error rate against concurrency, per prefix mode, knee marked."""
     plt = _pyplot()
     fig, (lat, err) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
@@ -64,14 +66,17 @@ def plot_sweep(levels: Sequence[dict[str, Any]], knee: int | None, proposal: int
     return _save(fig, path)
 
 
-def plot_evaluation(kinds: Sequence[str], current: Sequence[float], production: Sequence[float] | None,
-                    path: Path, title: str) -> dict[str, Any]:
+def plot_evaluation(
+    kinds: Sequence[str], current: Sequence[float], production: Sequence[float] | None, path: Path, title: str
+) -> dict[str, Any]:
     """Pass rate per kind, this release beside production."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     xs = list(range(len(kinds)))
     width = 0.4 if production is not None else 0.6
-    ax.bar([x - (width / 2 if production is not None else 0) for x in xs], [100 * v for v in current], width, label="this release")
+    ax.bar(
+        [x - (width / 2 if production is not None else 0) for x in xs], [100 * v for v in current], width, label="this release"
+    )
     if production is not None:
         ax.bar([x + width / 2 for x in xs], [100 * v for v in production], width, label="production")
     ax.set_xticks(xs, list(kinds), rotation=20, fontsize=8)

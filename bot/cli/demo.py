@@ -136,9 +136,22 @@ def _start(data_dir: Path) -> tuple[Any, Any]:
         raise
 
 
+def require_sandbox() -> None:
+    """Stop with one line and exit 2 when the optional ``sandbox`` extra is not installed."""
+    from bot.sandbox import SandboxNotInstalled, require_extra
+
+    try:
+        require_extra()
+    except SandboxNotInstalled as exc:
+        output.error(str(exc))
+        raise typer.Exit(2) from None
+
+
 def demo() -> None:
     """Deploy, approve and roll back Kimi K3 on local stand-ins, printing the Slack conversation."""
     from bot.cli.main import run_guarded
+
+    require_sandbox()
 
     def body() -> None:
         with tempfile.TemporaryDirectory(prefix="kimi-ops-demo-") as tmp:
@@ -164,6 +177,8 @@ def sandbox() -> None:
     from bot.cli.main import run_guarded
     from bot.cli.shell import repl
     from bot.config import load_settings
+
+    require_sandbox()
     from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER
 
     def body() -> None:

@@ -24,7 +24,9 @@ ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-
 # Whole name parts only: HF_TOKEN and AWS_SECRET_ACCESS_KEY are secrets, VLLM_MAX_TOKENS and HF_TOKEN_PATH are not.
 SECRET_NAME = re.compile(r"((^|_)(TOKEN|SECRET|KEY)$|PASSWORD|PASSWD)", re.IGNORECASE)
 # Likewise --api-key and --hf-token, but not --tokenizer or --max-num-batched-tokens.
-SECRET_FLAG = re.compile(r"^--?([a-z0-9]+-)*(api-key|access-key|secret-key|token|secret|password|passwd)(-[a-z0-9]+)*$", re.IGNORECASE)
+SECRET_FLAG = re.compile(
+    r"^--?([a-z0-9]+-)*(api-key|access-key|secret-key|token|secret|password|passwd)(-[a-z0-9]+)*$", re.IGNORECASE
+)
 # Credential shapes worth catching even when the name gives nothing away.
 SECRET_VALUE = re.compile(
     r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{30,})"
@@ -70,7 +72,9 @@ def check_image_pinned(image: str) -> Check:
         return Check.passed("image.pinned", "image is pinned by sha256 digest")
     if "@sha256:" in (image or ""):
         return Check.failed("image.pinned", "image digest is not sha256:<64 lower-case hex>; pin the full digest")
-    return Check.failed("image.pinned", "image is referenced by tag only; a floating tag makes rollback ambiguous, pin @sha256:<digest>")
+    return Check.failed(
+        "image.pinned", "image is referenced by tag only; a floating tag makes rollback ambiguous, pin @sha256:<digest>"
+    )
 
 
 def check_model_commit(commit: str) -> Check:
@@ -96,7 +100,9 @@ def _has_flag(args: Sequence[str], flag: str) -> bool:
 def check_tensor_parallel(args: Sequence[str], gpus: int = NODE_GPUS) -> Check:
     raw = _flag_value(args, "--tensor-parallel-size", "-tp")
     if raw is None:
-        return Check.warned("serving.tensor_parallel", f"--tensor-parallel-size is not set; vLLM would use 1 of the node's {gpus} GPUs")
+        return Check.warned(
+            "serving.tensor_parallel", f"--tensor-parallel-size is not set; vLLM would use 1 of the node's {gpus} GPUs"
+        )
     if not raw.isdigit() or int(raw) < 1:
         return Check.failed("serving.tensor_parallel", f"--tensor-parallel-size {raw!r} is not a positive whole number")
     size = int(raw)
@@ -108,7 +114,9 @@ def check_tensor_parallel(args: Sequence[str], gpus: int = NODE_GPUS) -> Check:
 def check_served_model_name(args: Sequence[str]) -> Check:
     name = _flag_value(args, "--served-model-name")
     if not name or name.startswith("-"):
-        return Check.failed("serving.served_model_name", "--served-model-name is missing; clients and readiness probes need a stable model name")
+        return Check.failed(
+            "serving.served_model_name", "--served-model-name is missing; clients and readiness probes need a stable model name"
+        )
     return Check.passed("serving.served_model_name", f"served as {name}")
 
 
@@ -212,19 +220,32 @@ def compare_objects(expected: Iterable[WeightObject], observed: Mapping[str, Obs
     if problems:
         checks = [
             Check.failed(
-                "weights.objects", "objects differ from the manifest: " + "; ".join(problems),
-                missing=missing, size_mismatch=wrong_size, sha256_mismatch=wrong_sha,
+                "weights.objects",
+                "objects differ from the manifest: " + "; ".join(problems),
+                missing=missing,
+                size_mismatch=wrong_size,
+                sha256_mismatch=wrong_sha,
             )
         ]
     elif unread:
         checks = [Check.errored("weights.objects", f"{len(unread)} object(s) could not be checksummed ({_sample(unread)})")]
     else:
         total = sum(o.size for o in expected)
-        checks = [Check.passed("weights.objects", f"all {len(expected)} objects present with recorded size and SHA-256 ({total:,} bytes)")]
+        checks = [
+            Check.passed(
+                "weights.objects", f"all {len(expected)} objects present with recorded size and SHA-256 ({total:,} bytes)"
+            )
+        ]
     listed = {o.key for o in expected}
     extra = sorted(k for k in observed if k not in listed)
     if extra:
-        checks.append(Check.warned("weights.extra", f"{len(extra)} object(s) under the prefix are not in the manifest ({_sample(extra)})", extra=extra))
+        checks.append(
+            Check.warned(
+                "weights.extra",
+                f"{len(extra)} object(s) under the prefix are not in the manifest ({_sample(extra)})",
+                extra=extra,
+            )
+        )
     else:
         checks.append(Check.passed("weights.extra", "no objects under the prefix beyond the manifest"))
     return checks
@@ -262,7 +283,8 @@ def public_read_statements(policy_text: str) -> tuple[list[str], list[str]]:
     document = json.loads(policy_text)
     statements = document.get("Statement", [])
     statements = statements if isinstance(statements, list) else [statements]
-    unconditional, conditional = [], []
+    unconditional: list[str] = []
+    conditional: list[str] = []
     for index, st in enumerate(statements):
         if not isinstance(st, Mapping) or st.get("Effect") != "Allow":
             continue
@@ -276,7 +298,9 @@ def bucket_checks(posture: BucketPosture) -> list[Check]:
     checks = [
         Check.passed("bucket.versioning", f"versioning is enabled on {b}")
         if posture.versioning == "Enabled"
-        else Check.failed("bucket.versioning", f"versioning is {(posture.versioning or 'off').lower()} on {b}; old weights could be overwritten"),
+        else Check.failed(
+            "bucket.versioning", f"versioning is {(posture.versioning or 'off').lower()} on {b}; old weights could be overwritten"
+        ),
     ]
     bpa = posture.public_access_block or {}
     off = [flag for flag in BPA_FLAGS if not bpa.get(flag)]
@@ -304,9 +328,16 @@ def bucket_checks(posture: BucketPosture) -> list[Check]:
         checks.append(Check.errored("bucket.policy", f"the bucket policy of {b} is not readable JSON"))
         return checks
     if unconditional:
-        checks.append(Check.failed("bucket.policy", f"bucket policy lets anyone (Principal *) read: statement {', '.join(unconditional)}"))
+        checks.append(
+            Check.failed("bucket.policy", f"bucket policy lets anyone (Principal *) read: statement {', '.join(unconditional)}")
+        )
     elif conditional:
-        checks.append(Check.warned("bucket.policy", f"bucket policy lets Principal * read under conditions: statement {', '.join(conditional)}; review them"))
+        checks.append(
+            Check.warned(
+                "bucket.policy",
+                f"bucket policy lets Principal * read under conditions: statement {', '.join(conditional)}; review them",
+            )
+        )
     else:
         checks.append(Check.passed("bucket.policy", "bucket policy grants no public read"))
     return checks
@@ -342,7 +373,11 @@ def image_registry_checks(ref: ImageRef, scan: ImageScan | None) -> list[Check]:
         return checks
     critical = int(scan.severity_counts.get("CRITICAL", 0))
     if critical:
-        checks.append(Check.failed("image.scan", f"image scan reports {critical} CRITICAL finding(s)", severity_counts=dict(scan.severity_counts)))
+        checks.append(
+            Check.failed(
+                "image.scan", f"image scan reports {critical} CRITICAL finding(s)", severity_counts=dict(scan.severity_counts)
+            )
+        )
     else:
         summary = ", ".join(f"{k} {v}" for k, v in sorted(scan.severity_counts.items())) or "none"
         checks.append(Check.passed("image.scan", f"no CRITICAL scan findings ({summary})"))

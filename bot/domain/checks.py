@@ -30,19 +30,19 @@ class Check(BaseModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def passed(cls, name: str, reason: str, **details: Any) -> "Check":
+    def passed(cls, name: str, reason: str, **details: Any) -> Check:
         return cls(name=name, status="pass", reason=reason, details=details)
 
     @classmethod
-    def warned(cls, name: str, reason: str, **details: Any) -> "Check":
+    def warned(cls, name: str, reason: str, **details: Any) -> Check:
         return cls(name=name, status="warn", reason=reason, details=details)
 
     @classmethod
-    def failed(cls, name: str, reason: str, **details: Any) -> "Check":
+    def failed(cls, name: str, reason: str, **details: Any) -> Check:
         return cls(name=name, status="fail", reason=reason, details=details)
 
     @classmethod
-    def errored(cls, name: str, reason: str, **details: Any) -> "Check":
+    def errored(cls, name: str, reason: str, **details: Any) -> Check:
         return cls(name=name, status="error", reason=reason, details=details)
 
 

@@ -18,7 +18,7 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import jsonschema
 import yaml
@@ -37,7 +37,8 @@ KINDS: tuple[Kind, ...] = ("coding", "tool_call", "structured_output", "long_con
 # Phrases with which chat models decline; an operator can extend them in the set.
 DEFAULT_REFUSAL_PATTERNS: tuple[str, ...] = (
     r"\bI(?:'m| am)? (?:sorry|afraid)\b",
-    r"\bI (?:can(?:'|no)t|cannot|won't|will not|am unable to|'m unable to|am not able to) (?:help|assist|provide|do|comply|share|create|write|give)",
+    r"\bI (?:can(?:'|no)t|cannot|won't|will not|am unable to|'m unable to|am not able to) "
+    r"(?:help|assist|provide|do|comply|share|create|write|give)",
     r"\b(?:can't|cannot|won't) (?:help|assist) with (?:that|this)",
     r"\bnot able to (?:help|assist)",
 )
@@ -147,15 +148,16 @@ class EvalCase(BaseModel):
     checks: CaseChecks
 
     @model_validator(mode="after")
-    def _coherent(self) -> "EvalCase":
+    def _coherent(self) -> EvalCase:
         if not self.checks.names:
             raise ValueError(f"case {self.id}: give at least one check")
         if self.checks.tool_call is not None and not self.tools:
             raise ValueError(f"case {self.id}: a tool_call check needs tools")
         if self.filler is not None and self.kind != "long_context":
             raise ValueError(f"case {self.id}: only long_context cases take a filler")
-        if self.kind == "image" and not any(isinstance(part, ImagePart) for m in self.messages if not isinstance(m.content, str)
-                                            for part in m.content):
+        if self.kind == "image" and not any(
+            isinstance(part, ImagePart) for m in self.messages if not isinstance(m.content, str) for part in m.content
+        ):
             raise ValueError(f"case {self.id}: an image case needs an image_url part in its messages")
         return self
 
@@ -200,7 +202,7 @@ class EvalSet(BaseModel):
     cases: list[EvalCase] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "EvalSet":
+    def _unique_ids(self) -> EvalSet:
         ids = [c.id for c in self.cases]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -234,10 +236,38 @@ def parse_eval_set(text: str, *, source: str = "evaluation set") -> EvalSet:
 
 
 # ---------------------------------------------------------------- long context
-_WORDS = (
-    "cluster node replica shard lease quota region bucket prefix manifest digest tensor kernel batch queue "
-    "token window cache block scheduler driver latency budget rollout gate audit release weight layer expert"
-).split()
+_WORDS = [
+    "cluster",
+    "node",
+    "replica",
+    "shard",
+    "lease",
+    "quota",
+    "region",
+    "bucket",
+    "prefix",
+    "manifest",
+    "digest",
+    "tensor",
+    "kernel",
+    "batch",
+    "queue",
+    "token",
+    "window",
+    "cache",
+    "block",
+    "scheduler",
+    "driver",
+    "latency",
+    "budget",
+    "rollout",
+    "gate",
+    "audit",
+    "release",
+    "weight",
+    "layer",
+    "expert",
+]
 
 
 def filler_text(tokens: int, needle: str, seed: int = 7) -> str:
@@ -279,7 +309,9 @@ def expand(eval_set: EvalSet, *, long_context_tokens: int | None = None) -> list
         size = long_context_tokens or case.filler.tokens or size_default
         document = filler_text(size, case.filler.needle, case.filler.seed)
         messages = list(case.messages)
-        last_user = max(i for i, m in enumerate(messages) if m.role == "user") if any(m.role == "user" for m in messages) else None
+        last_user = (
+            max(i for i, m in enumerate(messages) if m.role == "user") if any(m.role == "user" for m in messages) else None
+        )
         if last_user is None:
             messages.append(Message(role="user", content=document))
         else:
@@ -381,7 +413,7 @@ def _schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
 
 
 def _rule_words(error: jsonschema.exceptions.ValidationError) -> str:
-    rule, wanted = error.validator, error.validator_value
+    rule, wanted = error.validator, cast(Any, error.validator_value)
     if rule == "required":
         missing = [name for name in wanted if isinstance(error.instance, dict) and name not in error.instance]
         return f"missing required {', '.join(repr(n) for n in missing) or 'properties'}"
@@ -398,8 +430,9 @@ def _rule_words(error: jsonschema.exceptions.ValidationError) -> str:
     return f"fails {rule} {wanted!r}"
 
 
-def score(case: EvalCase, answer: Answer, *, refusal_patterns: Sequence[str] = DEFAULT_REFUSAL_PATTERNS,
-          sampling: bool = False) -> CaseResult:
+def score(
+    case: EvalCase, answer: Answer, *, refusal_patterns: Sequence[str] = DEFAULT_REFUSAL_PATTERNS, sampling: bool = False
+) -> CaseResult:
     """Judge one answer against every check of its case; each failure is one short reason."""
     failures: list[str] = []
     checks = case.checks
@@ -511,7 +544,10 @@ class Summary:
             "set": self.set_name,
             "version": self.set_version,
             "pass_rate": round(self.pass_rate, 4),
-            "kinds": {k: {"total": v.total, "passed": v.passed, "pass_rate": round(v.pass_rate, 4)} for k, v in sorted(self.kinds.items())},
+            "kinds": {
+                k: {"total": v.total, "passed": v.passed, "pass_rate": round(v.pass_rate, 4)}
+                for k, v in sorted(self.kinds.items())
+            },
             "latency_p50_ms": _round(self.latency_p50_ms),
             "latency_p95_ms": _round(self.latency_p95_ms),
             "ttft_p50_ms": _round(self.ttft_p50_ms),
@@ -521,8 +557,10 @@ class Summary:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Summary":
-        kinds = {k: KindSummary(kind=k, total=int(v["total"]), passed=int(v["passed"])) for k, v in (data.get("kinds") or {}).items()}
+    def from_dict(cls, data: dict[str, Any]) -> Summary:
+        kinds = {
+            k: KindSummary(kind=k, total=int(v["total"]), passed=int(v["passed"])) for k, v in (data.get("kinds") or {}).items()
+        }
         return cls(
             set_name=str(data.get("set", "")),
             set_version=str(data.get("version", "")),
@@ -581,7 +619,9 @@ def kind_verdicts(eval_set: EvalSet, summary: Summary, results: Sequence[CaseRes
             out.append(Verdict(f"model.{kind}", "pass", text, details))
         else:
             first = failed[0]
-            out.append(Verdict(f"model.{kind}", "fail", f"{text} (need {need:.0%}); {first.case_id}: {first.failures[0]}", details))
+            out.append(
+                Verdict(f"model.{kind}", "fail", f"{text} (need {need:.0%}); {first.case_id}: {first.failures[0]}", details)
+            )
     return out
 
 
@@ -591,8 +631,14 @@ def compare(current: Summary, baseline: Summary | None, tolerances: Tolerances) 
         return [Verdict("model.baseline", "warn", "no production report to compare with (first release on this endpoint)")]
     out: list[Verdict] = []
     if (baseline.set_name, baseline.set_version) != (current.set_name, current.set_version):
-        out.append(Verdict("model.baseline", "warn",
-                           f"production ran set {baseline.set_name} v{baseline.set_version}, this run v{current.set_version}; comparing shared kinds"))
+        out.append(
+            Verdict(
+                "model.baseline",
+                "warn",
+                f"production ran set {baseline.set_name} v{baseline.set_version}, this run v{current.set_version}; "
+                "comparing shared kinds",
+            )
+        )
     drops: list[str] = []
     for kind, now in sorted(current.kinds.items()):
         before = baseline.kinds.get(kind)
@@ -603,7 +649,11 @@ def compare(current: Summary, baseline: Summary | None, tolerances: Tolerances) 
     if drops:
         out.append(Verdict("model.quality_vs_production", "fail", "pass rate fell: " + ", ".join(drops)))
     else:
-        out.append(Verdict("model.quality_vs_production", "pass", f"pass rate {current.pass_rate:.0%} vs production {baseline.pass_rate:.0%}"))
+        out.append(
+            Verdict(
+                "model.quality_vs_production", "pass", f"pass rate {current.pass_rate:.0%} vs production {baseline.pass_rate:.0%}"
+            )
+        )
     rises: list[str] = []
     pairs = [("p50", current.latency_p50_ms, baseline.latency_p50_ms), ("p95", current.latency_p95_ms, baseline.latency_p95_ms)]
     for label, now_ms, before_ms in pairs:
@@ -612,18 +662,31 @@ def compare(current: Summary, baseline: Summary | None, tolerances: Tolerances) 
         allowed = max(before_ms * (1 + tolerances.latency_increase), before_ms + tolerances.latency_floor_ms)
         if now_ms > allowed:
             rises.append(f"{label} {before_ms:.0f}→{now_ms:.0f} ms")
-    latency_details = {"current": {"p50": current.latency_p50_ms, "p95": current.latency_p95_ms},
-                       "production": {"p50": baseline.latency_p50_ms, "p95": baseline.latency_p95_ms}}
+    latency_details = {
+        "current": {"p50": current.latency_p50_ms, "p95": current.latency_p95_ms},
+        "production": {"p50": baseline.latency_p50_ms, "p95": baseline.latency_p95_ms},
+    }
     if rises:
-        out.append(Verdict("model.latency_vs_production", "fail",
-                           f"latency rose beyond {tolerances.latency_increase:.0%}: " + ", ".join(rises), latency_details))
+        out.append(
+            Verdict(
+                "model.latency_vs_production",
+                "fail",
+                f"latency rose beyond {tolerances.latency_increase:.0%}: " + ", ".join(rises),
+                latency_details,
+            )
+        )
     else:
-        out.append(Verdict("model.latency_vs_production", "pass",
-                           f"p50 {_ms(current.latency_p50_ms)} / p95 {_ms(current.latency_p95_ms)} vs production "
-                           f"{_ms(baseline.latency_p50_ms)} / {_ms(baseline.latency_p95_ms)}", latency_details))
+        out.append(
+            Verdict(
+                "model.latency_vs_production",
+                "pass",
+                f"p50 {_ms(current.latency_p50_ms)} / p95 {_ms(current.latency_p95_ms)} vs production "
+                f"{_ms(baseline.latency_p50_ms)} / {_ms(baseline.latency_p95_ms)}",
+                latency_details,
+            )
+        )
     return out
 
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f} ms"
-

@@ -70,7 +70,9 @@ def crossed_thresholds(remaining: dt.timedelta, thresholds: Iterable[float]) -> 
     return {float(t) for t in thresholds if hours <= float(t)}
 
 
-def threshold_to_announce(remaining: dt.timedelta, thresholds: Iterable[float], sent: set[float]) -> tuple[float | None, set[float]]:
+def threshold_to_announce(
+    remaining: dt.timedelta, thresholds: Iterable[float], sent: set[float]
+) -> tuple[float | None, set[float]]:
     """``(threshold to alert for, thresholds sent afterwards)``: one alert for the smallest newly crossed."""
     crossed = crossed_thresholds(remaining, thresholds)
     new = crossed - sent

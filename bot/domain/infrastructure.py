@@ -37,7 +37,7 @@ def select_reservation(
         and (availability_zone is None or r.availability_zone == availability_zone)
         and r.state.lower() in {"active", "scheduled", "payment-pending", "pending"}
     ]
-    return max(matching, key=lambda r: r.end or dt.datetime.min.replace(tzinfo=dt.timezone.utc), default=None)
+    return max(matching, key=lambda r: r.end or dt.datetime.min.replace(tzinfo=dt.UTC), default=None)
 
 
 def reservation_checks(
@@ -58,40 +58,53 @@ def reservation_checks(
     wanted = f"ml.{instance_type.removeprefix('ml.')}" if endpoint_kind == "hyperpod" else instance_type.removeprefix("ml.")
     checks: list[Check] = []
     exact = reservation.instance_type == wanted or (
-        endpoint_kind == "hyperpod" and reservation.kind == "training-plan" and same_instance_type(reservation.instance_type, wanted)
+        endpoint_kind == "hyperpod"
+        and reservation.kind == "training-plan"
+        and same_instance_type(reservation.instance_type, wanted)
     )
     if exact:
         checks.append(Check.passed("reservation.instance_type", f"{reservation.instance_type} matches the {endpoint_kind} path"))
     else:
         checks.append(
-            Check.failed("reservation.instance_type", f"reservation is {reservation.instance_type}, the {endpoint_kind} path needs {wanted}")
+            Check.failed(
+                "reservation.instance_type",
+                f"reservation is {reservation.instance_type}, the {endpoint_kind} path needs {wanted}",
+            )
         )
     zones = sorted(set(node_zones))
     expected_zone = availability_zone or (zones[0] if len(zones) == 1 else None)
     if reservation.availability_zone is None:
         checks.append(Check.warned("reservation.zone", "the reservation reports no Availability Zone; confirm it by hand"))
     elif expected_zone is None:
-        checks.append(Check.warned("reservation.zone", f"reservation is in {reservation.availability_zone}; the endpoint names no zone"))
+        checks.append(
+            Check.warned("reservation.zone", f"reservation is in {reservation.availability_zone}; the endpoint names no zone")
+        )
     elif reservation.availability_zone == expected_zone and (not zones or reservation.availability_zone in zones):
         checks.append(Check.passed("reservation.zone", f"reservation and GPU nodes are in {reservation.availability_zone}"))
     else:
         where = ", ".join(zones) or expected_zone
         checks.append(
-            Check.failed("reservation.zone", f"reservation is in {reservation.availability_zone} but the cluster's GPU nodes are in {where}")
+            Check.failed(
+                "reservation.zone",
+                f"reservation is in {reservation.availability_zone} but the cluster's GPU nodes are in {where}",
+            )
         )
     needed_until = now + warmup + soak + rollout_window + CLEANUP
     if reservation.state.lower() not in {"active", "scheduled"}:
         checks.append(Check.failed("reservation.window", f"reservation is {reservation.state}, not active"))
     elif reservation.start is not None and reservation.start > now:
         checks.append(
-            Check.failed("reservation.window", f"reservation starts {reservation.start:%Y-%m-%d %H:%M} UTC, after now; wait for it")
+            Check.failed(
+                "reservation.window", f"reservation starts {reservation.start:%Y-%m-%d %H:%M} UTC, after now; wait for it"
+            )
         )
     elif reservation.end is None or reservation.end < needed_until:
         short = (needed_until - reservation.end) if reservation.end else None
         checks.append(
             Check.failed(
                 "reservation.window",
-                f"reservation ends {reservation.end:%Y-%m-%d %H:%M} UTC, {_fmt(short)} before warm-up, soak, rollout and cleanup finish"
+                f"reservation ends {reservation.end:%Y-%m-%d %H:%M} UTC, "
+                f"{_fmt(short)} before warm-up, soak, rollout and cleanup finish"
                 if reservation.end
                 else "reservation has no end date",
             )

@@ -78,7 +78,7 @@ class Weights(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _unique_keys(self) -> "Weights":
+    def _unique_keys(self) -> Weights:
         keys = [o.key for o in self.objects]
         dupes = sorted({k for k in keys if keys.count(k) > 1})
         if dupes:

@@ -107,7 +107,11 @@ def _diff_args(a: Sequence[str], b: Sequence[str]) -> tuple[list[str], list[str]
     added = [_render_arg(f, v) for f in kb if f not in ka for v in kb[f]]
     removed = [_render_arg(f, v) for f in ka if f not in kb for v in ka[f]]
     changed = [
-        Change(f, " ".join(str(v) for v in ka[f]) if ka[f] != [None] else "(set)", " ".join(str(v) for v in kb[f]) if kb[f] != [None] else "(set)")
+        Change(
+            f,
+            " ".join(str(v) for v in ka[f]) if ka[f] != [None] else "(set)",
+            " ".join(str(v) for v in kb[f]) if kb[f] != [None] else "(set)",
+        )
         for f in ka
         if f in kb and ka[f] != kb[f]
     ]
@@ -192,7 +196,11 @@ def render_diff(diff: ReleaseDiff, max_items: int = 20) -> str:
     section(
         "serving env",
         [
-            f"- {c.field}={c.before}" if c.after is None else f"+ {c.field}={c.after}" if c.before is None else f"~ {c.field}: {c.before} → {c.after}"
+            f"- {c.field}={c.before}"
+            if c.after is None
+            else f"+ {c.field}={c.after}"
+            if c.before is None
+            else f"~ {c.field}: {c.before} → {c.after}"
             for c in diff.env
         ],
     )

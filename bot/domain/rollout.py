@@ -25,12 +25,12 @@ class RenderedManifest:
     sha256: str
 
     @classmethod
-    def of(cls, objects: list[dict[str, Any]]) -> "RenderedManifest":
+    def of(cls, objects: list[dict[str, Any]]) -> RenderedManifest:
         text = manifest_text(objects)
         return cls(objects=objects, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
     @classmethod
-    def from_text(cls, text: str) -> "RenderedManifest":
+    def from_text(cls, text: str) -> RenderedManifest:
         """Rebuild from stored text, byte for byte (rollback re-applies exactly this)."""
         objects = [o for o in yaml.safe_load_all(text) if o]
         return cls(objects=objects, text=text, sha256=hashlib.sha256(text.encode()).hexdigest())

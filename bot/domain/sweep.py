@@ -129,7 +129,7 @@ class LevelStats:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LevelStats":
+    def from_dict(cls, data: dict[str, Any]) -> LevelStats:
         keys = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in keys}
         values["broken"] = tuple(values.get("broken", ()))
@@ -262,7 +262,7 @@ def propose(levels: Sequence[LevelStats], objectives: Objectives, *, ceiling: in
     p50s = [lv.completion_p50_ms for lv in at_chosen if lv.completion_p50_ms]
     slowest = max(p50s) if p50s else None
     wait_budget = objectives.ttft_p99_ms or DEFAULT_QUEUE_WAIT_MS
-    queue = 0 if not slowest else int(math.floor(chosen * wait_budget / slowest))
+    queue = 0 if not slowest else math.floor(chosen * wait_budget / slowest)
     queue = max(0, min(queue, 4 * chosen))  # a deep queue only hides overload behind latency
     if knee is None:
         return Proposal(chosen, queue, None, (), None,

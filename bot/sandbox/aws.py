@@ -8,6 +8,7 @@ at ``http://127.0.0.1:<ephemeral port>`` with dummy credentials.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -95,7 +96,9 @@ def seed_good_release(
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     s3.put_public_access_block(
         Bucket=bucket,
-        PublicAccessBlockConfiguration={flag: True for flag in ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")},
+        PublicAccessBlockConfiguration={
+            flag: True for flag in ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
+        },
     )
     s3.put_bucket_encryption(
         Bucket=bucket,
@@ -125,10 +128,8 @@ def seed_image(ecr: Any, image: str, tag: str = "kimi-k3") -> None:
     ref = parse_image(image)
     if not ref.is_ecr or not ref.digest:
         raise ValueError(f"{image} is not an ECR image pinned by digest")
-    try:
+    with contextlib.suppress(ecr.exceptions.RepositoryAlreadyExistsException):  # several releases share a repository
         ecr.create_repository(repositoryName=ref.ecr_repository)
-    except ecr.exceptions.RepositoryAlreadyExistsException:
-        pass  # seeding twice (several releases share a repository) is fine
     manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE, "config": {"digest": ref.digest}, "layers": []}
     ecr.put_image(repositoryName=ref.ecr_repository, imageManifest=json.dumps(manifest), imageDigest=ref.digest, imageTag=tag)
 
@@ -144,7 +145,9 @@ def set_scan_findings(stand_in: MotoStandIn, image: str, severity_counts: Mappin
         "imageScanFindings": {"findingSeverityCounts": dict(severity_counts), "findings": []},
     }
     response = httpx.post(
-        f"{stand_in.url}/moto-api/static/ecr/scan-finding-results", json={"results": [result], "region": ref.ecr_region}, timeout=10
+        f"{stand_in.url}/moto-api/static/ecr/scan-finding-results",
+        json={"results": [result], "region": ref.ecr_region},
+        timeout=10,
     )
     response.raise_for_status()
     stand_in.client("ecr", ref.ecr_region or "us-east-1").start_image_scan(
@@ -155,8 +158,5 @@ def set_scan_findings(stand_in: MotoStandIn, image: str, severity_counts: Mappin
 def _ensure_bucket(s3: Any, bucket: str) -> None:
     region = s3.meta.region_name
     kwargs: dict[str, Any] = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
-    try:
-        s3.create_bucket(Bucket=bucket, **kwargs)
-    except (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
-        pass  # licence and weights often share a bucket
-
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+        s3.create_bucket(Bucket=bucket, **kwargs)  # licence and weights often share a bucket

@@ -49,7 +49,7 @@ class SageMakerFace:
         face = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server hook name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 target = self.headers.get("X-Amz-Target", "")
                 found = _REGION.search(self.headers.get("Authorization", ""))
@@ -65,13 +65,16 @@ class SageMakerFace:
                 return
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sagemaker-face", daemon=True)
+        self._thread = threading.Thread(
+            # A short poll: stop() waits for it, and tests start and stop stand-ins hundreds of times.
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sagemaker-face", daemon=True,
+        )
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> "SageMakerFace":
+    def start(self) -> SageMakerFace:
         self._thread.start()
         return self
 

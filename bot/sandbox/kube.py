@@ -66,7 +66,7 @@ SUBRESOURCES: dict[str, set[str]] = {
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @functools.cache
@@ -75,7 +75,7 @@ def _emulator_class() -> type:
     import aiohttp.web
     from kmock import KubernetesEmulator, KubernetesError, ResourceInfo, action
 
-    class ApplyingEmulator(KubernetesEmulator):  # type: ignore[misc]
+    class ApplyingEmulator(KubernetesEmulator):
         def __attrs_post_init__(self) -> None:
             super().__attrs_post_init__()
             self.owners: dict[tuple[Any, ...], ssa.Owners] = {}
@@ -89,9 +89,9 @@ def _emulator_class() -> type:
                     verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
                 )
             for resource in self.resources:
-                info = self.resources[resource]
-                api_version = resource.version if resource.group == "" else f"{resource.group}/{resource.version}"
-                self.kinds[resource] = (str(info.kind), api_version)
+                registered = self.resources[resource]
+                api_version = str(resource.version) if resource.group == "" else f"{resource.group}/{resource.version}"
+                self.kinds[resource] = (str(registered.kind), api_version)
 
         def _stamp_version(self, obj: dict[str, Any]) -> None:
             self.version += 1
@@ -115,7 +115,8 @@ def _emulator_class() -> type:
         def _live(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
             if key not in self._objects or self._objects[key].deleted:
                 return None
-            return copy.deepcopy(self._objects[key].raw)
+            live: dict[str, Any] = copy.deepcopy(self._objects[key].raw)
+            return live
 
         @staticmethod
         def _respond(obj: dict[str, Any], status: int = 200) -> Any:
@@ -178,7 +179,7 @@ def _emulator_class() -> type:
                 live = self._live(key)
                 owners = copy.deepcopy(self.owners.get(key, {}))
                 if live is None:
-                    new = {"apiVersion": api_version, "kind": kind,
+                    new: dict[str, Any] = {"apiVersion": api_version, "kind": kind,
                            "metadata": {"name": request.name, "uid": str(uuid.uuid4()), "generation": 1,
                                         "creationTimestamp": _now()}}
                     if request.namespace:
@@ -188,11 +189,13 @@ def _emulator_class() -> type:
                     clashes = ssa.conflicts(owners, manager, live, config)
                     if clashes and not force:
                         causes = [{"reason": "FieldManagerConflict", "field": ssa.describe(p),
-                                   "message": f'conflict with "{m.removesuffix("-update")}" using {api_version}'} for m, p in clashes]
+                                   "message": f'conflict with "{m.removesuffix("-update")}" using {api_version}'}
+                                  for m, p in clashes]
                         raise KubernetesError(
-                            status=409, reason="Conflict",
+                            status=409,
+                            reason="Conflict",
                             message=f"Apply failed with {len(causes)} conflict(s): "
-                                    + "; ".join(f"{c['message']}: {c['field']}" for c in causes),
+                            + "; ".join(f"{c['message']}: {c['field']}" for c in causes),
                             details={"causes": causes, "name": request.name, "kind": request.resource.plural},
                         )
                     new = ssa.apply(owners, manager, api_version, live, config, force=force)
@@ -221,8 +224,11 @@ def _emulator_class() -> type:
                     raise KubernetesError(status=404, reason="NotFound", message=f'"{request.name}" not found')
                 wanted_version = (patch.get("metadata") or {}).get("resourceVersion")
                 if wanted_version is not None and str(wanted_version) != str(live["metadata"].get("resourceVersion")):
-                    raise KubernetesError(status=409, reason="Conflict",
-                                          message="the object has been modified; please apply your changes to the latest version")
+                    raise KubernetesError(
+                        status=409,
+                        reason="Conflict",
+                        message="the object has been modified; please apply your changes to the latest version",
+                    )
                 if request.subresource == "status":
                     patch = {"status": patch.get("status") or {}}
                 else:
@@ -241,10 +247,14 @@ def _emulator_class() -> type:
             return self._respond(new)
 
         async def _serve_list(self, request: Any) -> Any:
-            payload = await super()._serve_list(request)
+            payload: Any = await super()._serve_list(request)
             kind, api_version = self.kinds.get(request.resource, ("", ""))
-            return {"apiVersion": api_version or "v1", "kind": f"{kind}List",
-                    "metadata": {"resourceVersion": str(self.version)}, "items": payload["items"]}
+            return {
+                "apiVersion": api_version or "v1",
+                "kind": f"{kind}List",
+                "metadata": {"resourceVersion": str(self.version)},
+                "items": payload["items"],
+            }
 
     return ApplyingEmulator
 
@@ -255,14 +265,17 @@ def _spec(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    strip = lambda o: {**o, "metadata": {k: v for k, v in (o.get("metadata") or {}).items()  # noqa: E731
-                                         if k not in {"resourceVersion", "managedFields"}}}
+    def strip(o: dict[str, Any]) -> dict[str, Any]:
+        volatile = {"resourceVersion", "managedFields"}
+        return {**o, "metadata": {k: v for k, v in (o.get("metadata") or {}).items() if k not in volatile}}
+
     return strip(a) == strip(b)
 
 
 def _same_owners(a: ssa.Owners, b: ssa.Owners) -> bool:
     return {m: (e["operation"], frozenset(e["fields"])) for m, e in a.items()} == {
-        m: (e["operation"], frozenset(e["fields"])) for m, e in b.items()}
+        m: (e["operation"], frozenset(e["fields"])) for m, e in b.items()
+    }
 
 
 @dataclass
@@ -288,6 +301,7 @@ class KubeStandIn:
 
     def run(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the emulator's event loop (where its state lives) and return its result."""
+
         async def call() -> Any:
             async with self.emulator._lock:
                 return fn()
@@ -303,7 +317,7 @@ class KubeStandIn:
             api.close()
         self._stop()
 
-    def __enter__(self) -> "KubeStandIn":
+    def __enter__(self) -> KubeStandIn:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -348,41 +362,94 @@ def _crd_object() -> dict[str, Any]:
         "spec": {
             "group": doc["group"],
             "scope": "Namespaced",
-            "names": {"kind": doc["kind"], "plural": doc["plural"], "listKind": f"{doc['kind']}List",
-                      "singular": doc["kind"].lower()},
-            "versions": [{"name": "v1", "served": True, "storage": True, "subresources": doc["subresources"],
-                          "schema": {"openAPIV3Schema": doc["openAPIV3Schema"]}}],
+            "names": {
+                "kind": doc["kind"],
+                "plural": doc["plural"],
+                "listKind": f"{doc['kind']}List",
+                "singular": doc["kind"].lower(),
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": doc["subresources"],
+                    "schema": {"openAPIV3Schema": doc["openAPIV3Schema"]},
+                }
+            ],
         },
     }
 
 
-def seed_cluster(rest: Rest, *, namespace: str = "model-serving", zone: str = "us-east-1a",
-                 instance_type: str = "ml.p6-b300.48xlarge", gpus: int = 8, operator_available: bool = True) -> None:
+def seed_cluster(
+    rest: Rest,
+    *,
+    namespace: str = "model-serving",
+    zone: str = "us-east-1a",
+    instance_type: str = "ml.p6-b300.48xlarge",
+    gpus: int = 8,
+    operator_available: bool = True,
+) -> None:
     """The CRD, the operator Deployment, the namespace and one GPU node in ``zone``."""
     rest.create(collection_path("CustomResourceDefinition"), _crd_object())
     for name in (namespace, OPERATOR_NAMESPACE):
-        rest.create(collection_path("Namespace"), {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": name, "labels": {"kubernetes.io/metadata.name": name}}})
+        rest.create(
+            collection_path("Namespace"),
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+            },
+        )
     labels = {"app.kubernetes.io/name": "hyperpod-inference-operator", "control-plane": "controller-manager"}
     ready = "True" if operator_available else "False"
-    rest.create(collection_path("Deployment", OPERATOR_NAMESPACE), {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": OPERATOR_DEPLOYMENT, "namespace": OPERATOR_NAMESPACE, "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"containers": [{"name": "manager", "image": "public.ecr.aws/hyperpod/inference-operator:v1"}]}}},
-        "status": {"replicas": 1, "readyReplicas": 1 if operator_available else 0,
-                   "availableReplicas": 1 if operator_available else 0,
-                   "conditions": [{"type": "Available", "status": ready,
-                                   "reason": "MinimumReplicasAvailable" if operator_available else "MinimumReplicasUnavailable"}]},
-    })
+    rest.create(
+        collection_path("Deployment", OPERATOR_NAMESPACE),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": OPERATOR_DEPLOYMENT, "namespace": OPERATOR_NAMESPACE, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "manager", "image": "public.ecr.aws/hyperpod/inference-operator:v1"}]},
+                },
+            },
+            "status": {
+                "replicas": 1,
+                "readyReplicas": 1 if operator_available else 0,
+                "availableReplicas": 1 if operator_available else 0,
+                "conditions": [
+                    {
+                        "type": "Available",
+                        "status": ready,
+                        "reason": "MinimumReplicasAvailable" if operator_available else "MinimumReplicasUnavailable",
+                    }
+                ],
+            },
+        },
+    )
     bare = instance_type.removeprefix("ml.")
-    rest.create(collection_path("Node"), {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": f"hyperpod-i-0{bare.replace('.', '-')}", "labels": {
-            "node.kubernetes.io/instance-type": instance_type, "topology.kubernetes.io/zone": zone,
-            "eks.amazonaws.com/capacityType": "CAPACITY_BLOCK", "kubernetes.io/os": "linux"}},
-        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "190", "memory": "4000Gi"},
-                   "capacity": {"nvidia.com/gpu": str(gpus)},
-                   "conditions": [{"type": "Ready", "status": "True"}]},
-    })
+    rest.create(
+        collection_path("Node"),
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"hyperpod-i-0{bare.replace('.', '-')}",
+                "labels": {
+                    "node.kubernetes.io/instance-type": instance_type,
+                    "topology.kubernetes.io/zone": zone,
+                    "eks.amazonaws.com/capacityType": "CAPACITY_BLOCK",
+                    "kubernetes.io/os": "linux",
+                },
+            },
+            "status": {
+                "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "190", "memory": "4000Gi"},
+                "capacity": {"nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        },
+    )

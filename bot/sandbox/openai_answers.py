@@ -190,8 +190,8 @@ def example_for(schema: Mapping[str, Any]) -> Any:
 
 def _wanted_tool(body: Mapping[str, Any], prompt: Prompt) -> Mapping[str, Any] | None:
     """The tool a model would call: forced by ``tool_choice``, or named in the last user message."""
-    tools = [t.get("function", {}) for t in body.get("tools") or [] if isinstance(t, Mapping)]
-    tools = [t for t in tools if isinstance(t, Mapping) and t.get("name")]
+    functions = [t.get("function", {}) for t in body.get("tools") or [] if isinstance(t, Mapping)]
+    tools: list[Mapping[str, Any]] = [t for t in functions if isinstance(t, Mapping) and t.get("name")]
     choice = body.get("tool_choice", "auto")
     if not tools or choice == "none":
         return None

@@ -64,7 +64,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing --------------------------------------------------------------------------------------------
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("openai stand-in: " + format, *args)
 
     @property
@@ -104,7 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes ----------------------------------------------------------------------------------------------
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/health":
             self._send(self.engine.behaviour.health_status, b"")
@@ -115,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         if self.path.split("?", 1)[0] != "/v1/chat/completions":
             self._json(404, {"detail": "Not Found"})
             return

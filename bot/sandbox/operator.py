@@ -30,7 +30,7 @@ DEFAULT_FAILURE = "CUDA out of memory while loading experts: tried to allocate 2
 
 
 def _ts() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class OperatorSimulator:
@@ -51,7 +51,7 @@ class OperatorSimulator:
         self.errors: list[str] = []
         self.emit_events = emit_events  # False plays a cluster whose events the bot may not read
 
-    def __enter__(self) -> "OperatorSimulator":
+    def __enter__(self) -> OperatorSimulator:
         self._thread.start()
         return self
 
@@ -124,37 +124,87 @@ class OperatorSimulator:
     def _eks_step(self, name: str, generation: int, step: int, pod: str) -> None:
         base = {"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1}
         if step == 0:
-            self._status(name, {**base, "availableReplicas": 0, "unavailableReplicas": 1, "conditions": [
-                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated", "message": "created a new ReplicaSet"}]})
+            self._status(
+                name,
+                {
+                    **base,
+                    "availableReplicas": 0,
+                    "unavailableReplicas": 1,
+                    "conditions": [
+                        {
+                            "type": "Progressing",
+                            "status": "True",
+                            "reason": "NewReplicaSetCreated",
+                            "message": "created a new ReplicaSet",
+                        }
+                    ],
+                },
+            )
         elif step == 1:
             self._pod(pod, name, "Pending", waiting="ContainerCreating")
             self._event(pod, "Pod", "Normal", "Scheduled", f"Successfully assigned {self.namespace}/{pod}")
         elif self.behaviour == "succeed":
             self._pod(pod, name, "Running", ready=True)
-            self._status(name, {**base, "readyReplicas": 1, "availableReplicas": 1, "unavailableReplicas": 0, "conditions": [
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
-                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]})
+            self._status(
+                name,
+                {
+                    **base,
+                    "readyReplicas": 1,
+                    "availableReplicas": 1,
+                    "unavailableReplicas": 0,
+                    "conditions": [
+                        {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                        {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+                    ],
+                },
+            )
         else:
             self._pod(pod, name, "Running", waiting="CrashLoopBackOff")
             self._event(pod, "Pod", "Warning", "BackOff", "Back-off restarting failed container vllm")
-            self._status(name, {**base, "availableReplicas": 0, "conditions": [
-                {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
-                {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
-                 "message": f'ReplicaSet "{name}" has timed out progressing: {self.failure_reason}'}]})
+            self._status(
+                name,
+                {
+                    **base,
+                    "availableReplicas": 0,
+                    "conditions": [
+                        {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable"},
+                        {
+                            "type": "Progressing",
+                            "status": "False",
+                            "reason": "ProgressDeadlineExceeded",
+                            "message": f'ReplicaSet "{name}" has timed out progressing: {self.failure_reason}',
+                        },
+                    ],
+                },
+            )
 
     def _pod(self, pod: str, owner: str, phase: str, *, ready: bool = False, waiting: str | None = None) -> None:
         state: dict[str, Any] = {"running": {"startedAt": _ts()}} if waiting is None else {"waiting": {"reason": waiting}}
-        status = {"phase": phase, "containerStatuses": [
-            {"name": "vllm", "ready": ready, "restartCount": 0 if waiting != "CrashLoopBackOff" else 3,
-             "image": "vllm", "imageID": "", "state": state}]}
+        status = {
+            "phase": phase,
+            "containerStatuses": [
+                {
+                    "name": "vllm",
+                    "ready": ready,
+                    "restartCount": 0 if waiting != "CrashLoopBackOff" else 3,
+                    "image": "vllm",
+                    "imageID": "",
+                    "state": state,
+                }
+            ],
+        }
         path = object_path("Pod", pod, self.namespace)
         if self.rest.get(path) is None:
-            self.rest.create(collection_path("Pod", self.namespace), {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod, "namespace": self.namespace, "labels": {"app": owner}},
-                "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
-                "status": status,
-            })
+            self.rest.create(
+                collection_path("Pod", self.namespace),
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": pod, "namespace": self.namespace, "labels": {"app": owner}},
+                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                    "status": status,
+                },
+            )
         else:
             self.rest.merge_patch(path + "/status", {"status": status}, manager="kubelet")
 
@@ -162,10 +212,19 @@ class OperatorSimulator:
         if not self.emit_events:
             return
         name = f"{involved}.{uuid.uuid4().hex[:12]}"
-        self.rest.create(collection_path("Event", self.namespace), {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": self.namespace},
-            "involvedObject": {"kind": kind, "name": involved, "namespace": self.namespace},
-            "type": type_, "reason": reason, "message": message, "count": 1,
-            "firstTimestamp": _ts(), "lastTimestamp": _ts(), "source": {"component": f"{self.kind}-operator"},
-        })
+        self.rest.create(
+            collection_path("Event", self.namespace),
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name, "namespace": self.namespace},
+                "involvedObject": {"kind": kind, "name": involved, "namespace": self.namespace},
+                "type": type_,
+                "reason": reason,
+                "message": message,
+                "count": 1,
+                "firstTimestamp": _ts(),
+                "lastTimestamp": _ts(),
+                "source": {"component": f"{self.kind}-operator"},
+            },
+        )

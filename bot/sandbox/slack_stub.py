@@ -106,7 +106,7 @@ class SlackStub:
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "SlackStub":
+    def start(self) -> SlackStub:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -117,7 +117,9 @@ class SlackStub:
                 data = payload if isinstance(payload, str) else json.dumps(payload)
                 raw = data.encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8" if not isinstance(payload, str) else "text/plain")
+                self.send_header(
+                    "Content-Type", "application/json; charset=utf-8" if not isinstance(payload, str) else "text/plain"
+                )
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
@@ -144,7 +146,13 @@ class SlackStub:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="slack-stub", daemon=True)
+        self._thread = threading.Thread(
+            # A short poll: stop() waits for it, and tests start and stop stand-ins hundreds of times.
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="slack-stub",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -154,7 +162,7 @@ class SlackStub:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "SlackStub":
+    def __enter__(self) -> SlackStub:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -163,8 +171,7 @@ class SlackStub:
     @property
     def url(self) -> str:
         assert self._server is not None, "start() the stub first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     @property
     def api_url(self) -> str:
@@ -196,8 +203,12 @@ class SlackStub:
     def files_in(self, channel: str, thread_ts: str | None = None) -> list[tuple[Message, Upload]]:
         """Files shared in ``channel`` (in the thread of ``thread_ts`` when given) with the bytes received."""
         with self._lock:
-            return [(m, self.uploads[f["id"]]) for m in self.messages for f in m.files
-                    if m.channel == channel and (thread_ts is None or m.thread_ts == thread_ts)]
+            return [
+                (m, self.uploads[f["id"]])
+                for m in self.messages
+                for f in m.files
+                if m.channel == channel and (thread_ts is None or m.thread_ts == thread_ts)
+            ]
 
     def response_url(self, name: str = "r") -> str:
         return f"{self.url}/response/{name}-{next(self._ts)}"
@@ -211,8 +222,15 @@ class SlackStub:
             if path.startswith("/response/"):
                 self.calls.append(Call("response_url", {**params, "url": path}))
                 channel = "response:" + path.rsplit("/", 1)[-1]
-                self.messages.append(Message(channel, self._next_ts(), params.get("text", ""), params.get("blocks") or [],
-                                             ephemeral_to="requester" if params.get("response_type", "ephemeral") == "ephemeral" else None))
+                self.messages.append(
+                    Message(
+                        channel,
+                        self._next_ts(),
+                        params.get("text", ""),
+                        params.get("blocks") or [],
+                        ephemeral_to="requester" if params.get("response_type", "ephemeral") == "ephemeral" else None,
+                    )
+                )
                 self._changed.notify_all()
                 return "ok"
             method = path.removeprefix("/api/")
@@ -229,13 +247,23 @@ class SlackStub:
         if failure:
             return {"ok": False, "error": failure}
         if method == "auth.test":
-            return {"ok": True, "url": "https://sandbox.slack.com/", "team": "Sandbox", "user": "kimi-ops",
-                    "team_id": "T0SANDBOX", "user_id": self.bot_user, "bot_id": "B0KIMIOPS", "is_enterprise_install": False}
+            return {
+                "ok": True,
+                "url": "https://sandbox.slack.com/",
+                "team": "Sandbox",
+                "user": "kimi-ops",
+                "team_id": "T0SANDBOX",
+                "user_id": self.bot_user,
+                "bot_id": "B0KIMIOPS",
+                "is_enterprise_install": False,
+            }
         if method in ("chat.postMessage", "chat.update", "chat.postEphemeral") and p.get("channel") in self.missing_channels:
             return {"ok": False, "error": "channel_not_found"}
         if method == "chat.postMessage":
             ts = self._next_ts()
-            self.messages.append(Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], thread_ts=p.get("thread_ts")))
+            self.messages.append(
+                Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], thread_ts=p.get("thread_ts"))
+            )
             return {"ok": True, "channel": p["channel"], "ts": ts, "message": {"text": p.get("text", ""), "ts": ts}}
         if method == "chat.update":
             for m in self.messages:
@@ -271,14 +299,25 @@ class SlackStub:
             if channel in self.missing_channels:
                 return {"ok": False, "error": "channel_not_found"}
             files = []
-            for f, u in zip(wanted, uploads):
+            for f, u in zip(wanted, uploads, strict=False):
                 assert u is not None
                 u.shared = bool(channel)
-                files.append({"id": u.id, "name": u.filename, "title": f.get("title") or u.filename, "size": len(u.data or b""),
-                              "mimetype": u.mimetype, "alt_txt": u.alt_txt})
+                files.append(
+                    {
+                        "id": u.id,
+                        "name": u.filename,
+                        "title": f.get("title") or u.filename,
+                        "size": len(u.data or b""),
+                        "mimetype": u.mimetype,
+                        "alt_txt": u.alt_txt,
+                    }
+                )
             if channel:
-                self.messages.append(Message(channel, self._next_ts(), p.get("initial_comment") or "", [],
-                                             thread_ts=p.get("thread_ts"), files=files))
+                self.messages.append(
+                    Message(
+                        channel, self._next_ts(), p.get("initial_comment") or "", [], thread_ts=p.get("thread_ts"), files=files
+                    )
+                )
             return {"ok": True, "files": [{"id": f["id"], "title": f["title"]} for f in files]}
         if method == "apps.connections.open":
             if not self.socket_url:
@@ -306,8 +345,9 @@ class SlackStub:
                     return result
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError("the bot did not send what was expected; calls so far: "
-                                       + ", ".join(c.method for c in self.calls))
+                    raise TimeoutError(
+                        "the bot did not send what was expected; calls so far: " + ", ".join(c.method for c in self.calls)
+                    )
                 self._changed.wait(left)
 
     def thread(self, channel: str, root_ts: str) -> list[Message]:
@@ -333,46 +373,86 @@ class SlackSender:
         self.team = team
         self.command = command
 
-    def headers(self, body: str, *, timestamp: int | None = None, content_type: str = "application/x-www-form-urlencoded") -> dict[str, str]:
+    def headers(
+        self, body: str, *, timestamp: int | None = None, content_type: str = "application/x-www-form-urlencoded"
+    ) -> dict[str, str]:
         ts = str(int(time.time()) if timestamp is None else timestamp)
         return {"content-type": content_type, "x-slack-request-timestamp": ts, "x-slack-signature": sign(self.secret, ts, body)}
 
     def slash(self, user: str, text: str, channel: str = "C0KIMIOPS") -> str:
-        return urlencode({
-            "token": "unused-verification-token", "team_id": self.team, "team_domain": "sandbox", "channel_id": channel,
-            "channel_name": "kimi-ops", "user_id": user, "user_name": user.lower(), "command": self.command, "text": text,
-            "response_url": self.stub.response_url("cmd"), "trigger_id": f"{time.time_ns()}.trigger",
-        })
+        return urlencode(
+            {
+                "token": "unused-verification-token",
+                "team_id": self.team,
+                "team_domain": "sandbox",
+                "channel_id": channel,
+                "channel_name": "kimi-ops",
+                "user_id": user,
+                "user_name": user.lower(),
+                "command": self.command,
+                "text": text,
+                "response_url": self.stub.response_url("cmd"),
+                "trigger_id": f"{time.time_ns()}.trigger",
+            }
+        )
 
     def click(self, user: str, message: Message, action_id: str, value: str) -> str:
         payload = {
-            "type": "block_actions", "user": {"id": user, "username": user.lower(), "team_id": self.team},
-            "api_app_id": "A0KIMIOPS", "token": "unused-verification-token",
+            "type": "block_actions",
+            "user": {"id": user, "username": user.lower(), "team_id": self.team},
+            "api_app_id": "A0KIMIOPS",
+            "token": "unused-verification-token",
             "container": {"type": "message", "message_ts": message.ts, "channel_id": message.channel, "is_ephemeral": False},
-            "trigger_id": f"{time.time_ns()}.trigger", "team": {"id": self.team, "domain": "sandbox"},
+            "trigger_id": f"{time.time_ns()}.trigger",
+            "team": {"id": self.team, "domain": "sandbox"},
             "channel": {"id": message.channel, "name": "kimi-ops"},
             "message": {"type": "message", "ts": message.ts, "text": message.text, "blocks": message.blocks},
             "response_url": self.stub.response_url("act"),
-            "actions": [{"action_id": action_id, "block_id": "b", "type": "button", "value": value,
-                         "text": {"type": "plain_text", "text": action_id}, "action_ts": f"{time.time():.6f}"}],
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": "b",
+                    "type": "button",
+                    "value": value,
+                    "text": {"type": "plain_text", "text": action_id},
+                    "action_ts": f"{time.time():.6f}",
+                }
+            ],
         }
         return urlencode({"payload": json.dumps(payload)})
 
     def submit(self, user: str, view: dict[str, Any], values: dict[str, dict[str, str]]) -> str:
-        state = {block: {action: {"type": "plain_text_input", "value": value} for action, value in actions.items()}
-                 for block, actions in values.items()}
+        state = {
+            block: {action: {"type": "plain_text_input", "value": value} for action, value in actions.items()}
+            for block, actions in values.items()
+        }
         payload = {
-            "type": "view_submission", "team": {"id": self.team, "domain": "sandbox"},
-            "user": {"id": user, "username": user.lower(), "team_id": self.team}, "api_app_id": "A0KIMIOPS",
-            "token": "unused-verification-token", "trigger_id": f"{time.time_ns()}.trigger",
+            "type": "view_submission",
+            "team": {"id": self.team, "domain": "sandbox"},
+            "user": {"id": user, "username": user.lower(), "team_id": self.team},
+            "api_app_id": "A0KIMIOPS",
+            "token": "unused-verification-token",
+            "trigger_id": f"{time.time_ns()}.trigger",
             "view": {**view, "state": {"values": state}, "team_id": self.team, "app_id": "A0KIMIOPS"},
             "response_urls": [],
         }
         return urlencode({"payload": json.dumps(payload)})
 
     def home_opened(self, user: str) -> str:
-        return json.dumps({
-            "token": "unused-verification-token", "team_id": self.team, "api_app_id": "A0KIMIOPS", "type": "event_callback",
-            "event_id": f"Ev{time.time_ns()}", "event_time": int(time.time()),
-            "event": {"type": "app_home_opened", "user": user, "channel": "D0HOME", "tab": "home", "event_ts": f"{time.time():.6f}"},
-        })
+        return json.dumps(
+            {
+                "token": "unused-verification-token",
+                "team_id": self.team,
+                "api_app_id": "A0KIMIOPS",
+                "type": "event_callback",
+                "event_id": f"Ev{time.time_ns()}",
+                "event_time": int(time.time()),
+                "event": {
+                    "type": "app_home_opened",
+                    "user": user,
+                    "channel": "D0HOME",
+                    "tab": "home",
+                    "event_ts": f"{time.time():.6f}",
+                },
+            }
+        )

@@ -44,14 +44,14 @@ def fields(obj: dict[str, Any]) -> set[Path]:
 def _walk(value: Any, prefix: Path, found: set[Path]) -> None:
     if isinstance(value, dict) and value:
         for key, item in value.items():
-            _walk(item, prefix + (key,), found)
+            _walk(item, (*prefix, key), found)
     elif _named_list(value):
         for item in value:
             ident = ("name", item["name"])
-            found.add(prefix + (ident, "name"))
+            found.add((*prefix, ident, "name"))
             for key, sub in item.items():
                 if key != "name":
-                    _walk(sub, prefix + (ident, key), found)
+                    _walk(sub, (*prefix, ident, key), found)
     else:
         found.add(prefix)
 
@@ -118,7 +118,9 @@ def conflicts(owners: Owners, manager: str, live: dict[str, Any], config: dict[s
     return found
 
 
-def apply(owners: Owners, manager: str, api_version: str, live: dict[str, Any], config: dict[str, Any], force: bool) -> dict[str, Any]:
+def apply(
+    owners: Owners, manager: str, api_version: str, live: dict[str, Any], config: dict[str, Any], force: bool
+) -> dict[str, Any]:
     """The object after ``manager`` applies ``config`` (``owners`` updated in place); conflicts checked by the caller."""
     wanted = fields(config)
     if force:

@@ -52,8 +52,8 @@ ROLES = {"viewer": [], "deployer": [DEPLOYER], "approver": [DEPLOYER, APPROVER_1
 GROUPS = {"S0APPROVERS": [APPROVER_2]}
 
 # The endpoint stand-in saturates like a small vLLM: six requests run, two wait, the rest get 429.
-SERVER_LIMIT = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
-SERVER_SPEED = {"first_token_delay": 0.08, "token_delay": 0.004}
+SERVER_LIMIT: dict[str, Any] = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
+SERVER_SPEED: dict[str, Any] = {"first_token_delay": 0.08, "token_delay": 0.004}
 # A sweep that finds that knee in seconds rather than the production default's minutes.
 SANDBOX_SWEEP = {
     "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 10, "burst_rounds": 1,
@@ -95,7 +95,7 @@ class Sandbox:
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
 
-    def start(self) -> "Sandbox":
+    def start(self) -> Sandbox:
         from bot.adapters.store import schema
         from bot.bootstrap import build_context
 
@@ -218,14 +218,20 @@ class Sandbox:
 
     @property
     def endpoint(self) -> EndpointSettings:
-        return self.ctx.settings.endpoint(ENDPOINT)
+        endpoint: EndpointSettings = self.ctx.settings.endpoint(ENDPOINT)
+        return endpoint
 
     def environment(self, kubeconfig: Path) -> dict[str, str]:
         """Variables that aim a separate ``kimi-ops`` process at this sandbox (database, S3/ECR, training plans, cluster)."""
         config = self.data_dir / "sandbox-settings.yaml"
         settings = self.settings()
-        config.write_text(yaml.safe_dump(json.loads(settings.model_dump_json(
-            include={"endpoints", "roles", "traffic_sweep", "evaluation_set", "oncall_group"}))))
+        config.write_text(
+            yaml.safe_dump(
+                json.loads(
+                    settings.model_dump_json(include={"endpoints", "roles", "traffic_sweep", "evaluation_set", "oncall_group"})
+                )
+            )
+        )
         self.write_kubeconfig(kubeconfig)
         return {
             "KIMI_DATABASE_URL": settings.database_url or "",
@@ -235,18 +241,26 @@ class Sandbox:
             "KIMI_ROLLOUT_POLL_SECONDS": "0.2",  # the operator simulator moves in tenths of a second
             "AWS_ENDPOINT_URL": self.stand_ins["moto"].url,
             "AWS_ENDPOINT_URL_SAGEMAKER": self.stand_ins["sagemaker"].url,  # training plans: moto has none
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
         }
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig whose ``kimi-sandbox`` context is the Kubernetes emulator."""
         kube = self.stand_ins["kube"]
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": KUBE_CONTEXT,
-            "clusters": [{"name": KUBE_CONTEXT, "cluster": {"server": kube.url}}],
-            "users": [{"name": "sandbox", "user": {"token": "sandbox"}}],
-            "contexts": [{"name": KUBE_CONTEXT, "context": {"cluster": KUBE_CONTEXT, "user": "sandbox"}}],
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": KUBE_CONTEXT,
+                    "clusters": [{"name": KUBE_CONTEXT, "cluster": {"server": kube.url}}],
+                    "users": [{"name": "sandbox", "user": {"token": "sandbox"}}],
+                    "contexts": [{"name": KUBE_CONTEXT, "context": {"cluster": KUBE_CONTEXT, "user": "sandbox"}}],
+                }
+            )
+        )
         os.chmod(path, 0o600)
         return path
 
@@ -259,7 +273,7 @@ class Sandbox:
             if stand_in is not None:
                 stand_in.stop()
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -99,7 +99,8 @@ class S3Objects:
     def head(self, bucket: str, key: str) -> dict[str, Any] | None:
         """``head_object`` with checksums enabled; ``None`` when the object does not exist."""
         try:
-            return self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            head: dict[str, Any] = self.client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            return head
         except ClientError as exc:
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return None
@@ -142,10 +143,17 @@ class S3Objects:
             if r.get("ApplyServerSideEncryptionByDefault")
         )
         logging_conf = self.client.get_bucket_logging(Bucket=bucket).get("LoggingEnabled") or {}
-        target = f"s3://{logging_conf['TargetBucket']}/{logging_conf.get('TargetPrefix', '')}" if logging_conf.get("TargetBucket") else None
+        target = None
+        if logging_conf.get("TargetBucket"):
+            target = f"s3://{logging_conf['TargetBucket']}/{logging_conf.get('TargetPrefix', '')}"
         policy = self._optional(lambda: self.client.get_bucket_policy(Bucket=bucket)["Policy"])
         return rules.BucketPosture(
-            bucket=bucket, versioning=versioning, public_access_block=bpa, encryption=algorithms, logging_target=target, policy=policy
+            bucket=bucket,
+            versioning=versioning,
+            public_access_block=bpa,
+            encryption=algorithms,
+            logging_target=target,
+            policy=policy,
         )
 
     @staticmethod
@@ -175,7 +183,7 @@ class EcrImages:
 
     @property
     def region(self) -> str:
-        return self.client.meta.region_name
+        return str(self.client.meta.region_name)
 
     def scan(self, ref: rules.ImageRef) -> rules.ImageScan:
         ids = {"registryId": ref.ecr_account, "repositoryName": ref.ecr_repository, "imageIds": [{"imageDigest": ref.digest}]}
@@ -200,7 +208,9 @@ class EcrImages:
 class S3EcrArtifactVerifier:
     """The artifact gate's checks against S3 (weights, bucket, licence) and ECR (image)."""
 
-    def __init__(self, s3_client: Any, ecr_client: Any, *, progress: Progress | None = None, chunk_size: int = CHUNK_SIZE) -> None:
+    def __init__(
+        self, s3_client: Any, ecr_client: Any, *, progress: Progress | None = None, chunk_size: int = CHUNK_SIZE
+    ) -> None:
         self.s3 = S3Objects(s3_client, chunk_size=chunk_size)
         self.ecr = EcrImages(ecr_client)
         self.progress = progress
@@ -241,7 +251,11 @@ class S3EcrArtifactVerifier:
         if not ref.is_ecr:
             return rules.image_registry_checks(ref, None)
         if ref.ecr_region != self.ecr.region:
-            return [Check.errored("image.exists", f"image is in ECR region {ref.ecr_region}; this process reads ECR in {self.ecr.region}")]
+            return [
+                Check.errored(
+                    "image.exists", f"image is in ECR region {ref.ecr_region}; this process reads ECR in {self.ecr.region}"
+                )
+            ]
         return rules.image_registry_checks(ref, self.ecr.scan(ref))
 
     @staticmethod
@@ -259,8 +273,9 @@ class RegionalArtifactVerifier:
     so a process that never verifies anything never touches AWS.
     """
 
-    def __init__(self, region: str, *, client_factory: Callable[[str, str], Any] | None = None,
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self, region: str, *, client_factory: Callable[[str, str], Any] | None = None, progress: Progress | None = None
+    ) -> None:
         from bot.adapters.aws.session import make_client
 
         self.region = region
@@ -274,7 +289,7 @@ class RegionalArtifactVerifier:
             self._clients[key] = self._factory(service, region)
         return self._clients[key]
 
-    def with_progress(self, progress: Progress | None) -> "RegionalArtifactVerifier":
+    def with_progress(self, progress: Progress | None) -> RegionalArtifactVerifier:
         """The same verifier (sharing clients) reporting streaming progress to ``progress``."""
         twin = RegionalArtifactVerifier(self.region, client_factory=self._factory, progress=progress)
         twin._clients = self._clients

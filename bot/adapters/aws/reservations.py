@@ -97,8 +97,8 @@ def _utc(value: dt.datetime | None) -> dt.datetime | None:
     if value is None:
         return None
     if value.tzinfo is None:  # botocore parses with tzutc; be safe with anything else
-        return value.replace(tzinfo=dt.timezone.utc)
-    return value.astimezone(dt.timezone.utc)
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
 
 
 def _tags(item: Mapping[str, Any]) -> dict[str, str]:
@@ -131,7 +131,8 @@ def _one(values: Iterable[str | None]) -> str | None:
 
 def _training_plan(plan: Mapping[str, Any], region: str) -> ReservationInfo:
     capacities = plan.get("ReservedCapacitySummaries", []) or []
-    instance_type = _one(c.get("InstanceType") for c in capacities) or (capacities[0].get("InstanceType", "") if capacities else "")
+    first_type = capacities[0].get("InstanceType", "") if capacities else ""
+    instance_type = _one(c.get("InstanceType") for c in capacities) or first_type
     return ReservationInfo(
         id=plan["TrainingPlanArn"],
         kind="training-plan",

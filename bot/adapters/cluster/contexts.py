@@ -72,16 +72,26 @@ class ContextClusters:
         try:
             cluster = self.cluster(endpoint)
         except Exception as exc:  # no kubeconfig, unknown context: the gate shows why, never a pass
-            return [Check.errored("cluster.access", f"no access to cluster context {endpoint.cluster_context or '(default)'}: {exc}")]
+            return [
+                Check.errored("cluster.access", f"no access to cluster context {endpoint.cluster_context or '(default)'}: {exc}")
+            ]
         return cluster.preflight(endpoint)
 
     def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult:
         return self.cluster(endpoint).apply(endpoint, manifest, force=force)
 
-    def watch(self, endpoint: EndpointSettings, manifest: RenderedManifest, *, timeout_seconds: float,
-              on_progress: Callable[[RolloutProgress], None], stop: threading.Event | None = None) -> RolloutOutcome:
-        return self.cluster(endpoint).watch(endpoint, manifest, timeout_seconds=timeout_seconds,
-                                            on_progress=on_progress, stop=stop)
+    def watch(
+        self,
+        endpoint: EndpointSettings,
+        manifest: RenderedManifest,
+        *,
+        timeout_seconds: float,
+        on_progress: Callable[[RolloutProgress], None],
+        stop: threading.Event | None = None,
+    ) -> RolloutOutcome:
+        return self.cluster(endpoint).watch(
+            endpoint, manifest, timeout_seconds=timeout_seconds, on_progress=on_progress, stop=stop
+        )
 
     def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
         self.cluster(endpoint).set_admission(endpoint, open_, reason)

@@ -37,14 +37,7 @@ from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
-from bot.adapters.cluster.rest import (
-    ApplyConflict,
-    Rest,
-    api_error,
-    collection_path,
-    describe_object,
-    object_path,
-)
+from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
 from bot.adapters.cluster.rollout import (
     Reading,
     belongs_to,
@@ -164,7 +157,11 @@ class KubernetesCluster:
             return Check.failed("cluster.crd", f"CRD {name} is missing; install the HyperPod inference operator add-on")
         versions = {v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")}
         if "v1" not in versions:
-            return Check.failed("cluster.crd", f"CRD {name} does not serve v1 (serves {', '.join(sorted(map(str, versions))) or 'nothing'}); upgrade the operator")
+            return Check.failed(
+                "cluster.crd",
+                f"CRD {name} does not serve v1 (serves {', '.join(sorted(map(str, versions))) or 'nothing'}); "
+                "upgrade the operator",
+            )
         return Check.passed("cluster.crd", f"CRD {name} serves v1")
 
     def _operator_check(self) -> Check:
@@ -186,33 +183,55 @@ class KubernetesCluster:
         # HyperPod labels its nodes ml.<type>, EKS node groups <type>: either is the instance type.
         wanted = {bare, f"ml.{bare}"}
         selector = f"{INSTANCE_TYPE_LABEL} in ({bare},ml.{bare})"
-        nodes = [n for n in self.rest.items(collection_path("Node"), label_selector=selector)
-                 if ((n.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL) in wanted]
+        nodes = [
+            n
+            for n in self.rest.items(collection_path("Node"), label_selector=selector)
+            if ((n.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL) in wanted
+        ]
         with_gpus = [n for n in nodes if _gpus(n) >= rendering.GPUS]
         full = [n for n in with_gpus if _schedulable(n)]
-        zones = sorted({str(((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)) for n in full
-                        if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)})
+        zones = sorted(
+            {
+                str(((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL))
+                for n in full
+                if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)
+            }
+        )
         if not nodes:
-            return Check.failed("cluster.gpu_nodes", f"no node of type {bare} in the cluster; is the reserved capacity attached?",
-                                zones=[])
+            return Check.failed(
+                "cluster.gpu_nodes", f"no node of type {bare} in the cluster; is the reserved capacity attached?", zones=[]
+            )
         if not with_gpus:
             counts = ", ".join(f"{n['metadata'].get('name')}={_gpus(n)}" for n in nodes)
-            return Check.failed("cluster.gpu_nodes", f"no {bare} node reports {rendering.GPUS} allocatable {GPU_RESOURCE} ({counts}); "
-                                "check the NVIDIA device plugin", zones=[])
+            return Check.failed(
+                "cluster.gpu_nodes",
+                f"no {bare} node reports {rendering.GPUS} allocatable {GPU_RESOURCE} ({counts}); check the NVIDIA device plugin",
+                zones=[],
+            )
         if not full:
             states = ", ".join(f"{n['metadata'].get('name')} {_node_state(n)}" for n in with_gpus)
-            return Check.failed("cluster.gpu_nodes", f"no {bare} node with {rendering.GPUS} GPUs can take the pod ({states}); "
-                                "uncordon it or wait for it to be Ready", zones=[])
+            return Check.failed(
+                "cluster.gpu_nodes",
+                f"no {bare} node with {rendering.GPUS} GPUs can take the pod ({states}); uncordon it or wait for it to be Ready",
+                zones=[],
+            )
         names = [str(n["metadata"].get("name")) for n in full]
-        return Check.passed("cluster.gpu_nodes", f"{len(full)} {bare} node(s) with {rendering.GPUS} GPUs in {', '.join(zones) or 'an unlabelled zone'}",
-                            zones=zones, nodes=names)
+        return Check.passed(
+            "cluster.gpu_nodes",
+            f"{len(full)} {bare} node(s) with {rendering.GPUS} GPUs in {', '.join(zones) or 'an unlabelled zone'}",
+            zones=zones,
+            nodes=names,
+        )
 
     # -- apply ----------------------------------------------------------------------------------------
 
     def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult:
         errors = manifest_errors(manifest.objects)
-        errors += [f"{describe_object(o)} metadata.namespace: must be {endpoint.namespace}"
-                   for o in manifest.objects if (o.get("metadata") or {}).get("namespace") not in (None, endpoint.namespace)]
+        errors += [
+            f"{describe_object(o)} metadata.namespace: must be {endpoint.namespace}"
+            for o in manifest.objects
+            if (o.get("metadata") or {}).get("namespace") not in (None, endpoint.namespace)
+        ]
         if errors:
             raise InvalidManifest(errors)
         # Dry run every object first: a conflict or refusal on any one of them applies none of them.
@@ -303,8 +322,9 @@ class KubernetesCluster:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 where = f"still {last_state}" if last_state else "state unknown"
-                return RolloutOutcome("timed_out", f"no verdict within {timeout_seconds:.0f}s ({where})",
-                                      time.monotonic() - started)
+                return RolloutOutcome(
+                    "timed_out", f"no verdict within {timeout_seconds:.0f}s ({where})", time.monotonic() - started
+                )
             stop.wait(min(self.poll_seconds, remaining))
 
     def _pods_and_events(self, endpoint: EndpointSettings) -> list[tuple[str, str]]:
@@ -314,8 +334,11 @@ class KubernetesCluster:
             if belongs_to(str((pod.get("metadata") or {}).get("name", "")), endpoint.name):
                 summary = pod_summary(pod)
                 lines.append((summary, summary))
-        events = [e for e in self.rest.items(collection_path("Event", endpoint.namespace))
-                  if belongs_to(str((e.get("involvedObject") or {}).get("name", "")), endpoint.name)]
+        events = [
+            e
+            for e in self.rest.items(collection_path("Event", endpoint.namespace))
+            if belongs_to(str((e.get("involvedObject") or {}).get("name", "")), endpoint.name)
+        ]
         events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
         # Each event once, keyed by name and count, newest few only so a resumed watch does not flood the thread.
         lines.extend((event_key(e), f"event {event_summary(e)}") for e in events[-EVENTS_PER_POLL:])
@@ -343,8 +366,11 @@ class KubernetesCluster:
         marker = {
             "apiVersion": rendering.IEC_API_VERSION if kind == "InferenceEndpointConfig" else "apps/v1",
             "kind": kind,
-            "metadata": {"name": endpoint.name, "namespace": endpoint.namespace,
-                         "annotations": {ADMISSION_ANNOTATION: "open" if open_ else "closed"}},
+            "metadata": {
+                "name": endpoint.name,
+                "namespace": endpoint.namespace,
+                "annotations": {ADMISSION_ANNOTATION: "open" if open_ else "closed"},
+            },
         }
         self.rest.apply(marker, manager=ADMISSION_MANAGER, force=True)
 

@@ -285,8 +285,11 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
                 "storageClassName": "",
                 "claimRef": {"namespace": ns, "name": volume},
                 "mountOptions": ["read-only", f"region {endpoint.region}", f"prefix {bucket_prefix}"],
-                "csi": {"driver": MOUNTPOINT_S3_DRIVER, "volumeHandle": volume,
-                        "volumeAttributes": {"bucketName": release.weights.bucket}},
+                "csi": {
+                    "driver": MOUNTPOINT_S3_DRIVER,
+                    "volumeHandle": volume,
+                    "volumeAttributes": {"bucketName": release.weights.bucket},
+                },
             },
         },
         {
@@ -312,7 +315,10 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
                 "progressDeadlineSeconds": endpoint.max_deploy_seconds,
                 "selector": {"matchLabels": dict(selector)},
                 "template": {
-                    "metadata": {"labels": _labels(release, endpoint), "annotations": _annotations(release, endpoint, release_hash)},
+                    "metadata": {
+                        "labels": _labels(release, endpoint),
+                        "annotations": _annotations(release, endpoint, release_hash),
+                    },
                     "spec": pod_spec,
                 },
             },
@@ -342,18 +348,23 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
                 "policyTypes": ["Ingress", "Egress"],
                 # Only pods of the namespace (the application layer, the metrics scraper) and kimi-ops itself
                 # (readiness completions, drain) reach the API port.
-                "ingress": [{
-                    "from": [{"podSelector": {}}] + [
-                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-                        for ns in endpoint.client_namespaces
-                    ],
-                    "ports": [{"protocol": "TCP", "port": PORT}],
-                }],
+                "ingress": [
+                    {
+                        "from": [{"podSelector": {}}]
+                        + [
+                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+                            for ns in endpoint.client_namespaces
+                        ],
+                        "ports": [{"protocol": "TCP", "port": PORT}],
+                    }
+                ],
                 # Weights arrive through the node's CSI driver, so the model pod needs no way out but DNS.
-                "egress": [{
-                    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
-                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                }],
+                "egress": [
+                    {
+                        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
+                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                    }
+                ],
             },
         },
     ]

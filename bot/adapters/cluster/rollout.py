@@ -28,7 +28,9 @@ def _fresh(obj: dict[str, Any]) -> bool:
     observed = status.get("observedGeneration")
     if observed is None:
         # Some controllers only stamp their conditions; the newest one tells which spec they saw.
-        stamped = [int(c["observedGeneration"]) for c in status.get("conditions") or [] if c.get("observedGeneration") is not None]
+        stamped = [
+            int(c["observedGeneration"]) for c in status.get("conditions") or [] if c.get("observedGeneration") is not None
+        ]
         observed = max(stamped) if stamped else None
     # A controller that reports no observed generation at all is trusted as is.
     return observed is None or generation is None or int(observed) >= int(generation)
@@ -75,8 +77,11 @@ def read_deployment(obj: dict[str, Any] | None) -> Reading:
     wanted = int((obj.get("spec") or {}).get("replicas", 1))
     progressing = _condition(status, "Progressing")
     if progressing.get("reason") == "ProgressDeadlineExceeded":
-        return Reading("ProgressDeadlineExceeded", "failed",
-                       f"ProgressDeadlineExceeded: {progressing.get('message') or 'the Deployment made no progress in time'}")
+        return Reading(
+            "ProgressDeadlineExceeded",
+            "failed",
+            f"ProgressDeadlineExceeded: {progressing.get('message') or 'the Deployment made no progress in time'}",
+        )
     if not _fresh(obj):
         return Reading("Progressing", "pending", "the controller has not yet seen the new spec")
     updated = int(status.get("updatedReplicas") or 0)
@@ -114,8 +119,10 @@ def event_key(event: dict[str, Any]) -> str:
 
 def event_summary(event: dict[str, Any]) -> str:
     involved = event.get("involvedObject") or {}
-    return (f"{event.get('type', 'Normal')} {event.get('reason', '?')} "
-            f"{involved.get('kind', '?')}/{involved.get('name', '?')}: {event.get('message', '')}").strip()
+    return (
+        f"{event.get('type', 'Normal')} {event.get('reason', '?')} "
+        f"{involved.get('kind', '?')}/{involved.get('name', '?')}: {event.get('message', '')}"
+    ).strip()
 
 
 def belongs_to(name: str, endpoint_name: str) -> bool:

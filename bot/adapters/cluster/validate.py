@@ -38,7 +38,8 @@ SCHEMA_FILE = "inferenceendpointconfig-v1.schema.json"
 def crd_schema_document() -> dict[str, Any]:
     """The shipped CRD data: group, kind, plural, subresources and ``openAPIV3Schema``."""
     text = resources.files("bot").joinpath("data", SCHEMA_FILE).read_text(encoding="utf-8")
-    return json.loads(text)
+    document: dict[str, Any] = json.loads(text)
+    return document
 
 
 def _structural(node: Any) -> Any:

@@ -112,7 +112,9 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, ca
         with connect_sse(client, "POST", url, json=payload) as source:
             response = source.response
             if response.status_code != 200:
-                return Answer(case_id=case_id, http_status=response.status_code, error=_error_message(response), latency_ms=since())
+                return Answer(
+                    case_id=case_id, http_status=response.status_code, error=_error_message(response), latency_ms=since()
+                )
             for event in source.iter_sse():
                 if event.data.strip() == "[DONE]":
                     break
@@ -121,7 +123,12 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, ca
                 except ValueError:
                     return Answer(case_id=case_id, http_status=200, error="malformed stream chunk", latency_ms=since())
                 if isinstance(chunk, dict) and chunk.get("object") == "error":
-                    return Answer(case_id=case_id, http_status=200, error=str(chunk.get("message", "error in stream"))[:200], latency_ms=since())
+                    return Answer(
+                        case_id=case_id,
+                        http_status=200,
+                        error=str(chunk.get("message", "error in stream"))[:200],
+                        latency_ms=since(),
+                    )
                 partial.take(chunk, since())
                 if deadline is not None and since() > deadline * 1000.0:
                     return Answer(case_id=case_id, http_status=None, error="timed out", latency_ms=since())
@@ -144,11 +151,19 @@ class HttpEvaluator:
     def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float) -> list[Answer]:
         """One :class:`Answer` per case, in the cases' order."""
         limit = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        with httpx.Client(timeout=self.timeout or timeout, limits=limit, transport=self.transport) as client:
-            with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool:
-                futures = [
-                    pool.submit(stream_chat, client, endpoint.url, case.request_body(endpoint.served_model_name), case_id=case.id,
-                                deadline=timeout)
-                    for case in cases
-                ]
-                return [f.result() for f in futures]
+        with (
+            httpx.Client(timeout=self.timeout or timeout, limits=limit, transport=self.transport) as client,
+            ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool,
+        ):
+            futures = [
+                pool.submit(
+                    stream_chat,
+                    client,
+                    endpoint.url,
+                    case.request_body(endpoint.served_model_name),
+                    case_id=case.id,
+                    deadline=timeout,
+                )
+                for case in cases
+            ]
+            return [f.result() for f in futures]

@@ -36,7 +36,21 @@ from bot.domain.sweep import (
 log = logging.getLogger(__name__)
 
 MetricsReader = Callable[[EndpointSettings], MetricsSnapshot]
-_WORDS = "deploy release endpoint gate capacity reservation token prefix cache kernel node region rollout".split()
+_WORDS = [
+    "deploy",
+    "release",
+    "endpoint",
+    "gate",
+    "capacity",
+    "reservation",
+    "token",
+    "prefix",
+    "cache",
+    "kernel",
+    "node",
+    "region",
+    "rollout",
+]
 
 
 class _Budget:
@@ -117,14 +131,24 @@ class _Sampler(threading.Thread):
 class HttpLoadGenerator:
     """Runs the sweep with one thread per simulated client over a shared httpx connection pool."""
 
-    def __init__(self, metrics: MetricsReader | None = None, *, metrics_interval: float = 0.05,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        metrics: MetricsReader | None = None,
+        *,
+        metrics_interval: float = 0.05,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.metrics = metrics
         self.metrics_interval = metrics_interval
         self.transport = transport
 
-    def sweep(self, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
-              on_level: Callable[[LevelStats], None] | None = None) -> SweepOutcome:
+    def sweep(
+        self,
+        endpoint: EndpointSettings,
+        plan: SweepPlan,
+        objectives: Objectives,
+        on_level: Callable[[LevelStats], None] | None = None,
+    ) -> SweepOutcome:
         budget = _Budget(plan.max_requests, plan.max_seconds)
         started = time.monotonic()
         levels: list[LevelStats] = []
@@ -150,11 +174,14 @@ class HttpLoadGenerator:
                         on_level(stats)
                 if stopped:
                     break
-        return SweepOutcome(levels=levels, requests=budget.used, elapsed_seconds=time.monotonic() - started, stopped_early=stopped)
+        return SweepOutcome(
+            levels=levels, requests=budget.used, elapsed_seconds=time.monotonic() - started, stopped_early=stopped
+        )
 
     # ------------------------------------------------------------------ internals
-    def _send(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
-              counter: "_Counter", phase: Phase) -> Sample:
+    def _send(
+        self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode, counter: _Counter, phase: Phase
+    ) -> Sample:
         n = counter.next()
         body = {
             "model": endpoint.served_model_name,
@@ -163,20 +190,39 @@ class HttpLoadGenerator:
             "temperature": 0,
         }
         answer = stream_chat(client, endpoint.url, body, deadline=plan.request_timeout_seconds)
-        return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms, error=answer.error)
+        return Sample(
+            phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms, error=answer.error
+        )
 
-    def _warm(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
-              counter: "_Counter", budget: _Budget) -> None:
+    def _warm(
+        self,
+        client: httpx.Client,
+        endpoint: EndpointSettings,
+        plan: SweepPlan,
+        mode: PrefixMode,
+        counter: _Counter,
+        budget: _Budget,
+    ) -> None:
         for _ in range(plan.warmup_requests):
             if not budget.take():
                 return
             self._send(client, endpoint, plan, mode, counter, "warmup")
 
-    def _level(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
-               mode: PrefixMode, concurrency: int, counter: "_Counter", budget: _Budget) -> LevelStats:
+    def _level(
+        self,
+        client: httpx.Client,
+        endpoint: EndpointSettings,
+        plan: SweepPlan,
+        objectives: Objectives,
+        mode: PrefixMode,
+        concurrency: int,
+        counter: _Counter,
+        budget: _Budget,
+    ) -> LevelStats:
         samples: list[Sample] = []
         lock = threading.Lock()
-        sampler = _Sampler(lambda: self.metrics(endpoint), self.metrics_interval) if self.metrics else None
+        metrics = self.metrics
+        sampler = _Sampler(lambda: metrics(endpoint), self.metrics_interval) if metrics is not None else None
         if sampler is not None:
             sampler.sample_once()  # the baseline of the cumulative prefix-cache counters
             sampler.start()
@@ -197,7 +243,8 @@ class HttpLoadGenerator:
         for _ in range(plan.burst_rounds):
             barrier = threading.Barrier(concurrency)
 
-            def burst_client() -> None:
+            # The barrier is bound as a default: each round's threads finish (joined) before the next round's barrier.
+            def burst_client(barrier: threading.Barrier = barrier) -> None:
                 # Everyone waits at the barrier, so all prefills hit the server at one instant.
                 allowed = budget.take()
                 try:
@@ -210,8 +257,13 @@ class HttpLoadGenerator:
             _run_threads(concurrency, burst_client)
         peak = sampler.finish() if sampler is not None else MetricsPeak()
         stats = level_stats(concurrency, mode, samples, peak, objectives)
-        log.info("sweep level %s (%s prefixes): %d requests, broken: %s", concurrency, mode, stats.requests,
-                 "; ".join(stats.broken) or "none")
+        log.info(
+            "sweep level %s (%s prefixes): %d requests, broken: %s",
+            concurrency,
+            mode,
+            stats.requests,
+            "; ".join(stats.broken) or "none",
+        )
         return stats
 
 
@@ -229,8 +281,9 @@ class _Counter:
 def _prompt(mode: PrefixMode, n: int, words: int) -> str:
     """Shared mode: one long common prefix and a short distinct tail; unique mode: a distinct prefix per request."""
     seed = 0 if mode == "shared" else n
-    prefix = " ".join(_WORDS[(seed * 7 + i * 3) % len(_WORDS)] + (str(seed) if mode == "unique" and i == 0 else "")
-                      for i in range(words))
+    prefix = " ".join(
+        _WORDS[(seed * 7 + i * 3) % len(_WORDS)] + (str(seed) if mode == "unique" and i == 0 else "") for i in range(words)
+    )
     return f"{prefix}\nRequest {n}: reply with the word OK."
 
 

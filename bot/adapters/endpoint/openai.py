@@ -153,23 +153,37 @@ class HttpEndpointClient:
         except httpx.ConnectError as exc:
             text = str(exc) or type(exc).__name__
             if "refused" in text.lower():
-                reason = f"connection refused by {endpoint.url} (nothing listening; vLLM refuses connections while the model loads)"
+                reason = (
+                    f"connection refused by {endpoint.url} (nothing listening; vLLM refuses connections while the model loads)"
+                )
             else:
                 reason = f"cannot connect to {endpoint.url}: {text[:REASON_LIMIT]}"
             return ReadinessResult(ok=False, failure_kind="connection_refused", error=reason)
         except httpx.ConnectTimeout:
-            return ReadinessResult(ok=False, failure_kind="timeout",
-                                   error=f"no connection to {endpoint.url} within {self.connect_timeout:g} s")
+            return ReadinessResult(
+                ok=False, failure_kind="timeout", error=f"no connection to {endpoint.url} within {self.connect_timeout:g} s"
+            )
         except httpx.TimeoutException:
-            return ReadinessResult(ok=False, failure_kind="timeout",
-                                   error=f"no answer from {endpoint.url} within {self.timeout:g} s")
+            return ReadinessResult(
+                ok=False, failure_kind="timeout", error=f"no answer from {endpoint.url} within {self.timeout:g} s"
+            )
         except httpx.InvalidURL as exc:
-            return ReadinessResult(ok=False, failure_kind="protocol", error=f"the endpoint URL {endpoint.url!r} is invalid: {exc}")
+            return ReadinessResult(
+                ok=False, failure_kind="protocol", error=f"the endpoint URL {endpoint.url!r} is invalid: {exc}"
+            )
         except (httpx.TransportError, SSEError) as exc:
-            return ReadinessResult(ok=False, failure_kind="protocol",
-                                   error=f"broken exchange with {endpoint.url}: {str(exc)[:REASON_LIMIT] or type(exc).__name__}")
-        log.info("readiness completion against %s: first token %.0f ms, complete %.0f ms, %s completion tokens",
-                 endpoint.name, result.ttft_ms, result.total_ms, result.completion_tokens)
+            return ReadinessResult(
+                ok=False,
+                failure_kind="protocol",
+                error=f"broken exchange with {endpoint.url}: {str(exc)[:REASON_LIMIT] or type(exc).__name__}",
+            )
+        log.info(
+            "readiness completion against %s: first token %.0f ms, complete %.0f ms, %s completion tokens",
+            endpoint.name,
+            result.ttft_ms,
+            result.total_ms,
+            result.completion_tokens,
+        )
         return result
 
     def _health(self, client: httpx.Client, endpoint: EndpointSettings) -> None:
@@ -220,8 +234,13 @@ class HttpEndpointClient:
                     raise _Failed("timeout", f"the answer did not finish within {self.timeout:g} s", 200)
         total = time.perf_counter() - started
         self._judge(seen)
-        return ReadinessResult(ok=True, http_status=200, ttft_ms=(seen.ttft_s or total) * 1000, total_ms=total * 1000,
-                               completion_tokens=seen.completion_tokens)
+        return ReadinessResult(
+            ok=True,
+            http_status=200,
+            ttft_ms=(seen.ttft_s or total) * 1000,
+            total_ms=total * 1000,
+            completion_tokens=seen.completion_tokens,
+        )
 
     def _take(self, data: str, seen: _Stream, endpoint: EndpointSettings, elapsed: float) -> None:
         try:

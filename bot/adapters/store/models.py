@@ -9,7 +9,7 @@ decided gate results) are guarded in :mod:`bot.adapters.store.guards`.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -49,19 +49,19 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to the store; use timezone-aware UTC")
-        return value.astimezone(dt.timezone.utc)
+        return value.astimezone(dt.UTC)
 
     def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:  # SQLite keeps no offset; everything stored is UTC
-            return value.replace(tzinfo=dt.timezone.utc)
-        return value.astimezone(dt.timezone.utc)
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
 
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {dt.datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dt.datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
 
 
 class Endpoint(Base):

@@ -28,6 +28,8 @@ from bot.adapters.store.models import (
 )
 from bot.domain.events import OutboxEvent
 
+_Row = TypeVar("_Row")
+
 
 def _write_lock_on_sqlite(session: Session, model: type[Any], where: ColumnElement[bool]) -> None:
     """SQLite ignores ``FOR UPDATE``; a no-op write takes its database write lock until commit instead.

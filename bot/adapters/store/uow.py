@@ -43,7 +43,7 @@ class SqlUnitOfWork:
         self._session_factory = session_factory
         self.session: Session | None = None
 
-    def __enter__(self) -> "SqlUnitOfWork":
+    def __enter__(self) -> SqlUnitOfWork:
         session = self._session_factory()
         self.session = session
         self.endpoints = EndpointRepository(session)
