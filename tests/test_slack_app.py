@@ -225,6 +225,21 @@ def test_healthz_and_metrics_count_requests(bench) -> None:
     assert 'kimi_slack_ack_seconds_count{kind="command"} 1.0' in metrics
 
 
+def test_readyz_needs_the_current_schema_while_healthz_only_needs_the_process(bench, db_url) -> None:
+    from bot.adapters.store import schema
+
+    ready = bench.client.get(f"{bench.http.url}/readyz")
+    assert (ready.status_code, ready.text) == (200, "ready\n")
+    schema.downgrade(db_url, "0002")  # another version's migration job ran against this database
+    try:
+        behind = bench.client.get(f"{bench.http.url}/readyz")
+        assert behind.status_code == 503 and "schema is at 0002" in behind.text and "kimi-ops db upgrade" in behind.text
+        assert bench.client.get(f"{bench.http.url}/healthz").status_code == 200
+    finally:
+        schema.upgrade(db_url)
+    assert bench.client.get(f"{bench.http.url}/readyz").status_code == 200
+
+
 def test_the_request_builder_speaks_the_shapes_of_slacks_own_samples(bench) -> None:
     from urllib.parse import parse_qs
 

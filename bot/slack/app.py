@@ -28,9 +28,10 @@ from slack_sdk import WebClient
 
 from bot.adapters.slack.identity import GroupDirectory
 from bot.bootstrap import Root
+from bot.services.health import database_problems
 from bot.slack.deps import SlackDeps, person
 from bot.slack.home_cache import HomeCache
-from bot.slack.http import WsgiApp, wsgi_app
+from bot.slack.http import Check, ReadinessProbe, WsgiApp, wsgi_app
 from bot.slack.listeners import register_listeners
 from bot.slack.middleware.metrics import MeteredApp, SlackMetrics
 from bot.slack.middleware.replay_guard import OncePerRequest
@@ -85,8 +86,10 @@ class KimiApp:
         """One Slack request through Bolt, as the HTTP adapter sends it (the local shell feeds its signed requests here)."""
         return self.bolt.dispatch(BoltRequest(body=body.decode("utf-8"), query=query, headers=headers))
 
-    def wsgi(self, path: str = "/slack/events") -> WsgiApp:
-        return wsgi_app(self.bolt, self.metrics.registry, path)
+    def wsgi(self, path: str = "/slack/events", checks: tuple[Check, ...] = ()) -> WsgiApp:
+        """The HTTP face; ``/readyz`` checks the database and schema, then ``checks`` (serve adds the Slack connection)."""
+        probe = ReadinessProbe([functools.partial(database_problems, self.ctx), *checks])
+        return wsgi_app(self.bolt, self.metrics.registry, path, ready=probe)
 
     def start_background(self) -> None:
         """After a restart: resume in-flight deployments and send what the outbox still holds."""
