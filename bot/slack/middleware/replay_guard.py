@@ -14,10 +14,14 @@ exactly one replica's claim wins, and the others:
   unacknowledged is sent again, possibly on another replica's connection).
 
 The key names the request, not the envelope: Slack re-signs a redelivery with a
-new timestamp (so the signature changes) but keeps its body. The Events API
-names each event (``event_id``); slash commands and interactions (buttons,
-modal submissions) carry a ``trigger_id`` Slack makes for that one invocation;
-anything else (``view_closed``, ``url_verification``…) is keyed by a hash of its body.
+new timestamp (so the signature changes, and cannot be the key) but keeps its
+body. An Events API request is keyed by its ``event_id``, Slack's own name for
+the event, the same on every retry. Everything else (slash commands, buttons,
+modal submissions…) is keyed by the SHA-256 of its body: the body holds the
+``trigger_id`` Slack makes for that one invocation, so two invocations never
+share a key — even the same text typed twice — while a redelivery or a replay
+repeats it byte for byte. (A key of the ``trigger_id`` alone would also merge two
+different requests that happen to carry the same one; the body cannot.)
 
 The claim waits at most ``wait_seconds``: Slack wants its acknowledgement within
 3 seconds, and a database that does not answer must not cost every request its
@@ -28,6 +32,7 @@ log says so; with the database down its work fails anyway and says so to the per
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -52,14 +57,10 @@ MAX_KEY = 200  # the column's length
 
 def delivery_key(body: Mapping[str, Any], raw_body: str) -> str:
     """What identifies this request across deliveries (see the module docstring)."""
-    team = _team(body)
     if body.get("event_id"):
-        key = f"event:{team}:{body['event_id']}"
-    elif body.get("trigger_id"):
-        key = f"trigger:{team}:{body['trigger_id']}"
-    else:
-        key = "body:" + hashlib.sha256(raw_body.encode("utf-8")).hexdigest()
-    return key if len(key) <= MAX_KEY else "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+        key = f"event:{_team(body)}:{body['event_id']}"
+        return key if len(key) <= MAX_KEY else "event:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return "body:" + hashlib.sha256(raw_body.encode("utf-8")).hexdigest()
 
 
 def _team(body: Mapping[str, Any]) -> str:
@@ -114,7 +115,9 @@ class OncePerRequest(Middleware):
             log.warning("could not forget old Slack deliveries (%s)", type(exc).__name__)
 
     def process(self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]) -> BoltResponse | None:
-        if self.first(delivery_key(req.body, req.raw_body)) is False:
+        # Bolt keeps no raw body for a Socket Mode envelope: its payload, serialised the same way every time, stands in.
+        raw = req.raw_body if req.mode == "http" else json.dumps(req.body, sort_keys=True, separators=(",", ":"))
+        if self.first(delivery_key(req.body, raw)) is False:
             if req.mode == "socket_mode" or retry_number(req) is not None:
                 log.info("acknowledged and dropped a Slack request another delivery already took on")
                 return BoltResponse(status=200, body="")
