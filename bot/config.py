@@ -88,7 +88,7 @@ class EndpointSettings(BaseModel):
     route: RouteSettings | None = None
 
     @model_validator(mode="after")
-    def _route_backends(self) -> "EndpointSettings":
+    def _route_backends(self) -> EndpointSettings:
         if self.route is not None:
             self.route.check_for(self.name)
         return self

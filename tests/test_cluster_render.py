@@ -82,7 +82,7 @@ def test_eks_rendering_is_private_isolated_and_pinned_to_the_reserved_node(relea
     }
     [vllm] = pod["containers"]
     assert vllm["image"] == release.image
-    assert vllm["args"] == release.serving.args + ["--max-num-seqs", "6"]  # the endpoint's concurrency limit
+    assert vllm["args"] == [*release.serving.args, "--max-num-seqs", "6"]  # the endpoint's concurrency limit
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert vllm["startupProbe"]["httpGet"]["path"] == "/health" and vllm["readinessProbe"]["httpGet"]["path"] == "/health"
     assert not any(e["name"].startswith("AWS_") for e in vllm["env"])
@@ -184,4 +184,4 @@ def test_a_max_num_seqs_in_the_release_gives_way_to_the_endpoints_limit(release:
     pinning = ReleaseManifest.model_validate(data)
     deployment = by_kind(render_manifest(pinning, endpoint("eks"), pinning.tuple_hash()))["Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == release.serving.args + ["--max-num-seqs", "6"]
+    assert args == [*release.serving.args, "--max-num-seqs", "6"]

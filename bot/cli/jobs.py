@@ -27,7 +27,7 @@ def _run(body: Callable[[], None]) -> None:
 
 
 def _at(value: dt.datetime | None) -> str:
-    return "-" if value is None else value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "-" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @app.command("list")

@@ -129,7 +129,7 @@ class _ByteProgress:
         )
         self.tasks: dict[str, TaskID] = {}
 
-    def __enter__(self) -> "_ByteProgress":
+    def __enter__(self) -> _ByteProgress:
         self.bars.start()
         return self
 
