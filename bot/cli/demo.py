@@ -19,11 +19,15 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bot.cli import output
+
+if TYPE_CHECKING:
+    from bot.cli.shell import Shell
+    from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
 
@@ -35,7 +39,7 @@ class ScriptFailed(Exception):
 class Tour:
     """Types lines into the shell as named people and prints what each of them sees."""
 
-    def __init__(self, console: Any, echo: Callable[[str], None]) -> None:
+    def __init__(self, console: Shell, echo: Callable[[str], None]) -> None:
         self.console = console
         self.echo = echo
 
@@ -78,7 +82,7 @@ class Tour:
 
         view = get_deployment(self.console.ctx, deployment)
         if view.state != "live":
-            raise ScriptFailed(f"deployment #{deployment} stopped in state {view.state}: {view.reason or 'see above'}")
+            raise ScriptFailed(f"deployment #{deployment} stopped in state {view.state}: {view.state_reason or 'see above'}")
 
 
 def _text(blocks: list[dict[str, Any]]) -> str:
@@ -124,7 +128,7 @@ def tour(tour: Tour) -> None:
     tour.say(DEPLOYER, f"/kimi history {ENDPOINT}")
 
 
-def _start(data_dir: Path) -> tuple[Any, Any]:
+def _start(data_dir: Path) -> tuple[Sandbox, Shell]:
     from bot.cli.shell import Shell
     from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, Sandbox
 

@@ -97,7 +97,8 @@ def start() -> None:
 
 def reservations(all_: bool = typer.Option(False, "--all", help="Also show reservations that are gone.")) -> None:
     """What the reservation watch last saw: each reservation, its endpoint and the time left."""
-    from bot.services.reservations import format_remaining, reservation_overview
+    from bot.domain.expiry import format_remaining
+    from bot.services.reservations import reservation_overview
 
     def body() -> None:
         views = reservation_overview(context(), include_gone=all_)
