@@ -9,8 +9,9 @@ every line goes through the same signed-request dispatch path as Slack.
 ``sandbox`` hands the console to a person. ``demo`` plays the newcomer's tour
 and prints the conversation: the reservation watch's countdown and alert, a
 deploy through four gates approved by two people (with a self-approval
-refused, and the traffic gate's measured admission limits accepted), readiness probes, a second release compared with production, and a
-rollback to the complete previous release. It exits non-zero if any step does
+refused, and the traffic gate's measured admission limits accepted), readiness
+probes, a second release compared with production, and a rollback to the
+complete previous release. It exits non-zero if any step does
 not end where it should.
 """
 

@@ -138,8 +138,10 @@ def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")
                     ("admission", "open" if s.admission_open else "closed"),
                     ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
                     ("first-token objective", f"{s.ttft_objective_ms} ms"),
-                    ("open incidents", "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
-                    ("reservation", f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
+                    ("open incidents",
+                     "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
+                    ("reservation",
+                     f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
                      if s.reservation else "none seen"),
                 ],
             )

@@ -121,8 +121,8 @@ def history(
 
     def body() -> None:
         views = deployment_history(context(), endpoint, limit)
-        output.table("History", ["#", "kind", "release", "outcome", "requested by", "gates (decided by)", "started (UTC)", "took"],
-                     history_rows(views), empty="no deployments yet")
+        columns = ["#", "kind", "release", "outcome", "requested by", "gates (decided by)", "started (UTC)", "took"]
+        output.table("History", columns, history_rows(views), empty="no deployments yet")
 
     _run(body)
 
@@ -246,7 +246,8 @@ def gate_accept_limits(
         accepted = accept_proposed_limits(ctx, None, deployment, who, seen_report_hash=stored.report_hash)
         now, was = accepted.accepted, accepted.previous
         output.info(
-            f"{accepted.endpoint}: request limits set to {now['max_concurrent_requests']} concurrent, queue {now['max_queue_size']} "
+            f"{accepted.endpoint}: request limits set to {now['max_concurrent_requests']} concurrent, "
+            f"queue {now['max_queue_size']} "
             f"(were {was['max_concurrent_requests']}, queue {was['max_queue_size']}), accepted by {who} "
             f"from report {stored.report_hash[:12]} of deployment #{deployment}'s traffic gate"
         )

@@ -61,7 +61,8 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
     if subject.kind == "rollback":
         checks = guarded("weights", lambda: verifier.verify_weights(subject.release))
         checks.append(
-            Check.passed("manifest.restore", f"restores the exact manifest applied before (sha256 {str(subject.manifest_hash)[:12]})")
+            Check.passed("manifest.restore",
+                         f"restores the exact manifest applied before (sha256 {str(subject.manifest_hash)[:12]})")
             if subject.manifest_hash
             else Check.failed("manifest.restore", "no stored manifest for the target release; it cannot be restored exactly")
         )

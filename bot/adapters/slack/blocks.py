@@ -217,8 +217,10 @@ def reject_modal(ticket_value: str, gate: str, deployment_id: int, channel: str 
         "submit": {"type": "plain_text", "text": "Reject"},
         "close": {"type": "plain_text", "text": "Cancel"},
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn",
-                                         "text": f"Reject the *{gate}* gate of deployment #{deployment_id}? The deployment ends."}},
+            {"type": "section", "text": {
+                "type": "mrkdwn",
+                "text": f"Reject the *{gate}* gate of deployment #{deployment_id}? The deployment ends.",
+            }},
             {"type": "input", "block_id": "reason", "label": {"type": "plain_text", "text": "Reason"},
              "element": {"type": "plain_text_input", "action_id": "reason", "multiline": True, "max_length": 500}},
         ],
