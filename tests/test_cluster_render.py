@@ -119,7 +119,8 @@ def test_broken_request_limits_are_refused_with_the_schema_path_of_each_error(re
     errors = manifest_errors(objects)
     assert errors == [
         "InferenceEndpointConfig/kimi-prod spec: Additional properties are not allowed ('replica' was unexpected)",
-        "InferenceEndpointConfig/kimi-prod spec.worker.environmentVariables: duplicate entry name=VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION",
+        "InferenceEndpointConfig/kimi-prod spec.worker.environmentVariables: "
+        "duplicate entry name=VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION",
         "InferenceEndpointConfig/kimi-prod spec.worker.requestLimits.maxConcurrentRequests: 0 is less than the minimum of 1",
         "InferenceEndpointConfig/kimi-prod spec.worker.requestLimits.overflowStatusCode: 700 is greater than the maximum of 599",
     ]

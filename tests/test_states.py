@@ -110,7 +110,8 @@ def test_endings_are_reachable_from_every_step_and_past_apply_from_applying_on()
 
 def test_rollback_step_sets() -> None:
     # After close_admission and before live: a failure there leaves admission closed.
-    assert ADMISSION_CLOSED == _steps_from("rollback", State.DRAINING) == {"draining", "applying", "rolling_out", "readiness", "reopen"}
+    assert ADMISSION_CLOSED == _steps_from("rollback", State.DRAINING) == {
+        "draining", "applying", "rolling_out", "readiness", "reopen"}
     old_needs = {(kind, s) for kind in ("deploy", "rollback") for s in State
                  if s == "rolling_out" or (kind == "rollback" and s in {"draining", "applying"})}
     assert {(kind, s) for kind, states in NEEDS_STORED_MANIFEST.items() for s in states} == old_needs
