@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bot.domain.secrets import EnvValue, SecretRef
 
@@ -166,7 +166,7 @@ class Serving(BaseModel):
         if isinstance(value, dict):
             if len(value) > MAX_ENV_VARS:
                 raise ValueError(f"{len(value):,} variables; at most {MAX_ENV_VARS} are accepted")
-            return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
+            return {str(k): _env_value(str(k), v) for k, v in value.items()}
         return value
 
     @field_validator("env")
@@ -198,6 +198,24 @@ class Serving(BaseModel):
 
     def has_flag(self, flag: str) -> bool:
         return any(a == flag or a.startswith(flag + "=") for a in self.args)
+
+
+def _env_value(name: str, value: Any) -> Any:
+    """A plain value as text, a mapping as a :class:`SecretRef`; problems name the variable (never a value)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, dict):
+        try:
+            return SecretRef.model_validate(value)
+        except ValidationError as exc:
+            reasons = "; ".join(
+                (".".join(str(p) for p in err["loc"]) + ": " if err["loc"] else "") + err["msg"].removeprefix("Value error, ")
+                for err in exc.errors(include_input=False)
+            )
+            raise ValueError(f"{name[:64]}: {reasons}") from None
+    if not isinstance(value, str):
+        raise ValueError(f"{name[:64]}: a value is text, or a secret reference {{secret: NAME, key: KEY}} / {{aws_secret: ARN}}")
+    return value
 
 
 class Licence(BaseModel):
