@@ -70,11 +70,13 @@ class Refused:
 REFUSED: list[tuple[str, dict[str, Any], Refused]] = [
     # Secrets: literal values, named by the variable or argument, never echoed.
     ("openai key in env", _manifest(e=env(OPENAI_API_KEY=SK)), Refused("serving.env.OPENAI_API_KEY", "literal secret", SK)),
-    ("aws key id shape under a harmless name", _manifest(e=env(SOME_SETTING=AKIA)), Refused("serving.env.SOME_SETTING", "", AKIA)),
+    ("aws key id shape under a harmless name", _manifest(e=env(SOME_SETTING=AKIA)),
+     Refused("serving.env.SOME_SETTING", "", AKIA)),
     ("slack bot token shape", _manifest(e=env(NOTIFY=XOXB)), Refused("serving.env.NOTIFY", "", XOXB)),
     ("github token shape", _manifest(e=env(GIT_CLONE=GHP)), Refused("serving.env.GIT_CLONE", "", GHP)),
     ("password by name", _manifest(e=env(DB_PASSWORD="hunter2-but-longer")), Refused("serving.env.DB_PASSWORD", "", "hunter2")),
-    ("secret in the middle of a name", _manifest(e=env(CLIENT_SECRET_VALUE="abc123")), Refused("serving.env.CLIENT_SECRET_VALUE")),
+    ("secret in the middle of a name", _manifest(e=env(CLIENT_SECRET_VALUE="abc123")),
+     Refused("serving.env.CLIENT_SECRET_VALUE")),
     ("--api-key with a literal", _manifest(a=args("--api-key", SK)), Refused("serving.args --api-key", "$(VAR)", SK)),
     ("--api-key=literal", _manifest(a=args(f"--api-key={SK}")), Refused("serving.args --api-key", "", SK)),
     ("credential shape as a bare arg", _manifest(a=args("--hf-overrides", GHP)), Refused("serving.args[", "credential", GHP)),
@@ -83,12 +85,14 @@ REFUSED: list[tuple[str, dict[str, Any], Refused]] = [
     ("reference without key", _manifest(e=env(HF_TOKEN={"secret": "hf"})), Refused("serving.env: HF_TOKEN", "needs `key`")),
     ("reference to two places", _manifest(e=env(HF_TOKEN={"secret": "hf", "key": "t", "aws_secret": ARN})),
      Refused("serving.env: HF_TOKEN", "either")),
-    ("aws_secret that is no ARN", _manifest(e=env(HF_TOKEN={"aws_secret": "kimi/openai"})), Refused("serving.env: HF_TOKEN", "ARN")),
+    ("aws_secret that is no ARN", _manifest(e=env(HF_TOKEN={"aws_secret": "kimi/openai"})),
+     Refused("serving.env: HF_TOKEN", "ARN")),
     ("secret name that Kubernetes refuses", _manifest(e=env(HF_TOKEN={"secret": "Bad_Name", "key": "t"})),
      Refused("serving.env: HF_TOKEN: secret: String should match pattern")),
     ("a list as a value", _manifest(e=env(HF_TOKEN=["a"])), Refused("serving.env: HF_TOKEN", "secret reference")),
     # Object keys: relative paths inside the prefix.
-    ("key climbing out of the prefix", _manifest(o=objects(obj("../../../etc/passwd"))), Refused("weights.objects.", "inside the weights prefix")),
+    ("key climbing out of the prefix", _manifest(o=objects(obj("../../../etc/passwd"))),
+     Refused("weights.objects.", "inside the weights prefix")),
     ("absolute key", _manifest(o=objects(obj("/etc/shadow"))), Refused("weights.objects.", "not start with '/'")),
     ("dot part", _manifest(o=objects(obj("a/./b"))), Refused("weights.objects.", "'..' parts")),
     ("backslash key", _manifest(o=objects(obj("..\\..\\windows"))), Refused("weights.objects.", "backslash")),
@@ -239,3 +243,124 @@ def test_release_build_keeps_references_from_the_serving_file(tmp_path: Path) ->
     _, serving_env = read_serving_file(serving)
     assert serving_env == {"VLLM_API_KEY": {"aws_secret": ARN}}
     assert ReleaseManifest.model_validate(_manifest(e=env(**serving_env))).serving.secret_env()["VLLM_API_KEY"].aws_secret == ARN
+
+
+# --- settings -------------------------------------------------------------------------------------------------
+
+BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
+
+# (environment, files to write under tmp_path first, the one line's start, what it must also say)
+BAD_SETTINGS: list[tuple[str, dict[str, str], dict[str, str], str, str]] = [
+    ("regions not a region", {"KIMI_AWS_REGIONS": "notjson"}, {}, "KIMI_AWS_REGIONS: 'notjson' is not an AWS region", "e.g."),
+    ("regions broken JSON", {"KIMI_AWS_REGIONS": '["us-east-1"'}, {}, "KIMI_AWS_REGIONS: not valid JSON", "us-east-1,us-west-2"),
+    ("regions empty", {"KIMI_AWS_REGIONS": "[]"}, {}, "KIMI_AWS_REGIONS: ", "at least 1"),
+    ("roles broken JSON", {"KIMI_ROLES": "{bad"}, {}, "KIMI_ROLES: not valid JSON", "e.g. KIMI_ROLES="),
+    ("roles unknown role", {"KIMI_ROLES": '{"overlord": ["U1"]}'}, {}, "KIMI_CONFIG roles.overlord", "not permitted"),
+    ("thresholds not numbers", {"KIMI_ALERT_THRESHOLDS_HOURS": "abc"}, {}, "KIMI_ALERT_THRESHOLDS_HOURS (item 1): ", "number"),
+    ("thresholds negative", {"KIMI_ALERT_THRESHOLDS_HOURS": "[-1]"}, {}, "KIMI_ALERT_THRESHOLDS_HOURS (item 1): ",
+     "greater than 0"),
+    ("thresholds zero in a list", {"KIMI_ALERT_THRESHOLDS_HOURS": "24,0"}, {}, "KIMI_ALERT_THRESHOLDS_HOURS (item 2): ",
+     "168,72"),
+    ("probe minutes", {"KIMI_READINESS_PROBE_MINUTES": "soon"}, {}, "KIMI_READINESS_PROBE_MINUTES: ", "e.g."),
+    ("evaluation set missing", {"KIMI_EVALUATION_SET": "{tmp}/absent.yaml"}, {}, "KIMI_EVALUATION_SET: ", "no such file"),
+    ("evaluation set not YAML", {"KIMI_EVALUATION_SET": "{tmp}/eval.yaml"}, {"eval.yaml": "cases: [\n"}, "KIMI_EVALUATION_SET: ",
+     "not valid YAML"),
+    ("evaluation set wrong shape", {"KIMI_EVALUATION_SET": "{tmp}/eval.yaml"}, {"eval.yaml": "cases: 3\n"},
+     "KIMI_EVALUATION_SET: ", "eval.yaml"),
+    ("evaluation set bomb", {"KIMI_EVALUATION_SET": "{tmp}/eval.yaml"}, {"eval.yaml": BOMB}, "KIMI_EVALUATION_SET: ",
+     "YAML bomb"),
+    ("config bomb", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": BOMB}, "KIMI_CONFIG: ", "YAML bomb"),
+    ("config oversized", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": "# " + "x" * (1024 * 1024) + "\n"}, "KIMI_CONFIG: ",
+     "larger than 1,048,576 bytes"),
+    ("config binary", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": "roles: {}\n\x00\x01"}, "KIMI_CONFIG: ", "binary"),
+    ("config a list", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": "- 1\n"}, "KIMI_CONFIG: ", "mapping"),
+]
+
+GOOD_SETTINGS: list[tuple[str, dict[str, str], str, Any]] = [
+    ("one region as people write it", {"KIMI_AWS_REGIONS": "us-east-1"}, "aws_regions", ["us-east-1"]),
+    ("regions comma-separated", {"KIMI_AWS_REGIONS": "us-east-1, us-gov-west-1"}, "aws_regions", ["us-east-1", "us-gov-west-1"]),
+    ("regions as JSON", {"KIMI_AWS_REGIONS": '["eu-west-1"]'}, "aws_regions", ["eu-west-1"]),
+    ("thresholds comma-separated", {"KIMI_ALERT_THRESHOLDS_HOURS": "48,12,0.5"}, "alert_thresholds_hours", [48.0, 12.0, 0.5]),
+    ("thresholds as JSON", {"KIMI_ALERT_THRESHOLDS_HOURS": "[24]"}, "alert_thresholds_hours", [24.0]),
+]
+
+
+def _settings_env(tmp_path: Path, env_values: dict[str, str], files: dict[str, str]) -> dict[str, str]:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8", errors="surrogateescape")
+    return {k: v.replace("{tmp}", str(tmp_path)) for k, v in env_values.items()}
+
+
+@pytest.mark.parametrize(("env_values", "files", "starts", "says"),
+                         [pytest.param(e, f, s, w, id=i) for i, e, f, s, w in BAD_SETTINGS])
+def test_bad_setting_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_values: dict[str, str],
+                                           files: dict[str, str], starts: str, says: str) -> None:
+    from bot.config import ConfigError, load_settings
+
+    for name, value in _settings_env(tmp_path, env_values, files).items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(starts) and says in message, message
+
+
+@pytest.mark.parametrize(("env_values", "field", "expected"), [pytest.param(e, f, x, id=i) for i, e, f, x in GOOD_SETTINGS])
+def test_natural_setting_forms_are_accepted(monkeypatch: pytest.MonkeyPatch, env_values: dict[str, str], field: str,
+                                            expected: Any) -> None:
+    from bot.config import load_settings
+
+    for name, value in env_values.items():
+        monkeypatch.setenv(name, value)
+    assert getattr(load_settings(), field) == expected
+
+
+KIMI_OPS = str(Path(__import__("sys").executable).with_name("kimi-ops"))
+
+
+def _kimi_ops(tmp_path: Path, *argv: str, **env_values: str) -> Any:
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
+    env.update({"KIMI_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "200", "NO_COLOR": "1", **env_values})
+    return subprocess.run([KIMI_OPS, *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+
+# (argv, environment, the one stderr line's start, what it must say, what it must never show)
+CLI_CASES: list[tuple[str, list[str], dict[str, str], str, str, str | None]] = [
+    ("regions notjson", ["release", "list"], {"KIMI_AWS_REGIONS": "notjson"}, "error: KIMI_AWS_REGIONS:", "e.g.", None),
+    ("roles broken", ["release", "list"], {"KIMI_ROLES": "{bad"}, "error: KIMI_ROLES: not valid JSON", "e.g.", None),
+    ("data dir under a file", ["release", "list"], {"KIMI_DATA_DIR": "{tmp}/a-file/data"}, "error: KIMI_DATA_DIR:",
+     "cannot be created or written", None),
+    ("database down", ["release", "list"], {"KIMI_DATABASE_URL": "postgresql+psycopg://kimi:hunter2pw@127.0.0.1:1/kimi"},
+     "error: KIMI_DATABASE_URL: cannot reach the database postgresql+psycopg://kimi:***@127.0.0.1:1/kimi", "e.g.", "hunter2pw"),
+    ("serve with a bad threshold", ["serve", "--no-jobs"], {"KIMI_ALERT_THRESHOLDS_HOURS": "[-1]", "SLACK_BOT_TOKEN": "xoxb-x",
+     "SLACK_SIGNING_SECRET": "s"}, "error: KIMI_ALERT_THRESHOLDS_HOURS (item 1):", "greater than 0", None),
+    ("serve with a missing evaluation set", ["serve", "--no-jobs"], {"KIMI_EVALUATION_SET": "{tmp}/nope.yaml",
+     "SLACK_BOT_TOKEN": "xoxb-x", "SLACK_SIGNING_SECRET": "s"}, "error: KIMI_EVALUATION_SET:", "no such file", None),
+    ("binary manifest", ["release", "register", "{tmp}/a-file"], {"KIMI_AUTO_MIGRATE": "1"}, "error: 1 problem(s)",
+     "is a binary file", None),
+    ("secret in manifest", ["release", "register", "{tmp}/secret.yaml"], {"KIMI_AUTO_MIGRATE": "1"}, "error: 1 problem(s)",
+     "serving.env.OPENAI_API_KEY: holds a literal secret", SK),
+]
+
+
+@pytest.mark.parametrize(("argv", "env_values", "starts", "says", "never"),
+                         [pytest.param(a, e, s, w, n, id=i) for i, a, e, s, w, n in CLI_CASES])
+def test_cli_answers_bad_input_with_exit_2_and_no_traceback(tmp_path: Path, argv: list[str], env_values: dict[str, str],
+                                                             starts: str, says: str, never: str | None) -> None:
+    (tmp_path / "a-file").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
+    (tmp_path / "secret.yaml").write_text(yaml.safe_dump(_manifest(e=env(OPENAI_API_KEY=SK))))
+    result = _kimi_ops(tmp_path, *[a.replace("{tmp}", str(tmp_path)) for a in argv],
+                       **{k: v.replace("{tmp}", str(tmp_path)) for k, v in env_values.items()})
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith(starts), result.stderr
+    assert says in result.stderr and "unexpected error" not in result.stderr and "Traceback" not in result.stderr
+    if starts != "error: 1 problem(s)":
+        assert len(lines) == 1, lines
+    if never is not None:
+        assert never not in result.stderr + result.stdout

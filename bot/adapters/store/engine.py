@@ -22,6 +22,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cursor.close()
 
         return engine
+    if "connect_timeout" not in make_url(url).query:
+        # An unroutable database host should fail start-up in seconds, not after the OS's TCP timeout.
+        kwargs.setdefault("connect_args", {"connect_timeout": 10})
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 30)
