@@ -78,6 +78,8 @@ def build_context(
     clock = clock or SystemClock()
     given = Ports(artifacts=artifacts, cluster=cluster, endpoint=endpoint, reservations=reservations,
                   evaluator=evaluator, loadgen=loadgen, directory=directory).over(ports or Ports())
+    if check:
+        settings.ensure_data_dir()  # reports and the embedded database live there: refuse now, not mid-gate
     engine = make_engine(settings.effective_database_url, pool_size=settings.db_pool_size,
                          max_overflow=settings.db_max_overflow)
     if check:

@@ -6,17 +6,25 @@ roles from it. Environment variables win over the file. Nothing else in the
 code base reads ``os.environ``.
 
 A bad setting raises :class:`ConfigError` whose message is one line naming the
-setting and the fix; the CLI prints it and exits with status 2.
+setting, what is wrong and an example of a good value; the CLI (and ``serve``
+at start) prints it and exits with status 2. List settings take JSON
+(``["us-east-1"]``) or the comma-separated form people write
+(``us-east-1,us-west-2``). The ``KIMI_CONFIG`` file and the evaluation set are
+read at start, within size and alias limits (:mod:`bot.safe_yaml`), and must
+parse.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import tempfile
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -26,14 +34,18 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
+from bot.domain.evaluation import EvalSetError, parse_eval_set
 from bot.domain.sweep import Objectives, SweepPlan
 from bot.route_config import RouteSettings
+from bot.safe_yaml import YamlFileError, load_yaml_file, load_yaml_text, read_text_file
 
 Role = Literal["viewer", "deployer", "approver", "admin"]
 EndpointKind = Literal["hyperpod", "eks"]
@@ -41,6 +53,31 @@ EndpointKind = Literal["hyperpod", "eks"]
 
 class ConfigError(Exception):
     """A setting is missing or wrong; the message is one line fit for a user."""
+
+
+CONFIG_MAX_BYTES = 1024 * 1024
+EVALUATION_SET_MAX_BYTES = 4 * 1024 * 1024
+AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}$")
+PositiveHours = Annotated[float, Field(gt=0, le=24 * 366)]
+# What a good value looks like, appended to every message about the setting.
+EXAMPLES: dict[str, str] = {
+    "aws_regions": "KIMI_AWS_REGIONS=us-east-1,us-west-2",
+    "alert_thresholds_hours": "KIMI_ALERT_THRESHOLDS_HOURS=168,72,24,6,1",
+    "roles": """KIMI_ROLES='{"approver": ["U0APPROVER"], "admin": ["S0ADMINS"]}'""",
+    "endpoints": "endpoints: in the KIMI_CONFIG file (see deploy/kimi-ops.example.yaml)",
+    "database_url": "KIMI_DATABASE_URL=postgresql+psycopg://kimi@db.internal:5432/kimi",
+    "data_dir": "KIMI_DATA_DIR=/var/lib/kimi-ops",
+    "evaluation_set": "KIMI_EVALUATION_SET=deploy/evaluation/kimi-k3-default.yaml",
+    "log_format": "KIMI_LOG_FORMAT=json",
+    "log_level": "KIMI_LOG_LEVEL=INFO",
+    "auto_migrate": "KIMI_AUTO_MIGRATE=1",
+    "readiness_failures_to_alert": "KIMI_READINESS_FAILURES_TO_ALERT=3",
+    "reservation_watch_minutes": "KIMI_RESERVATION_WATCH_MINUTES=15",
+    "readiness_probe_minutes": "KIMI_READINESS_PROBE_MINUTES=5",
+    "rollout_poll_seconds": "KIMI_ROLLOUT_POLL_SECONDS=5",
+    "traffic_sweep": """KIMI_TRAFFIC_SWEEP='{"ceiling": 64}'""",
+    "traffic_objectives": """KIMI_TRAFFIC_OBJECTIVES='{"ttft_p95_ms": 2000}'""",
+}
 
 
 class RequestLimits(BaseModel):
@@ -143,11 +180,16 @@ class Settings(BaseSettings):
     auto_migrate: bool = Field(default=False, description="Upgrade the database schema at start instead of refusing.")
     log_format: Literal["text", "json"] = Field(default="text", description="`json` in production, `text` locally.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    aws_regions: list[str] = Field(default_factory=lambda: ["us-east-1"], description="Regions watched for reservations.")
+    aws_regions: list[str] = Field(
+        default_factory=lambda: ["us-east-1"], min_length=1, description="Regions watched for reservations."
+    )
     cli_user: str | None = Field(default=None, description="Slack user ID the CLI acts as when --as is not given.")
     slack_api_url: str | None = Field(default=None, description="Base URL of the Slack Web API (tests, sandbox).")
     oncall_group: str | None = Field(default=None, description="Slack user group mentioned on escalations.")
-    alert_thresholds_hours: list[float] = Field(default_factory=lambda: [168.0, 72.0, 24.0, 6.0, 1.0])
+    alert_thresholds_hours: list[PositiveHours] = Field(
+        default_factory=lambda: [168.0, 72.0, 24.0, 6.0, 1.0], min_length=1,
+        description="Hours before a reservation ends at which to warn; each positive.",
+    )
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
@@ -166,6 +208,28 @@ class Settings(BaseSettings):
     traffic_objectives: Objectives = Field(
         default_factory=Objectives, description="Service objectives whose first breach is the knee."
     )
+
+    @field_validator("aws_regions")
+    @classmethod
+    def _region_names(cls, value: list[str]) -> list[str]:
+        for region in value:
+            if not AWS_REGION.match(region):
+                raise ValueError(f"{region[:40]!r} is not an AWS region name")
+        return value
+
+    @field_validator("evaluation_set")
+    @classmethod
+    def _evaluation_set_parses(cls, value: Path | None) -> Path | None:
+        # Read at start: a typo in the path should stop the bot now, not fail the next model gate.
+        if value is None:
+            return None
+        try:
+            text = read_text_file(value, EVALUATION_SET_MAX_BYTES)
+            load_yaml_text(text, str(value))  # size, alias and depth limits before the domain parses it
+            parse_eval_set(text, source=str(value))
+        except (YamlFileError, EvalSetError) as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("database_url")
     @classmethod
@@ -193,13 +257,27 @@ class Settings(BaseSettings):
             if url.startswith("postgresql://"):
                 url = "postgresql+psycopg://" + url[len("postgresql://") :]
             return url
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.ensure_data_dir()
         return f"sqlite:///{(self.data_dir / 'kimi-ops.db').resolve()}"
 
     @property
     def db_connections_max(self) -> int:
         """The most PostgreSQL connections one process opens: its pool plus the overflow (SQLite: no server)."""
         return self.db_pool_size + self.db_max_overflow
+
+    def ensure_data_dir(self) -> Path:
+        """Create ``data_dir`` if needed and prove it writable; else one-line :class:`ConfigError`."""
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.data_dir):
+                pass
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ConfigError(
+                f"KIMI_DATA_DIR: {self.data_dir} cannot be created or written ({reason}); "
+                f"point it at a writable directory, e.g. {EXAMPLES['data_dir']}"
+            ) from None
+        return self.data_dir
 
     def endpoint(self, name: str) -> EndpointSettings | None:
         return next((e for e in self.endpoints if e.name == name), None)
@@ -213,7 +291,44 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlFileSource(settings_cls))
+        return (init_settings, _EnvSource(settings_cls), _YamlFileSource(settings_cls))
+
+
+def _env_name(field_name: str) -> str:
+    field = Settings.model_fields.get(field_name)
+    alias = field.validation_alias if field is not None else None
+    return alias.choices[0] if isinstance(alias, AliasChoices) else f"KIMI_{field_name.upper()}"  # type: ignore[return-value]
+
+
+def _is_scalar_list(field: FieldInfo) -> bool:
+    """``list[str]``, ``list[float]``…: a list whose items are plain values, not objects."""
+    if typing.get_origin(field.annotation) is not list:
+        return False
+    (item,) = typing.get_args(field.annotation) or (Any,)
+    if typing.get_origin(item) is Annotated:
+        item = typing.get_args(item)[0]
+    return item in (str, int, float)
+
+
+class _EnvSource(EnvSettingsSource):
+    """The environment, where a list may also be written comma-separated and bad JSON names its variable."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        if not isinstance(value, str):
+            return super().decode_complex_value(field_name, field, value)
+        scalar_list = _is_scalar_list(field)
+        if scalar_list and not value.lstrip().startswith("["):
+            # The natural way to write one region (us-east-1) or a few thresholds (24,6,1).
+            return [part.strip() for part in value.split(",") if part.strip()]
+        try:
+            decoded = json.loads(value)
+        except ValueError as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not JSON"
+            form = "JSON or comma-separated values" if scalar_list else "JSON"
+            raise ConfigError(
+                f"{_env_name(field_name)}: not valid {form} ({reason}); e.g. {EXAMPLES.get(field_name, 'see the README')}"
+            ) from None
+        return decoded
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):
@@ -226,14 +341,12 @@ class _YamlFileSource(PydanticBaseSettingsSource):
         path = os.environ.get("KIMI_CONFIG")
         if not path:
             return {}
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
+        if not Path(path).exists():
             raise ConfigError(f"KIMI_CONFIG: file {path} does not exist; point KIMI_CONFIG at your YAML settings file") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"KIMI_CONFIG: {path} is not valid YAML{where}; fix the file") from None
+        try:
+            data = load_yaml_file(Path(path), max_bytes=CONFIG_MAX_BYTES) or {}
+        except YamlFileError as exc:
+            raise ConfigError(f"KIMI_CONFIG: {exc}; fix the file (e.g. deploy/kimi-ops.example.yaml)") from None
         if not isinstance(data, dict):
             raise ConfigError(f"KIMI_CONFIG: {path} must hold a mapping with keys such as endpoints: and roles:")
         return data
@@ -245,11 +358,13 @@ def _describe(error: Mapping[str, Any]) -> str:
     field = Settings.model_fields.get(top)
     env_name = None
     if field is not None and top not in {"endpoints", "roles"}:
-        alias = field.validation_alias
-        env_name = alias.choices[0] if isinstance(alias, AliasChoices) else f"KIMI_{top.upper()}"
+        env_name = _env_name(top)
     where = env_name or ("KIMI_CONFIG " + ".".join(loc))
+    if env_name and len(loc) > 1:
+        where += f" ({'item ' + str(int(loc[1]) + 1) if loc[1].isdigit() else '.'.join(loc[1:])})"
     msg = error.get("msg", "invalid value").removeprefix("Value error, ")
-    return f"{where}: {msg}"
+    example = EXAMPLES.get(top)
+    return f"{where}: {msg}" + (f"; e.g. {example}" if example else "")
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -434,3 +434,37 @@ def test_a_named_training_plan_of_another_instance_type_is_watched_and_warned_ab
     assert [v.endpoint for v in reservation_overview(ctx)] == ["kimi-hp"]
     [warning] = [p for k, p in events(ctx) if k == "reservation.mismatch"]
     assert warning["problems"] == ["instance type ml.p5.48xlarge is not the endpoint's p6-b300.48xlarge"]
+
+
+def _plan(arn: str, ends_in: dt.timedelta, targets: tuple[str, ...], **changes: object):
+    return replace(capacity_block(arn, ends_in=ends_in), kind="training-plan", instance_type="ml.p6-b300.48xlarge",
+                   target_resources=targets, **changes)
+
+
+def test_a_named_training_plan_for_training_jobs_is_warned_about_once_even_across_a_blind_run(new_ctx, source) -> None:
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi-jobs"
+    source.put(_plan(arn, 10 * D, ("training-job",)))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-hp", kind="hyperpod", reservation_id="kimi-jobs")])
+    watch_reservations(ctx)
+    source.failing_regions.add("us-east-1")
+    watch_reservations(ctx)  # AWS does not answer: nothing is re-judged, nothing is forgotten
+    source.failing_regions.clear()
+    watch_reservations(ctx)
+    [warning] = [p for k, p in events(ctx) if k == "reservation.mismatch"]
+    assert warning["problems"] == ["the training plan is reserved for training-job, not hyperpod-cluster"]
+
+
+def test_a_training_job_plan_is_no_replacement_for_a_hyperpod_endpoint(new_ctx, source) -> None:
+    serving = source.put(_plan("arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi-hp", 2 * D, ("hyperpod-cluster",)))
+    source.put(_plan("arn:aws:sagemaker:us-east-1:123456789012:training-plan/jobs", 30 * D, ("training-job",),
+                     start=serving.start))
+    ctx = new_ctx(endpoints=[eks_endpoint("kimi-hp", kind="hyperpod", reservation_id="kimi-hp")])
+    make_live(ctx, "kimi-hp")
+    watch_reservations(ctx)
+    [(kind, payload)] = [(k, p) for k, p in events(ctx) if "threshold_hours" in p]
+    assert kind == "reservation.escalation" and "no tested endpoint or reservation" in payload["text"]
+    # The same plan bought for HyperPod clusters does take over.
+    source.update("arn:aws:sagemaker:us-east-1:123456789012:training-plan/jobs", target_resources=("hyperpod-cluster",))
+    ctx2 = new_ctx(endpoints=[eks_endpoint("kimi-hp", kind="hyperpod", reservation_id="kimi-hp")])
+    from bot.domain.expiry import fits
+    assert fits(source.items["arn:aws:sagemaker:us-east-1:123456789012:training-plan/jobs"], ctx2.settings.endpoints[0])

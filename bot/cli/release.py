@@ -62,7 +62,8 @@ def show(name: str = typer.Argument(..., help="Release name.")) -> None:
                             f"{sum(o.size for o in m.weights.objects):,} bytes)"),
                 ("image", m.image),
                 ("serving args", " ".join(m.serving.args)),
-                ("serving env", ", ".join(f"{k}={v}" for k, v in m.serving.env.items()) or "-"),
+                ("serving env", ", ".join(f"{k}={v if isinstance(v, str) else v.describe()}" for k, v in m.serving.env.items())
+                 or "-"),
                 ("licence", f"{m.licence.version} sha256:{m.licence.sha256[:16]}… {m.licence.document or ''}"),
                 ("evaluation report", m.evaluation_report or "-"),
                 ("trust-remote-code exception", m.trust_remote_code_exception or "-"),
@@ -81,19 +82,11 @@ def register(
 ) -> None:
     """Validate and register a release manifest; nothing is stored if any field is wrong."""
     from bot.cli.main import run_guarded
-    from bot.services.errors import ValidationFailed
+    from bot.services.release_build import load_yaml_file
     from bot.services.releases import register_release
 
     def body() -> None:
-        import yaml
-
-        try:
-            data = yaml.safe_load(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ValidationFailed([f"{file}: no such file"]) from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise ValidationFailed([f"{file}: not valid YAML" + (f" at line {mark.line + 1}" if mark else "")]) from None
+        data = load_yaml_file(file)
         result = register_release(context(), data, actor or default_actor())
         for w in result.warnings:
             output.warn(w)

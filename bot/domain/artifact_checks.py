@@ -18,21 +18,10 @@ from typing import Any
 
 from bot.domain.checks import Check
 from bot.domain.release import COMMIT_HEX, DIGEST_REF, WeightObject
+from bot.domain.secrets import EnvValue, secret_locations
 
 NODE_GPUS = 8
 ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
-# Whole name parts only: HF_TOKEN and AWS_SECRET_ACCESS_KEY are secrets, VLLM_MAX_TOKENS and HF_TOKEN_PATH are not.
-SECRET_NAME = re.compile(r"((^|_)(TOKEN|SECRET|KEY)$|PASSWORD|PASSWD)", re.IGNORECASE)
-# Likewise --api-key and --hf-token, but not --tokenizer or --max-num-batched-tokens.
-SECRET_FLAG = re.compile(
-    r"^--?([a-z0-9]+-)*(api-key|access-key|secret-key|token|secret|password|passwd)(-[a-z0-9]+)*$", re.IGNORECASE
-)
-# Credential shapes worth catching even when the name gives nothing away.
-SECRET_VALUE = re.compile(
-    r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|xox[abpr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{30,})"
-)
-# A value that only names where the secret lives is not a secret.
-SECRET_REFERENCE = re.compile(r"^(\$\{[^}]+\}|\$\([^)]+\)|arn:aws[a-z-]*:(secretsmanager|ssm):.+)$")
 READ_ACTIONS = ("s3:getobject", "s3:getobjectversion", "s3:listbucket", "s3:get*", "s3:list*", "s3:*", "*")
 BPA_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
 
@@ -130,52 +119,19 @@ def check_trust_remote_code(args: Sequence[str], exception: str | None) -> Check
     )
 
 
-def is_secret_name(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential."""
-    return bool(SECRET_NAME.search(name))
-
-
-def _is_literal_secret(value: str) -> bool:
-    return bool(value.strip()) and not SECRET_REFERENCE.match(value.strip())
-
-
-def secret_locations(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """Where literal secrets sit (``args[3] (--api-key)``, ``env HF_TOKEN``), never the values themselves."""
-    found: list[str] = []
-    skip_next = False
-    for i, arg in enumerate(args):
-        if skip_next:
-            skip_next = False
-            continue
-        flag, eq, inline = arg.partition("=")
-        if SECRET_FLAG.match(flag):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "")
-            skip_next = not eq and bool(value)
-            if _is_literal_secret(value):
-                found.append(f"args {flag}")
-                continue
-        if eq and not arg.startswith("-") and is_secret_name(flag) and _is_literal_secret(inline):
-            found.append(f"args {flag}=")
-        elif SECRET_VALUE.search(arg):
-            found.append(f"args[{i}]")
-    for name, value in sorted(env.items()):
-        if (is_secret_name(name) and _is_literal_secret(value)) or SECRET_VALUE.search(value or ""):
-            found.append(f"env {name}")
-    return found
-
-
-def check_no_secrets(args: Sequence[str], env: Mapping[str, str]) -> Check:
+def check_no_secrets(args: Sequence[str], env: Mapping[str, EnvValue]) -> Check:
     where = secret_locations(args, env)
     if where:
         return Check.failed(
             "serving.no_secrets",
-            f"literal secret in {', '.join(where)}; mount it from a Kubernetes Secret instead (value not shown)",
+            f"literal secret in {', '.join(where)}; refer to a Kubernetes Secret or a Secrets Manager ARN instead "
+            "(value not shown)",
             locations=where,
         )
     return Check.passed("serving.no_secrets", "no secret values in serving args or env")
 
 
-def serving_checks(args: Sequence[str], env: Mapping[str, str], trust_remote_code_exception: str | None) -> list[Check]:
+def serving_checks(args: Sequence[str], env: Mapping[str, EnvValue], trust_remote_code_exception: str | None) -> list[Check]:
     return [
         check_tensor_parallel(args),
         check_served_model_name(args),

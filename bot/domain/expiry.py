@@ -31,12 +31,13 @@ def names_reservation(reservation_id: str, wanted: str) -> bool:
 
 
 def fits(info: ReservationInfo, endpoint: EndpointSettings) -> bool:
-    """Would this reservation serve the endpoint: region, kind, instance type and (when named) zone."""
+    """Would this reservation serve the endpoint: region, kind, what AWS lets it be used by, instance type and zone."""
     return (
         info.region == endpoint.region
         and info.kind == expected_kind(endpoint)
         and same_instance_type(info.instance_type, endpoint.instance_type)
         and (endpoint.availability_zone is None or info.availability_zone == endpoint.availability_zone)
+        and info.unusable_for(endpoint.kind) is None
     )
 
 
@@ -56,6 +57,10 @@ def mismatches(info: ReservationInfo, endpoint: EndpointSettings) -> list[str]:
     problems: list[str] = []
     if info.kind != expected_kind(endpoint):
         problems.append(f"it is a {info.kind} but a {endpoint.kind} endpoint needs a {expected_kind(endpoint)}")
+    else:
+        unusable = info.unusable_for(endpoint.kind)
+        if unusable:
+            problems.append(unusable)
     if not same_instance_type(info.instance_type, endpoint.instance_type):
         problems.append(f"instance type {info.instance_type} is not the endpoint's {endpoint.instance_type}")
     if info.region != endpoint.region:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from bot.domain.checks import Check
 from bot.domain.reservations import ReservationInfo, same_instance_type
 
+# Which endpoint kind each reservation kind carries: HyperPod a training plan, EKS a Capacity Block.
+ENDPOINT_KIND_OF = {"training-plan": "hyperpod", "capacity-block": "eks"}
 CLEANUP = dt.timedelta(minutes=30)
 """Kept free at the end of a window: a training plan starts terminating instances 30 minutes before its end."""
 
@@ -33,6 +35,7 @@ def select_reservation(
         r
         for r in candidates
         if r.kind == kind
+        and r.unusable_for(ENDPOINT_KIND_OF.get(kind, "")) is None
         and same_instance_type(r.instance_type, instance_type)
         and (availability_zone is None or r.availability_zone == availability_zone)
         and r.state.lower() in {"active", "scheduled", "payment-pending", "pending"}
@@ -71,6 +74,10 @@ def reservation_checks(
                 f"reservation is {reservation.instance_type}, the {endpoint_kind} path needs {wanted}",
             )
         )
+    unusable = reservation.unusable_for(endpoint_kind)
+    if unusable:
+        # Only said when it fails: a report of usable capacity keeps its three answers.
+        checks.append(Check.failed("reservation.target", f"{unusable}; reserve capacity for this path"))
     zones = sorted(set(node_zones))
     expected_zone = availability_zone or (zones[0] if len(zones) == 1 else None)
     if reservation.availability_zone is None:

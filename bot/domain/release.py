@@ -15,13 +15,25 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bot.domain.secrets import EnvValue, SecretRef
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 COMMIT_HEX = re.compile(r"^[0-9a-f]{40}$")
 DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:(?P<digest>[0-9a-f]{64})$")
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])/(?P<key>.*)$")
 NAME = r"^[a-z0-9]([-a-z0-9._]{0,126}[a-z0-9])?$"
+# Bounds a real Kimi K3 release sits far inside; anything beyond is a mistake or an attack on the store.
+MAX_OBJECT_BYTES = 2 * 1024**4  # 2 TiB: the largest safetensors shard is a few GiB
+MAX_OBJECTS = 100_000
+MAX_KEY_BYTES = 1024  # S3's own limit for a key
+MAX_SERVING_ARGS = 512
+MAX_ARG_BYTES = 4096
+MAX_ENV_VARS = 256
+MAX_ENV_VALUE_BYTES = 4096
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,254}$")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -49,9 +61,24 @@ class ModelSource(BaseModel):
 class WeightObject(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: str = Field(min_length=1, description="Object key relative to the weights prefix.")
-    size: int = Field(ge=0, description="Size in bytes.")
+    key: str = Field(min_length=1, description="Object key relative to the weights prefix (no '..', no leading '/').")
+    size: int = Field(ge=0, description=f"Size in bytes (at most {MAX_OBJECT_BYTES:,}).")
     sha256: str = Field(description="Lower-case hex SHA-256 of the object's bytes.")
+
+    @field_validator("key")
+    @classmethod
+    def _relative_key(cls, value: str) -> str:
+        problem = key_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _bounded(cls, value: int) -> int:
+        if value > MAX_OBJECT_BYTES:
+            raise ValueError(f"must be at most {MAX_OBJECT_BYTES:,} bytes (2 TiB); check the size was written in bytes")
+        return value
 
     @field_validator("sha256")
     @classmethod
@@ -67,6 +94,14 @@ class Weights(BaseModel):
 
     prefix: str = Field(description="Versioned S3 prefix, s3://bucket/path/ (ends with a slash).")
     objects: list[WeightObject] = Field(min_length=1)
+
+    @field_validator("objects", mode="before")
+    @classmethod
+    def _few_enough(cls, value: Any) -> Any:
+        # Before validating each item: a million objects should be refused at once, not after a million checks.
+        if isinstance(value, list) and len(value) > MAX_OBJECTS:
+            raise ValueError(f"{len(value):,} objects; a release holds at most {MAX_OBJECTS:,}")
+        return value
 
     @field_validator("prefix")
     @classmethod
@@ -97,22 +132,60 @@ class Weights(BaseModel):
 class Serving(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    args: list[str] = Field(min_length=1, description="vLLM arguments, one list item per token.")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment variables of the serving container.")
+    args: list[str] = Field(
+        min_length=1, description=f"vLLM arguments, one list item per token (at most {MAX_SERVING_ARGS}, each ≤ 4 KiB)."
+    )
+    env: dict[str, EnvValue] = Field(
+        default_factory=dict,
+        description="Environment variables of the serving container: a plain value, or for a secret a reference "
+        "{secret: NAME, key: KEY} (Kubernetes Secret) or {aws_secret: ARN} (AWS Secrets Manager); never a literal secret.",
+    )
 
     @field_validator("args", mode="before")
     @classmethod
     def _stringify(cls, value: Any) -> Any:
         if isinstance(value, list):
+            if len(value) > MAX_SERVING_ARGS:
+                raise ValueError(f"{len(value):,} arguments; at most {MAX_SERVING_ARGS} are accepted")
             return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _bounded_args(cls, value: list[str]) -> list[str]:
+        for i, arg in enumerate(value):
+            if len(arg.encode()) > MAX_ARG_BYTES:
+                raise ValueError(f"argument {i} is {len(arg.encode()):,} bytes; each is at most {MAX_ARG_BYTES:,}")
+            if "\x00" in arg:
+                raise ValueError(f"argument {i} contains a NUL character")
         return value
 
     @field_validator("env", mode="before")
     @classmethod
     def _stringify_env(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
+            if len(value) > MAX_ENV_VARS:
+                raise ValueError(f"{len(value):,} variables; at most {MAX_ENV_VARS} are accepted")
+            return {str(k): _env_value(str(k), v) for k, v in value.items()}
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _bounded_env(cls, value: dict[str, EnvValue]) -> dict[str, EnvValue]:
+        for name, item in value.items():
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name[:64]!r} is not an environment variable name (letters, digits, '_', '.', '-')")
+            if isinstance(item, str) and (len(item.encode()) > MAX_ENV_VALUE_BYTES or "\x00" in item):
+                raise ValueError(f"{name}: a value is at most {MAX_ENV_VALUE_BYTES:,} bytes without NUL characters")
+        return value
+
+    def plain_env(self) -> dict[str, str]:
+        """The variables with a literal value (secret references left out)."""
+        return {k: v for k, v in self.env.items() if isinstance(v, str)}
+
+    def secret_env(self) -> dict[str, SecretRef]:
+        """The variables whose value is a reference to a secret."""
+        return {k: v for k, v in self.env.items() if isinstance(v, SecretRef)}
 
     def arg_value(self, flag: str) -> str | None:
         """The value following ``flag`` (or given as ``flag=value``), if present."""
@@ -125,6 +198,24 @@ class Serving(BaseModel):
 
     def has_flag(self, flag: str) -> bool:
         return any(a == flag or a.startswith(flag + "=") for a in self.args)
+
+
+def _env_value(name: str, value: Any) -> Any:
+    """A plain value as text, a mapping as a :class:`SecretRef`; problems name the variable (never a value)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, dict):
+        try:
+            return SecretRef.model_validate(value)
+        except ValidationError as exc:
+            reasons = "; ".join(
+                (".".join(str(p) for p in err["loc"]) + ": " if err["loc"] else "") + err["msg"].removeprefix("Value error, ")
+                for err in exc.errors(include_input=False)
+            )
+            raise ValueError(f"{name[:64]}: {reasons}") from None
+    if not isinstance(value, str):
+        raise ValueError(f"{name[:64]}: a value is text, or a secret reference {{secret: NAME, key: KEY}} / {{aws_secret: ARN}}")
+    return value
 
 
 class Licence(BaseModel):
@@ -185,6 +276,24 @@ class ReleaseManifest(BaseModel):
         """SHA-256 of the canonical JSON of the tuple (name excluded)."""
         canonical = json.dumps(self.tuple_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is not a relative path inside the weights prefix, or ``None`` when it is."""
+    if len(key.encode()) > MAX_KEY_BYTES:
+        return f"is longer than S3's {MAX_KEY_BYTES} bytes"
+    if CONTROL.search(key):
+        return "contains a control character (NUL, newline, …)"
+    if "\\" in key:
+        return "contains a backslash; keys use '/' between parts"
+    if key.startswith("/"):
+        return "must be relative to the weights prefix, not start with '/'"
+    parts = key.split("/")
+    if any(p in ("..", ".") for p in parts):
+        return "must stay inside the weights prefix: no '.' or '..' parts"
+    if any(p == "" for p in parts):
+        return "has an empty part ('//' or a trailing '/'); name an object, not a folder"
+    return None
 
 
 def manifest_json_schema() -> dict[str, Any]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bot.domain.artifact_checks import is_secret_name
 from bot.domain.release import ReleaseManifest
+from bot.domain.secrets import EnvValue, SecretRef, is_secret_name
 
 MASK = "***"
 
@@ -122,11 +122,13 @@ def _diff_args(a: Sequence[str], b: Sequence[str]) -> tuple[list[str], list[str]
     return added, removed, changed, reordered
 
 
-def _masked(name: str, value: str | None) -> str | None:
+def _masked(name: str, value: EnvValue | None) -> str | None:
+    if isinstance(value, SecretRef):
+        return value.describe()  # where the secret lives, never its value
     return MASK if value is not None and is_secret_name(name) else value
 
 
-def _diff_env(a: dict[str, str], b: dict[str, str]) -> list[Change]:
+def _diff_env(a: dict[str, EnvValue], b: dict[str, EnvValue]) -> list[Change]:
     names = sorted(set(a) | set(b))
     return [Change(n, _masked(n, a.get(n)), _masked(n, b.get(n))) for n in names if a.get(n) != b.get(n)]
 

@@ -47,6 +47,8 @@ class Behaviour:
     fail_message: str = "EngineCore encountered an issue. See stack trace (above) for the root cause."
     fail_after_tokens: int | None = None  # stream this many tokens, then an error event (status already 200)
     error_shape: Literal["wrapped", "flat"] = "wrapped"  # vLLM >= 0.6 wraps errors in {"error": ...}
+    cut_after_tokens: int | None = None  # stream this many tokens, then drop the connection (no finish, no [DONE])
+    omit_done: bool = False  # end the stream after the finish reason without data: [DONE]
     empty_answer: bool = False
     omit_finish_reason: bool = False
     max_running: int | None = None  # concurrent requests served at once; None = unbounded
@@ -62,6 +64,7 @@ class Behaviour:
     kv_capacity_tokens: int = 16_384
     max_model_len: int = 262_144
     legacy_metric_names: bool = False  # expose pre-0.9 names (gpu_cache_usage_perc, gpu_prefix_cache_*)
+    prefix_hit_rate_gauge: bool = False  # vLLM <= 0.6: only the vllm:gpu_prefix_cache_hit_rate gauge, no counters
 
 
 @dataclass(frozen=True)

@@ -254,9 +254,15 @@ class Engine:
         yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting)
         kv_name = "vllm:gpu_cache_usage_perc" if legacy else "vllm:kv_cache_usage_perc"
         yield gauge(kv_name, "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage)
-        prefix = "vllm:gpu_prefix_cache" if legacy else "vllm:prefix_cache"
-        yield counter(f"{prefix}_queries", "Prefix cache queries, in terms of number of queried tokens.", stats.prefix_queries)
-        yield counter(f"{prefix}_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_hits)
+        if b.prefix_hit_rate_gauge:
+            # vLLM <= 0.6 had no prefix-cache counters, only this gauge.
+            rate = stats.prefix_hits / stats.prefix_queries if stats.prefix_queries else 0.0
+            yield gauge("vllm:gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", rate)
+        else:
+            prefix = "vllm:gpu_prefix_cache" if legacy else "vllm:prefix_cache"
+            yield counter(f"{prefix}_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                          stats.prefix_queries)
+            yield counter(f"{prefix}_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_hits)
         yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", prompt_tokens)
         yield counter("vllm:generation_tokens", "Number of generation tokens processed.", generation_tokens)
         success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",

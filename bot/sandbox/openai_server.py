@@ -11,8 +11,12 @@ in a background thread on 127.0.0.1 and an ephemeral port::
 
 What it can be made to do (see :class:`~bot.sandbox.openai_answers.Behaviour`):
 answer well; be slow to the first token; fail with an HTTP status and a vLLM error
-body; answer empty; answer as another model or list other models; omit the finish
-reason; saturate (first-token latency grows with concurrency, requests queue past
+body; fail mid-stream with an error event in either of vLLM's shapes
+(``fail_after_tokens``, ``error_shape``); cut the stream mid-answer
+(``cut_after_tokens``) or end it without ``data: [DONE]`` (``omit_done``); answer
+empty; answer as another model or list other models; omit the finish
+reason; expose vLLM ≤ 0.6's prefix-cache hit-rate gauge instead of the counters
+(``prefix_hit_rate_gauge``); saturate (first-token latency grows with concurrency, requests queue past
 ``max_running`` and get the overflow status past ``max_waiting``); call a tool or
 answer JSON when asked; refuse on a marker or pattern; and hold requests before
 their first token (:meth:`OpenAIServer.hold`) so a drain can be watched.
@@ -202,8 +206,17 @@ class _Handler(BaseHTTPRequestHandler):
             steps += [{"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in call_pieces]
         steps += [{"content": p} for p in text]
         limit = behaviour.fail_after_tokens
-        shown = steps if limit is None else steps[:limit]
+        cut = behaviour.cut_after_tokens
+        shown = steps[:limit] if limit is not None else steps[:cut] if cut is not None else steps
         self._emit_tokens(ticket, len(shown), lambda i: send(shown[i]))
+        if cut is not None and limit is None:
+            if not shown:
+                send({"content": ""})
+            self.engine.finish(ticket, "abort")
+            # A proxy or the pod dying mid-answer: the connection just ends, with neither finish reason nor [DONE].
+            self.close_connection = True
+            self.wfile.flush()
+            return
         if limit is not None:
             if not shown:
                 send({"content": ""})  # opens the stream: the error still arrives as an event with status 200
@@ -221,7 +234,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.engine.finish(ticket, _engine_reason(answer))
         if include_usage:
             self._event({**head, "choices": [], "usage": _usage(ticket, answer)})
-        self.wfile.write(b"data: [DONE]\n\n")
+        if not behaviour.omit_done:
+            self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
     def _event(self, payload: Mapping[str, Any]) -> None:

@@ -28,6 +28,8 @@ from bot.adapters.aws.artifacts import (
 )
 from bot.adapters.aws.session import default_region, make_client
 from bot.domain.release import ReleaseManifest, parse_s3_uri
+from bot.safe_yaml import YamlFileError
+from bot.safe_yaml import load_yaml_file as load_yaml
 from bot.services.errors import Refused, ValidationFailed
 from bot.services.releases import parse_manifest
 
@@ -68,7 +70,7 @@ class BuildRequest:
     licence: str
     name: str | None = None
     serving_args: Sequence[str] = DEFAULT_SERVING_ARGS
-    serving_env: dict[str, str] = field(default_factory=dict)
+    serving_env: dict[str, Any] = field(default_factory=dict)  # plain values, or secret references as mappings
     evaluation_report: str | None = None
     trust_remote_code_exception: str | None = None
 
@@ -139,16 +141,28 @@ def write_manifest(manifest: ReleaseManifest, path: Path) -> None:
         raise
 
 
-def read_serving_file(path: Path) -> tuple[list[str], dict[str, str]]:
-    """A serving-args file: a YAML list of args, or a mapping with ``args`` and optional ``env``."""
+# A manifest lists up to 100,000 objects of ~150 bytes each.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+def load_yaml_file(path: Path, max_bytes: int = MAX_MANIFEST_BYTES) -> Any:
+    """A manifest or serving file's YAML; a missing, unreadable, binary, non-UTF-8 or bomb file is one problem line."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValidationFailed([f"{path}: no such file"]) from None
-    except yaml.YAMLError:
-        raise ValidationFailed([f"{path}: not valid YAML"]) from None
+        return load_yaml(path, max_bytes=max_bytes)
+    except YamlFileError as exc:
+        raise ValidationFailed([str(exc)]) from None
+
+
+def read_serving_file(path: Path) -> tuple[list[str], dict[str, Any]]:
+    """A serving-args file: a YAML list of args, or a mapping with ``args`` and optional ``env``.
+
+    An env value is a plain scalar or a secret reference mapping ({secret, key} / {aws_secret}); the manifest's
+    validation refuses literal secrets and bad references afterwards.
+    """
+    data = load_yaml_file(path)
     if isinstance(data, list):
         data = {"args": data}
-    if not isinstance(data, dict) or not isinstance(data.get("args"), list) or not isinstance(data.get("env", {}), dict):
+    if not isinstance(data, dict) or not isinstance(data.get("args"), list) or not isinstance(data.get("env") or {}, dict):
         raise ValidationFailed([f"{path}: expected a list of args, or a mapping with `args:` (list) and `env:` (mapping)"])
-    return [str(a) for a in data["args"]], {str(k): str(v) for k, v in (data.get("env") or {}).items()}
+    env = {str(k): v if isinstance(v, dict) else str(v) for k, v in (data.get("env") or {}).items()}
+    return [str(a) for a in data["args"]], env

@@ -18,6 +18,7 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.domain.release import ReleaseManifest
 from bot.domain.release_diff import ReleaseDiff
 from bot.domain.release_diff import diff_releases as diff_tuples
+from bot.domain.secrets import registration_problems
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused, ValidationFailed
 
@@ -64,19 +65,33 @@ def view_of(row: Release) -> ReleaseView:
     )
 
 
+MAX_PROBLEMS = 20
+
+
 def parse_manifest(data: Any) -> ReleaseManifest:
-    """Validate raw manifest data; every problem is reported with its field path."""
+    """Validate raw manifest data for registration; every problem is reported with its field path.
+
+    Besides the manifest's own rules, a release to be stored must hold no literal secret (see
+    :mod:`bot.domain.secrets`): the problem names the variable or argument, never the value.
+    """
     if not isinstance(data, dict):
         raise ValidationFailed(["(top level): a release manifest is a mapping of fields, see `kimi-ops release schema`"])
     try:
-        return ReleaseManifest.model_validate(data)
+        manifest = ReleaseManifest.model_validate(data)
     except ValidationError as exc:
         problems = []
-        for err in exc.errors():
+        for err in exc.errors(include_input=False):
             path = ".".join(str(p) for p in err["loc"]) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
             problems.append(f"{path}: {msg}")
+        # A manifest with 100,000 bad keys says so in a screenful, not 100,000 lines.
+        if len(problems) > MAX_PROBLEMS:
+            problems = [*problems[:MAX_PROBLEMS], f"(and {len(problems) - MAX_PROBLEMS:,} more problems)"]
         raise ValidationFailed(problems) from None
+    secrets = registration_problems(manifest.serving.args, manifest.serving.env)
+    if secrets:
+        raise ValidationFailed(secrets)
+    return manifest
 
 
 def register_release(ctx: Context, data: Any, actor: str) -> Registered:
@@ -116,7 +131,8 @@ def _add_release(uow: SqlUnitOfWork, manifest: ReleaseManifest, digest: str, act
             objects=[o.model_dump() for o in manifest.weights.objects],
             image=manifest.image,
             serving_args=list(manifest.serving.args),
-            serving_env=dict(manifest.serving.env),
+            # References stored as their JSON form ({secret, key} / {aws_secret}); never a secret value.
+            serving_env=manifest.serving.model_dump(mode="json", exclude_none=True)["env"],
             licence_version=manifest.licence.version,
             licence_uri=manifest.licence.document,
             licence_sha256=manifest.licence.sha256,

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bot.adapters.aws.errors import aws_error_text
 from bot.adapters.store.models import Incident, Reservation
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
@@ -91,7 +92,7 @@ MISSING_INCIDENT = "no-reservation"
 # ---------------------------------------------------------------------------- read models
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReservationView(ReservationInfo):
     """A stored reservation as ``/kimi reservations`` and ``kimi-ops reservations`` show it: what AWS
     said (the :class:`ReservationInfo` fields) plus what the watch knows about it."""
@@ -182,7 +183,7 @@ def read_all(ctx: Context) -> tuple[dict[str, ReservationInfo], set[str], dict[s
                           or any(names_reservation(p.id, wanted) for wanted in named))
         except Exception as exc:  # AWS unreachable or refusing: report it, change nothing in that region
             log.warning("reading reservations in %s failed: %s", region, exc, exc_info=True)
-            errors[region] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            errors[region] = aws_error_text(exc)
             continue
         read.add(region)
         for info in found:
@@ -202,6 +203,13 @@ class _Watch:
         self.endpoints = list(ctx.settings.endpoints)
         self.by_name = {e.name: e for e in self.endpoints}
         self.live = self._live_endpoints()
+        # What AWS said in this run: it carries what the stored row does not (a plan's TargetResources, a block's
+        # platform), so fit and replacement are judged on it whenever the reservation was just read.
+        self.seen: dict[str, ReservationInfo] = {}
+
+    def info(self, row: Reservation) -> ReservationInfo:
+        fresh = self.seen.get(row.id)
+        return replace(_info(row), target_resources=fresh.target_resources, platform=fresh.platform) if fresh else _info(row)
 
     def _live_endpoints(self) -> set[str]:
         live: set[str] = set()
@@ -227,6 +235,7 @@ class _Watch:
     def apply_seen(self, seen: dict[str, ReservationInfo], regions_read: set[str]) -> None:
         # Locked: a manual `jobs run` racing the scheduled watch waits here, then sees the alerts already sent.
         rows = {row.id: row for row in self.uow.reservations.list(include_gone=True, for_update=True)}
+        self.seen = dict(seen)
         for info in seen.values():
             row = rows.get(info.id)
             if row is None:
@@ -296,7 +305,7 @@ class _Watch:
 
     # -- endpoints
     def _match(self, row: Reservation) -> None:
-        endpoint = match_endpoint(_info(row), self.endpoints)
+        endpoint = match_endpoint(self.info(row), self.endpoints)
         name = endpoint.name if endpoint else None
         if name != row.endpoint_name:
             self.uow.audit.record(at=self.now, actor=ACTOR, action="reservation.matched", subject=f"reservation:{row.id}",
@@ -309,8 +318,10 @@ class _Watch:
             self._check_fit(row)
 
     def _check_fit(self, row: Reservation) -> None:
+        if row.id not in self.seen:
+            return  # not read this run (its region did not answer, or it is gone): nothing new to judge
         endpoint = self.by_name.get(row.endpoint_name or "")
-        problems = mismatches(_info(row), endpoint) if endpoint else []
+        problems = mismatches(self.info(row), endpoint) if endpoint else []
         wanted = {f"{MISMATCH_PREFIX}{p}" for p in problems}
         markers = _markers(row)
         known = {m for m in markers if m.startswith(MISMATCH_PREFIX)}
@@ -333,7 +344,7 @@ class _Watch:
             for other in others:
                 if other.end_at is None or other.end_at <= ends:
                     continue
-                if (other.start_at is None or other.start_at <= ends) and fits(_info(other), endpoint):
+                if (other.start_at is None or other.start_at <= ends) and fits(self.info(other), endpoint):
                     return f"reservation `{short_id(other.id)}` covers it until {when(other.end_at)}"
         for other in others:
             if (other.endpoint_name and other.endpoint_name != row.endpoint_name and other.endpoint_name in self.live

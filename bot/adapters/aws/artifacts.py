@@ -24,6 +24,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bot.adapters.aws.errors import aws_error_text as aws_error_text  # re-exported: callers import it from here
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
 from bot.domain.release import ReleaseManifest, parse_s3_uri
@@ -38,15 +39,6 @@ _NOT_CONFIGURED = {
     "ServerSideEncryptionConfigurationNotFoundError",
     "NoSuchBucketPolicy",
 }
-
-
-def aws_error_text(exc: BaseException) -> str:
-    """One line naming what went wrong: the AWS error code, or the connection problem."""
-    if isinstance(exc, ClientError):
-        err = exc.response.get("Error", {})
-        op = getattr(exc, "operation_name", "call")
-        return f"{op} failed: {err.get('Code', 'error')}: {str(err.get('Message', '')).strip()[:160]}".rstrip(": ")
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
 
 
 def error_code(exc: BaseException) -> str | None:

@@ -30,6 +30,8 @@ CAPACITY_BLOCK = "capacity-block"
 _FINISHED_PLAN_STATES = frozenset({"Expired", "Failed"})
 # Before a Capacity Block starts its TotalInstanceCount is 0; the purchased count is in this tag.
 _REQUESTED_QUANTITY_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
+# Records from before ReservationType existed (and some API versions) carry the type only in this tag.
+_RESERVATION_TYPE_TAG = "aws:ec2capacityreservation:capacityReservationType"
 
 
 def default_client_factory(session: boto3.Session | None = None) -> ClientFactory:
@@ -65,7 +67,7 @@ class AwsReservationSource:
 
         The API filters by instance type server-side; it has no reservation-type
         filter, so ordinary On-Demand Capacity Reservations are dropped here by
-        ``ReservationType``.
+        ``ReservationType`` (or, on a record without it, by its reservation-type tag).
         """
         ec2 = self.client("ec2", region)
         paginator = ec2.get_paginator("describe_capacity_reservations")
@@ -73,7 +75,7 @@ class AwsReservationSource:
         found: list[ReservationInfo] = []
         for page in pages:
             for item in page.get("CapacityReservations", []):
-                if item.get("ReservationType") != CAPACITY_BLOCK:
+                if _reservation_type(item) != CAPACITY_BLOCK:
                     continue
                 found.append(_capacity_block(item, region))
         return found
@@ -105,6 +107,11 @@ def _tags(item: Mapping[str, Any]) -> dict[str, str]:
     return {t.get("Key", ""): t.get("Value", "") for t in item.get("Tags", []) or []}
 
 
+def _reservation_type(item: Mapping[str, Any]) -> str | None:
+    declared = item.get("ReservationType")
+    return str(declared) if declared else _tags(item).get(_RESERVATION_TYPE_TAG) or None
+
+
 def _capacity_block(item: Mapping[str, Any], region: str) -> ReservationInfo:
     count = int(item.get("TotalInstanceCount") or 0)
     if count == 0:
@@ -120,6 +127,7 @@ def _capacity_block(item: Mapping[str, Any], region: str) -> ReservationInfo:
         start=_utc(item.get("StartDate")),
         end=_utc(item.get("EndDate")),
         state=str(item.get("State", "unknown")).lower(),
+        platform=item.get("InstancePlatform"),
     )
 
 
@@ -143,4 +151,6 @@ def _training_plan(plan: Mapping[str, Any], region: str) -> ReservationInfo:
         start=_utc(plan.get("StartTime")),
         end=_utc(plan.get("EndTime")),
         state=str(plan.get("Status", "unknown")).lower(),
+        # A plan AWS describes without TargetResources says nothing it may carry: it fits nothing.
+        target_resources=tuple(str(t) for t in plan.get("TargetResources") or ()),
     )

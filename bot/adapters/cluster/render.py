@@ -22,16 +22,24 @@ without bound, so the queue bound and the overflow status are enforced by the
 application layer in front of the model, which reads them there (see DESIGN.md,
 "Rendering, apply and rollout watch"); ``Cluster.observe`` reads them back.
 
+Secrets never sit in the objects: a release's secret env references become
+``valueFrom.secretKeyRef`` (HyperPod's CRD carries the same ``valueFrom`` in
+``worker.environmentVariables``); an AWS Secrets Manager ARN reads the Secret
+the cluster's secret sync writes (``kimi-ops-sm-…``, listed in the
+``kimi-ops.io/aws-secrets`` annotation for that sync).
+
 Every object carries the release name and the tuple hash as labels and
 annotations, so ``kubectl`` shows which release is running.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.release import ReleaseManifest
+from bot.domain.secrets import SecretRef
 
 IEC_API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
 RELEASE_LABEL = "kimi-ops.io/release"
@@ -47,6 +55,7 @@ MAX_NUM_SEQS = "--max-num-seqs"
 MAX_CONCURRENT_ANNOTATION = "kimi-ops.io/max-concurrent-requests"
 MAX_QUEUE_ANNOTATION = "kimi-ops.io/max-queue-size"
 OVERFLOW_STATUS_ANNOTATION = "kimi-ops.io/overflow-status-code"
+AWS_SECRETS_ANNOTATION = "kimi-ops.io/aws-secrets"
 
 
 def _labels(release: ReleaseManifest, endpoint: EndpointSettings) -> dict[str, str]:
@@ -70,6 +79,7 @@ def _annotations(release: ReleaseManifest, endpoint: EndpointSettings, release_h
     }
     if endpoint.reservation_id:
         annotations["kimi-ops.io/reservation"] = endpoint.reservation_id
+    annotations.update(secret_sources(release))
     return annotations
 
 
@@ -94,8 +104,30 @@ def model_location(release: ReleaseManifest) -> str:
     return release.weights.key_prefix.rstrip("/")
 
 
-def _env(release: ReleaseManifest) -> list[dict[str, str]]:
-    return [{"name": key, "value": value} for key, value in sorted(release.serving.env.items())]
+def _env(release: ReleaseManifest) -> list[dict[str, Any]]:
+    """Plain values as ``value``; secret references as ``valueFrom.secretKeyRef`` (the value never enters the object).
+
+    An AWS Secrets Manager reference reads the Kubernetes Secret the cluster's secret sync writes it to
+    (:func:`bot.domain.secrets.aws_secret_name`); :func:`secret_sources` tells the sync which ARN that is.
+    """
+    env: list[dict[str, Any]] = []
+    for key, value in sorted(release.serving.env.items()):
+        if isinstance(value, SecretRef):
+            name, secret_key = value.kube_secret()
+            env.append({"name": key, "valueFrom": {"secretKeyRef": {"name": name, "key": secret_key}}})
+        else:
+            env.append({"name": key, "value": value})
+    # Kubernetes expands $(VAR) only from variables listed before it: plain values first would not be enough when
+    # a plain value refers to a secret, so references go first and keep their sorted order among themselves.
+    return sorted(env, key=lambda item: "value" in item)
+
+
+def secret_sources(release: ReleaseManifest) -> dict[str, str]:
+    """Annotation for the secret sync: which Kubernetes Secret holds which AWS Secrets Manager ARN (if any)."""
+    sources = {value.kube_secret()[0]: value.aws_secret for value in release.serving.secret_env().values() if value.aws_secret}
+    if not sources:
+        return {}
+    return {AWS_SECRETS_ANNOTATION: json.dumps(dict(sorted(sources.items())), separators=(",", ":"))}
 
 
 def eks_serving_args(release: ReleaseManifest, limits: RequestLimits) -> list[str]:

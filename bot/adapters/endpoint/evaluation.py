@@ -2,7 +2,9 @@
 
 One streamed request (:func:`stream_chat`) collects the answer text, tool calls,
 an explicit refusal, the finish reason and token usage, and measures time to
-first token and total time. :class:`HttpEvaluator` runs the evaluation set's
+first token and total time. As in the readiness client, an error event in the
+stream (either of vLLM's shapes) and a stream that ends without a finish reason
+or without ``data: [DONE]`` (a cut connection) are failures, never answers. :class:`HttpEvaluator` runs the evaluation set's
 cases through it with a bounded number in flight. The text is handed to the
 domain for scoring and is never logged here.
 """
@@ -93,6 +95,15 @@ def _error_message(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}"
 
 
+def _stream_error(chunk: dict[str, Any]) -> str | None:
+    """An error sent as a stream event after the 200: ``{"error": {…}}`` (current vLLM) or the flat legacy shape."""
+    error = chunk.get("error") or (chunk if chunk.get("object") == "error" else None)
+    if not error:
+        return None
+    message = error.get("message") if isinstance(error, dict) else error
+    return f"error during the stream: {str(message or 'no message')[:200]}"
+
+
 def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, case_id: str = "",
                 deadline: float | None = None) -> Answer:
     """POST one streamed chat completion and return what came back, timed from the request's start.
@@ -115,23 +126,31 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, ca
                 return Answer(
                     case_id=case_id, http_status=response.status_code, error=_error_message(response), latency_ms=since()
                 )
+            done = False
             for event in source.iter_sse():
                 if event.data.strip() == "[DONE]":
+                    done = True
                     break
                 try:
                     chunk = json.loads(event.data)
                 except ValueError:
                     return Answer(case_id=case_id, http_status=200, error="malformed stream chunk", latency_ms=since())
-                if isinstance(chunk, dict) and chunk.get("object") == "error":
-                    return Answer(
-                        case_id=case_id,
-                        http_status=200,
-                        error=str(chunk.get("message", "error in stream"))[:200],
-                        latency_ms=since(),
-                    )
+                if not isinstance(chunk, dict):
+                    return Answer(case_id=case_id, http_status=200, error="a stream event is not a JSON object",
+                                  latency_ms=since())
+                failure = _stream_error(chunk)
+                if failure is not None:
+                    return Answer(case_id=case_id, http_status=200, error=failure, latency_ms=since())
                 partial.take(chunk, since())
                 if deadline is not None and since() > deadline * 1000.0:
                     return Answer(case_id=case_id, http_status=None, error="timed out", latency_ms=since())
+            # A connection cut mid-answer ends the stream quietly: only a finish reason and [DONE] say it was whole.
+            if partial.finish_reason is None:
+                return Answer(case_id=case_id, http_status=200, error="the stream ended without a finish reason",
+                              latency_ms=since())
+            if not done:
+                return Answer(case_id=case_id, http_status=200, error="the stream ended before data: [DONE]",
+                              latency_ms=since())
     except httpx.TimeoutException:
         return Answer(case_id=case_id, http_status=None, error="timed out", latency_ms=since())
     except httpx.ConnectError:

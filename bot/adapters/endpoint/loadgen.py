@@ -108,9 +108,14 @@ class _Sampler(threading.Thread):
             self.kv = max(self.kv or 0.0, snap.kv_cache_usage)
 
     def hit_rate(self) -> float | None:
-        """Prefix-cache hits over queries during this level only (the counters are cumulative)."""
+        """Prefix-cache hits over queries during this level only (the counters are cumulative).
+
+        A vLLM without the counters (≤ 0.6) has only its hit-rate gauge: the last reading stands for the level.
+        """
         if self.first is None or self.last is None:
             return None
+        if self.last.prefix_cache_queries is None:
+            return self.last.prefix_cache_hit_rate
         hits = (self.last.prefix_cache_hits, self.first.prefix_cache_hits)
         queries = (self.last.prefix_cache_queries, self.first.prefix_cache_queries)
         if None in hits or None in queries or queries[0] - queries[1] <= 0:  # type: ignore[operator]

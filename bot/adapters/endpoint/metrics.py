@@ -5,7 +5,8 @@ their metric name only and summed across label sets: current vLLM adds an
 ``engine`` label (one series per data-parallel engine) and may serve several
 model names, so a scraper keyed on the full label set would break. Names renamed
 in vLLM 0.9 (``gpu_cache_usage_perc``, ``gpu_prefix_cache_*``) are read when the
-current ones are absent. The finished-request counter (``request_success``) is
+current ones are absent; vLLM ≤ 0.6's ``gpu_prefix_cache_hit_rate`` gauge gives
+the hit rate when neither counter is there. The finished-request counter (``request_success``) is
 summed over every finish reason, so two snapshots give the requests served in between.
 
 Time-to-first-token quantiles come from the cumulative histogram buckets with the
@@ -29,6 +30,8 @@ WAITING = ("vllm:num_requests_waiting",)
 KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
 PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+# vLLM ≤ 0.6 exposed no prefix-cache counters, only this gauge (a fraction, one series per engine).
+PREFIX_HIT_RATE = ("vllm:gpu_prefix_cache_hit_rate",)
 TTFT = "vllm:time_to_first_token_seconds"
 # Exposed as ``vllm:request_success_total`` by every vLLM (older loggers declared the ``_total`` name, newer
 # ones let prometheus-client add it); the bare name is what a scrape declaring the family untyped shows.
@@ -67,6 +70,15 @@ def _max(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], names: Se
         values = [v for _, v in samples.get(name, []) if not math.isnan(v)]
         if values:
             return max(values)
+    return None
+
+
+def _mean(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], names: Sequence[str]) -> float | None:
+    # A rate per engine: the engines' mean (they serve alike-sized shares), never their sum.
+    for name in names:
+        values = [v for _, v in samples.get(name, []) if not math.isnan(v)]
+        if values:
+            return sum(values) / len(values)
     return None
 
 
@@ -127,7 +139,7 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         running=_sum(samples, RUNNING),
         waiting=_sum(samples, WAITING),
         kv_cache_usage=_max(samples, KV_USAGE),
-        prefix_cache_hit_rate=(hits / queries) if hits is not None and queries else None,
+        prefix_cache_hit_rate=(hits / queries) if hits is not None and queries else _mean(samples, PREFIX_HIT_RATE),
         ttft_p50_s=histogram_quantile(0.5, buckets),
         ttft_p99_s=histogram_quantile(0.99, buckets),
         prefix_cache_hits=hits,

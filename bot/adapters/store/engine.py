@@ -31,6 +31,9 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: i
             cursor.close()
 
         return engine
+    if "connect_timeout" not in make_url(url).query:
+        # An unroutable database host should fail start-up in seconds, not after the OS's TCP timeout.
+        kwargs.setdefault("connect_args", {"connect_timeout": 10})
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("connect_args", {"connect_timeout": 10})
     return create_engine(url, pool_size=pool_size, max_overflow=max_overflow, **kwargs)

@@ -9,8 +9,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 import migrations
+from bot.config import ConfigError
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 
@@ -33,13 +35,33 @@ def head_revision() -> str:
     return heads[0]
 
 
+class DatabaseUnreachable(ConfigError):
+    """The configured database does not answer; the message names it without its password."""
+
+    @classmethod
+    def of(cls, url: str, exc: Exception) -> DatabaseUnreachable:
+        from bot.adapters.store.engine import display_url
+
+        # The driver's first line says why (refused, unknown host, bad password, no such database).
+        original = getattr(exc, "orig", None) or exc
+        reason = (str(original).strip().splitlines() or [type(original).__name__])[0][:200]
+        return cls(f"KIMI_DATABASE_URL: cannot reach the database {display_url(url)} ({reason}); check that it runs "
+                   "and the URL, e.g. KIMI_DATABASE_URL=postgresql+psycopg://kimi@db.internal:5432/kimi")
+
+
 def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    except (OperationalError, InterfaceError) as exc:
+        raise DatabaseUnreachable.of(engine.url.render_as_string(hide_password=False), exc) from None
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    try:
+        command.upgrade(alembic_config(url), revision)
+    except (OperationalError, InterfaceError) as exc:
+        raise DatabaseUnreachable.of(url, exc) from None
 
 
 def downgrade(url: str, revision: str) -> None:

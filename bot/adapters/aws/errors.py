@@ -1,0 +1,25 @@
+"""AWS failures as one line for people: the service's own code and message, or the connection problem."""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+
+def aws_error_text(exc: BaseException) -> str:
+    """One line naming what went wrong: the AWS error code and message, or the connection problem.
+
+    When the answer held no AWS error (a proxy, a load balancer or a stand-in that is down answering with
+    its own page), botocore makes the code the HTTP status and the message its reason phrase, e.g.
+    ``501: Not Implemented``; that is said as what it is, an HTTP status from something that is not the service.
+    """
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        op = getattr(exc, "operation_name", "call")
+        code = str(err.get("Code") or "error")
+        message = str(err.get("Message") or "").strip()[:160]
+        if code.isdigit():
+            phrase = f" {message}" if message and message != code else ""
+            return (f"{op} failed: the endpoint answered HTTP {code}{phrase} without an AWS error; "
+                    "the service is down or the endpoint (AWS_ENDPOINT_URL) is not it")
+        return f"{op} failed: {code}: {message}".rstrip(": ")
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
