@@ -12,7 +12,9 @@ served by the stub itself (``/upload/<file id>``), which records the bytes, and
 ``files.completeUploadExternal`` shares the file into a channel or thread as a
 message carrying ``files``. :meth:`SlackStub.fail_next` makes a method (or the
 upload URL) fail, to exercise retries; :meth:`SlackStub.rate_limit_next` answers
-HTTP 429 with ``Retry-After`` as Slack does when a method's rate tier is spent.
+HTTP 429 with ``Retry-After`` as Slack does when a method's rate tier is spent,
+and :meth:`SlackStub.drop_next` closes the connection without an answer.
+Each recorded call keeps the size of the body as sent.
 ``auth.test`` names the workspace (``team_id``), the app (``app_id``) and, on an
 Enterprise Grid, the organisation (``enterprise_id``), as Slack does for a bot token.
 
@@ -51,6 +53,7 @@ class Call:
     method: str
     params: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
+    size: int = 0  # bytes of the request body as sent (what Slack measures its limits on)
 
 
 @dataclass
@@ -106,6 +109,7 @@ class SlackStub:
         self._failures: dict[str, list[str]] = {}
         # method → Retry-After seconds of the 429 answers still to give, oldest first.
         self._rate_limits: dict[str, list[int]] = {}
+        self._drops: dict[str, int] = {}  # method → calls still to leave unanswered (connection closed)
         self._ts = itertools.count(1)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -150,11 +154,14 @@ class SlackStub:
                 else:
                     params = _flat(parse_qs(raw))
                 params.update(_flat(parse_qs(parts.query)))
+                if stub.dropped(parts.path):
+                    self.close_connection = True  # no answer at all: the client sees the connection reset
+                    return
                 retry_after = stub.rate_limited(parts.path, params)
                 if retry_after is not None:
                     self._answer(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)})
                     return
-                answer = stub.handle(parts.path, params)
+                answer = stub.handle(parts.path, params, size=length)
                 self._answer(200, answer)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -201,6 +208,21 @@ class SlackStub:
         with self._lock:
             self._rate_limits.setdefault(method, []).extend([retry_after] * times)
 
+    def drop_next(self, method: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` get no answer: the connection is closed (recorded as ``dropped:METHOD``)."""
+        with self._lock:
+            self._drops[method] = self._drops.get(method, 0) + times
+
+    def dropped(self, path: str) -> bool:
+        method = path.removeprefix("/api/")
+        with self._changed:
+            if not self._drops.get(method):
+                return False
+            self._drops[method] -= 1
+            self.calls.append(Call(f"dropped:{method}", {}))
+            self._changed.notify_all()
+            return True
+
     def rate_limited(self, path: str, params: dict[str, Any]) -> int | None:
         """The Retry-After of a 429 owed to this call (recorded as ``ratelimited:METHOD``), or None to answer it."""
         method = path.removeprefix("/api/")
@@ -243,13 +265,13 @@ class SlackStub:
         return f"{self.url}/response/{name}-{next(self._ts)}"
 
     # ------------------------------------------------------------------ the API
-    def handle(self, path: str, params: dict[str, Any]) -> dict[str, Any] | str:
+    def handle(self, path: str, params: dict[str, Any], size: int = 0) -> dict[str, Any] | str:
         for key in JSON_FIELDS:
             if isinstance(params.get(key), str) and params[key][:1] in "[{":
                 params[key] = json.loads(params[key])
         with self._changed:
             if path.startswith("/response/"):
-                self.calls.append(Call("response_url", {**params, "url": path}))
+                self.calls.append(Call("response_url", {**params, "url": path}, size=size))
                 channel = "response:" + path.rsplit("/", 1)[-1]
                 self.messages.append(
                     Message(
@@ -263,7 +285,7 @@ class SlackStub:
                 self._changed.notify_all()
                 return "ok"
             method = path.removeprefix("/api/")
-            self.calls.append(Call(method, params))
+            self.calls.append(Call(method, params, size=size))
             answer = self._method(method, params)
             self._changed.notify_all()
             return answer
