@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -154,7 +154,7 @@ MALFORMED: list[Case] = [
 
 
 @pytest.fixture()
-def bench(make_ctx):
+def bench(make_ctx: Any) -> Iterator[SlackBench]:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx)
@@ -169,7 +169,7 @@ def caused(bench: SlackBench) -> list[str]:
 
 
 @pytest.mark.parametrize("case", MALFORMED, ids=lambda c: c.id)
-def test_malformed_input_is_acknowledged_and_its_sender_told_in_one_line(bench, case: Case) -> None:
+def test_malformed_input_is_acknowledged_and_its_sender_told_in_one_line(bench: SlackBench, case: Case) -> None:
     body = case.body(bench)
     started = time.perf_counter()
     answer = bench.post(body, bench.sender.headers(body, content_type=case.content_type), case.content_type)
@@ -186,7 +186,7 @@ def test_malformed_input_is_acknowledged_and_its_sender_told_in_one_line(bench, 
     assert caused(bench) in (["response_url"], ["chat.postMessage"], ["chat.postEphemeral"])
 
 
-def test_an_invalid_utf8_body_is_refused_not_a_500(bench) -> None:
+def test_an_invalid_utf8_body_is_refused_not_a_500(bench: SlackBench) -> None:
     raw = b"payload=%7B%22type%22%3A%22block_actions%22%7D\xff\xfe"
     now = str(int(time.time()))
     headers = {"content-type": FORM, "x-slack-request-timestamp": now,
@@ -196,7 +196,7 @@ def test_an_invalid_utf8_body_is_refused_not_a_500(bench) -> None:
     assert caused(bench) == []
 
 
-def test_a_forged_malformed_body_is_still_401(bench) -> None:
+def test_a_forged_malformed_body_is_still_401(bench: SlackBench) -> None:
     body = "payload=%7Bnot+json"
     now = str(int(time.time()))
     forged = {"content-type": FORM, "x-slack-request-timestamp": now, "x-slack-signature": sign("not-the-secret", now, body)}
@@ -213,7 +213,7 @@ def test_thousands_of_digits_are_a_usage_line_even_past_the_length_limit(text: s
         parse(text)
 
 
-def test_a_command_at_the_length_limit_is_still_read(bench) -> None:
+def test_a_command_at_the_length_limit_is_still_read(bench: SlackBench) -> None:
     answer = bench.post(slash(bench, "deploy " + "x" * 1993))
     assert answer.status_code == 200 and "characters long" not in answer.text
 
@@ -242,7 +242,7 @@ def foreign_click(**changes: Any) -> Callable[[SlackBench, Any], str]:
 
 
 def _value(gate: Any) -> str:
-    return next(e["value"] for b in gate.blocks for e in b.get("elements", []) if e.get("action_id") == APPROVE)
+    return str(next(e["value"] for b in gate.blocks for e in b.get("elements", []) if e.get("action_id") == APPROVE))
 
 
 FOREIGN: list[Foreign] = [
@@ -270,7 +270,9 @@ def refusals(bench: SlackBench) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("case", FOREIGN, ids=lambda c: c.id)
-def test_a_signed_request_from_another_app_workspace_or_organisation_runs_nothing_and_is_audited(bench, case: Foreign) -> None:
+def test_a_signed_request_from_another_app_workspace_or_organisation_runs_nothing_and_is_audited(
+    bench: SlackBench, case: Foreign,
+) -> None:
     bench.slash("U0DEPLOYER", "deploy rel-a to kimi-prod")
     gate = bench.gate_message("artifact", 1)
     assert bench.app.wait_idle(20)
@@ -285,7 +287,7 @@ def test_a_signed_request_from_another_app_workspace_or_organisation_runs_nothin
     assert refused["why"] == case.why
 
 
-def test_the_allowed_workspaces_setting_overrides_what_auth_test_says(make_ctx) -> None:
+def test_the_allowed_workspaces_setting_overrides_what_auth_test_says(make_ctx: Any) -> None:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["U0DEPLOYER"]},
                    slack_allowed_team_ids=["T0SECOND"])
     bench = start_bench(ctx)
@@ -298,7 +300,7 @@ def test_the_allowed_workspaces_setting_overrides_what_auth_test_says(make_ctx) 
         stop_bench(bench)
 
 
-def test_the_organisation_setting_refuses_requests_from_any_other(make_ctx) -> None:
+def test_the_organisation_setting_refuses_requests_from_any_other(make_ctx: Any) -> None:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["U0DEPLOYER"]},
                    slack_enterprise_id="E0ORG")
     bench = start_bench(ctx)
@@ -311,7 +313,7 @@ def test_the_organisation_setting_refuses_requests_from_any_other(make_ctx) -> N
         stop_bench(bench)
 
 
-def test_without_an_app_id_from_settings_or_auth_test_the_app_does_not_start(make_ctx) -> None:
+def test_without_an_app_id_from_settings_or_auth_test_the_app_does_not_start(make_ctx: Any) -> None:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
     with SlackStub(app_id="") as stub:
         ctx.settings.slack_api_url = stub.api_url

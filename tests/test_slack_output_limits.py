@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,7 +47,7 @@ def next_button(message: Message | dict[str, Any]) -> dict[str, Any] | None:
 
 
 @pytest.fixture()
-def history_bench(make_ctx):
+def history_bench(make_ctx: Any) -> Iterator[SlackBench]:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["U0VIEWER"]}, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     for _ in range(55):
@@ -56,7 +57,7 @@ def history_bench(make_ctx):
     stop_bench(b)
 
 
-def test_history_of_50_pages_in_one_message_each_with_a_next_button(history_bench) -> None:
+def test_history_of_50_pages_in_one_message_each_with_a_next_button(history_bench: SlackBench) -> None:
     bench = history_bench
     since = len(bench.stub.calls)
     assert bench.slash("U0VIEWER", "history kimi-prod 50").status_code == 200
@@ -79,7 +80,7 @@ def test_history_of_50_pages_in_one_message_each_with_a_next_button(history_benc
     assert next_button(page) is None  # the fiftieth is the last asked for
 
 
-def test_history_page_can_be_typed_and_out_of_range_pages_get_the_usage_line(history_bench) -> None:
+def test_history_page_can_be_typed_and_out_of_range_pages_get_the_usage_line(history_bench: SlackBench) -> None:
     bench = history_bench
     since = len(bench.stub.calls)
     bench.slash("U0VIEWER", "history kimi-prod 50 --page 3")
@@ -89,7 +90,7 @@ def test_history_page_can_be_typed_and_out_of_range_pages_get_the_usage_line(his
 
 
 @pytest.fixture()
-def gates_bench(make_ctx):
+def gates_bench(make_ctx: Any) -> Iterator[SlackBench]:
     names = [f"kimi-{i:02d}" for i in range(20)]
     ctx = make_ctx(endpoints=[endpoint_config(n, channel=CHANNEL) for n in names], roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
@@ -102,7 +103,7 @@ def gates_bench(make_ctx):
     stop_bench(b)
 
 
-def test_twenty_waiting_gates_page_five_at_a_time_within_slacks_limits(gates_bench) -> None:
+def test_twenty_waiting_gates_page_five_at_a_time_within_slacks_limits(gates_bench: SlackBench) -> None:
     bench = gates_bench
     assert bench.app.wait_idle(30)
     listed: list[str] = []
@@ -135,7 +136,7 @@ def test_overflow_is_one_post_at_most_whatever_its_length() -> None:
     assert one_post([]) is None and one_post(["short"]) == "short"
 
 
-def test_a_rate_limited_post_waits_retry_after_and_then_goes_through(make_ctx) -> None:
+def test_a_rate_limited_post_waits_retry_after_and_then_goes_through(make_ctx: Any) -> None:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     bench = start_bench(ctx)
