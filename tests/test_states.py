@@ -33,7 +33,7 @@ OLD_GATES = {"artifact_gate", "infrastructure_gate", "model_gate", "traffic_gate
 
 
 def _old_edges(path: tuple[str, ...]) -> set[tuple[str, str]]:
-    edges = set(zip(path, path[1:]))
+    edges = set(itertools.pairwise(path))
     for state in path[:-1]:
         edges |= {(state, end) for end in OLD_ENDINGS}
     return edges
@@ -83,8 +83,8 @@ def test_the_transition_rules_are_those_of_the_string_machine() -> None:
 
 def test_terminal_states_are_those_that_hold_no_endpoint() -> None:
     moves_on = {a for a, b in ALLOWED if b != State.SUPERSEDED}  # live → superseded is not a step of the deployment
-    assert IN_FLIGHT == moves_on and TERMINAL == set(State) - moves_on
-    assert TERMINAL == {"live", "superseded", "rejected", "failed", "cancelled", "interrupted"}
+    assert moves_on == IN_FLIGHT and set(State) - moves_on == TERMINAL
+    assert {"live", "superseded", "rejected", "failed", "cancelled", "interrupted"} == TERMINAL
     for state in State:
         assert state.terminal == (state in TERMINAL) and state.holds_endpoint == (not state.terminal)
         assert State(state.value) is state and state.words == state.value.replace("_", " ")
@@ -110,15 +110,16 @@ def test_endings_are_reachable_from_every_step_and_past_apply_from_applying_on()
 
 def test_rollback_step_sets() -> None:
     # After close_admission and before live: a failure there leaves admission closed.
-    assert ADMISSION_CLOSED == _steps_from("rollback", State.DRAINING) == {"draining", "applying", "rolling_out", "readiness", "reopen"}
+    assert ADMISSION_CLOSED == _steps_from("rollback", State.DRAINING) == {
+        "draining", "applying", "rolling_out", "readiness", "reopen"}
     old_needs = {(kind, s) for kind in ("deploy", "rollback") for s in State
                  if s == "rolling_out" or (kind == "rollback" and s in {"draining", "applying"})}
     assert {(kind, s) for kind, states in NEEDS_STORED_MANIFEST.items() for s in states} == old_needs
 
 
 def test_limits_close_when_the_measured_release_is_not_what_serves() -> None:
-    assert LIMITS_CLOSED_STATES == {"rejected", "failed", "cancelled", "interrupted", "superseded"}
-    assert WAS_LIVE == {State.LIVE} | {b for a, b in ALLOWED if a == State.LIVE}
+    assert {"rejected", "failed", "cancelled", "interrupted", "superseded"} == LIMITS_CLOSED_STATES
+    assert {State.LIVE} | {b for a, b in ALLOWED if a == State.LIVE} == WAS_LIVE
     for state in State:
         assert proposal_open(state) == (state.holds_endpoint or state == State.LIVE)
         assert proposal_open(state.value) == proposal_open(state)

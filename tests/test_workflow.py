@@ -67,7 +67,8 @@ def test_deploy_runs_four_gates_to_live_with_audit_and_events(wf) -> None:
     with ctx.uow() as uow:
         actions = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=200))]
         kinds = [e.kind for e in uow.events.for_deployment(view.id)]
-    expected_states = ["artifact_gate", "infrastructure_gate", "applying", "rolling_out", "readiness", "model_gate", "traffic_gate", "live"]
+    expected_states = ["artifact_gate", "infrastructure_gate", "applying", "rolling_out", "readiness", "model_gate",
+                       "traffic_gate", "live"]
     assert [a.removeprefix("deployment.") for a in actions if a.startswith("deployment.")] == expected_states
     assert kinds.count("deployment.state") == len(expected_states)
     assert kinds.count("gate.waiting") == 4 and kinds.count("gate.decided") == 4
@@ -190,7 +191,8 @@ def test_twenty_concurrent_deploy_requests_produce_exactly_one(fresh_pg_url, clo
     from bot.config import load_settings
 
     schema.upgrade(fresh_pg_url)
-    ctx = build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config()], roles=ROLES), clock=clock)
+    settings = load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config()], roles=ROLES)
+    ctx = build_context(settings, clock=clock)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     barrier = threading.Barrier(20)
     outcomes: list[str] = []
@@ -231,7 +233,8 @@ def test_rollback_restores_the_previous_manifest_byte_for_byte(wf) -> None:
     assert get_deployment(ctx, second.id).state == "superseded"
     with ctx.uow() as uow:
         assert uow.endpoints.get("kimi-prod").admission_open is True
-        states = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=100)) if a.action.startswith("deployment.")]
+        states = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=100))
+                  if a.action.startswith("deployment.")]
     assert states == ["deployment.artifact_gate", "deployment.close_admission", "deployment.draining", "deployment.applying",
                       "deployment.rolling_out", "deployment.readiness", "deployment.reopen", "deployment.live"]
 
@@ -278,7 +281,8 @@ def test_failed_readiness_fails_the_deploy_with_the_reason(wf) -> None:
 def test_rollback_offered_is_stored_with_the_failure_not_read_from_its_reason(wf, make_ctx) -> None:
     ctx, engine = wf
     ctx.ports.cluster.outcome = "failed"
-    view = approve(ctx, engine, approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id).id).id)
+    at_first_gate = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
+    view = approve(ctx, engine, approve(ctx, engine, at_first_gate.id).id)
     assert view.state == "failed" and view.rollback_offered and view.state_reason.endswith("; rollback offered")
     with ctx.uow() as uow:
         row = uow.deployments.get(view.id)
@@ -289,7 +293,8 @@ def test_rollback_offered_is_stored_with_the_failure_not_read_from_its_reason(wf
     assert again.rollback_offered and again.state_reason == "image pull backoff"
     # A cancel past apply mentions a rollback in its reason, but only a failure offers one.
     ctx.ports.cluster.outcome = "succeeded"
-    waiting = approve(ctx, engine, approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id).id).id)
+    at_first_gate = engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id)
+    waiting = approve(ctx, engine, approve(ctx, engine, at_first_gate.id).id)
     assert waiting.state == "model_gate"
     cancelled = cancel(ctx, waiting.id, REQUESTER)
     assert "rollback offered" in cancelled.state_reason and not cancelled.rollback_offered
