@@ -199,6 +199,17 @@ class Settings(BaseSettings):
     slack_bot_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"))
     slack_signing_secret: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"))
     slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
+    # Where Slack requests may come from; each left unset is learned from the bot token's auth.test at start.
+    slack_allowed_team_ids: list[str] = Field(
+        default_factory=list, description="Slack workspace IDs (T…) whose requests are served (default: the bot token's)."
+    )
+    slack_enterprise_id: str | None = Field(
+        default=None, description="Enterprise Grid organisation ID (E…) requests must come from (default: the bot token's)."
+    )
+    slack_app_id: str | None = Field(default=None, description="This Slack app's ID (A…) (default: the bot token's).")
+    slack_max_command_chars: int = Field(
+        default=2000, ge=1, le=40_000, description="Longest `/kimi` text read; longer is refused before it is parsed."
+    )
     endpoints: list[EndpointSettings] = Field(default_factory=list)
     roles: Roles = Field(default_factory=Roles)
     evaluation_set: Path | None = Field(

@@ -14,14 +14,15 @@ class Usage(Exception):
     """Malformed input: the message is the sub-command's usage line."""
 
 
+# Deployment ids are database integers: a longer number is no deployment, and would overflow the query.
+MAX_DEPLOYMENT_DIGITS = 9
+
+
 def deployment_number(text: str, usage: str) -> int:
-    try:
-        number = int(text.lstrip("#"))
-    except ValueError:
-        raise Usage(usage) from None
-    if number < 1:
+    digits = text.removeprefix("#")
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > MAX_DEPLOYMENT_DIGITS or int(digits) < 1:
         raise Usage(usage)
-    return number
+    return int(digits)
 
 
 def at(when: object) -> str:

@@ -1,4 +1,8 @@
-"""``/kimi history [ENDPOINT] [N]``: an endpoint's deployments, newest first, with who requested and approved."""
+"""``/kimi history [ENDPOINT] [N] [--page P]``: an endpoint's deployments, newest first, with who requested and approved.
+
+The last N deployments are shown ``PAGE_ROWS`` at a time, so a page always fits
+one Slack message; a "Next" button asks for the following page.
+"""
 
 from __future__ import annotations
 
@@ -8,42 +12,56 @@ from bot.bootstrap import Root
 from bot.services.access import Identity, authorize
 from bot.services.deployments import history, resolve_endpoint
 from bot.views.deployments import state_words
-from bot.views.parts import Heading, Reply, Text, plain
+from bot.views.parts import Heading, Note, Part, Reply, Text, plain
 from commands.base import Usage, at
+from commands.paging import next_button, number, take_page
 
 NAME = "history"
-USAGE = "/kimi history [ENDPOINT] [N]"
-HELP = "List an endpoint's last N deployments (default 10): release, outcome, requester, approvers."
+USAGE = "/kimi history [ENDPOINT] [N] [--page P]"
+HELP = "List an endpoint's last N deployments (default 10), 10 a page: release, outcome, requester, approvers."
 MAX = 50
+PAGE_ROWS = 10
 
 
 @dataclass(frozen=True)
 class Args:
     endpoint: str | None
     limit: int
+    page: int = 1
 
 
 def parse(args: list[str]) -> Args:
+    rest, page = take_page(list(args), USAGE)
     endpoint, limit = None, 10
-    rest = list(args)
     if rest and not rest[0].isdigit():
         endpoint = rest.pop(0)
     if rest:
-        if not rest[0].isdigit() or int(rest[0]) < 1 or len(rest) > 1:
+        if len(rest) > 1:
             raise Usage(USAGE)
-        limit = min(int(rest[0]), MAX)
-    return Args(endpoint, limit)
+        limit = min(number(rest[0], USAGE), MAX)
+    if (page - 1) * PAGE_ROWS >= limit:
+        raise Usage(USAGE)
+    return Args(endpoint, limit, page)
 
 
 def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
     name = resolve_endpoint(ctx, parsed.endpoint)
     authorize(ctx, identity, "view", f"endpoint:{name}")
-    views = history(ctx, name, parsed.limit)
+    first = (parsed.page - 1) * PAGE_ROWS
+    last = min(parsed.limit, first + PAGE_ROWS)
+    # One row more than this page shows tells whether there is a next page.
+    views = history(ctx, name, min(parsed.limit, last + 1))
     lines = []
-    for v in views:
+    for v in views[first:last]:
         approvers = ", ".join(f"{g.gate} <@{g.decided_by}>" for g in v.gates if g.decision == "approved" and g.decided_by)
         lines.append(f"*#{v.id}* {v.kind} of *{v.release}* — {state_words(v.state)} · {at(v.created_at)} · "
                      f"by <@{v.requested_by}>" + (f" · approved: {approvers}" if approvers else ""))
-    parts = (Heading(f"History of {name}"), Text("\n".join(lines) or "No deployments yet."))
-    return Reply(parts=parts, text=plain(parts))
+    parts: list[Part] = [Heading(f"History of {name}"), Text("\n".join(lines) or "No deployments yet.")]
+    more = len(views) > last
+    if parsed.page > 1 or more:
+        parts.append(Note(f"Deployments {first + 1}–{first + len(lines)}, newest first (page {parsed.page})."))
+    if more:
+        upto = min(parsed.limit, last + PAGE_ROWS)
+        parts.append(next_button(f"history {name} {parsed.limit}", parsed.page + 1, f"{last + 1}–{upto}"))
+    return Reply(parts=tuple(parts), text=plain(parts))

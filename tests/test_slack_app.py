@@ -44,6 +44,9 @@ def test_signing_helper_reproduces_slacks_published_vector() -> None:
 def test_forged_stale_and_replayed_requests_get_401_and_do_nothing(bench) -> None:
     form = dict(parse_qsl((SAMPLES / "slack_slash_command_body_bolt_python.txt").read_text()))
     form.update(command="/kimi", text="help", response_url=bench.stub.response_url("sample"))
+    # Slack's sample comes from its own workspace and organisation and names no app: make it ours, or it is refused.
+    form.update(team_id=bench.sender.team, api_app_id=bench.sender.app)
+    form.pop("enterprise_id", None)
     body = urlencode(form)
     now = int(time.time())
     forged = {"content-type": "application/x-www-form-urlencoded", "x-slack-request-timestamp": str(now),

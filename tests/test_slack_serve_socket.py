@@ -22,7 +22,8 @@ from tests.test_slack_socket_mode import SocketServer
 
 def test_serve_socket_answers_commands_and_counts_them_in_metrics(tmp_path: Path) -> None:
     with SlackStub() as stub:
-        command = {"token": "unused", "team_id": "T0SANDBOX", "channel_id": "C0KIMIPROD", "user_id": "U0DEPLOYER",
+        command = {"token": "unused", "team_id": "T0SANDBOX", "api_app_id": "A0KIMIOPS", "channel_id": "C0KIMIPROD",
+                   "user_id": "U0DEPLOYER",
                    "command": "/kimi", "text": "help", "response_url": stub.response_url("socket"), "trigger_id": "1.2.socket"}
         malformed = {**command, "text": "deploy", "response_url": stub.response_url("socket")}
         server = SocketServer([

@@ -79,7 +79,8 @@ def bench(make_ctx):
 
 
 def test_a_slash_command_over_socket_mode_is_acknowledged_and_answered(bench) -> None:
-    command = {"token": "unused", "team_id": "T0SANDBOX", "channel_id": CHANNEL, "user_id": "U0DEPLOYER",
+    command = {"token": "unused", "team_id": "T0SANDBOX", "api_app_id": "A0KIMIOPS", "channel_id": CHANNEL,
+               "user_id": "U0DEPLOYER",
                "command": "/kimi", "text": "release list", "response_url": bench.stub.response_url("socket"),
                "trigger_id": "1.2.socket"}
     malformed = {**command, "text": "deploy", "response_url": bench.stub.response_url("socket")}

@@ -11,7 +11,12 @@ what a person would see. File uploads take Slack's three steps
 served by the stub itself (``/upload/<file id>``), which records the bytes, and
 ``files.completeUploadExternal`` shares the file into a channel or thread as a
 message carrying ``files``. :meth:`SlackStub.fail_next` makes a method (or the
-upload URL) fail, to exercise retries.
+upload URL) fail, to exercise retries; :meth:`SlackStub.rate_limit_next` answers
+HTTP 429 with ``Retry-After`` as Slack does when a method's rate tier is spent,
+and :meth:`SlackStub.drop_next` closes the connection without an answer.
+Each recorded call keeps the size of the body as sent.
+``auth.test`` names the workspace (``team_id``), the app (``app_id``) and, on an
+Enterprise Grid, the organisation (``enterprise_id``), as Slack does for a bot token.
 
 :class:`SlackSender` builds the bodies Slack sends (slash command form,
 ``block_actions`` / ``view_submission`` payloads, Events API JSON) in the shapes
@@ -48,6 +53,7 @@ class Call:
     method: str
     params: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
+    size: int = 0  # bytes of the request body as sent (what Slack measures its limits on)
 
 
 @dataclass
@@ -86,6 +92,7 @@ class SlackStub:
 
     def __init__(
         self, *, groups: dict[str, list[str]] | None = None, bot_user: str = "UKIMIBOT", missing_channels: set[str] | None = None,
+        team_id: str = "T0SANDBOX", app_id: str = "A0KIMIOPS", enterprise_id: str | None = None,
     ) -> None:
         self.groups = dict(groups or {})
         # Posting to these answers channel_not_found, like Slack for a channel the bot is not in.
@@ -93,12 +100,16 @@ class SlackStub:
         # What apps.connections.open hands out: the WebSocket URL of a Socket Mode stand-in, when one runs.
         self.socket_url: str | None = None
         self.bot_user = bot_user
+        self.team_id, self.app_id, self.enterprise_id = team_id, app_id, enterprise_id
         self.calls: list[Call] = []
         self.messages: list[Message] = []
         self.views: dict[str, dict[str, Any]] = {}
         self.uploads: dict[str, Upload] = {}
         # method (or "upload" for the upload URL) → errors still to answer, oldest first.
         self._failures: dict[str, list[str]] = {}
+        # method → Retry-After seconds of the 429 answers still to give, oldest first.
+        self._rate_limits: dict[str, list[int]] = {}
+        self._drops: dict[str, int] = {}  # method → calls still to leave unanswered (connection closed)
         self._ts = itertools.count(1)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -113,13 +124,15 @@ class SlackStub:
             def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read calls, not logs
                 return
 
-            def _answer(self, status: int, payload: dict[str, Any] | str) -> None:
+            def _answer(self, status: int, payload: dict[str, Any] | str, headers: dict[str, str] | None = None) -> None:
                 data = payload if isinstance(payload, str) else json.dumps(payload)
                 raw = data.encode()
                 self.send_response(status)
                 self.send_header(
                     "Content-Type", "application/json; charset=utf-8" if not isinstance(payload, str) else "text/plain"
                 )
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
                 self.wfile.write(raw)
@@ -141,7 +154,14 @@ class SlackStub:
                 else:
                     params = _flat(parse_qs(raw))
                 params.update(_flat(parse_qs(parts.query)))
-                answer = stub.handle(parts.path, params)
+                if stub.dropped(parts.path):
+                    self.close_connection = True  # no answer at all: the client sees the connection reset
+                    return
+                retry_after = stub.rate_limited(parts.path, params)
+                if retry_after is not None:
+                    self._answer(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)})
+                    return
+                answer = stub.handle(parts.path, params, size=length)
                 self._answer(200, answer)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -183,6 +203,37 @@ class SlackStub:
         with self._lock:
             self._failures.setdefault(method, []).extend([error] * times)
 
+    def rate_limit_next(self, method: str, retry_after: int = 1, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` answer HTTP 429 ``ratelimited`` with ``Retry-After: retry_after``."""
+        with self._lock:
+            self._rate_limits.setdefault(method, []).extend([retry_after] * times)
+
+    def drop_next(self, method: str, times: int = 1) -> None:
+        """The next ``times`` calls of ``method`` get no answer: the connection is closed (recorded as ``dropped:METHOD``)."""
+        with self._lock:
+            self._drops[method] = self._drops.get(method, 0) + times
+
+    def dropped(self, path: str) -> bool:
+        method = path.removeprefix("/api/")
+        with self._changed:
+            if not self._drops.get(method):
+                return False
+            self._drops[method] -= 1
+            self.calls.append(Call(f"dropped:{method}", {}))
+            self._changed.notify_all()
+            return True
+
+    def rate_limited(self, path: str, params: dict[str, Any]) -> int | None:
+        """The Retry-After of a 429 owed to this call (recorded as ``ratelimited:METHOD``), or None to answer it."""
+        method = path.removeprefix("/api/")
+        with self._changed:
+            queued = self._rate_limits.get(method)
+            if not queued:
+                return None
+            self.calls.append(Call(f"ratelimited:{method}", params))
+            self._changed.notify_all()
+            return queued.pop(0)
+
     def _failure(self, method: str) -> str | None:
         queued = self._failures.get(method)
         return queued.pop(0) if queued else None
@@ -214,13 +265,13 @@ class SlackStub:
         return f"{self.url}/response/{name}-{next(self._ts)}"
 
     # ------------------------------------------------------------------ the API
-    def handle(self, path: str, params: dict[str, Any]) -> dict[str, Any] | str:
+    def handle(self, path: str, params: dict[str, Any], size: int = 0) -> dict[str, Any] | str:
         for key in JSON_FIELDS:
             if isinstance(params.get(key), str) and params[key][:1] in "[{":
                 params[key] = json.loads(params[key])
         with self._changed:
             if path.startswith("/response/"):
-                self.calls.append(Call("response_url", {**params, "url": path}))
+                self.calls.append(Call("response_url", {**params, "url": path}, size=size))
                 channel = "response:" + path.rsplit("/", 1)[-1]
                 self.messages.append(
                     Message(
@@ -234,7 +285,7 @@ class SlackStub:
                 self._changed.notify_all()
                 return "ok"
             method = path.removeprefix("/api/")
-            self.calls.append(Call(method, params))
+            self.calls.append(Call(method, params, size=size))
             answer = self._method(method, params)
             self._changed.notify_all()
             return answer
@@ -247,16 +298,21 @@ class SlackStub:
         if failure:
             return {"ok": False, "error": failure}
         if method == "auth.test":
-            return {
+            identity = {
                 "ok": True,
                 "url": "https://sandbox.slack.com/",
                 "team": "Sandbox",
                 "user": "kimi-ops",
-                "team_id": "T0SANDBOX",
+                "team_id": self.team_id,
                 "user_id": self.bot_user,
                 "bot_id": "B0KIMIOPS",
+                "app_id": self.app_id,
+                "app_name": "kimi-ops",
                 "is_enterprise_install": False,
             }
+            if self.enterprise_id:
+                identity["enterprise_id"] = self.enterprise_id
+            return identity
         if method in ("chat.postMessage", "chat.update", "chat.postEphemeral") and p.get("channel") in self.missing_channels:
             return {"ok": False, "error": "channel_not_found"}
         if method == "chat.postMessage":
@@ -367,10 +423,14 @@ def _flat(query: dict[str, list[str]]) -> dict[str, Any]:
 class SlackSender:
     """Builds and signs what Slack sends to the app (shapes from Slack's own samples)."""
 
-    def __init__(self, signing_secret: str, stub: SlackStub, *, team: str = "T0SANDBOX", command: str = "/kimi") -> None:
+    def __init__(
+        self, signing_secret: str, stub: SlackStub, *, team: str | None = None, app: str | None = None, command: str = "/kimi",
+    ) -> None:
         self.secret = signing_secret
         self.stub = stub
-        self.team = team
+        # By default the requests come from the workspace and app the stub's auth.test names.
+        self.team = team or stub.team_id
+        self.app = app or stub.app_id
         self.command = command
 
     def headers(
@@ -385,6 +445,7 @@ class SlackSender:
                 "token": "unused-verification-token",
                 "team_id": self.team,
                 "team_domain": "sandbox",
+                "api_app_id": self.app,
                 "channel_id": channel,
                 "channel_name": "kimi-ops",
                 "user_id": user,
@@ -400,7 +461,7 @@ class SlackSender:
         payload = {
             "type": "block_actions",
             "user": {"id": user, "username": user.lower(), "team_id": self.team},
-            "api_app_id": "A0KIMIOPS",
+            "api_app_id": self.app,
             "token": "unused-verification-token",
             "container": {"type": "message", "message_ts": message.ts, "channel_id": message.channel, "is_ephemeral": False},
             "trigger_id": f"{time.time_ns()}.trigger",
@@ -430,10 +491,10 @@ class SlackSender:
             "type": "view_submission",
             "team": {"id": self.team, "domain": "sandbox"},
             "user": {"id": user, "username": user.lower(), "team_id": self.team},
-            "api_app_id": "A0KIMIOPS",
+            "api_app_id": self.app,
             "token": "unused-verification-token",
             "trigger_id": f"{time.time_ns()}.trigger",
-            "view": {**view, "state": {"values": state}, "team_id": self.team, "app_id": "A0KIMIOPS"},
+            "view": {**view, "state": {"values": state}, "team_id": self.team, "app_id": self.app},
             "response_urls": [],
         }
         return urlencode({"payload": json.dumps(payload)})
@@ -443,7 +504,7 @@ class SlackSender:
             {
                 "token": "unused-verification-token",
                 "team_id": self.team,
-                "api_app_id": "A0KIMIOPS",
+                "api_app_id": self.app,
                 "type": "event_callback",
                 "event_id": f"Ev{time.time_ns()}",
                 "event_time": int(time.time()),

@@ -88,3 +88,19 @@ def authorize(ctx: Context, identity: Identity, action: str, subject: str) -> No
         )
         uow.commit()
     raise Forbidden(f"you need the {needed} role to {action.replace('_', ' ')} ({subject}); ask a kimi-ops admin")
+
+
+def refuse_foreign_request(ctx: Context, *, user: str | None, kind: str, why: str, origin: dict[str, str | None]) -> None:
+    """Audit a signed Slack request refused because it came from another workspace, organisation or app.
+
+    ``origin`` is what the request said about itself (team, enterprise and app IDs); nothing else of it is kept.
+    """
+    with ctx.uow() as uow:
+        uow.audit.record(
+            at=ctx.clock.now(),
+            actor=user or "slack",
+            action="slack.request_refused",
+            subject="slack:" + (origin.get("team") or origin.get("enterprise") or "unknown"),
+            details={"kind": kind, "why": why, **origin},
+        )
+        uow.commit()

@@ -2,21 +2,23 @@
 
 :func:`responder` answers a slash command through its ``response_url``;
 :func:`clicker` answers only the person who clicked a button or submitted the
-reason form.
+reason form; :func:`sender_line` tells whoever sent any request one line,
+by whatever way back its body offers.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.webhook import WebhookClient
 
-from bot.adapters.slack.blocks import render
+from bot.adapters.slack.blocks import one_post, render
 from bot.services.errors import UserError
 from bot.views.parts import Reply, reply
 
@@ -40,14 +42,18 @@ def guard(work: Callable[[], T], tell: Tell) -> T | None:
 
 
 def responder(respond: Respond) -> Tell:
-    """Answers a slash command in its channel (or to the typist alone), overflow as follow-up messages."""
+    """Answers a slash command in its channel (or to the typist alone); what did not fit follows in one more message.
+
+    One more, not one per piece: a response URL takes five posts in all, and a paged listing should page, not spill.
+    """
 
     def tell(answer: Reply) -> None:
         rendered = render(answer.parts)
         kind = "ephemeral" if answer.ephemeral else "in_channel"
         respond(text=rendered.text, blocks=rendered.blocks, response_type=kind, replace_original=False)
-        for piece in rendered.overflow:
-            respond(text=piece, response_type=kind, replace_original=False)
+        rest = one_post(rendered.overflow)
+        if rest:
+            respond(text=rest, response_type=kind, replace_original=False)
 
     return tell
 
@@ -72,3 +78,33 @@ def clicker(client: WebClient, user: str, channel: str | None, respond: Respond 
             log.warning("no channel to answer %s: %s", user, rendered.text)
 
     return tell
+
+
+def _text_at(body: Mapping[str, Any], *paths: str) -> str | None:
+    for path in paths:
+        value: Any = body
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def sender_line(client: WebClient, body: Mapping[str, Any], line: str) -> None:
+    """Tell the sender of ``body`` one line: through its response URL, else only to them in its channel, else in a DM."""
+    urls = body.get("response_urls")
+    first = urls[0] if isinstance(urls, list) and urls and isinstance(urls[0], Mapping) else {}
+    url = _text_at(body, "response_url") or _text_at(first, "response_url")
+    user = _text_at(body, "user_id", "user.id")
+    channel = _text_at(body, "channel_id", "channel.id", "container.channel_id")
+    try:
+        if url:
+            WebhookClient(url).send(text=line, response_type="ephemeral", replace_original=False)
+        elif user and channel:
+            client.chat_postEphemeral(channel=channel, user=user, text=line)
+        elif user:
+            client.chat_postMessage(channel=user, text=line)  # a user ID as channel: the app's DM with them
+        else:
+            log.info("nobody to tell: %s", line)
+    except Exception:
+        log.exception("could not tell the sender of a Slack request: %s", line)

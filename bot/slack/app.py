@@ -12,8 +12,16 @@ a worker that answers people.
 At the edge: Bolt verifies signature and timestamp (forged or stale → 401);
 :mod:`bot.slack.middleware.replay_guard` claims each request in the database
 (a replay is refused, a redelivery of a request some replica took on is
-acknowledged and dropped, one whose original was lost runs), and
-:mod:`bot.slack.middleware.metrics` counts and times every request.
+acknowledged and dropped, one whose original was lost runs),
+:mod:`bot.slack.middleware.unreadable` acknowledges a body Bolt cannot read,
+:mod:`bot.slack.middleware.origin` refuses (and audits) a request from another
+app, workspace or organisation, :mod:`bot.slack.middleware.shapes`
+acknowledges what no listener could read or take (telling its sender in one
+line) and refuses an over-long command unparsed, and
+:mod:`bot.slack.middleware.metrics` counts and times every request. Whatever
+still finds no listener is acknowledged 200 (Bolt would say 404), and an
+exception is answered 200 by :mod:`bot.slack.listeners.errors` (Bolt would say
+500): Slack shows either as "dispatch_failed".
 """
 
 from __future__ import annotations
@@ -21,30 +29,47 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from slack_bolt import BoltRequest, BoltResponse
 from slack_sdk import WebClient
 
-from bot.adapters.slack.identity import GroupDirectory
+from bot.adapters.slack.identity import GroupDirectory, bot_identity
 from bot.bootstrap import Root
+from bot.services.access import refuse_foreign_request
 from bot.services.health import database_problems
+from bot.slack.answers import sender_line
 from bot.slack.deps import SlackDeps, person
 from bot.slack.home_cache import HomeCache
 from bot.slack.http import Check, ReadinessProbe, WsgiApp, wsgi_app
 from bot.slack.listeners import register_listeners
-from bot.slack.middleware.metrics import MeteredApp, SlackMetrics
+from bot.slack.middleware.metrics import MeteredApp, SlackMetrics, request_kind
+from bot.slack.middleware.origin import OnlyOurWorkspace, Origin, origin_of
 from bot.slack.middleware.replay_guard import OncePerRequest
+from bot.slack.middleware.shapes import WellFormed
+from bot.slack.middleware.unreadable import Unreadable, bolt_request
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
 
 NO_NOTIFIER = "the Slack app needs a root with a notifier: build it with build_root(ctx, slack_token=...)"
+log = logging.getLogger("kimi_ops.slack")
+
+
+class KimiBolt(MeteredApp):
+    """The metered Bolt app, acknowledging with 200 a request no listener took (Bolt's 404 shows as an error in Slack)."""
+
+    def _handle_unmatched_requests(self, req: BoltRequest, resp: BoltResponse) -> BoltResponse:
+        log.info("no listener took a Slack %s; acknowledged", request_kind(req.body))
+        return BoltResponse(status=200, body="")
 
 
 class KimiApp:
     """The Slack front end of one process; build it with :func:`create_app`."""
 
-    def __init__(self, root: Root, bolt: MeteredApp, client: WebClient, workers: CountingExecutor, command: str) -> None:
+    def __init__(
+        self, root: Root, bolt: MeteredApp, client: WebClient, workers: CountingExecutor, command: str, origin: Origin,
+    ) -> None:
         if root.notifier is None:
             raise ValueError(NO_NOTIFIER)
         self.root = root
@@ -63,7 +88,16 @@ class KimiApp:
         self.deps = SlackDeps(root, client, directory, notifier, self.outbox, homes, self.slow)
         self.once = OncePerRequest(ctx)  # one answer per request across replicas, redeliveries included
         bolt.use(self.once)
+        bolt.use(Unreadable())
+        bolt.use(OnlyOurWorkspace(origin, self._refused))
+        bolt.use(WellFormed(ctx.settings.slack_max_command_chars, self._tell_sender))
         register_listeners(bolt, self.deps, command)
+
+    def _tell_sender(self, body: Mapping[str, Any], line: str) -> None:
+        self.workers.submit(sender_line, self.client, body, line)  # off the acknowledgement path
+
+    def _refused(self, user: str | None, kind: str, why: str, origin: dict[str, str | None]) -> None:
+        refuse_foreign_request(self.ctx, user=user, kind=kind, why=why, origin=origin)
 
     def start_delivery(self, every_seconds: float) -> None:
         """Deliver the outbox periodically too: a rollout watch and the scheduled jobs write it while no request runs."""
@@ -84,7 +118,7 @@ class KimiApp:
 
     def dispatch(self, body: bytes, headers: dict[str, Any], query: str = "") -> BoltResponse:
         """One Slack request through Bolt, as the HTTP adapter sends it (the local shell feeds its signed requests here)."""
-        return self.bolt.dispatch(BoltRequest(body=body.decode("utf-8"), query=query, headers=headers))
+        return self.bolt.dispatch(bolt_request(body.decode("utf-8", errors="replace"), query, headers))
 
     def wsgi(self, path: str = "/slack/events", checks: tuple[Check, ...] = ()) -> WsgiApp:
         """The HTTP face; ``/readyz`` checks the database and schema, then ``checks`` (serve adds the Slack connection)."""
@@ -117,12 +151,17 @@ def create_app(
     workers: int = 16,
     outbox_seconds: float | None = 2.0,
 ) -> KimiApp:
-    """Build the Slack app on ``root``, sharing its notifier's Web API client; ``auth.test`` is called once."""
+    """Build the Slack app on ``root``, sharing its notifier's Web API client.
+
+    ``auth.test`` names the workspace, organisation and app requests must come from where the settings do not
+    (:func:`bot.slack.middleware.origin.origin_of`; :class:`bot.config.ConfigError` when it cannot tell).
+    """
     if root.notifier is None:
         raise ValueError(NO_NOTIFIER)
     client = root.notifier.client
+    origin = origin_of(root.ctx.settings, bot_identity(client))
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
-    bolt = MeteredApp(
+    bolt = KimiBolt(
         metrics=SlackMetrics(),
         client=client,
         signing_secret=signing_secret,
@@ -131,7 +170,7 @@ def create_app(
         raise_error_for_unhandled_request=False,
         logger=logging.getLogger("kimi_ops.bolt"),
     )
-    kimi = KimiApp(root, bolt, client, pool, command)
+    kimi = KimiApp(root, bolt, client, pool, command, origin)
     if outbox_seconds:
         kimi.start_delivery(outbox_seconds)
     return kimi

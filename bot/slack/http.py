@@ -20,8 +20,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from slack_bolt import App
+from slack_bolt import App, BoltResponse
 from slack_bolt.adapter.wsgi import SlackRequestHandler
+from slack_bolt.adapter.wsgi.http_request import WsgiHttpRequest
+
+from bot.slack.middleware.unreadable import bolt_request
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 Check = Callable[[], list[str]]
@@ -29,6 +32,25 @@ Check = Callable[[], list[str]]
 log = logging.getLogger("kimi_ops.slack")
 
 READY_WAIT_SECONDS = 2.0  # under the probe's 3-second timeout
+
+
+class KimiRequestHandler(SlackRequestHandler):
+    """Bolt's WSGI adapter, building its requests with :func:`bolt_request` so an unreadable body is answered, not a 500."""
+
+    def dispatch(self, request: WsgiHttpRequest) -> BoltResponse:
+        return self.app.dispatch(bolt_request(_body(request.environ), request.query_string, request.get_headers()))
+
+
+def _body(environ: dict[str, Any]) -> str:
+    """The request body as text; bytes that are not UTF-8 become U+FFFD, so their signature fails (401) instead of a 500."""
+    stream = environ.get("wsgi.input")
+    if stream is None:
+        return ""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    return bytes(stream.read(length)).decode("utf-8", errors="replace")
 
 
 class ReadinessProbe:
@@ -69,7 +91,7 @@ class ReadinessProbe:
 
 def wsgi_app(bolt: App, metrics: CollectorRegistry, path: str = "/slack/events", ready: Check | None = None) -> WsgiApp:
     """``POST path`` to Bolt (which verifies, dispatches and answers 404 elsewhere), ``/healthz``, ``/readyz``, ``/metrics``."""
-    slack = SlackRequestHandler(bolt, path)
+    slack = KimiRequestHandler(bolt, path)
     metrics_app = make_wsgi_app(metrics)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -16,6 +16,9 @@ APPROVE = "gate_approve"
 REJECT = "gate_reject"
 RECHECK = "gate_recheck"
 ACCEPT_LIMITS = "traffic_accept_limits"
+# "Next" under a paged answer; its value is the command text of the next page (e.g. ``history kimi-prod 50 --page 2``),
+# run as the person who clicks, so it shows nothing they could not ask for by typing it.
+NEXT_PAGE = "page_next"
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 Slack refuses a message with more than 50 blocks, a section text over 3,000
 characters or a button value over 2,000, and in practice a payload of more than
-about 13k characters (``msg_blocks_too_long``). :func:`render` keeps the
-buttons, fills the rest up to those limits, and returns what did not fit as
+about 13k characters (``msg_blocks_too_long``), counted on the JSON slack_sdk
+sends (:func:`json_size`: ``json.dumps`` with its defaults, so a non-ASCII
+character counts as its six-character escape), never on a Python ``str(dict)``.
+:func:`render` keeps the buttons, fills the rest up to those limits, and returns what did not fit as
 plain-text chunks that the notifier posts to the thread, so a long gate report
 is summarised in the message and complete in the thread. A ``Detail`` part never
 enters the message: it follows in the thread (a code block keeps its fences in
@@ -164,8 +166,31 @@ def _actions(part: Buttons) -> ActionsBlock:
     return ActionsBlock(elements=elements)
 
 
+def json_size(value: Any) -> int:
+    """Characters of ``value`` as slack_sdk puts it on the wire (``json.dumps`` defaults: ASCII escapes, ", " and ": ")."""
+    return len(json.dumps(value))
+
+
 def _size(block: Block) -> int:
-    return len(str(block.to_dict()))
+    return json_size(block.to_dict()) + 2  # ", " between blocks in the sent list
+
+
+# A slash command's answer posts its message and at most one more (Slack allows five posts per response_url).
+OVERFLOW_POST_CHARS = PAYLOAD_CHARS
+
+
+def one_post(pieces: Sequence[str], limit: int = OVERFLOW_POST_CHARS) -> str | None:
+    """The overflow ``pieces`` as the text of one post, at most ``limit`` characters of JSON, saying what was left out."""
+    kept: list[str] = []
+    for index, piece in enumerate(pieces):
+        rest = len(pieces) - index - 1
+        tail = f"\n… {rest} more part(s) not shown; ask for less (e.g. `--page`)." if rest else ""
+        if json_size("\n".join([*kept, piece]) + tail) > limit:
+            left = len(pieces) - len(kept)
+            kept.append(f"… {left} more part(s) not shown; ask for less (e.g. `--page`).")
+            break
+        kept.append(piece)
+    return "\n".join(kept) if kept else None
 
 
 def render(parts: Sequence[Part], *, max_blocks: int = MAX_BLOCKS, max_chars: int = PAYLOAD_CHARS) -> Rendered:

@@ -1,4 +1,11 @@
-"""Which Slack user groups a person belongs to, for roles that name groups (``S…`` IDs).
+"""Who the bot is on Slack and which Slack user groups a person belongs to; the Web API client they share.
+
+:func:`bot_identity` reads ``auth.test``: the workspace, organisation and app
+the bot token belongs to, so the Slack edge can refuse requests from any other.
+:func:`web_client` builds the client with slack_sdk's retry handlers: a 429
+waits for Slack's ``Retry-After`` and a reset connection is tried again.
+
+Which Slack user groups a person belongs to, for roles that name groups (``S…`` IDs):
 
 Slack answers "who is in group S" (``usergroups.users.list``), not "which groups
 is U in", so the directory asks once per group named in the roles and caches the
@@ -12,9 +19,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +67,36 @@ class GroupDirectory:
         return frozenset(g for g in self._groups if user_id in self._members(g))
 
 
+@dataclass(frozen=True)
+class BotIdentity:
+    """What ``auth.test`` says about the bot token: its workspace, organisation (Enterprise Grid) and app."""
+
+    team_id: str | None
+    enterprise_id: str | None
+    app_id: str | None
+    enterprise_install: bool
+
+
+def bot_identity(client: WebClient) -> BotIdentity:
+    """The bot token's workspace, organisation and app (``auth.test``; raises ``SlackApiError`` on a bad token)."""
+    answer = client.auth_test()
+
+    def text(key: str) -> str | None:
+        value = answer.get(key)
+        return str(value) if value else None
+
+    return BotIdentity(text("team_id"), text("enterprise_id"), text("app_id"), bool(answer.get("is_enterprise_install")))
+
+
+# A rate-limited call waits Retry-After and tries again (twice at most: a person is usually waiting).
+RATE_LIMIT_RETRIES = 2
+CONNECTION_RETRIES = 2
+
+
 def web_client(token: str, base_url: str | None = None) -> WebClient:
-    """A Web API client; ``base_url`` (``KIMI_SLACK_API_URL``) points it at a stand-in such as the tests' stub."""
+    """A Web API client with rate-limit and connection retries; ``base_url`` (``KIMI_SLACK_API_URL``) points it at a stand-in."""
+    retries = [RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES),
+               ConnectionErrorRetryHandler(max_retry_count=CONNECTION_RETRIES)]
     if base_url:
-        return WebClient(token=token, base_url=base_url.rstrip("/") + "/")
-    return WebClient(token=token)
+        return WebClient(token=token, base_url=base_url.rstrip("/") + "/", retry_handlers=retries)
+    return WebClient(token=token, retry_handlers=retries)

@@ -1,4 +1,4 @@
-"""The slash command (``/kimi …``): parsed once in the acknowledgement, run after it.
+"""The slash command (``/kimi …``), parsed once in the acknowledgement and run after it; and the "Next" page button.
 
 The ack function parses the text (pure, microseconds) and either answers the
 usage line or stores the :class:`commands.registry.Parsed` value in Bolt's
@@ -9,14 +9,22 @@ follows up. Nothing parses the text a second time.
 
 from __future__ import annotations
 
+import logging
+import uuid
 from typing import Any
 
 from slack_bolt import Ack, App, BoltContext, Respond
 
-from bot.slack.answers import guard, responder
+from bot.slack.answers import clicker, guard, responder
 from bot.slack.deps import SlackDeps
+from bot.slack.listeners.acks import ack_now
+from bot.slack.listeners.gate_actions import click
+from bot.views.actions import NEXT_PAGE
+from bot.views.parts import Reply, reply
 from commands import registry
 from commands.base import Usage
+
+log = logging.getLogger("kimi_ops.slack")
 
 PARSED = "kimi_parsed_command"  # the Bolt context key the parsed command travels under
 
@@ -24,9 +32,15 @@ PARSED = "kimi_parsed_command"  # the Bolt context key the parsed command travel
 def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
     def ack_command(ack: Ack, command: dict[str, Any], context: BoltContext) -> None:
         try:
-            context[PARSED] = registry.parse(command.get("text", ""))
+            context[PARSED] = registry.parse(command.get("text") or "")
         except Usage as usage:
             ack(text=f"Usage: {usage}")
+            return
+        except Exception:
+            # A parser bug must still answer the typist, in the acknowledgement, rather than Bolt's 500.
+            correlation = uuid.uuid4().hex[:12]
+            log.exception("could not parse a slash command", extra={"correlation_id": correlation})
+            ack(text=f"kimi-ops could not read that command; `/kimi help` lists them (correlation id `{correlation}`).")
             return
         ack()
 
@@ -39,4 +53,19 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
         answer = guard(lambda: registry.run(deps.root, deps.identity(user), parsed), tell)
         deps.follow(answer, tell, channel)
 
+    def next_page(body: dict[str, Any], respond: Respond) -> None:
+        # The button carries the command text of the next page: parsed and authorised like typed text, for the clicker.
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+
+        def run() -> Reply:
+            try:
+                parsed = registry.parse(value or "")
+            except Usage as usage:
+                return reply(f"Usage: {usage}")
+            return registry.run(deps.root, deps.identity(user), parsed)
+
+        deps.follow(guard(run, tell), tell, channel)
+
     app.command(command)(ack=ack_command, lazy=[run_command])
+    app.action(NEXT_PAGE)(ack=ack_now, lazy=[next_page])

@@ -1,18 +1,32 @@
-"""What escapes a listener: logged once with a correlation id (the person already got theirs, or Bolt's 500)."""
+"""What escapes a listener or a middleware: logged once with a correlation id, and never answered 500.
+
+Bolt answers 500 to an exception in an acknowledgement or a middleware, which
+Slack shows as "dispatch_failed" and the person gets nothing. Here the
+acknowledgement becomes a 200 instead; a slash command's carries one line
+with the correlation id, which the typist sees. An error in a lazy listener
+(after the acknowledgement) has no response to change: the person already got
+their answer or their correlation id from :func:`bot.slack.answers.guard`.
+"""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
-from slack_bolt import App
+from slack_bolt import App, BoltResponse
 
 log = logging.getLogger("kimi_ops.slack")
 
 
 def register(app: App) -> None:
-    def on_error(error: Exception) -> None:
+    def on_error(error: Exception, body: dict[str, Any], response: BoltResponse | None) -> BoltResponse | None:
         correlation = uuid.uuid4().hex[:12]
         log.error("listener error", exc_info=error, extra={"correlation_id": correlation})
+        if response is None:
+            return None  # a lazy listener's: already acknowledged
+        line = (f"kimi-ops hit an unexpected error; ask an operator to look up correlation id `{correlation}` in its log."
+                if isinstance(body, dict) and "command" in body else "")
+        return BoltResponse(status=200, body=line)
 
     app.error(on_error)

@@ -29,14 +29,32 @@ log = logging.getLogger("kimi_ops.slack")
 
 def click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:
     """Who clicked, in which channel, and the button's value."""
-    action = (body.get("actions") or [{}])[0]
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id")
-    return body["user"]["id"], channel, action.get("value")
+    action = body["actions"][0]  # the shape middleware let through only clicks with an action and a user
+    channel = _field(body.get("channel"), "id") or _field(body.get("container"), "channel_id")
+    value = action.get("value")
+    return body["user"]["id"], channel if isinstance(channel, str) else None, value if isinstance(value, str) else None
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def reason(view: dict[str, Any]) -> str:
-    values = ((view.get("state") or {}).get("values") or {}).get("reason") or {}
-    return str((values.get("reason") or {}).get("value") or "").strip()
+    """The reason typed into the form; empty when the form came back without it (no ``state``, or not as we sent it)."""
+    typed = _field(_field(_field(_field(view.get("state"), "values"), "reason"), "reason"), "value")
+    return typed.strip() if isinstance(typed, str) else ""
+
+
+def metadata(view: dict[str, Any]) -> dict[str, Any] | None:
+    """What the form carried from the click (the ticket, channel, message); None when it is not what we wrote."""
+    try:
+        meta = json.loads(view.get("private_metadata") or "")
+    except (TypeError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and isinstance(meta.get("ticket"), str) else None
+
+
+LOST_TICKET = "This form no longer says which gate it rejects; nothing was rejected. Close it and click Reject on the gate again."
 
 
 def register(app: App, deps: SlackDeps) -> None:
@@ -75,17 +93,20 @@ def register(app: App, deps: SlackDeps) -> None:
         deps.follow(answer, tell, channel)
 
     def ack_reason(ack: Ack, view: dict[str, Any]) -> None:
+        if metadata(view) is None:
+            ack(response_action="errors", errors={"reason": LOST_TICKET})
+            return
         if not reason(view):
             ack(response_action="errors", errors={"reason": "Say why the gate is rejected."})
             return
         ack()
 
     def reject(body: dict[str, Any], view: dict[str, Any]) -> None:
-        why = reason(view)
-        if not why:
-            return
-        meta = json.loads(view.get("private_metadata") or "{}")
-        user, channel = body["user"]["id"], meta.get("channel")
+        why, meta = reason(view), metadata(view)
+        if not why or meta is None:
+            return  # refused in the acknowledgement
+        channel = meta.get("channel") if isinstance(meta.get("channel"), str) else None
+        user = body["user"]["id"]
         tell = clicker(deps.client, user, channel, None)
         answer = guard(lambda: actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "rejected", why), tell)
         deps.follow(answer, tell, channel)

@@ -12,8 +12,9 @@ from bot.slack.listeners.acks import ack_now
 
 def register(app: App, deps: SlackDeps) -> None:
     def home_opened(event: dict[str, Any]) -> None:
-        if event.get("tab", "home") != "home":
-            return
-        deps.homes.opened(event["user"])
+        user = event.get("user")
+        if event.get("tab", "home") != "home" or not isinstance(user, str) or not user:
+            return  # another tab, or an event naming nobody: there is no Home to show
+        deps.homes.opened(user)
 
     app.event("app_home_opened")(ack=ack_now, lazy=[home_opened])

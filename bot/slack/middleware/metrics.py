@@ -34,11 +34,17 @@ class SlackMetrics:
         self.requests.labels(kind, str(status)).inc()
 
 
+# The kinds counted under their own name; any other ``type`` (a sender's free text) is ``other``, so labels stay few.
+KINDS = frozenset({"block_actions", "view_submission", "view_closed", "shortcut", "message_action", "event_callback",
+                   "block_suggestion", "url_verification", "interactive_message", "dialog_submission"})
+
+
 def request_kind(body: Mapping[str, Any]) -> str:
     """``command``, ``block_actions``, ``view_submission``, ``event_callback``… from a parsed Slack body (HTTP or Socket Mode)."""
     if "command" in body:
         return "command"
-    return str(body.get("type") or "other")
+    kind = body.get("type")
+    return kind if isinstance(kind, str) and kind in KINDS else "other"
 
 
 class MeteredApp(App):

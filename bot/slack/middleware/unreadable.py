@@ -1,0 +1,49 @@
+"""A signed body Bolt cannot read (``payload=`` not JSON, ``[]``, ``null``, a field of the wrong type): 200, nothing run.
+
+Bolt parses the body while building its request, before any middleware runs,
+so an unreadable one would escape as HTTP 500 (Slack then shows
+"dispatch_failed"). :func:`bolt_request` builds the request every transport
+hands to the app instead: a body Bolt cannot read becomes an empty one marked
+in the request context, keeping the raw bytes so Bolt's signature check still
+runs on exactly what was signed (a forged one stays 401). :class:`Unreadable`
+then acknowledges the marked request and runs nothing: no person can be named
+from a body that cannot be read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from slack_bolt import BoltRequest, BoltResponse
+from slack_bolt.middleware import Middleware
+
+log = logging.getLogger("kimi_ops.slack")
+
+UNREADABLE = "kimi_unreadable_body"  # the context key holding why the body could not be read
+
+
+def bolt_request(body: str, query: str | None, headers: Mapping[str, Sequence[str] | str]) -> BoltRequest:
+    """Bolt's request for an HTTP body; one it cannot read is kept raw (for the signature) and marked unreadable."""
+    try:
+        request = BoltRequest(body=body, query=query, headers=dict(headers))
+        parsed: object = request.body  # typed a dict by Bolt, but whatever json.loads returned
+        if isinstance(parsed, dict):
+            return request
+        why = f"the body is a JSON {type(parsed).__name__}, not an object"
+    except Exception as exc:  # Bolt raises whatever json.loads or its field lookups raise
+        why = f"{type(exc).__name__} while reading the body"
+    request = BoltRequest(body="", query=query, headers=dict(headers))
+    request.raw_body = body  # what Slack signed: RequestVerification checks these bytes
+    request.context[UNREADABLE] = why
+    return request
+
+
+class Unreadable(Middleware):
+    def process(self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]) -> BoltResponse | None:
+        why = req.context.get(UNREADABLE)
+        if why:
+            log.warning("acknowledged a signed Slack request whose body cannot be read (%s; %d bytes)", why, len(req.raw_body))
+            return BoltResponse(status=200, body="")
+        next()
+        return resp
