@@ -67,7 +67,8 @@ def test_deploy_runs_four_gates_to_live_with_audit_and_events(wf) -> None:
     with ctx.uow() as uow:
         actions = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=200))]
         kinds = [e.kind for e in uow.events.for_deployment(view.id)]
-    expected_states = ["artifact_gate", "infrastructure_gate", "applying", "rolling_out", "readiness", "model_gate", "traffic_gate", "live"]
+    expected_states = ["artifact_gate", "infrastructure_gate", "closing", "draining", "applying", "rolling_out", "readiness",
+                       "model_gate", "traffic_gate", "ramping", "live"]
     assert [a.removeprefix("deployment.") for a in actions if a.startswith("deployment.")] == expected_states
     assert kinds.count("deployment.state") == len(expected_states)
     assert kinds.count("gate.waiting") == 4 and kinds.count("gate.decided") == 4
