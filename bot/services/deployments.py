@@ -149,7 +149,7 @@ def end(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, target: State, *, act
     transition(uow, ctx, dep, target, actor=actor, reason=reason, details=details)
     if kind == "deploy" and is_past_apply(kind, state):
         return _start_restore(uow, ctx, dep, f"deployment #{dep.id} {target.value}")
-    if kind in ("rollback", "restore") and state in USERS_CLOSED_OUT:
+    if kind in ("rollback", "restore") and (state in USERS_CLOSED_OUT or dep.endpoint.admission != "open"):
         open_stuck_incident(uow, ctx, dep.endpoint.name, f"{kind} #{dep.id} {target.value} while users were closed out: {reason}")
     return None
 
