@@ -16,7 +16,9 @@ from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.views.parts import Reply
 from commands import (
+    admission,
     cancel,
+    drain,
     deploy,
     diff,
     gates,
@@ -29,7 +31,9 @@ from commands import (
 )
 from commands.base import Usage
 
-COMMANDS: tuple[ModuleType, ...] = (help, deploy, status, history, release, diff, gates, rollback, cancel, reservations)
+COMMANDS: tuple[ModuleType, ...] = (
+    help, deploy, status, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
+)
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 
 

@@ -146,7 +146,7 @@ def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str,
     if not reason.strip():
         raise Refused("say why: `--reason …` is required to change admission by hand")
     try:
-        admission = parse_admission(word)
+        admission = parse_admission("closed" if word.strip().lower() == "close" else word)
     except AdmissionError as exc:
         raise Refused(str(exc)) from None
     if admission.state not in (AdmissionState.OPEN, AdmissionState.CLOSED):
