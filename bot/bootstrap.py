@@ -168,13 +168,15 @@ def sync_endpoints(ctx: Context) -> None:
                         created_at=now,
                     )
                 )
-                uow.audit.record(at=now, actor="system", action="endpoint.declared", subject=f"endpoint:{spec.name}", details=data)
+                uow.audit.record(at=now, actor="system", action="endpoint.declared",
+                                 subject=f"endpoint:{spec.name}", details=data)
                 changed = True
             elif row.settings != data or row.url != spec.url or row.kind != spec.kind:
                 row.kind, row.environment, row.namespace, row.url, row.settings = (
                     spec.kind, spec.environment, spec.namespace, spec.url, data,
                 )
-                uow.audit.record(at=now, actor="system", action="endpoint.settings_changed", subject=f"endpoint:{spec.name}", details=data)
+                uow.audit.record(at=now, actor="system", action="endpoint.settings_changed",
+                                 subject=f"endpoint:{spec.name}", details=data)
                 changed = True
         if changed:
             uow.commit()

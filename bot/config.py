@@ -114,7 +114,7 @@ class EndpointSettings(BaseModel):
     approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$", description="Slack user group reminded of waiting gates.")
 
     @model_validator(mode="after")
-    def _route_backends(self) -> "EndpointSettings":
+    def _route_backends(self) -> EndpointSettings:
         if self.route is not None:
             self.route.check_for(self.name)
         return self

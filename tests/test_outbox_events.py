@@ -36,7 +36,7 @@ from bot.services.deployments import request_deploy
 from tests.conftest import START
 from tests.workflow_support import REQUESTER, workflow
 
-AT = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.timezone.utc)
+AT = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC)
 LIMITS = {"max_concurrent_requests": 64, "max_queue_size": 16, "overflow_status_code": 429}
 
 
@@ -106,9 +106,9 @@ def test_rows_keep_the_payload_shape_readers_and_older_rows_use() -> None:
 
 
 def test_a_row_this_version_cannot_read_is_named() -> None:
-    with pytest.raises(UnknownEvent, match="no event kind 'deployment.teleported'"):
+    with pytest.raises(UnknownEvent, match=r"no event kind 'deployment\.teleported'"):
         from_row("deployment.teleported", 1, None, {})
-    with pytest.raises(UnknownEvent, match="gate.plot"):
+    with pytest.raises(UnknownEvent, match=r"gate\.plot"):
         from_row("gate.plot", 1, "kimi-prod", {"gate": "traffic"})  # its report row is missing
     with pytest.raises(TypeError):
         to_row(OutboxEvent())

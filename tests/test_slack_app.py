@@ -176,7 +176,8 @@ def test_app_home_follows_a_probe_run_by_another_replica(bench, make_ctx) -> Non
 
     make_live(bench.app.ctx, "kimi-prod")
     assert bench.home("U0VIEWER").status_code == 200
-    bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish") if "never probed" in blocks_text(c.params["view"]["blocks"])])
+    bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish")
+                                   if "never probed" in blocks_text(c.params["view"]["blocks"])])
     # The elected replica runs the probe: it shares the database, not this process, and a passing probe emits no event.
     other = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]},
                      ports=Ports(endpoint=ScriptedEndpoint()))
@@ -212,7 +213,8 @@ def test_the_request_builder_speaks_the_shapes_of_slacks_own_samples(bench) -> N
 
     from bot.sandbox.slack_stub import Message
 
-    slash_sample = set(dict(parse_qsl((SAMPLES / "slack_slash_command_body_docs_vector.txt").read_text(), keep_blank_values=True)))
+    slash_body = (SAMPLES / "slack_slash_command_body_docs_vector.txt").read_text()
+    slash_sample = set(dict(parse_qsl(slash_body, keep_blank_values=True)))
     assert slash_sample <= set(parse_qs(bench.sender.slash("U1", "help"), keep_blank_values=True))
     click_sample = json.loads((SAMPLES / "slack_block_actions_bolt_python.json").read_text())
     click = json.loads(parse_qs(bench.sender.click("U1", Message("C1", "1.2", "t", []), APPROVE, "v"))["payload"][0])

@@ -101,7 +101,8 @@ class FakeCluster:
     def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
         return RenderedManifest.of([{
             "apiVersion": "inference.sagemaker.aws.amazon.com/v1", "kind": "InferenceEndpointConfig",
-            "metadata": {"name": endpoint.name, "namespace": endpoint.namespace, "annotations": {"kimi-ops.io/tuple-hash": release_hash}},
+            "metadata": {"name": endpoint.name, "namespace": endpoint.namespace,
+                         "annotations": {"kimi-ops.io/tuple-hash": release_hash}},
             "spec": {"worker": {"image": release.image, "args": list(release.serving.args)}},
         }])
 

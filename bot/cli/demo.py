@@ -9,8 +9,9 @@ every line goes through the same signed-request dispatch path as Slack.
 ``sandbox`` hands the console to a person. ``demo`` plays the newcomer's tour
 and prints the conversation: the reservation watch's countdown and alert, a
 deploy through four gates approved by two people (with a self-approval
-refused, and the traffic gate's measured admission limits accepted), readiness probes, a second release compared with production, and a
-rollback to the complete previous release. It exits non-zero if any step does
+refused, and the traffic gate's measured admission limits accepted), readiness
+probes, a second release compared with production, and a rollback to the
+complete previous release. It exits non-zero if any step does
 not end where it should.
 """
 
@@ -19,11 +20,15 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bot.cli import output
+
+if TYPE_CHECKING:
+    from bot.cli.shell import Shell
+    from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
 
@@ -35,7 +40,7 @@ class ScriptFailed(Exception):
 class Tour:
     """Types lines into the shell as named people and prints what each of them sees."""
 
-    def __init__(self, console: Any, echo: Callable[[str], None]) -> None:
+    def __init__(self, console: Shell, echo: Callable[[str], None]) -> None:
         self.console = console
         self.echo = echo
 
@@ -78,7 +83,7 @@ class Tour:
 
         view = get_deployment(self.console.ctx, deployment)
         if view.state != "live":
-            raise ScriptFailed(f"deployment #{deployment} stopped in state {view.state}: {view.reason or 'see above'}")
+            raise ScriptFailed(f"deployment #{deployment} stopped in state {view.state}: {view.state_reason or 'see above'}")
 
 
 def _text(blocks: list[dict[str, Any]]) -> str:
@@ -124,7 +129,7 @@ def tour(tour: Tour) -> None:
     tour.say(DEPLOYER, f"/kimi history {ENDPOINT}")
 
 
-def _start(data_dir: Path) -> tuple[Any, Any]:
+def _start(data_dir: Path) -> tuple[Sandbox, Shell]:
     from bot.cli.shell import Shell
     from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, Sandbox
 

@@ -27,7 +27,7 @@ def _run(body: Callable[[], None]) -> None:
 
 
 def _at(value: dt.datetime | None) -> str:
-    return "-" if value is None else value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "-" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @app.command("list")
@@ -97,7 +97,8 @@ def start() -> None:
 
 def reservations(all_: bool = typer.Option(False, "--all", help="Also show reservations that are gone.")) -> None:
     """What the reservation watch last saw: each reservation, its endpoint and the time left."""
-    from bot.services.reservations import format_remaining, reservation_overview
+    from bot.domain.expiry import format_remaining
+    from bot.services.reservations import reservation_overview
 
     def body() -> None:
         views = reservation_overview(context(), include_gone=all_)
@@ -137,8 +138,10 @@ def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")
                     ("admission", "open" if s.admission_open else "closed"),
                     ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
                     ("first-token objective", f"{s.ttft_objective_ms} ms"),
-                    ("open incidents", "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
-                    ("reservation", f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
+                    ("open incidents",
+                     "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
+                    ("reservation",
+                     f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
                      if s.reservation else "none seen"),
                 ],
             )

@@ -76,7 +76,8 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
     from bot.slack.http import HttpServer
 
     # The outbox is also written by rollout watches and the scheduled jobs: deliver it periodically.
-    kimi = create_app(root, signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign", outbox_seconds=OUTBOX_SECONDS)
+    kimi = create_app(root, signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign",
+                      outbox_seconds=OUTBOX_SECONDS)
     http = HttpServer(kimi.wsgi(), host, port).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -59,7 +59,7 @@ class HttpServer:
     def url(self) -> str:
         return f"http://{self._server.effective_host}:{self.port}"
 
-    def start(self) -> "HttpServer":
+    def start(self) -> HttpServer:
         self._thread.start()
         return self
 
