@@ -49,7 +49,7 @@ class GateWatch:
     reminded: tuple[int, ...] = ()
     expired: tuple[int, ...] = ()
     to_drive: tuple[int, ...] = ()
-    """Expired deployments the engine must advance: a restore to run, or users to reopen."""
+    """Deployments the engine must advance: a restore an expiry started, or an expired deploy reopening admission."""
     lines: tuple[str, ...] = field(default=())
     errors: tuple[str, ...] = ()
 
@@ -64,7 +64,7 @@ class GateWatch:
 class _Outcome:
     due: Due
     line: str = ""
-    drive: bool = False
+    drive: int | None = None
 
 
 def allowed_wait(endpoint: EndpointSettings, kind: str, state: State) -> dt.timedelta:
@@ -94,8 +94,8 @@ def watch_gates(ctx: Context) -> GateWatch:
             reminded.append(deployment_id)
         elif outcome.due == Due.EXPIRE:
             expired.append(deployment_id)
-            if outcome.drive:
-                to_drive.append(deployment_id)
+            if outcome.drive is not None:
+                to_drive.append(outcome.drive)
         if outcome.line:
             lines.append(outcome.line)
     return GateWatch(reminded=tuple(reminded), expired=tuple(expired), to_drive=tuple(to_drive), lines=tuple(lines),
@@ -140,8 +140,8 @@ def _watch_one(ctx: Context, deployment_id: int) -> _Outcome:
             uow.commit()
             then = (f"restore #{restore.id} started" if restore is not None
                     else "reopening admission" if reopening else "endpoint free")
-            return _Outcome(due, f"deployment #{dep.id}: {gate or DRAIN} expired ({then})",
-                            drive=restore is not None or reopening)
+            drive = restore.id if restore is not None else dep.id if reopening else None
+            return _Outcome(due, f"deployment #{dep.id}: {gate or DRAIN} expired ({then})", drive=drive)
         return _Outcome(Due.NOTHING)
 
 
