@@ -128,21 +128,25 @@ def _watch_one(ctx: Context, deployment_id: int) -> _Outcome:
                 row.reminded_at = now
             uow.commit()
             return _Outcome(due, f"deployment #{dep.id}: {gate or DRAIN} reminded, expires in {words(clock.left(now))}")
-        if due == Due.EXPIRE:
-            what = f"the {gate} gate" if gate else "the stalled drain"
-            reason = f"{what} expired: nobody decided within {words(clock.allowed)}"
-            uow.audit.record(at=now, actor="kimi-ops", action="gate.expired", subject=f"deployment:{dep.id}",
-                             details={"gate": gate or DRAIN, "state": state.value, "waiting_since": since.isoformat(),
-                                      "allowed_minutes": clock.allowed.total_seconds() / 60,
-                                      "expires_at": clock.expires_at.isoformat()})
-            restore = end(uow, ctx, dep, State.EXPIRED, reason=reason, details={"gate": gate or DRAIN})
-            reopening = dep.state == State.REOPENING
-            uow.commit()
-            then = (f"restore #{restore.id} started" if restore is not None
-                    else "reopening admission" if reopening else "endpoint free")
-            drive = restore.id if restore is not None else dep.id if reopening else None
-            return _Outcome(due, f"deployment #{dep.id}: {gate or DRAIN} expired ({then})", drive=drive)
-        return _Outcome(Due.NOTHING)
+        if due != Due.EXPIRE:
+            return _Outcome(Due.NOTHING)
+        what = f"the {gate} gate" if gate else "the stalled drain"
+        reason = f"{what} expired: nobody decided within {words(clock.allowed)}"
+        uow.audit.record(at=now, actor="kimi-ops", action="gate.expired", subject=f"deployment:{dep.id}",
+                         details={"gate": gate or DRAIN, "state": state.value, "waiting_since": since.isoformat(),
+                                  "allowed_minutes": clock.allowed.total_seconds() / 60,
+                                  "expires_at": clock.expires_at.isoformat()})
+        restore = end(uow, ctx, dep, State.EXPIRED, reason=reason, details={"gate": gate or DRAIN})
+        restore_id = restore.id if restore is not None else None
+        reopening = dep.state == State.REOPENING
+        uow.commit()
+    closed = state in USERS_CLOSED_OUT or is_past_apply(kind, state)
+    then = (f"restore #{restore_id} started" if restore_id is not None
+            else "reopening admission" if reopening
+            else "users stay closed out; an admission-stuck incident pages" if closed else "endpoint free")
+    # What the engine drives next: the restore, or the expired deploy reopening admission before it ends.
+    drive = restore_id if restore_id is not None else deployment_id if reopening else None
+    return _Outcome(Due.EXPIRE, f"deployment #{deployment_id}: {gate or DRAIN} expired ({then})", drive=drive)
 
 
 def _remind(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, endpoint: EndpointSettings, gate: str, clock: GateClock,
@@ -156,7 +160,8 @@ def _remind(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, endpoint: Endpoin
         asked = (f"the drain of deployment #{dep.id} ({dep.release.name} on {endpoint.name}) stalled "
                  f"{words(now - clock.waiting_since)} ago and users are closed out. {approvers} can choose "
                  f"`/kimi drain wait {dep.id}` or `/kimi drain abort {dep.id}`")
-        then = "it is aborted and users are reopened on the running release"
+        then = ("it is aborted and users are reopened on the running release" if kind == "deploy"
+                else f"the {kind} ends and users stay closed out until an admin reopens admission")
     else:
         asked = (f"the {gate} gate of deployment #{dep.id} ({dep.release.name} on {endpoint.name}) has waited "
                  f"{words(now - clock.waiting_since)} for a decision. {approvers} can approve or reject it")
