@@ -136,20 +136,20 @@ def end(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, target: State, *, act
         details: dict[str, Any] | None = None) -> Deployment | None:
     """End ``dep`` (rejected, failed, cancelled, expired, interrupted) so that users never stay on what was not approved.
 
-    * a deploy that closed admission but applied nothing reopens first (``reopening``, then ``target``);
+    * a deploy or rollback that closed admission but applied nothing reopens first (``reopening``, then ``target``);
     * a deploy that may have reached the cluster ends and, in the same transaction, a restore of the live
       release's exact stored manifest starts (returned);
     * a rollback or restore that ends while users are closed out pages: admission stays closed until a person acts.
     """
     state, kind = State(dep.state), path_kind(dep)
-    if kind == "deploy" and state in BEFORE_APPLY_CLOSED:
+    if kind in ("deploy", "rollback") and state in BEFORE_APPLY_CLOSED:
         dep.ending = target.value
         transition(uow, ctx, dep, State.REOPENING, actor=actor, reason=f"{reason}; reopening admission", details=details)
         return None
     transition(uow, ctx, dep, target, actor=actor, reason=reason, details=details)
     if kind == "deploy" and is_past_apply(kind, state):
         return _start_restore(uow, ctx, dep, f"deployment #{dep.id} {target.value}")
-    if kind in ("rollback", "restore") and state in USERS_CLOSED_OUT:
+    if kind in ("rollback", "restore") and (state in USERS_CLOSED_OUT or dep.endpoint.admission != "open"):
         open_stuck_incident(uow, ctx, dep.endpoint.name, f"{kind} #{dep.id} {target.value} while users were closed out: {reason}")
     return None
 

@@ -439,7 +439,7 @@ class Engine:
             dep = self._locked(uow, snap)
             record_admission(uow, self.ctx, snap.endpoint.name, Admission.open(), reason, actor="kimi-ops",
                              deployment_id=snap.id, words=words)
-            if snap.kind == "deploy":
+            if snap.ending is not None or snap.kind == "deploy":
                 ending = State(snap.ending or State.CANCELLED)
                 transition(uow, self.ctx, dep, ending, reason=f"{dep.state_reason or ending.words}; users are back on the running release")
             else:
