@@ -8,39 +8,25 @@ the process's root installed, as the elected replica runs it.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 
 import pytest
 
 from bot import runtime
 from bot.bootstrap import Root
-from bot.domain.readiness import MetricsSnapshot
 from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.releases import register_release
 from bot.services.scheduling import JOBS, run_job, runs_of
 from jobs import gate_expiry
-from tests.workflow_support import ADMIN, APPROVER_1, REQUESTER, ROLES, FakeEndpoint, endpoint_config, fake_ports, release_data
+from tests.workflow_support import ADMIN, APPROVER_1, REQUESTER, ROLES, endpoint_config, fake_ports, release_data
 
 GROUP = "S0KIMIAPPROVE"
 BEFORE = dt.timedelta(hours=24)  # gate_wait_before_apply_minutes' default
 AFTER = dt.timedelta(minutes=30)  # gate_wait_after_apply_minutes' default
 
 
-@dataclass
-class StuckEndpoint(FakeEndpoint):
-    """A model server that, once ``stuck``, never drains: two requests keep running."""
-
-    stuck: bool = False
-
-    def drain(self, endpoint, timeout_seconds):  # type: ignore[no-untyped-def]
-        if self.stuck:
-            return False, MetricsSnapshot(2, 0, 0.1, 0.5, 0.1, 0.3)
-        return super().drain(endpoint, timeout_seconds)
-
-
-def setup(make_ctx, **ports: object):
-    ctx = make_ctx(endpoints=[endpoint_config(approver_group=GROUP)], roles=ROLES, ports=fake_ports(**ports))
+def setup(make_ctx):
+    ctx = make_ctx(endpoints=[endpoint_config(approver_group=GROUP)], roles=ROLES, ports=fake_ports())
     for i, name in enumerate(("rel-a", "rel-b", "rel-c")):
         register_release(ctx, release_data(name, **({"EXTRA": str(i)} if i else {})), "U0DEPLOYER")
     return ctx, Engine(ctx, readiness_pause=0)
@@ -160,9 +146,9 @@ def test_a_gate_after_apply_expires_in_minutes_and_restores_the_live_release_byt
 
 
 def test_a_stalled_drain_expires_like_a_gate_reopens_and_applies_nothing(make_ctx) -> None:
-    ctx, engine = setup(make_ctx, endpoint=StuckEndpoint())
+    ctx, engine = setup(make_ctx)
     deploy_to_live(ctx, engine, "rel-a")
-    ctx.ports.endpoint.stuck = True  # from now on requests keep running
+    ctx.ports.endpoint.drained = False  # from now on requests keep running
     applied = list(ctx.ports.cluster.applied)
     view = engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id)
     view = approve(ctx, engine, approve(ctx, engine, view.id).id, ADMIN)

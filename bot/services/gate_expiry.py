@@ -160,8 +160,7 @@ def _remind(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, endpoint: Endpoin
         asked = (f"the drain of deployment #{dep.id} ({dep.release.name} on {endpoint.name}) stalled "
                  f"{words(now - clock.waiting_since)} ago and users are closed out. {approvers} can choose "
                  f"`/kimi drain wait {dep.id}` or `/kimi drain abort {dep.id}`")
-        then = ("it is aborted and users are reopened on the running release" if kind == "deploy"
-                else f"the {kind} ends and users stay closed out until an admin reopens admission")
+        then = "it is aborted and users are reopened on the running release"
     else:
         asked = (f"the {gate} gate of deployment #{dep.id} ({dep.release.name} on {endpoint.name}) has waited "
                  f"{words(now - clock.waiting_since)} for a decision. {approvers} can approve or reject it")
