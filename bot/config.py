@@ -58,8 +58,10 @@ class RampSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: list[int] = Field(default_factory=lambda: [10, 50], description="Shares (1-99 %) of ordinary traffic after the cohort.")
-    soak_seconds: float = Field(default=300, ge=0, le=86_400, description="How long each step is held while its objectives are read.")
+    steps: list[int] = Field(default_factory=lambda: [10, 50],
+                             description="Shares (1-99 %) of ordinary traffic after the cohort.")
+    soak_seconds: float = Field(default=300, ge=0, le=86_400,
+                                description="How long each step is held while its objectives are read.")
     sample_seconds: float = Field(default=10, gt=0, le=600, description="How often /metrics is read during a soak.")
     error_rate: float = Field(default=0.01, ge=0, le=1, description="5xx share of user requests a step may see.")
     queue_depth: float = Field(default=8, ge=0, description="Requests waiting in vLLM a step may see.")
@@ -106,12 +108,16 @@ class EndpointSettings(BaseModel):
     rollback_approvals: int = Field(default=1, ge=0, le=4)
     # The Gateway API HTTPRoute kimi-ops keeps in front of the endpoint (bot/route_config.py); None: no route.
     route: RouteSettings | None = None
-    route_accept_seconds: float = Field(default=60, gt=0, le=3600, description="How long the gateway may take to accept a route change.")
-    drain_seconds: float = Field(default=600, gt=0, le=86_400, description="How long closed admission waits for requests to finish.")
+    route_accept_seconds: float = Field(default=60, gt=0, le=3600,
+                                        description="How long the gateway may take to accept a route change.")
+    drain_seconds: float = Field(default=600, gt=0, le=86_400,
+                                 description="How long closed admission waits for requests to finish.")
     ramp: RampSettings = Field(default_factory=RampSettings)
     gate_wait_before_apply_minutes: float = Field(default=24 * 60, gt=0, description="A gate waits this long before apply.")
-    gate_wait_after_apply_minutes: float = Field(default=30, gt=0, description="A gate waits this long once users are closed out.")
-    approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$", description="Slack user group reminded of waiting gates.")
+    gate_wait_after_apply_minutes: float = Field(default=30, gt=0,
+                                                 description="A gate waits this long once users are closed out.")
+    approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$",
+                                       description="Slack user group reminded of waiting gates.")
 
     @model_validator(mode="after")
     def _route_backends(self) -> EndpointSettings:

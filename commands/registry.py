@@ -18,9 +18,9 @@ from bot.views.parts import Reply
 from commands import (
     admission,
     cancel,
-    drain,
     deploy,
     diff,
+    drain,
     gates,
     help,
     history,

@@ -55,7 +55,8 @@ def test_a_deploy_closes_and_drains_before_it_applies_and_decides_every_gate_bef
     # Nothing reaches applying without passing draining.
     assert State.APPLYING not in _reachable("deploy", State.REQUESTED, frozenset({State.DRAINING}))
     # Users are closed out from closing until the ramp opens the route step by step.
-    assert USERS_CLOSED_OUT >= {State.CLOSING, State.DRAINING, State.APPLYING, State.READINESS, State.MODEL_GATE, State.TRAFFIC_GATE}
+    closed = {State.CLOSING, State.DRAINING, State.APPLYING, State.READINESS, State.MODEL_GATE, State.TRAFFIC_GATE}
+    assert closed <= USERS_CLOSED_OUT
     assert State.RAMPING not in USERS_CLOSED_OUT
 
 
@@ -63,14 +64,14 @@ def test_a_deploy_closes_and_drains_before_it_applies_and_decides_every_gate_bef
 def test_every_step_can_fail_be_cancelled_or_interrupted_and_terminal_states_hold_nothing(kind: str) -> None:
     for step in PATHS[kind][:-1]:
         assert all(_allowed(kind, step, end) for end in ENDINGS), step
-    assert TERMINAL == set(State) - IN_FLIGHT
+    assert set(State) - IN_FLIGHT == TERMINAL
     assert {s for s in State if s.terminal} == TERMINAL
-    assert TERMINAL == {State.LIVE, State.SUPERSEDED, State.REJECTED, State.FAILED, State.CANCELLED, State.EXPIRED,
-                        State.INTERRUPTED}
+    assert {State.LIVE, State.SUPERSEDED, State.REJECTED, State.FAILED, State.CANCELLED, State.EXPIRED,
+                        State.INTERRUPTED} == TERMINAL
 
 
 def test_waiting_states_are_the_gates_and_a_stalled_drain_and_each_may_expire() -> None:
-    assert WAITING == set(STATE_OF_GATE.values()) | {State.DRAIN_STALLED}
+    assert set(STATE_OF_GATE.values()) | {State.DRAIN_STALLED} == WAITING
     assert all(_allowed("deploy", s, State.EXPIRED) for s in WAITING)
     for gate, state in STATE_OF_GATE.items():
         assert state.gate == gate and state.value == f"{gate}_gate" and _allowed("deploy", state, State.REJECTED)
@@ -88,8 +89,8 @@ def test_a_restore_has_no_gate_and_rollbacks_evaluate_before_they_reopen() -> No
 
 
 def test_past_apply_is_from_applying_on_and_a_deploys_reopening_is_before_apply() -> None:
-    assert PAST_APPLY == {State.APPLYING, State.ROLLING_OUT, State.READINESS, State.MODEL_GATE, State.TRAFFIC_GATE, State.RAMPING,
-                          State.EVALUATION, State.REOPENING}
+    assert {State.APPLYING, State.ROLLING_OUT, State.READINESS, State.MODEL_GATE, State.TRAFFIC_GATE, State.RAMPING,
+                          State.EVALUATION, State.REOPENING} == PAST_APPLY
     assert not is_past_apply("deploy", State.REOPENING) and is_past_apply("restore", State.REOPENING)
     assert not is_past_apply("deploy", State.DRAINING)
     assert NEEDS_STORED_MANIFEST["deploy"] == {State.ROLLING_OUT}
@@ -97,8 +98,8 @@ def test_past_apply_is_from_applying_on_and_a_deploys_reopening_is_before_apply(
 
 
 def test_limits_close_when_the_measured_release_is_not_what_serves() -> None:
-    assert LIMITS_CLOSED_STATES == {"rejected", "failed", "cancelled", "interrupted", "superseded", "expired"}
-    assert WAS_LIVE == {State.LIVE} | {b for a, b in ALLOWED if a == State.LIVE}
+    assert {"rejected", "failed", "cancelled", "interrupted", "superseded", "expired"} == LIMITS_CLOSED_STATES
+    assert {State.LIVE} | {b for a, b in ALLOWED if a == State.LIVE} == WAS_LIVE
     for state in State:
         assert proposal_open(state) == (state.holds_endpoint or state == State.LIVE)
         assert proposal_open(state.value) == proposal_open(state)

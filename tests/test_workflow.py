@@ -191,7 +191,8 @@ def test_twenty_concurrent_deploy_requests_produce_exactly_one(fresh_pg_url, clo
     from bot.config import load_settings
 
     schema.upgrade(fresh_pg_url)
-    ctx = build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config()], roles=ROLES), clock=clock)
+    settings = load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config()], roles=ROLES)
+    ctx = build_context(settings, clock=clock)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     barrier = threading.Barrier(20)
     outcomes: list[str] = []
@@ -232,7 +233,8 @@ def test_rollback_restores_the_previous_manifest_byte_for_byte(wf) -> None:
     assert get_deployment(ctx, second.id).state == "superseded"
     with ctx.uow() as uow:
         assert uow.endpoints.get("kimi-prod").admission_open is True
-        states = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=100)) if a.action.startswith("deployment.")]
+        states = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=100))
+                  if a.action.startswith("deployment.")]
         # The rollback ran the model gate's evaluation: the next deploy compares against it.
         assert uow.gates.latest(view.id, "model") is not None
     assert states == ["deployment.artifact_gate", "deployment.closing", "deployment.draining", "deployment.applying",
@@ -359,7 +361,8 @@ def test_a_drain_past_its_deadline_applies_nothing_and_waits_for_a_person(wf) ->
     cluster, endpoint = ctx.ports.cluster, ctx.ports.endpoint
     applied = len(cluster.applied)
     endpoint.drained = False
-    view = approve(ctx, engine, approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id).id).id)
+    view = engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id)
+    view = approve(ctx, engine, approve(ctx, engine, view.id).id)
     assert view.state == "drain_stalled" and "nothing applied" in view.state_reason
     assert len(cluster.applied) == applied
     with pytest.raises(Forbidden):

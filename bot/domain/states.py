@@ -25,6 +25,7 @@ database keeps storing :class:`State`'s string values; ``State(row.state)`` read
 
 from __future__ import annotations
 
+import itertools
 from enum import StrEnum
 
 
@@ -156,7 +157,7 @@ NEEDS_STORED_MANIFEST: dict[str, frozenset[State]] = {
 
 
 def _edges(path: tuple[State, ...]) -> set[tuple[State, State]]:
-    edges = set(zip(path, path[1:], strict=False))
+    edges = set(itertools.pairwise(path))
     for state in path[:-1]:
         edges |= {(state, end) for end in ENDINGS}
     return edges

@@ -12,7 +12,6 @@ import datetime as dt
 from typing import Any, ClassVar
 
 from sqlalchemy import (
-    Float,
     JSON,
     Boolean,
     CheckConstraint,
