@@ -78,7 +78,8 @@ def build_context(
     clock = clock or SystemClock()
     given = Ports(artifacts=artifacts, cluster=cluster, endpoint=endpoint, reservations=reservations,
                   evaluator=evaluator, loadgen=loadgen, directory=directory).over(ports or Ports())
-    engine = make_engine(settings.effective_database_url)
+    engine = make_engine(settings.effective_database_url, pool_size=settings.db_pool_size,
+                         max_overflow=settings.db_max_overflow)
     if check:
         check_schema(engine, auto_migrate=settings.auto_migrate)
     if connect:

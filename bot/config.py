@@ -165,6 +165,12 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(default=Path(".kimi-ops"), description="Directory for the embedded SQLite database and local state.")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL of the release-history database.")
+    # Three replicas plus a rolling update's extra pod at 10 + 10 each open at most 80 connections, inside
+    # PostgreSQL's default max_connections=100 less its 3 superuser slots (DESIGN.md, "Connections").
+    db_pool_size: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections each process keeps open.")
+    db_max_overflow: int = Field(
+        default=10, ge=0, le=200, description="Extra PostgreSQL connections each process may open beyond the pool under load."
+    )
     config: Path | None = Field(default=None, description="YAML file with `endpoints:` and `roles:`.")
     auto_migrate: bool = Field(default=False, description="Upgrade the database schema at start instead of refusing.")
     log_format: Literal["text", "json"] = Field(default="text", description="`json` in production, `text` locally.")
@@ -222,6 +228,11 @@ class Settings(BaseSettings):
             return url
         self.data_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(self.data_dir / 'kimi-ops.db').resolve()}"
+
+    @property
+    def db_connections_max(self) -> int:
+        """The most PostgreSQL connections one process opens: its pool plus the overflow (SQLite: no server)."""
+        return self.db_pool_size + self.db_max_overflow
 
     def endpoint(self, name: str) -> EndpointSettings | None:
         return next((e for e in self.endpoints if e.name == name), None)

@@ -311,7 +311,8 @@ def test_deployment_runs_socket_mode_with_two_replicas_and_credentials_from_secr
     assert config_volume["configMap"]["name"] == _one("ConfigMap", "kimi-ops-config")["metadata"]["name"]
     assert {"key": "kimi-ops.yaml", "path": config_path.name} in config_volume["configMap"]["items"]
     port = container["ports"][0]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}  # the process answers
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}  # database, schema, Slack
     assert container["args"][container["args"].index("--port") + 1] == str(port["containerPort"])
 
 
