@@ -90,6 +90,28 @@ class RequestLimits(BaseModel):
     overflow_status_code: Literal[429, 503] = 429
 
 
+class RampSettings(BaseModel):
+    """How users meet a candidate after its traffic gate: the internal cohort, then these shares, each soaked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[int] = Field(default_factory=lambda: [10, 50],
+                             description="Shares (1-99 %) of ordinary traffic after the cohort.")
+    soak_seconds: float = Field(default=300, ge=0, le=86_400,
+                                description="How long each step is held while its objectives are read.")
+    sample_seconds: float = Field(default=10, gt=0, le=600, description="How often /metrics is read during a soak.")
+    error_rate: float = Field(default=0.01, ge=0, le=1, description="5xx share of user requests a step may see.")
+    queue_depth: float = Field(default=8, ge=0, description="Requests waiting in vLLM a step may see.")
+    kv_cache_usage: float = Field(default=0.95, gt=0, le=1)
+
+    @field_validator("steps")
+    @classmethod
+    def _shares(cls, steps: list[int]) -> list[int]:
+        if any(not 1 <= s <= 99 for s in steps):
+            raise ValueError("ramp steps are shares from 1 to 99 (percent of ordinary traffic); the ramp ends open by itself")
+        return sorted(set(steps))
+
+
 class EndpointSettings(BaseModel):
     """One serving target, as an operator declares it in the ``KIMI_CONFIG`` file."""
 
@@ -123,6 +145,16 @@ class EndpointSettings(BaseModel):
     rollback_approvals: int = Field(default=1, ge=0, le=4)
     # The Gateway API HTTPRoute kimi-ops keeps in front of the endpoint (bot/route_config.py); None: no route.
     route: RouteSettings | None = None
+    route_accept_seconds: float = Field(default=60, gt=0, le=3600,
+                                        description="How long the gateway may take to accept a route change.")
+    drain_seconds: float = Field(default=600, gt=0, le=86_400,
+                                 description="How long closed admission waits for requests to finish.")
+    ramp: RampSettings = Field(default_factory=RampSettings)
+    gate_wait_before_apply_minutes: float = Field(default=24 * 60, gt=0, description="A gate waits this long before apply.")
+    gate_wait_after_apply_minutes: float = Field(default=30, gt=0,
+                                                 description="A gate waits this long once users are closed out.")
+    approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$",
+                                       description="Slack user group reminded of waiting gates.")
 
     @model_validator(mode="after")
     def _route_backends(self) -> EndpointSettings:
@@ -193,6 +225,7 @@ class Settings(BaseSettings):
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
+    gate_expiry_minutes: int = Field(default=1, ge=1, description="How often waiting gates are checked for reminders and expiry.")
     rollout_poll_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
     )

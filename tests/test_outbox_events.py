@@ -11,9 +11,13 @@ from bot.adapters.store.outbox import UnknownEvent, event_of, from_row, to_row
 from bot.domain.events import (
     BY_KIND,
     EVENT_CLASSES,
+    AdmissionChanged,
+    AdmissionStuck,
     DeploymentRequested,
+    DrainStalled,
     GateDecided,
     GatePlot,
+    GateReminder,
     GateWaiting,
     LimitsAccepted,
     OutboxEvent,
@@ -29,6 +33,7 @@ from bot.domain.events import (
     ReservationMissing,
     ReservationWatchFailed,
     ReservationWatchRecovered,
+    RestoreStarted,
     RolloutProgress,
     StateChanged,
 )
@@ -71,6 +76,12 @@ def samples(deployment_id: int) -> list[OutboxEvent]:
         ReservationWatchRecovered(**incident, text="sees again"),
         ReservationMissing(**incident, text="no reservation"),
         ReservationFound(**incident, text="found one"),
+        AdmissionChanged(**common, text="users get the fallback", admission="closed", reason="closed for deploy #4",
+                         actor="kimi-ops"),
+        RestoreStarted(**common, text="restoring rel-a", restore_id=12, release="rel-a"),
+        AdmissionStuck(**endpoint, text="stays closed", incident="admission-stuck", reason="restore #12 failed"),
+        DrainStalled(**common, text="requests still run", running=2.0, waiting=1.0),
+        GateReminder(**common, text="the model gate waits", gate="model", expires_at=AT),
     ]
 
 

@@ -17,7 +17,7 @@ import typer
 from bot.cli import output
 from bot.cli.common import context, default_actor
 
-app = typer.Typer(help="Scheduled jobs: the reservation watch and readiness probes.", no_args_is_help=True)
+app = typer.Typer(help="Scheduled jobs: the reservation watch, readiness probes and gate expiry.", no_args_is_help=True)
 
 
 def _run(body: Callable[[], None]) -> None:
@@ -60,10 +60,13 @@ def list_() -> None:
 @app.command("run")
 def run(name: str = typer.Argument(..., help="Job name, as `jobs list` shows it.")) -> None:
     """Run one job now, in this process, and print what it did."""
+    from bot.bootstrap import build_root
     from bot.services.scheduling import run_job
 
     def body() -> None:
-        result = run_job(context(), name, trigger="manual", actor=default_actor())
+        ctx = context()
+        # The process's engine: a gate expiry run here drives the restore it starts, as the scheduled run would.
+        result = run_job(ctx, name, engine=build_root(ctx).engine, trigger="manual", actor=default_actor())
         if result.ok:
             output.info(f"{name}: {result.summary}")
             return

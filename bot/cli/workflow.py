@@ -93,8 +93,43 @@ def cancel(
     from bot.services.deployments import cancel as cancel_deployment
 
     def body() -> None:
+        here = root()
+        _show(cancel_deployment(here.ctx, deployment, _identity(here.ctx, user), force=force))
+        # Cancelled while closed: users get the running release back; after apply: its restore runs to the end.
+        _show(here.engine.advance(deployment))
+
+    _run(body)
+
+
+def drain(
+    choice: str = typer.Argument(..., help="wait | abort"),
+    deployment: int = typer.Argument(..., help="Deployment number."),
+    user: str = AS_OPTION,
+) -> None:
+    """Answer a drain that passed its deadline: wait longer, or abort (users get the running release back)."""
+    from bot.services.deployments import decide_drain
+
+    def body() -> None:
+        here = root()
+        decide_drain(here.ctx, deployment, choice, _identity(here.ctx, user))
+        _show(here.engine.advance(deployment))
+
+    _run(body)
+
+
+def admission(
+    word: str = typer.Argument(..., help="open | close"),
+    endpoint: str = typer.Argument(..., help="Endpoint."),
+    reason: str = typer.Option(..., "--reason", help="Why; recorded in the audit log and said in the channel."),
+    user: str = AS_OPTION,
+) -> None:
+    """Admins: open or close what users reach of ENDPOINT by hand (after a failed restore, say)."""
+    from bot.services.admission import override_admission
+
+    def body() -> None:
         ctx = context()
-        _show(cancel_deployment(ctx, deployment, _identity(ctx, user), force=force))
+        view = override_admission(ctx, endpoint, "open" if word == "open" else word, reason, _identity(ctx, user))
+        output.info(f"admission of {view.endpoint} is now {view.admission}: {view.users_get}")
 
     _run(body)
 
@@ -260,6 +295,8 @@ def register(app: typer.Typer) -> None:
     app.command("deploy")(deploy)
     app.command("rollback")(rollback)
     app.command("cancel")(cancel)
+    app.command("drain")(drain)
+    app.command("admission")(admission)
     app.command("resume")(resume)
     app.command("history")(history)
     app.add_typer(gate_app, name="gate")

@@ -233,11 +233,61 @@ class ReservationFound(EndpointIncidentNotice):
     KIND: ClassVar[str] = "reservation.found"
 
 
+# ---------------------------------------------------------------------------- gates before exposure
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmissionChanged(ChannelNotice):
+    """The route now lets a different audience reach Kimi K3 (in the deployment's thread, or the channel)."""
+
+    KIND: ClassVar[str] = "admission.changed"
+    admission: str
+    reason: str
+    actor: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreStarted(ChannelNotice):
+    """A deploy ended after apply: the previous release is being restored by another deployment."""
+
+    KIND: ClassVar[str] = "restore.started"
+    restore_id: int | None
+    release: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdmissionStuck(ChannelNotice):
+    """A restore or rollback failed while users were closed out: a person must take over (pages)."""
+
+    KIND: ClassVar[str] = "admission.stuck"
+    incident: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrainStalled(ChannelNotice):
+    """Requests still run at the drain deadline: a person chooses to wait longer or to abort and reopen."""
+
+    KIND: ClassVar[str] = "drain.stalled"
+    running: float | None
+    waiting: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateReminder(ChannelNotice):
+    """A gate has waited half its allowed time: its approvers are reminded once."""
+
+    KIND: ClassVar[str] = "gate.reminder"
+    gate: str
+    expires_at: dt.datetime
+
+
 EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     DeploymentRequested, StateChanged, GateWaiting, GateDecided, LimitsAccepted, GatePlot, RolloutProgress,
     ReadinessAlert, ReadinessRecovered,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
+    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder,
 )
 """Every event that may be stored, one per ``KIND``."""
 

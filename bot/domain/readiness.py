@@ -41,6 +41,11 @@ class MetricsSnapshot:
     # Requests the server finished since it started (every finish reason, abort included): two snapshots
     # minus the caller's own requests tell whether anyone else's requests reached the model in between.
     requests_finished: float | None = None
+    # Time-to-first-token histogram as cumulative (upper bound, count) buckets, for the quantile of an interval.
+    ttft_buckets: tuple[tuple[float, float], ...] = ()
+    # HTTP answers of vLLM's API server (all, and 5xx): two snapshots give a window's error rate.
+    http_requests: float | None = None
+    http_errors: float | None = None
 
     @property
     def idle(self) -> bool:

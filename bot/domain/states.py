@@ -1,24 +1,31 @@
-"""The deployment state machine (pure).
+"""The deployment state machine (pure): users meet a candidate only after its gates were decided.
 
-deploy:   requested → artifact_gate → infrastructure_gate → applying → rolling_out
-          → readiness → model_gate → traffic_gate → live
-rollback: requested → artifact_gate → close_admission → draining → applying
-          → rolling_out → readiness → reopen → live
-          (its artifact gate re-verifies the weights' checksums and needs
-          ``rollback_approvals`` approvals, one by default, zero to auto-approve)
-any gate rejected → rejected; any failure → failed (rollback offered);
-cancel → cancelled; a crash in a step that cannot be resumed → interrupted;
-live → superseded when the next deployment of the endpoint goes live.
+deploy (single node):
+    requested → artifact_gate → infrastructure_gate
+      → closing (the route sends users to the fallback or the gateway's unavailable answer)
+      → draining (until nothing runs or waits; past its deadline → drain_stalled, where a person
+        chooses to wait longer or to abort, which reopens and cancels)
+      → applying → rolling_out → readiness
+      → model_gate → traffic_gate   (users still closed out; the bot's own requests reach the model directly)
+      → ramping (internal cohort, then each share, each held for a soak while the objectives hold)
+      → live
+rollback (a person): requested → artifact_gate → closing → draining → applying → rolling_out
+    → readiness → evaluation (the model gate's set, recorded as the next baseline) → reopening → live
+restore (automatic): the rollback's steps without its gate, started when a deploy ends after apply.
 
-``transition`` refuses every move not listed here. Every set of states the
-services decide on (terminal, past apply, admission closed, …) is derived here
-from the two paths, so a new step changes one tuple, not five call sites. The
-database keeps storing :class:`State`'s string values; ``State(row.state)``
-reads one back.
+Endings: a gate rejected → rejected; any failure → failed; cancel → cancelled; a gate nobody
+decided in time → expired; a crash in a step that cannot be resumed → interrupted. A deploy that
+ends while closed but before apply first passes through ``reopening``; one that ends after apply
+starts a restore in the same transaction. live → superseded when the next release goes live.
+
+``check_transition`` refuses every move not listed here. Every set of states the services decide
+on is derived here from the paths, so a new step changes one tuple, not five call sites. The
+database keeps storing :class:`State`'s string values; ``State(row.state)`` reads one back.
 """
 
 from __future__ import annotations
 
+import itertools
 from enum import StrEnum
 
 
@@ -26,19 +33,23 @@ class State(StrEnum):
     REQUESTED = "requested"
     ARTIFACT_GATE = "artifact_gate"
     INFRASTRUCTURE_GATE = "infrastructure_gate"
+    CLOSING = "closing"
+    DRAINING = "draining"
+    DRAIN_STALLED = "drain_stalled"
     APPLYING = "applying"
     ROLLING_OUT = "rolling_out"
     READINESS = "readiness"
     MODEL_GATE = "model_gate"
     TRAFFIC_GATE = "traffic_gate"
-    CLOSE_ADMISSION = "close_admission"
-    DRAINING = "draining"
-    REOPEN = "reopen"
+    RAMPING = "ramping"
+    EVALUATION = "evaluation"
+    REOPENING = "reopening"
     LIVE = "live"
     SUPERSEDED = "superseded"
     REJECTED = "rejected"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"
     INTERRUPTED = "interrupted"
 
     @property
@@ -82,14 +93,16 @@ class State(StrEnum):
 
 
 DEPLOY_PATH: tuple[State, ...] = (
-    State.REQUESTED, State.ARTIFACT_GATE, State.INFRASTRUCTURE_GATE, State.APPLYING, State.ROLLING_OUT, State.READINESS,
-    State.MODEL_GATE, State.TRAFFIC_GATE, State.LIVE,
+    State.REQUESTED, State.ARTIFACT_GATE, State.INFRASTRUCTURE_GATE, State.CLOSING, State.DRAINING, State.APPLYING,
+    State.ROLLING_OUT, State.READINESS, State.MODEL_GATE, State.TRAFFIC_GATE, State.RAMPING, State.LIVE,
 )
 ROLLBACK_PATH: tuple[State, ...] = (
-    State.REQUESTED, State.ARTIFACT_GATE, State.CLOSE_ADMISSION, State.DRAINING, State.APPLYING, State.ROLLING_OUT,
-    State.READINESS, State.REOPEN, State.LIVE,
+    State.REQUESTED, State.ARTIFACT_GATE, State.CLOSING, State.DRAINING, State.APPLYING, State.ROLLING_OUT,
+    State.READINESS, State.EVALUATION, State.REOPENING, State.LIVE,
 )
-PATHS: dict[str, tuple[State, ...]] = {"deploy": DEPLOY_PATH, "rollback": ROLLBACK_PATH}
+RESTORE_PATH: tuple[State, ...] = tuple(s for s in ROLLBACK_PATH if s is not State.ARTIFACT_GATE)
+PATHS: dict[str, tuple[State, ...]] = {"deploy": DEPLOY_PATH, "rollback": ROLLBACK_PATH, "restore": RESTORE_PATH}
+KINDS: tuple[str, ...] = tuple(PATHS)
 
 GATE_STATES: dict[State, str] = {
     State.ARTIFACT_GATE: "artifact",
@@ -103,7 +116,12 @@ STATE_OF_GATE: dict[str, State] = {gate: state for state, gate in GATE_STATES.it
 ENDINGS: frozenset[State] = frozenset({State.FAILED, State.CANCELLED, State.INTERRUPTED})
 """Where any step that is not its path's end may go."""
 
-TERMINAL: frozenset[State] = frozenset(set(State) - set(DEPLOY_PATH[:-1]) - set(ROLLBACK_PATH[:-1]))
+WAITING: frozenset[State] = frozenset({*GATE_STATES, State.DRAIN_STALLED})
+"""States in which the deployment waits for a person (a gate decision, or a stalled drain's choice)."""
+
+_STEPS: frozenset[State] = frozenset(s for path in PATHS.values() for s in path[:-1]) | {State.DRAIN_STALLED}
+
+TERMINAL: frozenset[State] = frozenset(set(State) - _STEPS)
 """States in which a deployment no longer holds its endpoint: every state that is not a step before ``live``."""
 
 IN_FLIGHT: frozenset[State] = frozenset(set(State) - TERMINAL)
@@ -111,47 +129,80 @@ IN_FLIGHT: frozenset[State] = frozenset(set(State) - TERMINAL)
 WAS_LIVE: frozenset[State] = frozenset({State.LIVE, State.SUPERSEDED})
 
 
-def _from(path: tuple[State, ...], first: State) -> tuple[State, ...]:
-    """The steps of ``path`` from ``first`` up to, not including, its end (``live``)."""
-    return path[path.index(first):-1]
+def _from(path: tuple[State, ...], first: State, last: State = State.LIVE) -> tuple[State, ...]:
+    """The steps of ``path`` from ``first`` up to, not including, ``last``."""
+    return path[path.index(first):path.index(last)]
 
 
-# States in which the cluster may already carry the new manifest: failing here offers a rollback.
 PAST_APPLY: frozenset[State] = frozenset(_from(DEPLOY_PATH, State.APPLYING) + _from(ROLLBACK_PATH, State.APPLYING))
+"""States in which the cluster may already carry the deployment's manifest: a deploy ending here is restored."""
 
-# Steps of a rollback after admission was closed: a failure there leaves it closed until an operator reopens it.
-ADMISSION_CLOSED: frozenset[State] = frozenset(_from(ROLLBACK_PATH, State.DRAINING))
+USERS_CLOSED_OUT: frozenset[State] = frozenset(
+    {*_from(DEPLOY_PATH, State.CLOSING, State.RAMPING), State.DRAIN_STALLED, *_from(ROLLBACK_PATH, State.CLOSING)}
+)
+"""States in which the deployment has closed the route to users (a deploy's ramp opens it step by step)."""
+
+ADMISSION_CLOSED = USERS_CLOSED_OUT
+
+BEFORE_APPLY_CLOSED: frozenset[State] = frozenset({State.CLOSING, State.DRAINING, State.DRAIN_STALLED})
+"""A deploy ending here has touched only the route: it reopens (``reopening``) and then ends."""
 
 # Steps that act on the stored manifest (a rollback's is copied when it is requested; a deploy's is stored before its
 # apply): resuming one of them without that manifest cannot know what the cluster runs.
 NEEDS_STORED_MANIFEST: dict[str, frozenset[State]] = {
     "deploy": frozenset({State.ROLLING_OUT}),
-    "rollback": frozenset(ROLLBACK_PATH[ROLLBACK_PATH.index(State.DRAINING):ROLLBACK_PATH.index(State.ROLLING_OUT) + 1]),
+    "rollback": frozenset(_from(ROLLBACK_PATH, State.DRAINING, State.READINESS)),
+    "restore": frozenset(_from(RESTORE_PATH, State.DRAINING, State.READINESS)),
 }
 
 
 def _edges(path: tuple[State, ...]) -> set[tuple[State, State]]:
-    edges = {(a, b) for a, b in zip(path, path[1:])}
+    edges = set(itertools.pairwise(path))
     for state in path[:-1]:
         edges |= {(state, end) for end in ENDINGS}
     return edges
 
 
-ALLOWED: frozenset[tuple[State, State]] = frozenset(
-    _edges(DEPLOY_PATH)
-    | _edges(ROLLBACK_PATH)
-    | {(gate_state, State.REJECTED) for gate_state in GATE_STATES}
-    | {(State.LIVE, State.SUPERSEDED)}
-)
+_DRAIN_CHOICES = {(State.DRAINING, State.DRAIN_STALLED), (State.DRAIN_STALLED, State.DRAINING)} | {
+    (State.DRAIN_STALLED, end) for end in ENDINGS}
+_REOPEN_THEN_END = {(s, State.REOPENING) for s in BEFORE_APPLY_CLOSED} | {
+    (State.REOPENING, end) for end in (*ENDINGS, State.EXPIRED)}
+
+
+def _rules(kind: str) -> frozenset[tuple[State, State]]:
+    path = PATHS[kind]
+    gates = {s for s in path if s.is_gate}
+    rules = _edges(path) | {(gate, State.REJECTED) for gate in gates} | {(State.LIVE, State.SUPERSEDED)}
+    if kind != "restore":  # a person answers a stalled drain and decides gates; a restore waits for nobody
+        rules |= _DRAIN_CHOICES | _REOPEN_THEN_END | {(waiting, State.EXPIRED) for waiting in (gates | {State.DRAIN_STALLED})}
+    return frozenset(rules)
+
+
+RULES: dict[str, frozenset[tuple[State, State]]] = {kind: _rules(kind) for kind in PATHS}
+"""Each kind's allowed moves: a deploy's ``reopening`` only ends it, a rollback's leads to ``live``."""
+
+ALLOWED: frozenset[tuple[State, State]] = frozenset().union(*RULES.values())
 
 
 class IllegalTransition(Exception):
     """The state machine does not allow this move."""
 
 
+def is_past_apply(kind: str, state: str) -> bool:
+    """Whether the cluster may carry this deployment's manifest (a deploy's ``reopening`` comes before its apply)."""
+    return State(state) in PAST_APPLY and not (kind == "deploy" and state == State.REOPENING)
+
+
+def path_of(kind: str) -> tuple[State, ...]:
+    try:
+        return PATHS[kind]
+    except KeyError:
+        raise IllegalTransition(f"no deployment kind {kind!r}; kinds are {', '.join(KINDS)}") from None
+
+
 def next_state(kind: str, state: str) -> State:
-    """The following state on the happy path of a deploy or rollback."""
-    path = DEPLOY_PATH if kind == "deploy" else ROLLBACK_PATH
+    """The following state on the happy path of a deploy, rollback or restore."""
+    path = path_of(kind)
     try:
         return path[path.index(State(state)) + 1]
     except (ValueError, IndexError):
@@ -159,10 +210,9 @@ def next_state(kind: str, state: str) -> State:
 
 
 def check_transition(kind: str, current: str, target: str) -> None:
-    path = DEPLOY_PATH if kind == "deploy" else ROLLBACK_PATH
-    if (current, target) not in ALLOWED:
+    rules = RULES.get(kind)
+    if rules is None:
+        path_of(kind)  # raises with the known kinds
+        return
+    if (State(current), State(target)) not in rules:
         raise IllegalTransition(f"a {kind} cannot go from {current} to {target}")
-    if target not in path and target not in ENDINGS | {State.REJECTED, State.SUPERSEDED}:
-        raise IllegalTransition(f"{target} is not a step of a {kind}")
-    if current not in path and current != State.LIVE:
-        raise IllegalTransition(f"{current} is not a step of a {kind}")

@@ -26,6 +26,8 @@ REQUIRED_ROLE: dict[str, str] = {
     "decide": "approver",
     "accept_limits": "approver",
     "break_lock": "admin",
+    "admission": "admin",
+    "drain": "approver",
 }
 
 # A role includes the roles listed for it.

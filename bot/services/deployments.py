@@ -21,13 +21,23 @@ from bot.domain.events import (
     DeploymentRequested,
     GateDecided,
     GateWaiting,
+    RestoreStarted,
     StateChanged,
 )
 from bot.domain.read_models import DeploymentView, GateSummary, PendingGate
-from bot.domain.states import STATE_OF_GATE, State, check_transition
+from bot.domain.states import BEFORE_APPLY_CLOSED, STATE_OF_GATE, USERS_CLOSED_OUT, State, check_transition, is_past_apply
 from bot.services.access import Identity, authorize
+from bot.services.admission import open_stuck_incident
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
+
+KIMI_OPS = Identity("kimi-ops")
+
+
+def path_kind(dep: Deployment) -> str:
+    """Which path the deployment follows: ``deploy``, ``rollback``, or ``restore`` (a rollback kimi-ops started itself)."""
+    return "restore" if dep.kind == "rollback" and dep.cause_id is not None else dep.kind
+
 
 # ---------------------------------------------------------------------------- read models
 
@@ -62,7 +72,7 @@ def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
         endpoint=dep.endpoint.name,
         release=dep.release.name,
         release_hash=dep.release.tuple_hash,
-        kind=dep.kind,
+        kind=path_kind(dep),
         state=state,
         state_reason=dep.state_reason,
         requested_by=dep.requested_by,
@@ -99,7 +109,7 @@ def transition(
     details: dict[str, Any] | None = None,
 ) -> None:
     """Move ``dep`` to ``target`` inside the caller's transaction: state, audit row, outbox event."""
-    check_transition(dep.kind, dep.state, target)
+    check_transition(path_kind(dep), dep.state, target)
     now = ctx.clock.now()
     before, to = dep.state, State(target)
     dep.state = to.value
@@ -112,17 +122,60 @@ def transition(
         for other in uow.deployments.in_states(dep.endpoint_id, [State.LIVE]):
             if other.id != dep.id:
                 check_transition(other.kind, State.LIVE, State.SUPERSEDED)
-                other.state, other.state_reason, other.updated_at = State.SUPERSEDED.value, f"superseded by deployment #{dep.id}", now
+                other.state, other.updated_at = State.SUPERSEDED.value, now
+                other.state_reason = f"superseded by deployment #{dep.id}"
                 uow.audit.record(at=now, actor=actor, action="deployment.superseded", subject=f"deployment:{other.id}",
                                  details={"by": dep.id})
     payload = {"from": before, "to": to.value, "reason": reason, "release": dep.release.name, "kind": dep.kind,
                "endpoint": dep.endpoint.name, **(details or {})}
     uow.audit.record(at=now, actor=actor, action=f"deployment.{to.value}", subject=f"deployment:{dep.id}", details=payload)
     uow.events.emit(StateChanged(deployment_id=dep.id, endpoint_name=dep.endpoint.name, from_state=before, to_state=to.value,
-                                 reason=reason, release=dep.release.name, kind=dep.kind, details=dict(details or {})), at=now)
+                                 reason=reason, release=dep.release.name, kind=path_kind(dep),
+                                 details=dict(details or {})), at=now)
 
 
-def store_gate_report(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops") -> GateResult:
+def end(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, target: State, *, actor: str = "kimi-ops", reason: str,
+        details: dict[str, Any] | None = None) -> Deployment | None:
+    """End ``dep`` (rejected, failed, cancelled, expired, interrupted) so that users never stay on what was not approved.
+
+    * a deploy or rollback that closed admission but applied nothing reopens first (``reopening``, then ``target``);
+    * a deploy that may have reached the cluster ends and, in the same transaction, a restore of the live
+      release's exact stored manifest starts (returned);
+    * a rollback or restore that ends while users are closed out pages: admission stays closed until a person acts.
+    """
+    state, kind = State(dep.state), path_kind(dep)
+    if kind in ("deploy", "rollback") and state in BEFORE_APPLY_CLOSED:
+        dep.ending = target.value
+        transition(uow, ctx, dep, State.REOPENING, actor=actor, reason=f"{reason}; reopening admission", details=details)
+        return None
+    transition(uow, ctx, dep, target, actor=actor, reason=reason, details=details)
+    if kind == "deploy" and is_past_apply(kind, state):
+        return _start_restore(uow, ctx, dep, f"deployment #{dep.id} {target.value}")
+    if kind in ("rollback", "restore") and (state in USERS_CLOSED_OUT or dep.endpoint.admission != "open"):
+        open_stuck_incident(uow, ctx, dep.endpoint.name, f"{kind} #{dep.id} {target.value} while users were closed out: {reason}")
+    return None
+
+
+def _start_restore(uow: SqlUnitOfWork, ctx: Context, ended: Deployment, why: str) -> Deployment | None:
+    live = live_deployment(uow, ended.endpoint_id)
+    now = ctx.clock.now()
+    if live is None or not live.applied_manifest:
+        open_stuck_incident(uow, ctx, ended.endpoint.name,
+                            f"{why} after its apply and there is no earlier live release to restore; users stay closed out")
+        return None
+    restore = _create(ctx, uow, ended.endpoint, live.release_id, "rollback", KIMI_OPS, ended.release_id,
+                      rollback_of=live.id, cause_id=ended.id)
+    restore.applied_manifest, restore.manifest_hash = live.applied_manifest, live.manifest_hash
+    uow.events.emit(RestoreStarted(deployment_id=ended.id, endpoint_name=ended.endpoint.name, restore_id=restore.id,
+                                   release=live.release.name,
+                                   text=f"Restoring {live.release.name} (deployment #{restore.id}): users stay closed out while "
+                                        f"its exact stored manifest is applied and its readiness suite passes."), at=now)
+    return restore
+
+
+def store_gate_report(
+    uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops",
+) -> GateResult:
     """Keep a gate's check report (a recheck adds a row; reports are never overwritten) and announce it."""
     now = ctx.clock.now()
     row = uow.gates.add(
@@ -153,6 +206,15 @@ def endpoint_settings(ctx: Context, name: str) -> EndpointSettings:
             known = ", ".join(e.name for e in uow.endpoints.list()) or "none are configured (KIMI_CONFIG)"
             raise NotFound(f"no endpoint named {name}; known endpoints: {known}")
         return EndpointSettings.model_validate(row.settings)
+
+
+def endpoint_row(uow: SqlUnitOfWork, name: str) -> Endpoint:
+    """The endpoint's row, or :class:`NotFound` naming the ones there are (settings may change under a running bot)."""
+    row = uow.endpoints.get(name)
+    if row is None:
+        known = ", ".join(e.name for e in uow.endpoints.list()) or "none are configured (KIMI_CONFIG)"
+        raise NotFound(f"no endpoint named {name}; known endpoints: {known}")
+    return row
 
 
 def resolve_endpoint(ctx: Context, name: str | None) -> str:
@@ -186,7 +248,7 @@ def live_deployment(uow: SqlUnitOfWork, endpoint_id: int) -> Deployment | None:
 
 def _create(
     ctx: Context, uow: SqlUnitOfWork, endpoint: Endpoint, release_id: int, kind: str, actor: Identity,
-    replaces: int | None, rollback_of: int | None = None,
+    replaces: int | None, rollback_of: int | None = None, cause_id: int | None = None,
 ) -> Deployment:
     now = ctx.clock.now()
     if uow.deployments.in_flight(endpoint.id) is not None:
@@ -194,6 +256,7 @@ def _create(
     dep = Deployment(
         endpoint_id=endpoint.id, release_id=release_id, kind=kind, state=State.REQUESTED.value, in_flight=True,
         requested_by=actor.user_id, replaces_release_id=replaces, rollback_of_id=rollback_of, created_at=now, updated_at=now,
+        cause_id=cause_id,
     )
     try:
         uow.deployments.add(dep)
@@ -215,7 +278,7 @@ def request_deploy(ctx: Context, release_name: str, endpoint_name: str | None, a
     name = resolve_endpoint(ctx, endpoint_name)
     authorize(ctx, actor, "deploy", f"endpoint:{name}")
     with ctx.uow() as uow:
-        endpoint = uow.endpoints.get(name)
+        endpoint = endpoint_row(uow, name)
         release = uow.releases.get(release_name)
         if release is None:
             raise NotFound(f"no release named {release_name}; `release list` shows the registered ones")
@@ -233,7 +296,7 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
     name = resolve_endpoint(ctx, endpoint_name)
     authorize(ctx, actor, "rollback", f"endpoint:{name}")
     with ctx.uow() as uow:
-        endpoint = uow.endpoints.get(name)
+        endpoint = endpoint_row(uow, name)
         history = uow.deployments.for_endpoint(endpoint.id)
         live = live_deployment(uow, endpoint.id)
         latest = history[0] if history else None
@@ -304,22 +367,27 @@ def decide_gate(
         state = State(dep.state)
         if state.gate != gate:
             where = "finished" if state.terminal else f"at {state.words}"
-            raise refuse(uow, f"the {gate} gate of deployment #{dep.id} is not waiting for a decision (the deployment is {where})", "not_waiting")
+            raise refuse(uow, f"the {gate} gate of deployment #{dep.id} is not waiting for a decision "
+                              f"(the deployment is {where})", "not_waiting")
         row = uow.gates.latest(dep.id, gate)
         if row is None:
             raise refuse(uow, f"the {gate} gate of deployment #{dep.id} has no report yet; wait for its checks", "no_report")
         if row.decision is not None:
-            raise refuse(uow, f"the {gate} gate was already {row.decision} by {row.decided_by} at {row.decided_at:%H:%M} UTC", "already_decided")
+            raise refuse(uow, f"the {gate} gate was already {row.decision} by {row.decided_by} "
+                              f"at {row.decided_at:%H:%M} UTC", "already_decided")
         if seen_report_hash != row.report_hash or seen_release_hash != dep.release.tuple_hash:
-            raise refuse(uow, f"the {gate} report changed since you looked (it was re-checked); review the new report and decide again", "stale")
+            raise refuse(uow, f"the {gate} report changed since you looked (it was re-checked); "
+                              "review the new report and decide again", "stale")
         endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
         if decision == "approved":
             if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
-                raise refuse(uow, f"you requested deployment #{dep.id}; someone else must approve its gates on {endpoint.name}", "self_approval")
+                raise refuse(uow, f"you requested deployment #{dep.id}; someone else must approve its gates "
+                                  f"on {endpoint.name}", "self_approval")
             report = GateReport.model_validate(row.report)
             if not report.approvable:
                 names = ", ".join(c.name for c in report.blocking)
-                raise refuse(uow, f"the {gate} gate has failed or errored checks ({names}); reject it or `gate recheck {dep.id}`", "blocking_checks")
+                raise refuse(uow, f"the {gate} gate has failed or errored checks ({names}); "
+                                  f"reject it or `gate recheck {dep.id}`", "blocking_checks")
         row.decision, row.decided_by, row.decided_at, row.decision_reason = decision, actor.user_id, now, reason
         row.seen = {"report_hash": seen_report_hash, "release_hash": seen_release_hash, "release": dep.release.name,
                     "status": GateReport.model_validate(row.report).status}
@@ -335,27 +403,57 @@ def decide_gate(
                                     decided_by=actor.user_id, decided_at=now, slack_channel=row.slack_channel,
                                     slack_ts=row.slack_ts), at=now)
         if decision == "rejected":
-            transition(uow, ctx, dep, State.REJECTED, actor=actor.user_id, reason=f"{gate} gate rejected by {actor.user_id}: {reason or 'no reason given'}")
+            end(uow, ctx, dep, State.REJECTED, actor=actor.user_id,
+                reason=f"{gate} gate rejected by {actor.user_id}: {reason or 'no reason given'}")
         view = _view(uow, dep)
         uow.commit()
         return view
 
 
 def cancel(ctx: Context, deployment_id: int, actor: Identity, *, force: bool = False) -> DeploymentView:
-    """Cancel an in-flight deployment; ``force`` (admins) breaks a stuck one and marks it interrupted."""
+    """Cancel an in-flight deployment; ``force`` (admins) breaks a stuck one and marks it interrupted.
+
+    A deploy cancelled after its apply is restored to the previous release; a restore cannot be cancelled
+    (it is what gives users a release that passed its gates back), only broken by an admin.
+    """
     authorize(ctx, actor, "break_lock" if force else "cancel", f"deployment:{deployment_id}")
     with ctx.uow() as uow:
         dep = uow.deployments.get_for_update(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment #{deployment_id}")
-        if State(dep.state).terminal:
-            raise Refused(f"deployment #{dep.id} already ended ({dep.state})")
+        state = State(dep.state)
+        if state.terminal:
+            raise Refused(f"deployment #{dep.id} already ended ({state.words})")
         if force:
-            transition(uow, ctx, dep, State.INTERRUPTED, actor=actor.user_id,
-                       reason=f"lock broken by admin {actor.user_id} while {dep.state}", details={"forced": True})
+            end(uow, ctx, dep, State.INTERRUPTED, actor=actor.user_id,
+                reason=f"lock broken by admin {actor.user_id} while {state.words}", details={"forced": True})
+        elif path_kind(dep) == "restore":
+            raise Refused(f"deployment #{dep.id} restores the release that passed its gates and cannot be cancelled; "
+                          f"an admin can break it with `cancel {dep.id} --force` (users then stay closed out)")
         else:
-            note = "; the cluster may carry its manifest, rollback offered" if State(dep.state).past_apply else ""
-            transition(uow, ctx, dep, State.CANCELLED, actor=actor.user_id, reason=f"cancelled by {actor.user_id} while {dep.state}{note}")
+            end(uow, ctx, dep, State.CANCELLED, actor=actor.user_id, reason=f"cancelled by {actor.user_id} while {state.words}")
+        view = _view(uow, dep)
+        uow.commit()
+        return view
+
+
+def decide_drain(ctx: Context, deployment_id: int, choice: str, actor: Identity) -> DeploymentView:
+    """A drain passed its deadline with requests still running: wait longer, or abort (reopen, nothing applied)."""
+    if choice not in ("wait", "abort"):
+        raise Refused("a stalled drain is answered with `wait` (longer) or `abort` (reopen and cancel)")
+    authorize(ctx, actor, "drain", f"deployment:{deployment_id}")
+    with ctx.uow() as uow:
+        dep = uow.deployments.get_for_update(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment #{deployment_id}")
+        if dep.state != State.DRAIN_STALLED:
+            raise Refused(f"deployment #{dep.id} is not waiting on a stalled drain (it is {State(dep.state).words})")
+        if choice == "wait":
+            transition(uow, ctx, dep, State.DRAINING, actor=actor.user_id,
+                       reason=f"{actor.user_id} chose to wait longer for the drain")
+        else:
+            end(uow, ctx, dep, State.CANCELLED, actor=actor.user_id,
+                reason=f"drain aborted by {actor.user_id}; nothing was applied")
         view = _view(uow, dep)
         uow.commit()
         return view
@@ -370,6 +468,8 @@ def pending_gates(ctx: Context, actor: Identity | None = None) -> list[PendingGa
         result = []
         for row in uow.gates.pending():
             dep = uow.deployments.get(row.deployment_id)
+            if dep is None:
+                continue
             view = _view(uow, dep)
             if view.pending is None or view.pending.gate != row.gate:
                 continue
@@ -384,7 +484,7 @@ def pending_gates(ctx: Context, actor: Identity | None = None) -> list[PendingGa
 def history(ctx: Context, endpoint_name: str | None = None, limit: int = 20) -> list[DeploymentView]:
     name = resolve_endpoint(ctx, endpoint_name)
     with ctx.uow() as uow:
-        endpoint = uow.endpoints.get(name)
+        endpoint = endpoint_row(uow, name)
         return [_view(uow, d) for d in uow.deployments.for_endpoint(endpoint.id, limit)]
 
 
@@ -424,7 +524,8 @@ def stored_gate_report(ctx: Context, deployment_id: int, gate: str) -> StoredGat
             raise NotFound(f"no deployment #{deployment_id}; `history` lists them")
         rows = [r for r in uow.gates.for_deployment(dep.id) if r.gate == gate]
         if not rows:
-            why = "a rollback has only an artifact gate" if dep.kind == "rollback" else f"the deployment is {State(dep.state).words}"
+            why = ("a rollback has only an artifact gate (and its evaluation)" if dep.kind == "rollback"
+                   else f"the deployment is {State(dep.state).words}")
             raise NotFound(f"deployment #{dep.id} has no {gate} gate report ({why})")
         row = rows[-1]
         return StoredGateReport(

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.domain.histograms import histogram_quantile
 from bot.domain.readiness import MetricsSnapshot
+
+__all__ = ["MetricsUnavailable", "histogram_quantile", "parse_metrics", "scrape"]
 
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
@@ -36,6 +39,8 @@ TTFT = "vllm:time_to_first_token_seconds"
 # Exposed as ``vllm:request_success_total`` by every vLLM (older loggers declared the ``_total`` name, newer
 # ones let prometheus-client add it); the bare name is what a scrape declaring the family untyped shows.
 FINISHED = ("vllm:request_success_total", "vllm:request_success")
+# vLLM's API server counts every HTTP answer by status class (prometheus-fastapi-instrumentator).
+HTTP_REQUESTS = "http_requests_total"
 
 
 class MetricsUnavailable(Exception):
@@ -82,38 +87,6 @@ def _mean(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], names: S
     return None
 
 
-def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
-    """PromQL's ``histogram_quantile`` over cumulative ``(upper bound, count)`` buckets.
-
-    Returns None when there are no observations or no ``+Inf`` bucket. A rank
-    that falls in the ``+Inf`` bucket yields the highest finite upper bound.
-    """
-    ordered = sorted(buckets)
-    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
-        return None
-    # Counts must not fall with the bound; a scrape racing an update can break that, as Prometheus notes.
-    fixed: list[tuple[float, float]] = []
-    for bound, count in ordered:
-        fixed.append((bound, max(count, fixed[-1][1]) if fixed else count))
-    total = fixed[-1][1]
-    if total <= 0:
-        return None
-    rank = q * total
-    below_bound, below_count = 0.0, 0.0
-    for index, (bound, count) in enumerate(fixed):
-        if count >= rank:
-            if math.isinf(bound):
-                return fixed[-2][0]
-            if index == 0 and bound <= 0:
-                return bound
-            in_bucket = count - below_count
-            if in_bucket <= 0:
-                return bound
-            return below_bound + (bound - below_bound) * (rank - below_count) / in_bucket
-        below_bound, below_count = bound, count
-    return fixed[-2][0]
-
-
 def _histogram(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], name: str) -> list[tuple[float, float]]:
     """Cumulative buckets summed across label sets; ``_count`` stands in for a missing ``+Inf`` bucket."""
     counts: dict[float, float] = defaultdict(float)
@@ -145,7 +118,18 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         prefix_cache_hits=hits,
         prefix_cache_queries=queries,
         requests_finished=_sum(samples, FINISHED),
+        ttft_buckets=tuple(buckets),
+        http_requests=_sum(samples, (HTTP_REQUESTS,)),
+        http_errors=_status_class(samples, "5xx"),
     )
+
+
+def _status_class(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], status: str) -> float | None:
+    """HTTP answers of one status class (``5xx``) summed over handlers; None when the server does not count them."""
+    rows = samples.get(HTTP_REQUESTS)
+    if not rows:
+        return None
+    return sum(v for labels, v in rows if labels.get("status") == status and not math.isnan(v))
 
 
 def scrape(client: httpx.Client, url: str) -> MetricsSnapshot:

@@ -74,6 +74,8 @@ class Endpoint(Base):
     namespace: Mapped[str] = mapped_column(String(63))
     url: Mapped[str] = mapped_column(String(512))
     admission_open: Mapped[bool] = mapped_column(Boolean, default=True)
+    # What the route lets through now (closed, internal, a share such as 25%, open); admission_open mirrors "open".
+    admission: Mapped[str] = mapped_column(String(16), default="open", server_default="open")
     settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime]
 
@@ -134,6 +136,14 @@ class Deployment(Base):
     # Set when the deployment failed after its manifest may have reached the cluster (the reason text says so too,
     # for people; code reads this column).
     rollback_offered: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # An automatic restore (kind "rollback") names the deployment whose ending started it.
+    cause_id: Mapped[int | None] = mapped_column(Integer, default=None)
+    # The end a deploy takes once "reopening" gave users back the release that runs.
+    ending: Mapped[str | None] = mapped_column(String(16), default=None)
+    # Requests kimi-ops itself sent to the candidate while users were closed out (the model's counter must not exceed it).
+    own_requests: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The candidate's finished-request counter when its readiness passed (users closed out from there on).
+    closed_baseline: Mapped[float | None] = mapped_column(Float, default=None)
 
     endpoint: Mapped[Endpoint] = relationship(lazy="joined")
     release: Mapped[Release] = relationship(foreign_keys=[release_id], lazy="joined")
@@ -168,6 +178,7 @@ class GateResult(Base):
     seen: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     slack_channel: Mapped[str | None] = mapped_column(String(32))
     slack_ts: Mapped[str | None] = mapped_column(String(32))
+    reminded_at: Mapped[dt.datetime | None] = mapped_column(default=None)
 
     __table_args__ = (
         CheckConstraint("gate IN ('artifact', 'infrastructure', 'model', 'traffic')", name="gate"),

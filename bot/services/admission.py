@@ -1,0 +1,173 @@
+"""Admission: what the route in front of an endpoint lets through to Kimi K3, changed, proven and recorded.
+
+Only the deployment engine and an admin's override change admission. A change
+applies the endpoint's Gateway API HTTPRoute (or, for an endpoint declared
+without a ``route:`` block, the admission ConfigMap the application layer
+reads) and waits until every parent Gateway accepted the new generation of the
+route: a change the gateway has not taken is not a change users see. The
+endpoint row then records it (``admission``) with an audit row and an
+announcement, inside the caller's transaction, so the engine's move to its next
+state and the record of what users get commit together.
+
+A restore or rollback that fails while users are closed out opens an
+``admission-stuck`` incident that pages; :func:`override_admission` (admin,
+with a reason) is how a person takes over, and reopening closes the incident.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from bot.adapters.store.models import Incident
+from bot.adapters.store.uow import SqlUnitOfWork
+from bot.config import EndpointSettings
+from bot.domain.admission import Admission, AdmissionError, AdmissionState, parse_admission
+from bot.domain.events import AdmissionChanged, AdmissionStuck
+from bot.services.access import Identity, authorize
+from bot.services.context import Context, require
+from bot.services.errors import NotFound, Refused
+
+STUCK = "admission-stuck"
+ROUTE_POLL_SECONDS = 0.2
+
+
+class AdmissionFailed(Exception):
+    """The route (or admission ConfigMap) could not be changed, or the gateway did not take the change."""
+
+
+@dataclass(frozen=True)
+class AdmissionView:
+    endpoint: str
+    admission: str
+    users_get: str
+
+
+def users_get(endpoint: EndpointSettings, admission: Admission) -> str:
+    """What an ordinary user's request reaches under ``admission``, in words."""
+    route = endpoint.route
+    if route is None:
+        if admission.state is AdmissionState.OPEN:
+            return "everyone reaches Kimi K3"
+        return "the application layer turns users away (admission ConfigMap closed; no route is configured)"
+    fallback = f"the fallback model ({route.fallback.name})" if route.fallback is not None else "the gateway's unavailable answer"
+    cohort = f"{route.cohort_header.name}: {route.cohort_header.value}"
+    if admission.state is AdmissionState.CLOSED:
+        return f"users get {fallback}; no user request reaches Kimi K3"
+    if admission.state is AdmissionState.INTERNAL:
+        return f"only the internal cohort ({cohort}) reaches Kimi K3; other users get {fallback}"
+    if admission.state is AdmissionState.SHARE:
+        return f"{admission.percent}% of users and the internal cohort reach Kimi K3; the rest get {fallback}"
+    return "everyone reaches Kimi K3"
+
+
+def apply_admission(ctx: Context, endpoint: EndpointSettings, admission: Admission, reason: str) -> str:
+    """Change what the route lets through and wait until the gateway took it; returns what users get now.
+
+    Raises :class:`AdmissionFailed` with a one-line reason; nothing is recorded here (see :func:`record_admission`).
+    """
+    cluster = require(ctx.ports.cluster, "cluster access", "to change admission")
+    if admission.needs_fallback and (endpoint.route is None or endpoint.route.fallback is None):
+        raise AdmissionFailed(f"{admission} needs a fallback backend in {endpoint.name}'s route settings to send the rest to")
+    try:
+        if endpoint.route is None:
+            cluster.set_admission(endpoint, admission.state is AdmissionState.OPEN, reason)
+            return users_get(endpoint, admission)
+        status = cluster.set_route(endpoint, admission, reason)
+    except Exception as exc:
+        raise AdmissionFailed(f"could not set {endpoint.name}'s route to {admission}: {exc}") from exc
+    deadline = time.monotonic() + endpoint.route_accept_seconds
+    while True:
+        if status.accepted and status.effective == admission:
+            return users_get(endpoint, admission)
+        refused = [p.gateway for p in status.parents if p.holds("Accepted", status.generation) is False]
+        if refused:
+            raise AdmissionFailed(f"gateway {', '.join(refused)} refused {endpoint.name}'s route: {status.summary}")
+        if time.monotonic() >= deadline:
+            raise AdmissionFailed(
+                f"the gateway did not accept {endpoint.name}'s route ({admission}) within {endpoint.route_accept_seconds:.0f} s: "
+                f"{status.summary}")
+        time.sleep(ROUTE_POLL_SECONDS)
+        current = cluster.route_status(endpoint)
+        if current is not None:
+            status = current
+
+
+def record_admission(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, admission: Admission, reason: str, *,
+                     actor: str, deployment_id: int | None, words: str) -> None:
+    """Inside the caller's transaction: the endpoint row, an audit row and the announcement."""
+    row = uow.endpoints.get(endpoint_name)
+    if row is None:
+        raise NotFound(f"no endpoint named {endpoint_name}")
+    now = ctx.clock.now()
+    before = row.admission
+    row.admission = str(admission)
+    row.admission_open = admission.state is AdmissionState.OPEN
+    uow.audit.record(at=now, actor=actor, action="endpoint.admission", subject=f"endpoint:{endpoint_name}",
+                     details={"from": before, "to": str(admission), "reason": reason, "deployment": deployment_id})
+    uow.events.emit(AdmissionChanged(deployment_id=deployment_id, endpoint_name=endpoint_name, admission=str(admission),
+                                     reason=reason, actor=actor, text=f"Admission of {endpoint_name} is now {admission}: "
+                                     f"{words} ({reason})."), at=now)
+
+
+def open_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, reason: str) -> None:
+    """Users are closed out and no deployment will reopen them: page, once per endpoint until admission opens."""
+    row = uow.endpoints.get(endpoint_name)
+    if row is None or uow.incidents.open_for(row.id, STUCK) is not None:
+        return
+    now = ctx.clock.now()
+    uow.incidents.add(Incident(endpoint_id=row.id, kind=STUCK, open=True, reason=reason, opened_at=now))
+    group = ctx.settings.oncall_group
+    mention = f"<!subteam^{group}> " if group else ""
+    text = (f"{mention}:rotating_light: {endpoint_name} stays closed to users: {reason}. Check the cluster, then "
+            f"`/kimi rollback {endpoint_name}` or `/kimi admission open {endpoint_name} --reason …` (admin).")
+    uow.audit.record(at=now, actor="kimi-ops", action="incident.opened", subject=f"endpoint:{endpoint_name}",
+                     details={"kind": STUCK, "reason": reason})
+    uow.events.emit(AdmissionStuck(endpoint_name=endpoint_name, incident=STUCK, reason=reason, text=text), at=now)
+
+
+def _close_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, actor: str = "kimi-ops") -> None:
+    row = uow.endpoints.get(endpoint_name)
+    incident = uow.incidents.open_for(row.id, STUCK) if row is not None else None
+    if incident is not None:
+        incident.open, incident.closed_at = None, ctx.clock.now()
+        uow.audit.record(at=ctx.clock.now(), actor=actor, action="incident.closed", subject=f"endpoint:{endpoint_name}",
+                         details={"kind": STUCK})
+
+
+def reopened(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str) -> None:
+    """Users are back on a release that passed its gates: any admission-stuck incident is over."""
+    _close_stuck_incident(uow, ctx, endpoint_name)
+
+
+def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str, actor: Identity) -> AdmissionView:
+    """An admin opens or closes an endpoint's admission by hand (audited), e.g. after a failed restore."""
+    authorize(ctx, actor, "admission", f"endpoint:{endpoint_name}")
+    if not reason.strip():
+        raise Refused("say why: `--reason …` is required to change admission by hand")
+    try:
+        admission = parse_admission("closed" if word.strip().lower() == "close" else word)
+    except AdmissionError as exc:
+        raise Refused(str(exc)) from None
+    if admission.state not in (AdmissionState.OPEN, AdmissionState.CLOSED):
+        raise Refused("by hand, admission is `open` or `close`; the internal cohort and shares belong to a deployment's ramp")
+    with ctx.uow() as uow:
+        row = uow.endpoints.get(endpoint_name)
+        if row is None:
+            known = ", ".join(e.name for e in uow.endpoints.list()) or "none"
+            raise NotFound(f"no endpoint named {endpoint_name}; known endpoints: {known}")
+        endpoint = EndpointSettings.model_validate(row.settings)
+        holder = uow.deployments.in_flight(row.id)
+        if holder is not None:
+            raise Refused(f"deployment #{holder.id} is in flight on {endpoint_name} and drives its admission; "
+                          f"`/kimi cancel {holder.id}` first (a cancel after apply restores the previous release)")
+    try:
+        words = apply_admission(ctx, endpoint, admission, f"{reason} (by {actor.user_id})")
+    except AdmissionFailed as exc:
+        raise Refused(str(exc)) from None
+    with ctx.uow() as uow:
+        record_admission(uow, ctx, endpoint_name, admission, reason, actor=actor.user_id, deployment_id=None, words=words)
+        if admission.state is AdmissionState.OPEN:
+            _close_stuck_incident(uow, ctx, endpoint_name, actor.user_id)
+        uow.commit()
+    return AdmissionView(endpoint=endpoint_name, admission=str(admission), users_get=words)
