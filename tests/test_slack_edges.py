@@ -26,7 +26,7 @@ from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_d
 MALFORMED = {
     "help": "help me", "deploy": "deploy", "status": "status a b", "history": "history a 0", "release": "release",
     "diff": "diff rel-a", "gates": "gates now", "rollback": "rollback a b c d", "cancel": "cancel twelve",
-    "reservations": "reservations all",
+    "reservations": "reservations all", "drain": "drain later 3", "admission": "admission maybe kimi-prod",
 }
 
 
