@@ -21,6 +21,7 @@ from bot.adapters.store.repositories import (
     EventRepository,
     GateResultRepository,
     IncidentRepository,
+    ManifestRevisionRepository,
     ReadinessRepository,
     ReleaseRepository,
     ReservationRepository,
@@ -36,6 +37,7 @@ class SqlUnitOfWork:
     reservations: ReservationRepository
     readiness: ReadinessRepository
     incidents: IncidentRepository
+    manifests: ManifestRevisionRepository
     audit: AuditRepository
     events: EventRepository
 
@@ -53,6 +55,7 @@ class SqlUnitOfWork:
         self.reservations = ReservationRepository(session)
         self.readiness = ReadinessRepository(session)
         self.incidents = IncidentRepository(session)
+        self.manifests = ManifestRevisionRepository(session)
         self.audit = AuditRepository(session)
         self.events = EventRepository(session)
         return self
