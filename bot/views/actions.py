@@ -16,6 +16,7 @@ APPROVE = "gate_approve"
 REJECT = "gate_reject"
 RECHECK = "gate_recheck"
 ACCEPT_LIMITS = "traffic_accept_limits"
+APPROVE_ABOVE_LIMITS = "traffic_approve_above_limits"  # opens a reason form; the approval records the override
 
 
 @dataclass(frozen=True)
