@@ -94,7 +94,9 @@ def to_traffic_gate(bench: SlackBench) -> Message:
         message = bench.gate_message(gate, 1)
         bench.click(APPROVER, message, APPROVE)
         bench.stub.wait_for(lambda s, message=message: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
-    return bench.stub.wait_for(lambda s: (m := bench.gate_message("traffic", 1)) and has(m, ACCEPT_LIMITS) and m, timeout=60)
+    # The sweep takes a while on a busy machine: wait for the message itself (gate_message gives up after 10 s).
+    return bench.stub.wait_for(lambda s: next((m for m in s.messages if m.ephemeral_to is None and has(m, ACCEPT_LIMITS)
+                                               and "Traffic gate · deployment #1" in blocks_text(m.blocks)), None), timeout=90)
 
 
 def has(message: Message, action_id: str) -> bool:
