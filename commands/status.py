@@ -1,4 +1,4 @@
-"""``/kimi status [ENDPOINT]``: what runs and what users get (drift from the record), deployment in flight, probes, reservation."""
+"""``/kimi status [ENDPOINT]``: what runs and what users get (drift from the record), deployment in flight, probes."""
 
 from __future__ import annotations
 

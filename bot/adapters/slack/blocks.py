@@ -180,7 +180,7 @@ def render(parts: Sequence[Part], *, max_blocks: int = MAX_BLOCKS, max_chars: in
     blocks: list[Block] = []
     overflow_lines: list[str] = []
     used = 0
-    for index, part in enumerate(content):
+    for part in content:
         if overflow_lines:
             overflow_lines.append(plain([part]))
             continue

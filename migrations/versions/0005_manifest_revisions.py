@@ -1,7 +1,7 @@
 """Manifest revisions: every manifest a deployment applied, so accepted limits re-applied to a running release keep history
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2027-01-22 10:00:00.000000
 
 * ``manifest_revisions``: one row per manifest a deployment applied (its first render, then each re-render with
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0004'
-down_revision = '0003'
+revision = '0005'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 
