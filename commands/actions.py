@@ -45,10 +45,11 @@ def recheck(root: Root, identity: Identity, value: str | None) -> Reply:
                  then=run)
 
 
-def decide(root: Root, identity: Identity, value: str | None, decision: str, reason: str | None = None) -> Reply:
+def decide(root: Root, identity: Identity, value: str | None, decision: str, reason: str | None = None, *,
+           override_reason: str | None = None) -> Reply:
     seen = ticket(value)
     view = decide_gate(root.ctx, seen.deployment_id, seen.gate, decision, identity, seen_report_hash=seen.report_hash,
-                       seen_release_hash=seen.release_hash, reason=reason)
+                       seen_release_hash=seen.release_hash, reason=reason, override_reason=override_reason)
 
     def advance() -> None:
         root.engine.advance(view.id)
@@ -65,5 +66,7 @@ def accept_limits(ctx: Context, identity: Identity, value: str | None) -> Reply:
         raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits")
     done = accept_proposed_limits(ctx, None, seen.deployment_id, identity, seen_report_hash=seen.report_hash)
     before = done.previous
+    where = (f"applied to deployment #{done.deployment_id}'s running release (manifest revision {done.revision}, "
+             f"{done.applied_sha256[:12]})" if done.applied_sha256 else "the next manifest rendered for it uses them")
     return reply(f"You accepted {limits_words(done.accepted)} for {done.endpoint} (was {before['max_concurrent_requests']} / "
-                 f"{before['max_queue_size']}); the next manifest rendered for it uses them.")
+                 f"{before['max_queue_size']}); {where}.")

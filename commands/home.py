@@ -1,4 +1,5 @@
-"""The App Home tab: per endpoint, the live release, the deployment in flight and its gate, reservation left, last readiness."""
+"""The App Home tab: per endpoint, the live release, what the cluster runs and users get, drift, the deployment in flight
+and its gate, reservation left, last readiness."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from bot.services.deployments import in_flight
 from bot.services.readiness import endpoint_status
 from bot.views.deployments import deployment_title
 from bot.views.parts import Divider, Heading, Note, Part, Text
+from bot.views.status import cluster_rows
 from commands.base import at
 
 
@@ -20,6 +22,8 @@ def parts(ctx: Context, identity: Identity) -> tuple[Part, ...]:
         last = s.last_probe
         lines = [
             f"*live release:* {s.live_release or 'none'}" + (f" since {at(s.live_since)}" if s.live_since else ""),
+            *[f"*{field}:* {value}" for field, value in cluster_rows(
+                s.cluster, configured=s.request_limits.model_dump(mode="json"), accepted_source=s.limits_accepted)],
             f"*reservation:* {s.reservation_left} left" if s.reservation else "*reservation:* none seen",
             f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
         ]

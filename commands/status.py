@@ -1,4 +1,4 @@
-"""``/kimi status [ENDPOINT]``: live release, deployment in flight, admission, last readiness probe, reservation left."""
+"""``/kimi status [ENDPOINT]``: what runs and what users get (drift from the record), deployment in flight, probes."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from bot.services.readiness import ProbeView, endpoint_status
 from bot.views.deployments import deployment_title
 from bot.views.icons import Icon
 from bot.views.parts import Divider, Heading, Part, Reply, Text, plain
+from bot.views.status import cluster_rows
 from commands.base import Usage, at
 
 NAME = "status"
 USAGE = "/kimi status [ENDPOINT]"
-HELP = "Show each endpoint's live release, deployment in flight, recent readiness probes and reservation time left."
+HELP = ("Show each endpoint's live release, what the cluster runs and users get (drift from kimi-ops's record), "
+        "the limits applied, deployment in flight, recent readiness probes and reservation time left.")
 PROBES_SHOWN = 5
 
 
@@ -39,10 +41,12 @@ def run(root: Root, identity: Identity, name: str | None) -> Reply:
     parts: list[Part] = []
     for s in statuses:
         last = s.last_probe
+        admission = s.cluster.recorded.admission if s.cluster is not None else ("open" if s.admission_open else "closed")
         lines = [
             f"*live release:* {s.live_release} since {at(s.live_since)}" if s.live_release else "*live release:* none",
-            f"*admission:* {'open' if s.admission_open else 'closed'} · {s.request_limits.max_concurrent_requests} concurrent, "
-            f"queue {s.request_limits.max_queue_size}" + (" (accepted from a traffic gate)" if s.limits_accepted else ""),
+            f"*admission:* {admission} (kimi-ops's record)",
+            *[f"*{field}:* {value}" for field, value in cluster_rows(
+                s.cluster, configured=s.request_limits.model_dump(mode="json"), accepted_source=s.limits_accepted)],
             f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
             *([f"*recent probes:* {probe_history(s.recent_probes)}"] if len(s.recent_probes) > 1 else []),
             f"*reservation:* {s.reservation_left} left (ends {at(s.reservation.end)})" if s.reservation

@@ -104,11 +104,30 @@ def approve_in_process(cli: CliSandbox, deployment_id: int, approvers: tuple[str
     turn = 0
     while view.state != until:
         assert view.pending is not None and view.pending.approvable, view
+        if view.pending.gate == "traffic":
+            accept_if_above(cli, view)
         decide_gate(cli.ctx, deployment_id, view.pending.gate, "approved", Identity(approvers[turn % len(approvers)]),
                     seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
         turn += 1
         view = engine.advance(deployment_id)
     return get_deployment(cli.ctx, deployment_id)
+
+
+def accept_if_above(cli: CliSandbox, view: Any) -> None:
+    """At a traffic gate, accept its proposal (as an approver who did not request it) when the endpoint admits more.
+
+    Approval above the measured safe concurrency is refused without an override, so a scene set up
+    by the test follows the procedure: accept, then approve.
+    """
+    from bot.domain.limits import limits_above, proposed_limits
+    from bot.services.access import Identity
+    from bot.services.deployments import endpoint_settings
+    from bot.services.traffic_gate import accept_proposed_limits
+
+    effective = endpoint_settings(cli.ctx, view.endpoint).effective_request_limits.model_dump(mode="json")
+    if limits_above(proposed_limits(view.pending.report), effective) is not None:
+        who = APPROVER_2 if view.requested_by != APPROVER_2 else APPROVER_1
+        accept_proposed_limits(cli.ctx, None, view.id, Identity(who), seen_report_hash=view.pending.report_hash)
 
 
 def deploy_in_process(cli: CliSandbox, release: str, until: str = "live") -> Any:

@@ -106,8 +106,18 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — traffic gate"
     assert f"→ approve: kimi-ops gate approve {dep} traffic" in out
 
-    out = cli.ok("gate", "approve", dep, "traffic", "--as", APPROVER_2)
+    # The endpoint admits 32 concurrent requests, above what the sweep measured safe: plain approval is refused,
+    # naming the proposal, and an approval with a reason is recorded as an override.
+    refused = cli.run("gate", "approve", dep, "traffic", "--as", APPROVER_2)
+    assert refused.returncode != 0, cli.explain(refused)
+    (line,) = refused.stderr.strip().splitlines()
+    assert re.search(r"would go live with 32 concurrent requests admitted, above the measured safe \d+ "
+                     r"\(proposed maxConcurrentRequests \d+, maxQueueSize \d+\)", line), line
+    out = cli.ok("gate", "approve", dep, "traffic", "--override-limits", "launch traffic is capped upstream", "--as", APPROVER_2)
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — live"
+    with cli.ctx.uow() as uow:
+        seen = uow.gates.latest(int(dep), "traffic").seen
+    assert seen["limits_override"]["reason"] == "launch traffic is capped upstream"
 
     row = _history_row(cli.ok("history"), dep)
     assert all(word in row for word in ("deploy", release, "live", ADMIN))
@@ -208,10 +218,12 @@ def test_gate_report_prints_stored_reports_and_accept_limits_takes_the_proposal(
         assert words in refused.output
     assert endpoint_settings(cli.ctx, ENDPOINT).effective_request_limits.max_concurrent_requests == 32
 
-    accepted = _invoke(cli, "gate", "accept-limits", str(dep.id), "--report", report_hash[1], "--as", APPROVER_2)
-    assert accepted.exit_code == 0, accepted.output
+    # A separate process, like an operator's: accepting applies the limits to the running release on the cluster.
+    accepted = cli.ok("gate", "accept-limits", str(dep.id), "--report", report_hash[1], "--as", APPROVER_2)
     assert (f"{ENDPOINT}: request limits set to {proposed[1]} concurrent, queue {proposed[2]} (were 32, queue 64), "
-            f"accepted by {APPROVER_2} from report {report_hash[1]}") in accepted.output
+            f"accepted by {APPROVER_2} from report {report_hash[1]}") in accepted
+    assert f"applied to deployment #{dep.id}'s running release: manifest revision 2" in accepted
+    assert _cluster_endpoint(cli)["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] == int(proposed[1])
     # What the next render uses: the accepted limits, not the YAML file's.
     limits = endpoint_settings(cli.ctx, ENDPOINT).effective_request_limits
     assert (limits.max_concurrent_requests, limits.max_queue_size) == (int(proposed[1]), int(proposed[2]))

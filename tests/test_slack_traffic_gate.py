@@ -35,7 +35,7 @@ from bot.services.deployments import (
     store_gate_report,
 )
 from bot.services.releases import register_release
-from bot.views.actions import ACCEPT_LIMITS, APPROVE
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS
 from bot.views.gates import gate_parts
 from tests.slack_support import (
     CHANNEL,
@@ -94,7 +94,9 @@ def to_traffic_gate(bench: SlackBench) -> Message:
         message = bench.gate_message(gate, 1)
         bench.click(APPROVER, message, APPROVE)
         bench.stub.wait_for(lambda s, message=message: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
-    return bench.stub.wait_for(lambda s: (m := bench.gate_message("traffic", 1)) and has(m, ACCEPT_LIMITS) and m, timeout=60)
+    # The sweep takes a while on a busy machine: wait for the message itself (gate_message gives up after 10 s).
+    return bench.stub.wait_for(lambda s: next((m for m in s.messages if m.ephemeral_to is None and has(m, ACCEPT_LIMITS)
+                                               and "Traffic gate · deployment #1" in blocks_text(m.blocks)), None), timeout=90)
 
 
 def has(message: Message, action_id: str) -> bool:
@@ -284,3 +286,28 @@ def test_each_gate_plot_is_uploaded_once_and_a_missing_one_becomes_a_note(make_c
         assert sum(1 for m in stub.messages if "plot is not available on this kimi-ops replica" in m.text) == 1
     with ctx.uow() as uow:
         assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))
+
+
+def test_approving_above_the_measured_limits_is_refused_until_a_reason_is_given_in_its_form(bench: SlackBench) -> None:
+    message = to_traffic_gate(bench)
+    assert "Approving as it stands goes live above the measured safe concurrency" in blocks_text(message.blocks)
+
+    # Plain Approve: refused to the clicker, naming the proposal; the gate still waits.
+    bench.click(APPROVER, message, APPROVE)
+    said_to(bench, APPROVER, f"would go live with 32 concurrent requests admitted, above the measured safe {LIMIT} "
+                             f"(proposed maxConcurrentRequests {LIMIT}")
+    with bench.app.ctx.uow() as uow:
+        assert uow.gates.latest(1, "traffic").decision is None
+
+    # The second button asks why; an empty reason is refused in the form itself.
+    bench.click(APPROVER, message, APPROVE_ABOVE_LIMITS)
+    view = bench.stub.wait_for(lambda s: s.calls_to("views.open"))[0].params["view"]
+    assert view["title"]["text"] == "Approve above limits"
+    assert bench.post(bench.sender.submit(APPROVER, view, {"reason": {"reason": " "}})).json()["response_action"] == "errors"
+    bench.post(bench.sender.submit(APPROVER, view, {"reason": {"reason": "launch traffic is capped upstream"}}))
+    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+    assert "above the measured limits: launch traffic is capped upstream" in blocks_text(message.blocks)
+    assert not has(message, APPROVE_ABOVE_LIMITS)
+    with bench.app.ctx.uow() as uow:
+        seen = uow.gates.latest(1, "traffic").seen
+        assert seen["limits_override"]["reason"] == "launch traffic is capped upstream"

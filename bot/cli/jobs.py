@@ -124,8 +124,9 @@ def reservations(all_: bool = typer.Option(False, "--all", help="Also show reser
 
 
 def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")) -> None:
-    """Each endpoint: live release, admission, last readiness probe, incidents and reservation time left."""
+    """Each endpoint: live release, what the cluster runs and users get, drift, last probe, incidents, reservation left."""
     from bot.services.readiness import endpoint_status
+    from bot.views.status import cluster_rows
 
     def body() -> None:
         statuses = endpoint_status(context(), endpoint)
@@ -138,7 +139,10 @@ def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")
                 ["field", "value"],
                 [
                     ("live release", f"{s.live_release} since {_at(s.live_since)}" if s.live_release else "none"),
-                    ("admission", "open" if s.admission_open else "closed"),
+                    ("admission", f"{s.cluster.recorded.admission if s.cluster else 'open' if s.admission_open else 'closed'}"
+                                  " (kimi-ops's record)"),
+                    *cluster_rows(s.cluster, configured=s.request_limits.model_dump(mode="json"),
+                                  accepted_source=s.limits_accepted),
                     ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
                     ("first-token objective", f"{s.ttft_objective_ms} ms"),
                     ("open incidents",

@@ -170,7 +170,8 @@ def gate_show(deployment: int = typer.Argument(..., help="Deployment number.")) 
     _run(lambda: _show(get_deployment(context(), deployment)))
 
 
-def _decide(deployment: int, gate: str, decision: str, user: str | None, reason: str | None) -> None:
+def _decide(deployment: int, gate: str, decision: str, user: str | None, reason: str | None,
+            override_reason: str | None = None) -> None:
     from bot.services.deployments import decide_gate, get_deployment
     from bot.services.errors import Refused
 
@@ -184,7 +185,7 @@ def _decide(deployment: int, gate: str, decision: str, user: str | None, reason:
         # The report printed here is the one the decision is bound to.
         _show(get_deployment(ctx, deployment))
         decide_gate(ctx, deployment, gate, decision, who, seen_report_hash=seen.report_hash,
-                    seen_release_hash=seen.release_hash, reason=reason)
+                    seen_release_hash=seen.release_hash, reason=reason, override_reason=override_reason)
         _show(here.engine.advance(deployment))
 
     _run(body)
@@ -194,10 +195,12 @@ def _decide(deployment: int, gate: str, decision: str, user: str | None, reason:
 def gate_approve(
     deployment: int = typer.Argument(..., help="Deployment number."),
     gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
+    override_limits: str = typer.Option(None, "--override-limits", help="Traffic gate: approve although the endpoint "
+                                        "admits more than the sweep measured safe; say why (recorded)."),
     user: str = AS_OPTION,
 ) -> None:
     """Approve the waiting GATE of DEPLOYMENT (bound to the report shown)."""
-    _decide(deployment, gate, "approved", user, None)
+    _decide(deployment, gate, "approved", user, None, override_limits)
 
 
 @gate_app.command("reject")
@@ -286,7 +289,11 @@ def gate_accept_limits(
             f"(were {was['max_concurrent_requests']}, queue {was['max_queue_size']}), accepted by {who} "
             f"from report {stored.report_hash[:12]} of deployment #{deployment}'s traffic gate"
         )
-        output.info("  the next deployment's manifest carries them (a rollback re-applies its stored manifest unchanged)")
+        if accepted.applied_sha256:
+            output.info(f"  applied to deployment #{deployment}'s running release: manifest revision {accepted.revision} "
+                        f"({accepted.applied_sha256[:12]}); a rollback to this release restores them")
+        else:
+            output.info("  the next deployment's manifest carries them (a rollback re-applies its stored manifest unchanged)")
 
     _run(body)
 

@@ -89,3 +89,31 @@ def compare(recorded: Recorded, observed: Observed | None) -> list[Drift]:
     if observed.route_accepted is False:
         found.append(Drift("route", "accepted by its gateway", "not accepted"))
     return found
+
+
+@dataclass(frozen=True)
+class ClusterTruth:
+    """What status shows from the cluster beside kimi-ops's record of one endpoint.
+
+    ``observed`` None means the cluster could not be read (unknown, never agreement). ``recorded`` is
+    the manifest kimi-ops says runs (of deployment ``deployment_id``) and the admission it set.
+    ``users_get`` says, in words, what an ordinary request reaches under the admission the route has
+    now. ``accepted_limits`` are limits accepted at a traffic gate that are not what runs (None when
+    they are, or none were accepted). ``drift`` lists every difference between record and cluster.
+    """
+
+    recorded: Recorded
+    observed: Observed | None
+    deployment_id: int | None = None
+    users_get: str | None = None
+    accepted_limits: dict[str, Any] | None = None
+    drift: tuple[Drift, ...] = ()
+
+    @property
+    def known(self) -> bool:
+        return self.observed is not None
+
+    @property
+    def applied_limits(self) -> dict[str, Any] | None:
+        """The limits the cluster runs with; kimi-ops's record of them while the cluster cannot be read."""
+        return self.observed.limits if self.observed is not None else self.recorded.limits

@@ -35,6 +35,8 @@ class LimitsAcceptance:
     accepted_at: dt.datetime
     accepted: dict[str, Any]
     previous: dict[str, Any]
+    # The hash of the manifest that put them on the running release (None: stored for the next render only).
+    applied_sha256: str | None = None
 
 
 def proposal_open(state: str) -> bool:
@@ -64,5 +66,22 @@ def find_acceptance(entries: Sequence[AuditEntry], deployment_id: int, report_ha
     for action, actor, at, details in entries:
         if (action == LIMITS_ACCEPTED and details.get("report_hash") == report_hash
                 and details.get("deployment_id") == deployment_id):
-            return LimitsAcceptance(actor, at, dict(details.get("accepted") or {}), dict(details.get("previous") or {}))
+            return LimitsAcceptance(actor, at, dict(details.get("accepted") or {}), dict(details.get("previous") or {}),
+                                    details.get("applied_sha256"))
     return None
+
+
+def limits_above(proposal: Mapping[str, Any] | None, limits: Mapping[str, Any]) -> str | None:
+    """How ``limits`` (what would go live) exceed the concurrency the traffic report measured safe, or None.
+
+    Only the concurrency is a measured safety bound (the knee); the proposed queue follows from latency and
+    moves with every sweep, so a queue bound above it is not "above the measured safe level". No proposal
+    (nothing was measured safe) is the gate's own failed check, not this rule's.
+    """
+    if proposal is None:
+        return None
+    safe = int(proposal["max_concurrent_requests"])
+    admitted = int(limits.get("max_concurrent_requests") or 0)
+    if admitted <= safe:
+        return None
+    return f"{admitted} concurrent requests admitted, above the measured safe {safe} (proposed {limits_words(proposal)})"

@@ -24,6 +24,7 @@ from bot.domain.events import (
     RestoreStarted,
     StateChanged,
 )
+from bot.domain.limits import limits_above, proposed_limits
 from bot.domain.read_models import DeploymentView, GateSummary, PendingGate
 from bot.domain.states import BEFORE_APPLY_CLOSED, STATE_OF_GATE, USERS_CLOSED_OUT, State, check_transition, is_past_apply
 from bot.services.access import Identity, authorize
@@ -346,8 +347,13 @@ def decide_gate(
     seen_report_hash: str,
     seen_release_hash: str,
     reason: str | None = None,
+    override_reason: str | None = None,
 ) -> DeploymentView:
-    """Approve or reject the waiting gate, bound to the exact report and release the decider saw."""
+    """Approve or reject the waiting gate, bound to the exact report and release the decider saw.
+
+    A traffic gate whose endpoint would go live admitting more than the report measured safe is approved
+    only with ``override_reason`` (recorded in the gate's ``seen`` and the audit row); otherwise refused.
+    """
     if decision not in ("approved", "rejected"):
         raise Refused("a decision is approved or rejected")
     authorize(ctx, actor, "decide", f"deployment:{deployment_id}")
@@ -379,6 +385,7 @@ def decide_gate(
             raise refuse(uow, f"the {gate} report changed since you looked (it was re-checked); "
                               "review the new report and decide again", "stale")
         endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
+        above: str | None = None
         if decision == "approved":
             if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
                 raise refuse(uow, f"you requested deployment #{dep.id}; someone else must approve its gates "
@@ -388,9 +395,16 @@ def decide_gate(
                 names = ", ".join(c.name for c in report.blocking)
                 raise refuse(uow, f"the {gate} gate has failed or errored checks ({names}); "
                                   f"reject it or `gate recheck {dep.id}`", "blocking_checks")
+            above = limits_above(proposed_limits(report), endpoint.effective_request_limits.model_dump(mode="json")) \
+                if gate == "traffic" else None
+            if above is not None and not (override_reason or "").strip():
+                raise refuse(uow, f"{endpoint.name} would go live with {above}; accept the proposed limits first, or "
+                                  "approve above the measured limits with a reason", "limits_above_proposal")
         row.decision, row.decided_by, row.decided_at, row.decision_reason = decision, actor.user_id, now, reason
         row.seen = {"report_hash": seen_report_hash, "release_hash": seen_release_hash, "release": dep.release.name,
                     "status": GateReport.model_validate(row.report).status}
+        if decision == "approved" and above is not None:
+            row.seen["limits_override"] = {"reason": (override_reason or "").strip(), "above": above}
         try:
             uow.flush()
         except Conflict:

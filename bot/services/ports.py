@@ -91,6 +91,13 @@ class Cluster(Protocol):
         """
         ...
 
+    def read_manifest(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> Observed:
+        """What a stored manifest would run on the endpoint, read the way :meth:`observe` reads the cluster.
+
+        Pure (no cluster access): status uses it for kimi-ops's record, so a drift is the cluster's difference.
+        """
+        ...
+
 
 class EndpointClient(Protocol):
     """Talks to the endpoint's OpenAI-compatible API and its Prometheus metrics."""

@@ -21,7 +21,9 @@ same transaction as the probe.
 
 ``endpoint_status`` is the read model ``/kimi status`` renders: live release,
 admission, last probe and its timings, recent probes, open incidents and the
-endpoint's reservation countdown.
+endpoint's reservation countdown, and — read from the cluster by
+:mod:`bot.services.status` — what runs, what users get, the limits applied and
+any drift from the record. Reservations and incidents are read once per page.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from bot.adapters.store.models import Endpoint, Incident, ReadinessCheck
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
+from bot.domain.drift import ClusterTruth, Recorded
 from bot.domain.events import ReadinessAlert, ReadinessRecovered
 from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
@@ -46,8 +49,9 @@ from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
     ReservationView,
-    reservations_of,
+    reservation_overview,
 )
+from bot.services.status import cluster_truths, record_of
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +127,7 @@ class EndpointStatus:
     recent_probes: list[ProbeView] = field(default_factory=list)
     incidents: list[IncidentView] = field(default_factory=list)
     reservation: ReservationView | None = None
+    cluster: ClusterTruth | None = None  # None when the cluster was not asked (``observe=False``)
 
     @property
     def reservation_left(self) -> str:
@@ -271,15 +276,12 @@ class _Incidents:
 # ---------------------------------------------------------------------------- readers
 
 
-def _status(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, history: int) -> EndpointStatus:
+def _status(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, history: int, open_incidents: list[Incident]) -> EndpointStatus:
     spec = _spec(ctx, row)
     stored = EndpointSettings.model_validate(row.settings)  # holds limits accepted from a traffic gate
     live = live_deployment(uow, row.id)
     probes = [_probe_view(r) for r in uow.readiness.recent(row.id, history)]
-    incidents = [
-        IncidentView(kind=i.kind, reason=i.reason, opened_at=i.opened_at)
-        for i in (uow.incidents.open_for(row.id, kind) for kind in INCIDENT_KINDS) if i is not None
-    ]
+    incidents = [IncidentView(kind=i.kind, reason=i.reason, opened_at=i.opened_at) for i in open_incidents]
     return EndpointStatus(
         name=row.name, kind=row.kind, environment=row.environment, url=row.url, admission_open=row.admission_open,
         live_release=live.release.name if live else None, live_since=live.updated_at if live else None,
@@ -289,19 +291,34 @@ def _status(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, history: int) -> En
     )
 
 
-def endpoint_status(ctx: Context, name: str | None = None, history: int = 10) -> list[EndpointStatus]:
-    """Status of one endpoint (``name``) or of all, with the reservation each runs on."""
+def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *, observe: bool = True) -> list[EndpointStatus]:
+    """Status of one endpoint (``name``) or of all, with the reservation each runs on.
+
+    With ``observe`` (the default), each also carries the cluster's view beside the record (``cluster``),
+    read within :data:`bot.services.status.OBSERVE_BUDGET_SECONDS`; ``cluster.known`` is False when it did not answer.
+    """
+    records: dict[str, tuple[EndpointSettings, Recorded, int | None]] = {}
     with ctx.uow() as uow:
         rows = [uow.endpoints.get(name)] if name else list(uow.endpoints.list())
         if name and rows[0] is None:
             raise NotFound(f"no endpoint named {name}; `kimi-ops status` lists them all")
-        statuses = [_status(ctx, uow, row, history) for row in rows if row is not None]
+        incidents = uow.incidents.open_by_endpoint(INCIDENT_KINDS)
+        statuses = [_status(ctx, uow, row, history, incidents.get(row.id, [])) for row in rows if row is not None]
+        if observe:
+            for row in rows:
+                if row is not None:
+                    # The stored settings: they hold the limits accepted at a traffic gate.
+                    spec = EndpointSettings.model_validate(row.settings)
+                    records[row.name] = (spec, *record_of(ctx, uow, row, spec))
+    truths = cluster_truths(ctx, records) if observe else {}
+    now = ctx.clock.now()
+    overview = reservation_overview(ctx)
     result: list[EndpointStatus] = []
     for status in statuses:
-        usable = [r for r in reservations_of(ctx, status.name) if r.state in USABLE_STATES]
+        usable = [r for r in overview if r.endpoint == status.name and r.state in USABLE_STATES]
         # The reservation that matters is the one running now; else the next to start.
-        current = next((r for r in usable if r.start is None or r.start <= ctx.clock.now()), usable[0] if usable else None)
-        result.append(replace(status, reservation=current))
+        current = next((r for r in usable if r.start is None or r.start <= now), usable[0] if usable else None)
+        result.append(replace(status, reservation=current, cluster=truths.get(status.name)))
     return result
 
 

@@ -5,7 +5,15 @@ prompt prefixes and reports the table, the knee and the proposed HyperPod
 ``maxConcurrentRequests``/``maxQueueSize``. :func:`accept_proposed_limits` is the
 approver's one click that stores the proposal in the endpoint's settings, under
 ``accepted_request_limits`` (which the start-up re-sync from YAML keeps), bound
-to the report the approver saw and accepted at most once per report.
+to the report the approver saw and accepted at most once per report, by an
+approver other than the deployment's requester.
+
+Accepted limits do not wait for the next deployment: when the measured
+deployment is past its apply (the candidate at its traffic gate, ramping, or
+live), its release is re-rendered with them and applied at once, and the result
+becomes that deployment's applied manifest — a new revision kept in
+``manifest_revisions`` beside the ones before it — so a later rollback to this
+release restores its own accepted limits with its exact stored manifest.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.adapters.plots import plot_sweep
+from bot.adapters.store.models import Deployment, ManifestRevision
+from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.checks import Check, GateReport
 from bot.domain.events import LimitsAccepted
@@ -27,7 +37,8 @@ from bot.domain.limits import (
     proposed_limits,
     same_limits,
 )
-from bot.domain.states import State
+from bot.domain.rollout import RenderedManifest
+from bot.domain.states import State, is_past_apply
 from bot.domain.sweep import (
     LevelStats,
     Objectives,
@@ -39,6 +50,7 @@ from bot.domain.sweep import (
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured, NotFound, Refused
+from bot.services.releases import manifest_from_row
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +173,67 @@ class AcceptedLimits:
     previous: dict[str, Any]
     accepted: dict[str, Any]
     accepted_at: dt.datetime
+    # Set when the limits were applied to the running release: its new manifest's hash and revision number.
+    applied_sha256: str | None = None
+    revision: int | None = None
+
+
+class ApplyRefused(Exception):
+    """The accepted limits could not be applied to the running release; ``why`` is the audit's word."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+def _apply_limits(ctx: Context, uow: SqlUnitOfWork, dep: Deployment, endpoint: EndpointSettings, *, actor: str,
+                  now: dt.datetime) -> tuple[RenderedManifest, int]:
+    """Re-render ``dep``'s release with ``endpoint``'s (newly accepted) limits, apply it, and store the revision.
+
+    Runs inside the caller's transaction, which holds the endpoint's row lock, so two acceptances cannot
+    interleave their applies. Raises :class:`ApplyRefused` before anything is stored when the cluster refuses.
+    """
+    name = endpoint.name
+    cluster = ctx.ports.cluster
+    if cluster is None:
+        raise ApplyRefused(f"no cluster access is configured for this process, and accepting applies the limits to the "
+                           f"running release of {name}; accept from the bot or a CLI with cluster access", "no_cluster")
+    holder = uow.deployments.in_flight(dep.endpoint_id)
+    if holder is not None and holder.id != dep.id:
+        raise ApplyRefused(f"deployment #{holder.id} is in flight on {name} and owns what the cluster runs; accept once it "
+                           "has ended", "busy")
+    try:
+        manifest = cluster.render(manifest_from_row(dep.release), endpoint, dep.release.tuple_hash)
+    except Exception as exc:
+        raise ApplyRefused(f"the manifest of {dep.release.name} with these limits could not be rendered ({exc}); "
+                           "nothing changed", "render_failed") from exc
+    try:
+        result = cluster.apply(endpoint, manifest)
+    except Exception as exc:
+        log.warning("applying accepted limits to deployment #%s failed", dep.id, exc_info=True)
+        raise ApplyRefused(f"the cluster did not take {dep.release.name} with these limits ({exc}); nothing changed",
+                           "apply_failed") from exc
+    if result.conflicts:
+        raise ApplyRefused(f"the cluster refused the new limits: fields are owned by another manager "
+                           f"({'; '.join(result.conflicts[:3])}); nothing changed", "apply_conflict")
+    revisions = list(uow.manifests.for_deployment(dep.id))
+    if not revisions and dep.applied_manifest is not None and dep.manifest_hash is not None:
+        # The deployment's first manifest predates revisions: keep it as revision 1 so no applied bytes are lost.
+        uow.manifests.add(ManifestRevision(deployment_id=dep.id, revision=1, sha256=dep.manifest_hash, previous_sha256=None,
+                                           manifest=dep.applied_manifest, limits=None, reason="rendered for the deployment",
+                                           actor="kimi-ops", at=dep.updated_at))
+        revisions = list(uow.manifests.for_deployment(dep.id))
+    number = (revisions[-1].revision if revisions else 0) + 1
+    limits = endpoint.effective_request_limits.model_dump(mode="json")
+    reason = f"request limits accepted: {limits_words(limits)}"
+    uow.manifests.add(ManifestRevision(deployment_id=dep.id, revision=number, sha256=manifest.sha256,
+                                       previous_sha256=dep.manifest_hash, manifest=manifest.text, limits=limits,
+                                       reason=reason, actor=actor, at=now))
+    uow.audit.record(at=now, actor=actor, action="manifest.revised", subject=f"deployment:{dep.id}",
+                     details={"revision": number, "old_sha256": dep.manifest_hash, "new_sha256": manifest.sha256,
+                              "limits": limits, "changed": result.changed, "reason": reason})
+    dep.applied_manifest, dep.manifest_hash = manifest.text, manifest.sha256
+    return manifest, number
 
 
 def accept_proposed_limits(
@@ -175,7 +248,9 @@ def accept_proposed_limits(
 
     ``endpoint_name`` ``None`` means the deployment's own endpoint. ``seen_report_hash`` binds a click to the
     exact report the approver read: a re-checked report, a proposal already accepted, one the endpoint already
-    runs with, or one whose release ended or was replaced is refused (and the refusal audited), changing nothing.
+    runs with, one whose release ended or was replaced, or an acceptance by the deployment's own requester is
+    refused (and the refusal audited), changing nothing. When the deployment is past its apply, the limits are
+    applied to it at once (a new manifest revision); if the cluster refuses, nothing is accepted.
     The change reaches the gate message through the outbox (``limits.accepted``).
     """
     authorize(ctx, actor, "accept_limits", f"endpoint:{endpoint_name}" if endpoint_name else f"deployment:{deployment_id}")
@@ -199,6 +274,9 @@ def accept_proposed_limits(
         endpoint = uow.endpoints.get_for_update(name)
         if endpoint is None:
             raise NotFound(f"no endpoint named {name}")
+        if actor.user_id == dep.requested_by:
+            raise refuse(f"you requested deployment #{deployment_id}; another approver must accept the limits its traffic "
+                         "gate proposed", "requester")
         row = uow.gates.latest(deployment_id, "traffic")
         if row is None:
             raise Refused(f"deployment #{deployment_id} has no traffic gate report yet; wait for the sweep to finish")
@@ -226,14 +304,23 @@ def accept_proposed_limits(
             overflow_status_code=previous.overflow_status_code,
         )
         # A new dict, so the JSON column sees the change.
-        endpoint.settings = {**endpoint.settings, "accepted_request_limits": accepted.model_dump(mode="json")}
+        settings = {**endpoint.settings, "accepted_request_limits": accepted.model_dump(mode="json")}
+        applied: tuple[RenderedManifest, int] | None = None
+        if is_past_apply(dep.kind, dep.state) and dep.applied_manifest is not None:
+            try:
+                applied = _apply_limits(ctx, uow, dep, EndpointSettings.model_validate(settings), actor=actor.user_id, now=now)
+            except ApplyRefused as exc:
+                raise refuse(str(exc), exc.why) from None
+        endpoint.settings = settings
         before, after = previous.model_dump(mode="json"), accepted.model_dump(mode="json")
         details = {"deployment_id": deployment_id, "gate_result_id": row.id, "report_hash": row.report_hash,
-                   "previous": before, "accepted": after}
+                   "previous": before, "accepted": after,
+                   "applied_sha256": applied[0].sha256 if applied else None, "revision": applied[1] if applied else None}
         uow.audit.record(at=now, actor=actor.user_id, action=LIMITS_ACCEPTED, subject=f"endpoint:{name}", details=details)
         uow.events.emit(LimitsAccepted(deployment_id=deployment_id, endpoint_name=name, gate_result_id=row.id,
                                        report_hash=row.report_hash, previous=before, accepted=after,
                                        accepted_by=actor.user_id, accepted_at=now), at=now)
         uow.commit()
     return AcceptedLimits(endpoint=name, deployment_id=deployment_id, previous=previous.model_dump(mode="json"),
-                          accepted=accepted.model_dump(mode="json"), accepted_at=now)
+                          accepted=accepted.model_dump(mode="json"), accepted_at=now,
+                          applied_sha256=applied[0].sha256 if applied else None, revision=applied[1] if applied else None)

@@ -19,6 +19,7 @@ ACCEPT_LIMITS = "traffic_accept_limits"
 # "Next" under a paged answer; its value is the command text of the next page (e.g. ``history kimi-prod 50 --page 2``),
 # run as the person who clicks, so it shows nothing they could not ask for by typing it.
 NEXT_PAGE = "page_next"
+APPROVE_ABOVE_LIMITS = "traffic_approve_above_limits"  # opens a reason form; the approval records the override
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ from typing import Any
 from bot.domain.checks import STATUS_ORDER, GateReport
 from bot.domain.limits import (
     LimitsAcceptance,
+    limits_above,
     limits_words,
     proposed_limits,
     same_limits,
 )
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT, GateTicket
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, GateTicket
 from bot.views.icons import STATUS_ICON, Icon
 from bot.views.parts import Button, Buttons, Heading, Note, Part, Table, Text
 from bot.views.tables import (
@@ -100,7 +101,9 @@ def accepted_note(acceptance: LimitsAcceptance) -> Note:
     prev = acceptance.previous
     return Note(f"{Icon.PASS} Limits accepted by <@{acceptance.accepted_by}> at {acceptance.accepted_at:%Y-%m-%d %H:%M} UTC: "
                 f"{limits_words(acceptance.accepted)} (was {prev.get('max_concurrent_requests')} / "
-                f"{prev.get('max_queue_size')}); the next rendered manifest uses them")
+                f"{prev.get('max_queue_size')}); "
+                + (f"applied to the running release (manifest {acceptance.applied_sha256[:12]})" if acceptance.applied_sha256
+                   else "the next rendered manifest uses them"))
 
 
 def limits_parts(
@@ -109,10 +112,13 @@ def limits_parts(
     effective: Mapping[str, Any],
     acceptance: LimitsAcceptance | None,
     ticket: GateTicket | None,
+    undecided: bool = False,
 ) -> tuple[Part, ...]:
     """Under a traffic report: who accepted its proposal, or the Accept button while it differs from ``effective``.
 
     ``ticket`` is ``None`` where the proposal may no longer be accepted (an older report, a deployment that ended).
+    While the gate is ``undecided`` and ``effective`` admits more than the report measured safe, a second button
+    approves anyway, after asking why (plain Approve is refused then).
     """
     if acceptance is not None:
         return (accepted_note(acceptance),)
@@ -121,10 +127,16 @@ def limits_parts(
         return ()
     if same_limits(proposal, effective):
         return (Note(f"The endpoint already runs with the proposed limits ({limits_words(proposal)})."),)
+    above = limits_above(proposal, effective)
+    buttons = [Button("Accept proposed limits", ACCEPT_LIMITS, ticket.encode())]
+    if above is not None and undecided:
+        buttons.append(Button("Approve above the measured limits", APPROVE_ABOVE_LIMITS, ticket.encode(), "danger"))
     return (
         Text(f"*Proposed limits:* {limits_words(proposal)} — the endpoint now admits "
-             f"{effective.get('max_concurrent_requests')} concurrent, queue {effective.get('max_queue_size')}."),
-        Buttons((Button("Accept proposed limits", ACCEPT_LIMITS, ticket.encode()),)),
+             f"{effective.get('max_concurrent_requests')} concurrent, queue {effective.get('max_queue_size')}."
+             + ("\nApproving as it stands goes live above the measured safe concurrency: accept the proposal first, "
+                "or approve above the measured limits and say why." if above is not None and undecided else "")),
+        Buttons(tuple(buttons)),
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.adapters.clock import Clock
+from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster.kube import KubernetesCluster, render_manifest
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
@@ -110,3 +111,7 @@ class ContextClusters:
                         endpoint.cluster_context or "(default)", exc)
             return None
         return cluster.observe(endpoint)
+
+    def read_manifest(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> Observed:
+        # Reading stored bytes needs no cluster: no kubeconfig is loaded for it.
+        return observation.manifest_observed(manifest.objects, endpoint)

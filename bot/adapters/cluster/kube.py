@@ -393,3 +393,7 @@ class KubernetesCluster:
     def observe(self, endpoint: EndpointSettings) -> Observed | None:
         """What the cluster runs on ``endpoint`` now and what its route admits; None when it cannot be read."""
         return observation.observe(self.rest, endpoint, admission_configmap=admission_configmap_name(endpoint))
+
+    def read_manifest(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> Observed:
+        """What a stored manifest would run on ``endpoint``, read as :meth:`observe` reads the cluster."""
+        return observation.manifest_observed(manifest.objects, endpoint)

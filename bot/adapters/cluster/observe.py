@@ -154,6 +154,21 @@ def _route_fields(rest: Rest, endpoint: EndpointSettings, admission_configmap: s
             "route_accepted": route_accepted(status), "route": status.summary}
 
 
+def manifest_observed(objects: list[dict[str, Any]], endpoint: EndpointSettings) -> Observed:
+    """What ``objects`` (a stored manifest) would run, read exactly as :func:`observe` reads the cluster.
+
+    Status sets this record beside the observation, so a difference is the cluster's, never the reader's.
+    The route is not part of a release manifest: ``admission`` is None.
+    """
+    kind = "InferenceEndpointConfig" if endpoint.kind == "hyperpod" else "Deployment"
+    workload = next((o for o in objects if o.get("kind") == kind
+                     and _mapping(o.get("metadata")).get("name") == endpoint.name), None)
+    if workload is None:
+        return Observed(release=None, release_hash=None, image=None, limits=None, admission=None)
+    fields = hyperpod_observed(workload) if endpoint.kind == "hyperpod" else eks_observed(workload)
+    return Observed(**fields, admission=None)
+
+
 def observe(rest: Rest, endpoint: EndpointSettings, *, admission_configmap: str) -> Observed | None:
     """What runs on ``endpoint`` and what its route admits; None (logged) when the cluster cannot be read."""
     kind = "InferenceEndpointConfig" if endpoint.kind == "hyperpod" else "Deployment"

@@ -48,6 +48,7 @@ from bot.views.parts import (
 
 # The reject button opens a modal asking why; its submission comes back under this callback id.
 REJECT_MODAL = "gate_reject_reason"
+OVERRIDE_MODAL = "gate_override_reason"
 
 MAX_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
@@ -231,22 +232,35 @@ def home_view(parts: Sequence[Part]) -> dict[str, Any]:
     return {"type": "home", "blocks": rendered.blocks}
 
 
-def reject_modal(ticket_value: str, gate: str, deployment_id: int, channel: str | None, message_ts: str | None) -> dict[str, Any]:
-    """The modal asking why a gate is rejected; the ticket rides in ``private_metadata`` (≤ 3000 chars)."""
+def _reason_modal(callback_id: str, title: str, submit: str, question: str, ticket_value: str, channel: str | None,
+                  message_ts: str | None) -> dict[str, Any]:
+    """A modal asking for a reason; the ticket rides in ``private_metadata`` (≤ 3000 chars)."""
     metadata = json.dumps({"ticket": ticket_value, "channel": channel, "ts": message_ts}, separators=(",", ":"))
     return {
         "type": "modal",
-        "callback_id": REJECT_MODAL,
+        "callback_id": callback_id,
         "private_metadata": metadata,
-        "title": {"type": "plain_text", "text": "Reject gate"},
-        "submit": {"type": "plain_text", "text": "Reject"},
+        "title": {"type": "plain_text", "text": title},
+        "submit": {"type": "plain_text", "text": submit},
         "close": {"type": "plain_text", "text": "Cancel"},
         "blocks": [
-            {"type": "section", "text": {
-                "type": "mrkdwn",
-                "text": f"Reject the *{gate}* gate of deployment #{deployment_id}? The deployment ends.",
-            }},
+            {"type": "section", "text": {"type": "mrkdwn", "text": question}},
             {"type": "input", "block_id": "reason", "label": {"type": "plain_text", "text": "Reason"},
              "element": {"type": "plain_text_input", "action_id": "reason", "multiline": True, "max_length": 500}},
         ],
     }
+
+
+def reject_modal(ticket_value: str, gate: str, deployment_id: int, channel: str | None, message_ts: str | None) -> dict[str, Any]:
+    """The modal asking why a gate is rejected."""
+    return _reason_modal(REJECT_MODAL, "Reject gate", "Reject",
+                         f"Reject the *{gate}* gate of deployment #{deployment_id}? The deployment ends.",
+                         ticket_value, channel, message_ts)
+
+
+def override_modal(ticket_value: str, deployment_id: int, channel: str | None, message_ts: str | None) -> dict[str, Any]:
+    """The modal asking why a traffic gate is approved while the endpoint admits more than was measured safe."""
+    return _reason_modal(OVERRIDE_MODAL, "Approve above limits", "Approve",
+                         f"Approve the *traffic* gate of deployment #{deployment_id} while the endpoint admits more "
+                         "concurrent requests than the sweep measured safe? The reason is recorded with the approval.",
+                         ticket_value, channel, message_ts)

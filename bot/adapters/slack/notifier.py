@@ -292,7 +292,9 @@ class SlackNotifier:
         open_ = latest is not None and latest.id == row.id and proposal_open(dep.state)
         effective = EndpointSettings.model_validate(dep.endpoint.settings).effective_request_limits.model_dump(mode="json")
         ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if open_ else None
-        return limits_parts(report, effective=effective, acceptance=self._acceptance(uow, dep, row), ticket=ticket)
+        undecided = row.decision is None and not State(dep.state).terminal
+        return limits_parts(report, effective=effective, acceptance=self._acceptance(uow, dep, row), ticket=ticket,
+                            undecided=undecided)
 
     def _gate_message(self, uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[Part]:
         """A gate message as it should read now: buttons while undecided, who decided, the limits part."""
@@ -304,7 +306,9 @@ class SlackNotifier:
         if waiting:
             parts.insert(1, Text(f"Waiting for an approver (requested by <@{dep.requested_by}>)."))
         elif row.decision and row.decided_by and row.decided_at:
-            parts.append(decided_note(row.decision, row.decided_by, row.decided_at, row.decision_reason))
+            override = ((row.seen or {}).get("limits_override") or {}).get("reason")
+            why = row.decision_reason or (f"above the measured limits: {override}" if override else None)
+            parts.append(decided_note(row.decision, row.decided_by, row.decided_at, why))
         if row.gate == "traffic":
             parts += self._limits(uow, dep, row, report)
         return parts

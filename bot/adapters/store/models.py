@@ -194,6 +194,30 @@ class GateResult(Base):
     )
 
 
+class ManifestRevision(Base):
+    """One manifest a deployment applied, in order: the first render, then each re-render (accepted limits).
+
+    ``deployments.applied_manifest`` always holds the newest; these rows keep every
+    revision with the hash it replaced, so what ran when is never lost and a
+    rollback's "exact stored manifest" can be traced to the revision it copied.
+    """
+
+    __tablename__ = "manifest_revisions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id"), index=True)
+    revision: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    previous_sha256: Mapped[str | None] = mapped_column(String(64))
+    manifest: Mapped[str] = mapped_column(Text)
+    limits: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    reason: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(128))
+    at: Mapped[dt.datetime]
+
+    __table_args__ = (UniqueConstraint("deployment_id", "revision"),)
+
+
 class Reservation(Base):
     """Reserved capacity as last seen in AWS (Capacity Block or training plan)."""
 

@@ -22,6 +22,7 @@ from bot.adapters.store.models import (
     Event,
     GateResult,
     Incident,
+    ManifestRevision,
     ReadinessCheck,
     Release,
     Reservation,
@@ -204,6 +205,27 @@ class IncidentRepository(_Repository):
 
     def add(self, incident: Incident) -> Incident:
         return self._add(incident)
+
+    def open_by_endpoint(self, kinds: Sequence[str]) -> dict[int, list[Incident]]:
+        """Every open incident of the given kinds, by endpoint id, oldest first (one query for a whole status page)."""
+        found: dict[int, list[Incident]] = {}
+        rows = self.session.scalars(
+            select(Incident).where(Incident.kind.in_(list(kinds)), Incident.open.is_(True)).order_by(Incident.opened_at)
+        ).all()
+        for row in rows:
+            found.setdefault(row.endpoint_id, []).append(row)
+        return found
+
+
+class ManifestRevisionRepository(_Repository):
+    def add(self, revision: ManifestRevision) -> ManifestRevision:
+        return self._add(revision)
+
+    def for_deployment(self, deployment_id: int) -> Sequence[ManifestRevision]:
+        """A deployment's revisions, oldest first."""
+        return self.session.scalars(
+            select(ManifestRevision).where(ManifestRevision.deployment_id == deployment_id).order_by(ManifestRevision.revision)
+        ).all()
 
 
 class AuditRepository(_Repository):

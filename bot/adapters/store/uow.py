@@ -22,6 +22,7 @@ from bot.adapters.store.repositories import (
     EventRepository,
     GateResultRepository,
     IncidentRepository,
+    ManifestRevisionRepository,
     ReadinessRepository,
     ReleaseRepository,
     ReservationRepository,
@@ -37,6 +38,7 @@ class SqlUnitOfWork:
     reservations: ReservationRepository
     readiness: ReadinessRepository
     incidents: IncidentRepository
+    manifests: ManifestRevisionRepository
     audit: AuditRepository
     events: EventRepository
     deliveries: DeliveryRepository
@@ -55,6 +57,7 @@ class SqlUnitOfWork:
         self.reservations = ReservationRepository(session)
         self.readiness = ReadinessRepository(session)
         self.incidents = IncidentRepository(session)
+        self.manifests = ManifestRevisionRepository(session)
         self.audit = AuditRepository(session)
         self.events = EventRepository(session)
         self.deliveries = DeliveryRepository(session)

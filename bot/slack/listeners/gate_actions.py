@@ -1,10 +1,11 @@
-"""Gate buttons (Approve, Reject, Re-run checks, Accept proposed limits) and the reject-reason modal.
+"""Gate buttons (Approve, Reject, Re-run checks, Accept proposed limits, Approve above the measured limits) and the reason modals.
 
 Each button is acknowledged at once; the lazy function resolves the clicker and
 calls :mod:`commands.actions` with the ticket the button carried (deployment,
 gate, report hash, release hash), so the services refuse stale, decided or
-self-approved clicks. Reject first opens a modal asking why; its submission is
-refused in the acknowledgement when the reason is empty.
+self-approved clicks. Reject, and approving a traffic gate above the limits its
+sweep measured safe, first open a modal asking why; a submission is refused in
+the acknowledgement when the reason is empty.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import Any
 from slack_bolt import Ack, App, Respond
 from slack_sdk.errors import SlackApiError
 
-from bot.adapters.slack.blocks import REJECT_MODAL, reject_modal
+from bot.adapters.slack.blocks import OVERRIDE_MODAL, REJECT_MODAL, override_modal, reject_modal
 from bot.slack.answers import clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, RECHECK, REJECT
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT
 from bot.views.parts import reply
 from commands import actions
 
@@ -80,6 +81,21 @@ def register(app: App, deps: SlackDeps) -> None:
             tell(reply(f"Slack could not open the reason form ({exc.response.get('error')}); nothing was rejected. "
                        "Click Reject again."))
 
+    def ask_override(body: dict[str, Any], respond: Respond) -> None:
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+        seen = guard(lambda: actions.may_decide(deps.ctx, deps.identity(user), value), tell)
+        if seen is None:
+            return
+        message_ts = (body.get("container") or {}).get("message_ts")
+        try:
+            deps.client.views_open(trigger_id=body["trigger_id"],
+                                   view=override_modal(value or "", seen.deployment_id, channel, message_ts))
+        except SlackApiError as exc:
+            log.warning("views.open failed for an override click: %s", exc.response.get("error"))
+            tell(reply(f"Slack could not open the reason form ({exc.response.get('error')}); nothing was approved. "
+                       "Click again."))
+
     def recheck(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
         tell = clicker(deps.client, user, channel, respond)
@@ -111,7 +127,26 @@ def register(app: App, deps: SlackDeps) -> None:
         answer = guard(lambda: actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "rejected", why), tell)
         deps.follow(answer, tell, channel)
 
+    def ack_override(ack: Ack, view: dict[str, Any]) -> None:
+        if not reason(view):
+            ack(response_action="errors", errors={"reason": "Say why the endpoint may go live above its measured limits."})
+            return
+        ack()
+
+    def approve_above(body: dict[str, Any], view: dict[str, Any]) -> None:
+        why = reason(view)
+        if not why:
+            return
+        meta = json.loads(view.get("private_metadata") or "{}")
+        user, channel = body["user"]["id"], meta.get("channel")
+        tell = clicker(deps.client, user, channel, None)
+        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "approved",
+                                              override_reason=why), tell)
+        deps.follow(answer, tell, channel)
+
     app.action(APPROVE)(ack=ack_now, lazy=[approve])
+    app.action(APPROVE_ABOVE_LIMITS)(ack=ack_now, lazy=[ask_override])
+    app.view(OVERRIDE_MODAL)(ack=ack_override, lazy=[approve_above])
     app.action(RECHECK)(ack=ack_now, lazy=[recheck])
     app.action(ACCEPT_LIMITS)(ack=ack_now, lazy=[accept_limits])
     app.action(REJECT)(ack=ack_now, lazy=[ask_reason])
