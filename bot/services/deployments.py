@@ -175,9 +175,10 @@ def _start_restore(uow: SqlUnitOfWork, ctx: Context, ended: Deployment, why: str
 
 
 def store_gate_report(
-    uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops",
+    uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops", *, announce: bool = True,
 ) -> GateResult:
-    """Keep a gate's check report (a recheck adds a row; reports are never overwritten) and announce it."""
+    """Keep a gate's check report (a recheck adds a row; reports are never overwritten) and, unless told not to,
+    announce it as waiting for a decision (a rollback's recorded evaluation waits for nobody)."""
     now = ctx.clock.now()
     row = uow.gates.add(
         GateResult(
@@ -190,6 +191,8 @@ def store_gate_report(
     )
     uow.audit.record(at=now, actor=actor, action="gate.checked", subject=f"deployment:{dep.id}",
                      details={"gate": report.gate, "status": report.status, "report_hash": row.report_hash})
+    if not announce:
+        return row
     uow.events.emit(GateWaiting(deployment_id=dep.id, endpoint_name=dep.endpoint.name, gate=report.gate, gate_result_id=row.id,
                                 report=row.report, report_hash=row.report_hash, release=dep.release.name,
                                 release_hash=dep.release.tuple_hash, requested_by=dep.requested_by, kind=dep.kind), at=now)

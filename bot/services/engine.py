@@ -426,13 +426,19 @@ class Engine:
     def _evaluation(self, snap: Snapshot) -> None:
         """A rollback or restore runs the model gate's evaluation: the next deploy compares against a fresh baseline."""
         report = run_gate(self.ctx, "model", snap.subject)
+        note = "" if report.approvable else "; the evaluation found problems, see its report (the release is restored anyway)"
         with self.ctx.uow() as uow:
             dep = self._locked(uow, snap)
-            store_gate_report(uow, self.ctx, dep, report)
+            row = store_gate_report(uow, self.ctx, dep, report, announce=False)
+            now = self.ctx.clock.now()
+            # Recorded, not decided: it becomes the next deploy's production baseline; nobody is asked.
+            row.decision, row.decided_by, row.decided_at = "approved", "kimi-ops", now
+            row.seen = {"report_hash": row.report_hash, "release_hash": snap.subject.release_hash, "auto": True}
+            uow.audit.record(at=now, actor="kimi-ops", action="gate.approved", subject=f"deployment:{dep.id}",
+                             details={"gate": "model", "auto": True, "why": f"the {snap.kind}'s evaluation is recorded"})
+            transition(uow, self.ctx, dep, State.REOPENING,
+                       reason=f"evaluation recorded: {report.summary or report.status}{note}")
             uow.commit()
-        self._auto_decide(snap, "model", why=f"the {snap.kind}'s evaluation is recorded, not decided")
-        note = "" if report.approvable else "; the evaluation found problems, see its report (the release is restored anyway)"
-        self._move(snap, State.REOPENING, f"evaluation recorded: {report.summary or report.status}{note}")
 
     def _reopen(self, snap: Snapshot) -> None:
         reason = f"reopened after {snap.kind} #{snap.id}"
