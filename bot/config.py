@@ -187,6 +187,16 @@ class Settings(BaseSettings):
     rollout_poll_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
     )
+    # A crashed driver's deployment is taken over within lease_seconds + lease_takeover_seconds (default 20 s).
+    lease_seconds: float = Field(
+        default=15.0, gt=0, le=600, description="How long a replica's claim on an in-flight deployment lasts without a heartbeat."
+    )
+    lease_heartbeat_seconds: float = Field(
+        default=5.0, gt=0, le=300, description="How often the driving replica renews its lease (well under lease_seconds)."
+    )
+    lease_takeover_seconds: float = Field(
+        default=5.0, gt=0, le=300, description="How often every replica looks for in-flight deployments whose lease lapsed."
+    )
     slack_bot_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"))
     slack_signing_secret: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"))
     slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
