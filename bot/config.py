@@ -221,6 +221,12 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _heartbeat_inside_lease(self) -> Settings:
+        if self.lease_heartbeat_seconds * 2 > self.lease_seconds:
+            raise ValueError("lease_heartbeat_seconds must be at most half of lease_seconds, so one missed beat keeps the lease")
+        return self
+
+    @model_validator(mode="after")
     def _unique_endpoints(self) -> Settings:
         names = [e.name for e in self.endpoints]
         dupes = sorted({n for n in names if names.count(n) > 1})
