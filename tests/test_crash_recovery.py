@@ -103,11 +103,15 @@ def _wait_for_lapse(cli: CliSandbox, deployment_id: int) -> None:
 
 
 def _applies(cli: CliSandbox) -> list[Any]:
-    """Every real (not dry-run) server-side apply the cluster received for the endpoint object."""
+    """Every real (not dry-run) server-side apply of the manifest the cluster received for the endpoint object.
+
+    The admission annotation's own field manager (``kimi-ops-admission``, reopening users at the end) is not one.
+    """
     kube = cli.sandbox.stand_ins["kube"]
     requests = kube.run(lambda: list(kube.emulator))
     path = object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE)
-    return [r for r in requests if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params]
+    return [r for r in requests if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params
+            and r.params.get("fieldManager") == "kimi-ops"]
 
 
 def _endpoint_object(cli: CliSandbox) -> dict[str, Any]:
