@@ -112,11 +112,11 @@ def test_ten_replicas_claiming_at_once_on_postgres_one_wins(fresh_pg_url: str, c
     ctx = build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path), clock=clock)
     try:
         dep = _deployment(ctx)
-        for round_, at in enumerate((NOW, NOW + dt.timedelta(seconds=20))):  # a free row, then a lapsed one
+        def claim_at_once(at: dt.datetime, round_: int) -> list[str]:
             barrier = threading.Barrier(10)
             won: list[str] = []
 
-            def claimer(n: int, at: dt.datetime = at, round_: int = round_) -> None:
+            def claimer(n: int) -> None:
                 barrier.wait()
                 if _claim(ctx, dep, f"replica-{round_}-{n}", at):
                     won.append(f"replica-{round_}-{n}")
@@ -126,6 +126,10 @@ def test_ten_replicas_claiming_at_once_on_postgres_one_wins(fresh_pg_url: str, c
                 t.start()
             for t in threads:
                 t.join()
+            return won
+
+        for round_, at in enumerate((NOW, NOW + dt.timedelta(seconds=20))):  # a free row, then a lapsed one
+            won = claim_at_once(at, round_)
             assert len(won) == 1, won
             with ctx.uow() as uow:
                 assert uow.leases.holds(dep.endpoint_id, won[0])

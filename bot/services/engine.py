@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import socket
 import threading
 import time
@@ -143,8 +144,8 @@ class Engine:
     def __init__(self, ctx: Context, *, readiness_pause: float = READINESS_PAUSE_SECONDS, holder: str | None = None) -> None:
         self.ctx = ctx
         self.readiness_pause = readiness_pause
-        # Unique per process (pod name plus a suffix): two processes on one host never share a lease.
-        self.holder = holder or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+        # Unique per process (pod name, pid and a suffix): two processes on one host never share a lease.
+        self.holder = holder or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._stops: dict[int, threading.Event] = {}
         self._holds: dict[int, _Hold] = {}
         self._closing = False
