@@ -1,7 +1,7 @@
 """deployment_leases: one replica drives an endpoint's in-flight work at a time, with a heartbeat
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2027-01-21 10:00:00.000000
 
 A new table only (no batch copy of an existing one): the row of an endpoint names the replica
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0005'
-down_revision = '0004'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 
