@@ -229,6 +229,16 @@ class Settings(BaseSettings):
     rollout_poll_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
     )
+    # A crashed driver's deployment is taken over within lease_seconds + lease_takeover_seconds (default 20 s).
+    lease_seconds: float = Field(
+        default=15.0, gt=0, le=600, description="How long a replica's claim on an in-flight deployment lasts without a heartbeat."
+    )
+    lease_heartbeat_seconds: float = Field(
+        default=5.0, gt=0, le=300, description="How often the driving replica renews its lease (well under lease_seconds)."
+    )
+    lease_takeover_seconds: float = Field(
+        default=5.0, gt=0, le=300, description="How often every replica looks for in-flight deployments whose lease lapsed."
+    )
     slack_bot_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"))
     slack_signing_secret: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"))
     slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
@@ -284,6 +294,12 @@ class Settings(BaseSettings):
         if scheme not in {"sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg"}:
             raise ValueError("use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
         return value
+
+    @model_validator(mode="after")
+    def _heartbeat_inside_lease(self) -> Settings:
+        if self.lease_heartbeat_seconds * 2 > self.lease_seconds:
+            raise ValueError("lease_heartbeat_seconds must be at most half of lease_seconds, so one missed beat keeps the lease")
+        return self
 
     @model_validator(mode="after")
     def _unique_endpoints(self) -> Settings:

@@ -14,6 +14,7 @@ releasing its endpoint, instead of holding it for ever.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -87,12 +88,30 @@ def _watching(cli: CliSandbox, deployment_id: int, after_event: int = 0) -> bool
                for i, kind, payload in events)
 
 
+def _lease_alive(cli: CliSandbox, deployment_id: int) -> bool:
+    with cli.ctx.uow() as uow:
+        dep = uow.deployments.get(deployment_id)
+        lease = uow.leases.get(dep.endpoint_id) if dep is not None else None
+        return lease is not None and lease.expires_at > dt.datetime.now(dt.UTC)
+
+
+def _wait_for_lapse(cli: CliSandbox, deployment_id: int) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while _lease_alive(cli, deployment_id):
+        assert time.monotonic() < deadline, "the dead process's lease never lapsed"
+        time.sleep(0.2)
+
+
 def _applies(cli: CliSandbox) -> list[Any]:
-    """Every real (not dry-run) server-side apply the cluster received for the endpoint object."""
+    """Every real (not dry-run) server-side apply of the manifest the cluster received for the endpoint object.
+
+    The admission annotation's own field manager (``kimi-ops-admission``, reopening users at the end) is not one.
+    """
     kube = cli.sandbox.stand_ins["kube"]
     requests = kube.run(lambda: list(kube.emulator))
     path = object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE)
-    return [r for r in requests if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params]
+    return [r for r in requests if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params
+            and r.params.get("fieldManager") == "kimi-ops"]
 
 
 def _endpoint_object(cli: CliSandbox) -> dict[str, Any]:
@@ -107,6 +126,8 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
     dep = deploy_in_process(cli, release, until="infrastructure_gate").id
 
     operator.behaviour = "hang"  # the operator holds the rollout at DeploymentInProgress
+    # A lease long enough to outlast the start of the next process, short enough to wait out (default 15 s).
+    cli.env.update(KIMI_LEASE_SECONDS="20", KIMI_LEASE_HEARTBEAT_SECONDS="2")
     approving = cli.popen("gate", "approve", str(dep), "infrastructure", "--as", APPROVER_2)
     try:
         _wait_for("rollout watch", lambda: _watching(cli, dep), approving)
@@ -127,6 +148,13 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
     with pytest.raises(Refused, match=rf"already has deployment #{dep} .*rolling_out"):
         request_deploy(cli.ctx, other, None, Identity(DEPLOYER))
 
+    # While the dead process's lease is alive, a start-up leaves the deployment alone (it might still be driving) …
+    early = cli.run("resume", timeout=60)
+    assert early.returncode == 0, cli.explain(early)
+    if _lease_alive(cli, dep):  # (still alive after the run: so it was alive throughout)
+        assert _record(cli, dep)[1] == events_at_kill
+    # … and once the lease lapsed, the next start-up takes it over.
+    _wait_for_lapse(cli, dep)
     resuming = cli.popen("resume")
     try:
         # Re-attached: a new watch reports the rollout the operator still holds …
@@ -154,7 +182,8 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
                  "deployment.model_gate"):
         assert actions.count(once) == 1, (once, actions)
     moves = [payload["to"] for _, kind, payload in events if kind == "deployment.state"]
-    assert moves == ["artifact_gate", "infrastructure_gate", "applying", "rolling_out", "readiness", "model_gate"]
+    assert moves == ["artifact_gate", "infrastructure_gate", "closing", "draining", "applying", "rolling_out", "readiness",
+                     "model_gate"]
 
     view = approve_in_process(cli, dep)
     assert view.state == "live"

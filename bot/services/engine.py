@@ -7,15 +7,25 @@ concurrent cancel or a second runner makes this one stop instead of acting twice
 After a crash, :func:`resume_all` picks every in-flight deployment up from its
 stored state: the manifest to apply is stored before it is applied, and a
 deployment found rolling out is re-attached to its rollout watch, not re-applied.
+
+With several replicas, a deployment is driven by one at a time: the engine claims
+its endpoint's lease (:mod:`bot.adapters.store.leases`) before driving, a heartbeat
+thread renews it while a step runs, and every move re-checks under a row lock that
+the lease is still this engine's. An advance that finds the lease alive elsewhere
+returns the current view without acting; :meth:`Engine.lapsed` names the in-flight
+deployments whose driver stopped renewing, for any replica to take over.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bot.adapters.store.models import Deployment, ReadinessCheck
@@ -29,7 +39,7 @@ from bot.domain.ramp import WindowObjectives, breaches, next_step, ramp_steps, u
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
-from bot.domain.states import NEEDS_STORED_MANIFEST, State, next_state
+from bot.domain.states import NEEDS_STORED_MANIFEST, WAITING, State, next_state
 from bot.services.access import Identity, authorize
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission, reopened
 from bot.services.context import Context, require
@@ -55,6 +65,10 @@ READINESS_PAUSE_SECONDS = 2.0
 
 class StateMoved(Exception):
     """The deployment is no longer in the state this runner expected: someone else acted."""
+
+
+class LeaseLost(StateMoved):
+    """Another replica holds this deployment's lease now (this one stalled past its lapse): stop driving."""
 
 
 class StepFailed(Exception):
@@ -107,20 +121,146 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
     )
 
 
+def _wall() -> dt.datetime:
+    # Leases are real time on every replica (the heartbeat sleeps real seconds), whatever clock the services use.
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class _Hold:
+    """This engine's lease on one endpoint: the thread driving under it, how deeply (a restore nests), its heartbeat."""
+
+    endpoint_id: int
+    thread: int
+    depth: int = 1
+    deployments: set[int] = field(default_factory=set)
+    done: threading.Event = field(default_factory=threading.Event)
+    lost: threading.Event = field(default_factory=threading.Event)
+
+
 class Engine:
     """Runs deployments; one instance per process (the Slack app, the CLI, the sandbox)."""
 
-    def __init__(self, ctx: Context, *, readiness_pause: float = READINESS_PAUSE_SECONDS) -> None:
+    def __init__(self, ctx: Context, *, readiness_pause: float = READINESS_PAUSE_SECONDS, holder: str | None = None) -> None:
         self.ctx = ctx
         self.readiness_pause = readiness_pause
+        # Unique per process (pod name, pid and a suffix): two processes on one host never share a lease.
+        self.holder = holder or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._stops: dict[int, threading.Event] = {}
+        self._holds: dict[int, _Hold] = {}
+        self._closing = False
         self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ ownership
+    def _acquire(self, deployment_id: int) -> _Hold | None:
+        """Claim the lease of the deployment's endpoint for this thread; ``None`` when someone else drives it.
+
+        Re-entrant for the thread that holds it (a deploy ending after apply drives its restore inside its own
+        advance); another thread of this process gets ``None`` just as another replica does.
+        """
+        with self.ctx.uow() as uow:
+            dep = uow.deployments.get(deployment_id)
+            if dep is None:
+                raise NotFound(f"no deployment #{deployment_id}")
+            endpoint_id = dep.endpoint_id
+        me = threading.get_ident()
+        with self._lock:
+            hold = self._holds.get(endpoint_id)
+            if hold is not None:
+                if hold.thread != me:
+                    return None
+                hold.depth += 1
+                hold.deployments.add(deployment_id)
+                return hold
+            hold = self._holds[endpoint_id] = _Hold(endpoint_id, me, deployments={deployment_id})
+        try:
+            now = _wall()
+            with self.ctx.uow() as uow:
+                won = uow.leases.claim(endpoint_id, deployment_id, self.holder, now, now + self._lease_length())
+                uow.commit()
+        except BaseException:
+            self._forget(hold)
+            raise
+        if not won:
+            self._forget(hold)
+            log.info("deployment #%s is driven by another replica; not acting", deployment_id)
+            return None
+        threading.Thread(target=self._heartbeat, args=(hold,), name=f"kimi-lease-{endpoint_id}", daemon=True).start()
+        return hold
+
+    def _release(self, hold: _Hold) -> None:
+        with self._lock:
+            hold.depth -= 1
+            if hold.depth > 0:
+                return
+        self._forget(hold)
+        hold.done.set()
+        if hold.lost.is_set():
+            return
+        try:
+            with self.ctx.uow() as uow:
+                uow.leases.release(hold.endpoint_id, self.holder, _wall())
+                uow.commit()
+        except Exception:  # it lapses by itself within lease_seconds
+            log.warning("could not release the lease of endpoint %s", hold.endpoint_id, exc_info=True)
+
+    def _forget(self, hold: _Hold) -> None:
+        with self._lock:
+            if self._holds.get(hold.endpoint_id) is hold:
+                del self._holds[hold.endpoint_id]
+
+    def _lease_length(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.ctx.settings.lease_seconds)
+
+    def _heartbeat(self, hold: _Hold) -> None:
+        """Renew the lease while its holder drives; on losing it, stop the rollout watch or soak that runs."""
+        while not hold.done.wait(self.ctx.settings.lease_heartbeat_seconds):
+            try:
+                with self.ctx.uow() as uow:
+                    kept = uow.leases.renew(hold.endpoint_id, self.holder, _wall() + self._lease_length())
+                    uow.commit()
+            except Exception:  # the database is away: keep trying; the fenced moves refuse if another took over
+                log.warning("could not renew the lease of endpoint %s", hold.endpoint_id, exc_info=True)
+                continue
+            if not kept:
+                log.warning("lease of endpoint %s taken over by another replica; this one stops driving", hold.endpoint_id)
+                hold.lost.set()
+                for deployment_id in list(hold.deployments):
+                    self.stop(deployment_id)
+                return
+
+    def lapsed(self) -> list[int]:
+        """In-flight deployments nobody drives: their lease lapsed (a crash, a stop) and no person is to act.
+
+        A deployment whose state moved within the last lease length under another deployment's (or no) lease row
+        is left to the replica that just moved it, which is about to claim it itself.
+        """
+        now = _wall()
+        recent = now - self._lease_length()
+        found: list[int] = []
+        with self.ctx.uow() as uow:
+            for dep in uow.deployments.all_in_flight():
+                lease = uow.leases.get(dep.endpoint_id)
+                if lease is not None and lease.expires_at > now:
+                    continue
+                if dep.updated_at > recent and (lease is None or lease.deployment_id != dep.id):
+                    continue
+                if _waits_for_person(uow, dep):
+                    continue
+                found.append(dep.id)
+        with self._lock:
+            local = {d for hold in self._holds.values() for d in hold.deployments}
+        return [d for d in found if d not in local]
 
     # ------------------------------------------------------------------ plumbing
     def _locked(self, uow: SqlUnitOfWork, snap: Snapshot) -> Deployment:
         dep = uow.deployments.get_for_update(snap.id)
         if dep is None or dep.state != snap.state:
             raise StateMoved(f"deployment #{snap.id} moved from {snap.state} to {dep.state if dep else 'nowhere'}")
+        # Fencing: the lease row is locked with the deployment, so a replica that took over cannot claim it between
+        # this check and the commit, and a driver that lost its lease never moves the state.
+        if not uow.leases.holds(dep.endpoint_id, self.holder):
+            raise LeaseLost(f"deployment #{snap.id}: the lease of its endpoint is held by another replica")
         return dep
 
     def _move(self, snap: Snapshot, target: str, reason: str | None = None, **details: object) -> None:
@@ -144,14 +284,32 @@ class Engine:
             event.set()
 
     def stop_all(self) -> None:
+        """Shutting down: stop every watch and soak, and drive no further step (the leases lapse for a takeover)."""
+        self._closing = True
         with self._lock:
             for event in self._stops.values():
                 event.set()
 
     # ------------------------------------------------------------------ the loop
     def advance(self, deployment_id: int) -> DeploymentView:
-        """Run steps until the deployment waits for a decision or ends; return where it stands."""
+        """Run steps until the deployment waits for a decision or ends; return where it stands.
+
+        Only under its endpoint's lease: when another replica (or thread) drives it, the view is returned as it is.
+        """
+        if self._closing:
+            return get_deployment(self.ctx, deployment_id)
+        hold = self._acquire(deployment_id)
+        if hold is None:
+            return get_deployment(self.ctx, deployment_id)
+        try:
+            return self._drive(deployment_id, hold)
+        finally:
+            self._release(hold)
+
+    def _drive(self, deployment_id: int, hold: _Hold) -> DeploymentView:
         while True:
+            if hold.lost.is_set() or self._closing:
+                return get_deployment(self.ctx, deployment_id)
             ended: DeploymentView | None = None
             restore_id: int | None = None
             with self.ctx.uow() as uow:
@@ -182,6 +340,9 @@ class Engine:
                 decision, has_report = (latest.decision if latest else None), latest is not None
             try:
                 self._step(snap, latest_decision=decision, has_report=has_report)
+            except LeaseLost as lost:
+                log.warning("%s; stopped driving", lost)
+                hold.lost.set()
             except StateMoved as moved:
                 log.info("%s", moved)
                 continue
@@ -534,6 +695,22 @@ class Engine:
                 raise NotFound(f"no deployment #{deployment_id}")
             if State(dep.state).gate != gate:
                 raise Refused(f"the {gate} gate of deployment #{deployment_id} is not waiting (the deployment is {dep.state})")
+        hold = self._acquire(deployment_id)
+        if hold is None:  # one gate run per endpoint at a time, across replicas
+            raise Refused(f"deployment #{deployment_id} is being worked on right now; recheck once its gate waits again")
+        try:
+            self._recheck(deployment_id, gate, actor)
+        finally:
+            self._release(hold)
+        return get_deployment(self.ctx, deployment_id)
+
+    def _recheck(self, deployment_id: int, gate: str, actor: Identity) -> None:
+        with self.ctx.uow() as uow:
+            dep = uow.deployments.get(deployment_id)
+            if dep is None:
+                raise NotFound(f"no deployment #{deployment_id}")
+            if State(dep.state).gate != gate:
+                raise Refused(f"the {gate} gate of deployment #{deployment_id} is not waiting (the deployment is {dep.state})")
             snap = _snapshot(uow, dep)
         report, sent = self._closed_door(snap, run_gate(self.ctx, gate, snap.subject))
         with self.ctx.uow() as uow:
@@ -544,7 +721,6 @@ class Engine:
             dep.own_requests = (dep.own_requests or 0) + sent
             store_gate_report(uow, self.ctx, dep, report, actor=actor.user_id)
             uow.commit()
-        return get_deployment(self.ctx, deployment_id)
 
     # ------------------------------------------------------------------ recovery
     def resume_all(self) -> list[DeploymentView]:
@@ -559,19 +735,32 @@ class Engine:
         with self.ctx.uow() as uow:
             ids = [d.id for d in uow.deployments.all_in_flight()]
         for deployment_id in ids:
-            why = self._unresumable(deployment_id)
-            if why is not None:
-                self._interrupt(deployment_id, why)
-                views.append(get_deployment(self.ctx, deployment_id))
-                continue
-            try:
-                views.append(self.advance(deployment_id))
-            except Exception:
-                # Not the stored state (checked above) but e.g. the database going away: a later resume may succeed,
-                # so the deployment keeps its endpoint rather than being ended by a transient fault.
-                log.exception("could not resume deployment #%s", deployment_id)
-                views.append(get_deployment(self.ctx, deployment_id))
+            views.append(self.resume(deployment_id))  # alive elsewhere: a start-up never touches it
         return views
+
+    def resume(self, deployment_id: int) -> DeploymentView:
+        """Take one deployment over (its lease lapsed): exactly what a restart does for it, if nobody else has yet."""
+        hold = self._acquire(deployment_id)
+        if hold is None:
+            return get_deployment(self.ctx, deployment_id)
+        try:
+            return self._resume(deployment_id)
+        finally:
+            self._release(hold)
+
+    def _resume(self, deployment_id: int) -> DeploymentView:
+        """Continue one in-flight deployment under the lease this thread holds, or mark it interrupted."""
+        why = self._unresumable(deployment_id)
+        if why is not None:
+            self._interrupt(deployment_id, why)
+            return get_deployment(self.ctx, deployment_id)
+        try:
+            return self.advance(deployment_id)
+        except Exception:
+            # Not the stored state (checked above) but e.g. the database going away: a later resume may succeed,
+            # so the deployment keeps its endpoint rather than being ended by a transient fault.
+            log.exception("could not resume deployment #%s", deployment_id)
+            return get_deployment(self.ctx, deployment_id)
 
     def _unresumable(self, deployment_id: int) -> str | None:
         """Why the stored state of a deployment cannot be continued, or ``None`` when it can."""
@@ -607,6 +796,17 @@ class Engine:
                 uow.commit()
         except Exception:
             log.exception("could not mark deployment #%s interrupted", deployment_id)
+
+
+def _waits_for_person(uow: SqlUnitOfWork, dep: Deployment) -> bool:
+    """A gate whose report awaits a decision, or a stalled drain: nothing to drive until a person acts."""
+    state = State(dep.state)
+    if state not in WAITING:
+        return False
+    if state.gate is None:
+        return True
+    latest = uow.gates.latest(dep.id, state.gate)
+    return latest is not None and latest.decision is None
 
 
 def _requests_sent(report: GateReport) -> int:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -51,6 +52,8 @@ from bot.slack.middleware.shapes import WellFormed
 from bot.slack.middleware.unreadable import Unreadable, bolt_request
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
+
+log = logging.getLogger(__name__)
 
 NO_NOTIFIER = "the Slack app needs a root with a notifier: build it with build_root(ctx, slack_token=...)"
 log = logging.getLogger("kimi_ops.slack")
@@ -86,6 +89,8 @@ class KimiApp:
         notifier.on_delivered = homes.refresh_all  # the Homes opened on this replica follow what it delivers
         self.outbox = Outbox(notifier)
         self.deps = SlackDeps(root, client, directory, notifier, self.outbox, homes, self.slow)
+        self._taking: set[int] = set()  # deployments a takeover handed to the engine pool, not yet returned
+        self._takeover_stop = threading.Event()
         self.once = OncePerRequest(ctx)  # one answer per request across replicas, redeliveries included
         bolt.use(self.once)
         bolt.use(Unreadable())
@@ -134,8 +139,35 @@ class KimiApp:
                 self.outbox.deliver()
 
         self.slow.submit(resume)
+        threading.Thread(target=self._take_over, name="kimi-takeover", daemon=True).start()
+
+    def _take_over(self) -> None:
+        """Every replica, every few seconds: drive in-flight deployments whose lease lapsed, as a restart would."""
+        engine = self.root.engine
+        while not self._takeover_stop.wait(self.ctx.settings.lease_takeover_seconds):
+            try:
+                lapsed = engine.lapsed()
+            except Exception:  # the database is away; the next round tries again
+                log.warning("looking for lapsed deployment leases failed", exc_info=True)
+                continue
+            for deployment_id in lapsed:
+                if deployment_id in self._taking:
+                    continue
+                log.info("taking over deployment #%s: its lease lapsed", deployment_id)
+                self._taking.add(deployment_id)
+                self.slow.submit(self._drive_taken, deployment_id)
+
+    def _drive_taken(self, deployment_id: int) -> None:
+        try:
+            self.root.engine.resume(deployment_id)
+        except Exception:
+            log.exception("taking over deployment #%s failed", deployment_id)
+        finally:
+            self._taking.discard(deployment_id)
+            self.outbox.deliver()
 
     def close(self) -> None:
+        self._takeover_stop.set()
         self.once.close()
         self.outbox.stop()
         self.root.engine.stop_all()

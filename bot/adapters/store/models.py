@@ -319,3 +319,20 @@ class SlackDelivery(Base):
 
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     received_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+
+class DeploymentLease(Base):
+    """Which replica drives the in-flight work of one endpoint, until when (see :mod:`bot.adapters.store.leases`).
+
+    Keyed by endpoint, not deployment: a gate run, a traffic sweep and a restore of the same endpoint all
+    need it, so two of them never run at once. ``expires_at`` is pushed forward by the holder's heartbeat;
+    once it passes, any replica may claim the row.
+    """
+
+    __tablename__ = "deployment_leases"
+
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True)
+    deployment_id: Mapped[int | None] = mapped_column(Integer)
+    holder: Mapped[str] = mapped_column(String(200))
+    claimed_at: Mapped[dt.datetime]
+    expires_at: Mapped[dt.datetime] = mapped_column(index=True)

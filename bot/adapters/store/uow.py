@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
 from bot.adapters.store.deliveries import DeliveryRepository
+from bot.adapters.store.leases import LeaseRepository
 from bot.adapters.store.repositories import (
     AuditRepository,
     DeploymentRepository,
@@ -42,6 +43,7 @@ class SqlUnitOfWork:
     audit: AuditRepository
     events: EventRepository
     deliveries: DeliveryRepository
+    leases: LeaseRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -61,6 +63,7 @@ class SqlUnitOfWork:
         self.audit = AuditRepository(session)
         self.events = EventRepository(session)
         self.deliveries = DeliveryRepository(session)
+        self.leases = LeaseRepository(session)
         return self
 
     def __exit__(
