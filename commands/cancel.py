@@ -34,4 +34,8 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
     view = cancel(ctx, parsed.deployment, identity, force=parsed.force)
     root.engine.stop(view.id)  # a rollout watch of this deployment stops instead of running on
-    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}")
+
+    def advance() -> None:
+        root.engine.advance(view.id)  # reopens the route, or drives the restore the cancel started
+
+    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}", then=advance)

@@ -85,8 +85,13 @@ def cancel(
     from bot.services.deployments import cancel as cancel_deployment
 
     def body() -> None:
-        ctx = context()
-        _show(cancel_deployment(ctx, deployment, _identity(ctx, user), force=force))
+        here = root()
+        view = cancel_deployment(here.ctx, deployment, _identity(here.ctx, user), force=force)
+        _show(view)
+        # Reopen the route (a cancel before apply), or run the restore of the previous release it started.
+        after = here.engine.advance(view.id)
+        if after.state != view.state:
+            _show(after)
 
     _run(body)
 

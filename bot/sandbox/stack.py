@@ -12,10 +12,12 @@ The adapters are the production classes (:func:`bot.bootstrap.production_adapter
 builds the same ones from settings), pointed at the stand-ins. ``kimi-ops
 sandbox`` and ``kimi-ops demo`` put the Slack bot on top of it; tests use it for
 whole-workflow runs. :meth:`Sandbox.environment` gives the variables that aim a
-separate ``kimi-ops`` process at the same stand-ins. With ``traffic=True`` it also
-runs the traffic layer (:mod:`bot.sandbox.traffic`: a fallback model server and the
-Gateway API gateway stand-in), gives the endpoint its ``route`` block, and
-:attr:`Sandbox.gateway_url` is where users' requests go.
+separate ``kimi-ops`` process at the same stand-ins. By default it also runs the
+traffic layer (:mod:`bot.sandbox.traffic`: a fallback model server and the Gateway
+API gateway stand-in), gives the endpoint its ``route`` block and a ramp of a few
+seconds per step, and :attr:`Sandbox.gateway_url` is where users' requests go;
+``users_per_second`` starts background users there (:mod:`bot.sandbox.users`).
+``traffic=False`` gives the endpoint without a route (the admission ConfigMap).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bot.config import EndpointSettings, Settings, load_settings
 from bot.domain.release import ReleaseManifest
 
 if TYPE_CHECKING:
+    from bot.sandbox.users import UserTraffic
     from bot.services.context import Ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,9 +69,16 @@ RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watc
 SANDBOX_LATENCY_FLOOR_MS = 1000.0
 
 
+# Behind the gateway, the procedure's waits sized for a demo: a few seconds per ramp step, not minutes.
+SANDBOX_RAMP: dict[str, Any] = {"steps": [10, 50], "soak_seconds": 2.0, "sample_seconds": 0.5}
+SANDBOX_ROUTE_TIMINGS: dict[str, Any] = {"route_accept_seconds": 15, "drain_seconds": 30}
+USERS_PER_SECOND = 4.0  # the demo's and console's background users (0 in tests unless they ask)
+
+
 def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, Any]:
     """The sandbox's one production endpoint on HyperPod (behind the gateway stand-in when ``route`` is given)."""
-    return {**({"route": route} if route else {}),
+    behind_gateway = {"route": route, "ramp": SANDBOX_RAMP, **SANDBOX_ROUTE_TIMINGS} if route else {}
+    return {**behind_gateway, "approver_group": "S0APPROVERS",
         "name": ENDPOINT, "kind": "hyperpod", "environment": "prod", "namespace": NAMESPACE,
         "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
@@ -90,7 +100,8 @@ class Sandbox:
     clock: Clock = field(default_factory=SystemClock)
     reservation_days: float = RESERVATION_DAYS
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
-    traffic: bool = False  # also run the fallback model server and the gateway stand-in
+    traffic: bool = True  # the fallback model server and the gateway stand-in (False: the legacy admission ConfigMap)
+    users_per_second: float = 0.0  # background user requests through the gateway (needs ``traffic``)
     stand_ins: dict[str, Any] = field(default_factory=dict)
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
@@ -138,6 +149,13 @@ class Sandbox:
 
             self.stand_ins["traffic"] = start_traffic_layer(kube.rest(), namespace=NAMESPACE, endpoint=ENDPOINT,
                                                             model_url=self.stand_ins["openai"].url)
+            if self.users_per_second > 0:
+                from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
+                from bot.sandbox.users import UserTraffic
+
+                self.stand_ins["users"] = UserTraffic(
+                    self.stand_ins["traffic"].url, cohort=(DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE),
+                    per_second=self.users_per_second).start()
         capacity = self.stand_ins["capacity"] = CapacityStandIn()
         self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
 
@@ -217,6 +235,12 @@ class Sandbox:
         return None if traffic is None else str(traffic.url)
 
     @property
+    def users(self) -> UserTraffic | None:
+        """The background user traffic, when it runs."""
+        users: UserTraffic | None = self.stand_ins.get("users")
+        return users
+
+    @property
     def endpoint(self) -> EndpointSettings:
         endpoint: EndpointSettings = self.ctx.settings.endpoint(ENDPOINT)
         return endpoint
@@ -268,7 +292,7 @@ class Sandbox:
         if self.ctx is not None:
             self.ctx.close()
             self.ctx = None
-        for name in ("sagemaker", "traffic", "openai", "operator", "kube", "moto"):
+        for name in ("users", "sagemaker", "traffic", "openai", "operator", "kube", "moto"):
             stand_in = self.stand_ins.pop(name, None)
             if stand_in is not None:
                 stand_in.stop()
