@@ -141,7 +141,9 @@ def _text(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(str((b.get("text") or {}).get("text", "")) for b in blocks)
 
 
-RAMP = ("open", "closed", "internal", "10%", "50%")
+# The order the gateway's counts are printed in: as a deploy moves users, and as a ramp lets them back.
+CLOSING = ("no route", "open", "closed")
+RAMPING = ("closed", "internal", "10%", "50%", "open")
 
 
 def tour(tour: Tour) -> None:
@@ -157,13 +159,13 @@ def tour(tour: Tour) -> None:
     tour.say(DEPLOYER, "/kimi reservations")
 
     tour.step(f"{DEPLOYER} deploys {first}; approvers {APPROVER_1} and {APPROVER_2} take turns on the four gates")
-    tour.users("users before the first release (no route yet: the gateway answers 404)", RAMP)
+    tour.users("users before the first release (no route yet: the gateway answers 404)", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {first} to {ENDPOINT}")
     tour.press(DEPLOYER, "Approve", "artifact", 1)  # refused: on prod the requester may not approve their own
     _through_model_gate(tour, 1, (APPROVER_1, APPROVER_2, APPROVER_1))
     tour.press(APPROVER_2, "Accept proposed limits", "traffic", 1)  # the sweep measured the knee: admit no more
     tour.press(APPROVER_2, "Approve", "traffic", 1)
-    ramp = tour.users("the ramp: the internal cohort first, then 10% and 50% of ordinary users, then everyone", RAMP)
+    ramp = tour.users("the ramp: the internal cohort first, then 10% and 50% of ordinary users, then everyone", RAMPING)
     tour.expect_no_user_reached_kimi(ramp, "internal", cohort_too=False)
     tour.expect_live(1)
 
@@ -173,18 +175,18 @@ def tour(tour: Tour) -> None:
     tour.say(APPROVER_1, f"/kimi status {ENDPOINT}")
 
     tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked")
-    tour.users(f"users while {first} serves", RAMP)
+    tour.users(f"users while {first} serves", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {second}")
     _through_model_gate(tour, 2, (APPROVER_2, APPROVER_1, APPROVER_2))
     tour.press(APPROVER_1, "Approve", "traffic", 2)
-    tour.users("the ramp", RAMP)
+    tour.users("the ramp", RAMPING)
     tour.expect_live(2)
 
     tour.step(f"Roll back to the complete previous release ({first}): close, drain, apply, evaluate, reopen")
     tour.say(DEPLOYER, f"/kimi rollback {ENDPOINT}")
     tour.press(APPROVER_1, "Approve", "artifact", 3)
     tour.expect_live(3)
-    tour.users("users during the rollback", RAMP)
+    tour.users("users during the rollback: closed while it is applied and evaluated, then reopened", CLOSING)
 
     tour.step(f"{second} once more; {APPROVER_1} rejects its model gate and {first} is restored by itself")
     tour.say(DEPLOYER, f"/kimi deploy {second}")
@@ -193,7 +195,7 @@ def tour(tour: Tour) -> None:
     tour.say(APPROVER_1, "the refusal answers changed; not for production")
     tour.expect(4, "rejected")
     tour.expect_live(5)  # the restore: the rollback procedure without its gate, started by the rejection
-    tour.users("users while the rejected candidate waited and was replaced", RAMP)
+    tour.users("users while the rejected candidate waited and was replaced", CLOSING)
     tour.say(APPROVER_1, f"/kimi status {ENDPOINT}")
     tour.say(DEPLOYER, f"/kimi history {ENDPOINT}")
 
@@ -206,7 +208,7 @@ def _through_model_gate(tour: Tour, deployment: int, approvers: tuple[str, ...])
     """
     tour.press(approvers[0], "Approve", "artifact", deployment)
     tour.press(approvers[1], "Approve", "infrastructure", deployment)
-    closed = tour.users("users while the candidate is applied and its model gate runs", RAMP)
+    closed = tour.users("users while the candidate is applied and its model gate runs", CLOSING)
     tour.expect_no_user_reached_kimi(closed, "closed")
     if len(approvers) > 2:
         tour.press(approvers[2], "Approve", "model", deployment)

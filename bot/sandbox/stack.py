@@ -57,11 +57,11 @@ GROUPS = {"S0APPROVERS": [APPROVER_2]}
 # The endpoint stand-in saturates like a small vLLM: six requests run, two wait, the rest get 429.
 SERVER_LIMIT: dict[str, Any] = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
 SERVER_SPEED: dict[str, Any] = {"first_token_delay": 0.08, "token_delay": 0.004}
-# A sweep that finds that knee in seconds rather than the production default's minutes.
+# A sweep that finds that knee in a few seconds rather than the production default's minutes.
 SANDBOX_SWEEP = {
-    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 10, "burst_rounds": 1,
-    "refine_steps": 2, "max_requests": 600, "max_seconds": 60, "request_timeout_seconds": 10,
-    "max_tokens": 8, "prompt_words": 48,
+    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 1, "steady_seconds": 3, "burst_rounds": 1,
+    "refine_steps": 1, "max_requests": 300, "max_seconds": 20, "request_timeout_seconds": 10,
+    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["shared"],
 }
 RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watch posts an alert
 # The stand-in answers in ~0.1-0.4 s on whatever CPU runs it, so a busy laptop moves its latency by more
@@ -70,7 +70,7 @@ SANDBOX_LATENCY_FLOOR_MS = 1000.0
 
 
 # Behind the gateway, the procedure's waits sized for a demo: a few seconds per ramp step, not minutes.
-SANDBOX_RAMP: dict[str, Any] = {"steps": [10, 50], "soak_seconds": 2.0, "sample_seconds": 0.5}
+SANDBOX_RAMP: dict[str, Any] = {"steps": [10, 50], "soak_seconds": 1.5, "sample_seconds": 0.5}
 SANDBOX_ROUTE_TIMINGS: dict[str, Any] = {"route_accept_seconds": 15, "drain_seconds": 30}
 USERS_PER_SECOND = 4.0  # the demo's and console's background users (0 in tests unless they ask)
 
