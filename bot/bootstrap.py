@@ -78,7 +78,8 @@ def build_context(
     clock = clock or SystemClock()
     given = Ports(artifacts=artifacts, cluster=cluster, endpoint=endpoint, reservations=reservations,
                   evaluator=evaluator, loadgen=loadgen, directory=directory).over(ports or Ports())
-    engine = make_engine(settings.effective_database_url)
+    engine = make_engine(settings.effective_database_url, pool_size=settings.db_pool_size,
+                         max_overflow=settings.db_max_overflow)
     if check:
         check_schema(engine, auto_migrate=settings.auto_migrate)
     if connect:
@@ -168,13 +169,15 @@ def sync_endpoints(ctx: Context) -> None:
                         created_at=now,
                     )
                 )
-                uow.audit.record(at=now, actor="system", action="endpoint.declared", subject=f"endpoint:{spec.name}", details=data)
+                uow.audit.record(at=now, actor="system", action="endpoint.declared",
+                                 subject=f"endpoint:{spec.name}", details=data)
                 changed = True
             elif row.settings != data or row.url != spec.url or row.kind != spec.kind:
                 row.kind, row.environment, row.namespace, row.url, row.settings = (
                     spec.kind, spec.environment, spec.namespace, spec.url, data,
                 )
-                uow.audit.record(at=now, actor="system", action="endpoint.settings_changed", subject=f"endpoint:{spec.name}", details=data)
+                uow.audit.record(at=now, actor="system", action="endpoint.settings_changed",
+                                 subject=f"endpoint:{spec.name}", details=data)
                 changed = True
         if changed:
             uow.commit()

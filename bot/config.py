@@ -58,8 +58,10 @@ class RampSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: list[int] = Field(default_factory=lambda: [10, 50], description="Shares (1-99 %) of ordinary traffic after the cohort.")
-    soak_seconds: float = Field(default=300, ge=0, le=86_400, description="How long each step is held while its objectives are read.")
+    steps: list[int] = Field(default_factory=lambda: [10, 50],
+                             description="Shares (1-99 %) of ordinary traffic after the cohort.")
+    soak_seconds: float = Field(default=300, ge=0, le=86_400,
+                                description="How long each step is held while its objectives are read.")
     sample_seconds: float = Field(default=10, gt=0, le=600, description="How often /metrics is read during a soak.")
     error_rate: float = Field(default=0.01, ge=0, le=1, description="5xx share of user requests a step may see.")
     queue_depth: float = Field(default=8, ge=0, description="Requests waiting in vLLM a step may see.")
@@ -106,15 +108,19 @@ class EndpointSettings(BaseModel):
     rollback_approvals: int = Field(default=1, ge=0, le=4)
     # The Gateway API HTTPRoute kimi-ops keeps in front of the endpoint (bot/route_config.py); None: no route.
     route: RouteSettings | None = None
-    route_accept_seconds: float = Field(default=60, gt=0, le=3600, description="How long the gateway may take to accept a route change.")
-    drain_seconds: float = Field(default=600, gt=0, le=86_400, description="How long closed admission waits for requests to finish.")
+    route_accept_seconds: float = Field(default=60, gt=0, le=3600,
+                                        description="How long the gateway may take to accept a route change.")
+    drain_seconds: float = Field(default=600, gt=0, le=86_400,
+                                 description="How long closed admission waits for requests to finish.")
     ramp: RampSettings = Field(default_factory=RampSettings)
     gate_wait_before_apply_minutes: float = Field(default=24 * 60, gt=0, description="A gate waits this long before apply.")
-    gate_wait_after_apply_minutes: float = Field(default=30, gt=0, description="A gate waits this long once users are closed out.")
-    approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$", description="Slack user group reminded of waiting gates.")
+    gate_wait_after_apply_minutes: float = Field(default=30, gt=0,
+                                                 description="A gate waits this long once users are closed out.")
+    approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$",
+                                       description="Slack user group reminded of waiting gates.")
 
     @model_validator(mode="after")
-    def _route_backends(self) -> "EndpointSettings":
+    def _route_backends(self) -> EndpointSettings:
         if self.route is not None:
             self.route.check_for(self.name)
         return self
@@ -159,6 +165,12 @@ class Settings(BaseSettings):
 
     data_dir: Path = Field(default=Path(".kimi-ops"), description="Directory for the embedded SQLite database and local state.")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL of the release-history database.")
+    # Three replicas plus a rolling update's extra pod at 10 + 10 each open at most 80 connections, inside
+    # PostgreSQL's default max_connections=100 less its 3 superuser slots (DESIGN.md, "Connections").
+    db_pool_size: int = Field(default=10, ge=1, le=200, description="PostgreSQL connections each process keeps open.")
+    db_max_overflow: int = Field(
+        default=10, ge=0, le=200, description="Extra PostgreSQL connections each process may open beyond the pool under load."
+    )
     config: Path | None = Field(default=None, description="YAML file with `endpoints:` and `roles:`.")
     auto_migrate: bool = Field(default=False, description="Upgrade the database schema at start instead of refusing.")
     log_format: Literal["text", "json"] = Field(default="text", description="`json` in production, `text` locally.")
@@ -171,6 +183,7 @@ class Settings(BaseSettings):
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
+    gate_expiry_minutes: int = Field(default=1, ge=1, description="How often waiting gates are checked for reminders and expiry.")
     rollout_poll_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
     )
@@ -215,6 +228,11 @@ class Settings(BaseSettings):
             return url
         self.data_dir.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(self.data_dir / 'kimi-ops.db').resolve()}"
+
+    @property
+    def db_connections_max(self) -> int:
+        """The most PostgreSQL connections one process opens: its pool plus the overflow (SQLite: no server)."""
+        return self.db_pool_size + self.db_max_overflow
 
     def endpoint(self, name: str) -> EndpointSettings | None:
         return next((e for e in self.endpoints if e.name == name), None)

@@ -33,9 +33,10 @@ def parse(args: list[str]) -> Args:
 def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
     view = cancel(ctx, parsed.deployment, identity, force=parsed.force)
-    root.engine.stop(view.id)  # a rollout watch of this deployment stops instead of running on
+    root.engine.stop(view.id)  # a rollout watch or a ramp's soak of this deployment stops instead of running on
 
     def advance() -> None:
-        root.engine.advance(view.id)  # reopens the route, or drives the restore the cancel started
+        root.engine.advance(view.id)  # reopens (cancelled before apply) or drives the restore (after apply)
 
-    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}", then=advance)
+    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}", then=advance,
+                 deployment_id=view.id)

@@ -29,8 +29,8 @@ def parts(ctx: Context, identity: Identity) -> tuple[Part, ...]:
         else:
             lines.append("*in flight:* " + deployment_title(dep.id, dep.kind, dep.release, dep.endpoint, dep.state))
             if dep.pending is not None:
-                lines.append(f"*pending gate:* {dep.pending.gate} (checks {'approvable' if dep.pending.approvable else 'blocked'})"
-                             " — `/kimi gates` to decide")
+                checks = "approvable" if dep.pending.approvable else "blocked"
+                lines.append(f"*pending gate:* {dep.pending.gate} (checks {checks}) — `/kimi gates` to decide")
         out += [Text(f"*{s.name}* ({s.kind}, {s.environment})\n" + "\n".join(lines)), Divider()]
     out.append(Note(f"Updated {at(ctx.clock.now())}"))
     return tuple(out)

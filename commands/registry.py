@@ -16,9 +16,11 @@ from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.views.parts import Reply
 from commands import (
+    admission,
     cancel,
     deploy,
     diff,
+    drain,
     gates,
     help,
     history,
@@ -29,7 +31,9 @@ from commands import (
 )
 from commands.base import Usage
 
-COMMANDS: tuple[ModuleType, ...] = (help, deploy, status, history, release, diff, gates, rollback, cancel, reservations)
+COMMANDS: tuple[ModuleType, ...] = (
+    help, deploy, status, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
+)
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from bot.bootstrap import Root
+from bot.domain.expiry import format_remaining
 from bot.services.access import Identity, authorize
-from bot.services.reservations import format_remaining, reservation_overview
+from bot.services.reservations import reservation_overview
 from bot.views.parts import Heading, Reply, Text, plain
 from commands.base import Usage, at
 

@@ -45,7 +45,8 @@ class Seeded:
 
     def serving(self, args: list[str] | None = None, env: dict[str, str] | None = None) -> Any:
         current = self.release.serving
-        return current.model_construct(args=args if args is not None else list(current.args), env=env if env is not None else dict(current.env))
+        return current.model_construct(args=args if args is not None else list(current.args),
+                                       env=env if env is not None else dict(current.env))
 
     @property
     def bucket(self) -> str:

@@ -68,7 +68,8 @@ class CliSandbox:
     def explain(self, result: subprocess.CompletedProcess[str]) -> str:
         log = self.sandbox.data_dir / "kimi-ops.log"
         tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no kimi-ops.log)"
-        return f"$ {' '.join(map(str, result.args))}\nexit {result.returncode}\n{result.stdout}\n{result.stderr}\n--- log ---\n{tail}"
+        return (f"$ {' '.join(map(str, result.args))}\nexit {result.returncode}\n"
+                f"{result.stdout}\n{result.stderr}\n--- log ---\n{tail}")
 
 
 def start_cli_sandbox(tmp_path: Path, database_url: str | None = None, **overrides: Any) -> CliSandbox:

@@ -30,7 +30,9 @@ class SlackBench:
     http: HttpServer
     client: httpx.Client
 
-    def post(self, body: str, headers: dict[str, str] | None = None, content_type: str = "application/x-www-form-urlencoded") -> httpx.Response:
+    def post(
+        self, body: str, headers: dict[str, str] | None = None, content_type: str = "application/x-www-form-urlencoded",
+    ) -> httpx.Response:
         return self.client.post(f"{self.http.url}/slack/events", content=body.encode(),
                                 headers=headers or self.sender.headers(body, content_type=content_type))
 

@@ -148,8 +148,10 @@ SECRET = "sk-live-7f3a9b2c4d5e6f708192a3b4c5d6e7f8"
         ([], {"SOME_SETTING": SECRET}, "env SOME_SETTING"),
     ],
 )
-def test_secret_in_args_or_env_fails_without_echoing_it(seeded: Seeded, extra_args: list[str], env: dict[str, str], where: str) -> None:
-    serving = seeded.serving(args=list(seeded.release.serving.args) + extra_args, env={**seeded.release.serving.env, **env})
+def test_secret_in_args_or_env_fails_without_echoing_it(
+    seeded: Seeded, extra_args: list[str], env: dict[str, str], where: str,
+) -> None:
+    serving = seeded.serving(args=[*seeded.release.serving.args, *extra_args], env={**seeded.release.serving.env, **env})
     report = run_artifact_checks(seeded.verifier(), seeded.variant(serving=serving))
     assert not_passing(report.checks) == {"serving.no_secrets": "fail"}
     check = by_name(report.checks)["serving.no_secrets"]
@@ -164,8 +166,10 @@ def test_secret_references_and_lookalike_names_are_not_secrets(seeded: Seeded) -
         "HF_TOKEN": "${HF_TOKEN}", "API_KEY": "arn:aws:secretsmanager:us-east-1:123456789012:secret:vllm-key", "EMPTY_SECRET": "",
         "VLLM_MAX_TOKENS": "4096", "HF_TOKEN_PATH": "/var/run/secrets/hf/token",
     }
-    args = [*seeded.release.serving.args, "--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192", "--task", "generate"]
-    checks = seeded.verifier().verify(seeded.variant(serving=seeded.serving(args=args, env={**seeded.release.serving.env, **env})))
+    args = [*seeded.release.serving.args,
+            "--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192", "--task", "generate"]
+    serving = seeded.serving(args=args, env={**seeded.release.serving.env, **env})
+    checks = seeded.verifier().verify(seeded.variant(serving=serving))
     assert not_passing(checks) == {}
 
 
@@ -260,7 +264,8 @@ def test_missing_access_logging_fails(seeded: Seeded) -> None:
 
 
 def _policy(bucket: str, principal: object, condition: dict | None = None) -> str:
-    statement = {"Sid": "Read", "Effect": "Allow", "Principal": principal, "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}
+    statement = {"Sid": "Read", "Effect": "Allow", "Principal": principal, "Action": "s3:GetObject",
+                 "Resource": f"arn:aws:s3:::{bucket}/*"}
     if condition:
         statement["Condition"] = condition
     return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
@@ -275,7 +280,9 @@ def _policy(bucket: str, principal: object, condition: dict | None = None) -> st
         ({"AWS": "arn:aws:iam::123456789012:role/hyperpod-inference"}, None, {}),
     ],
 )
-def test_bucket_policy_granting_everyone_reads_fails(seeded: Seeded, principal: object, condition: dict | None, expected: dict) -> None:
+def test_bucket_policy_granting_everyone_reads_fails(
+    seeded: Seeded, principal: object, condition: dict | None, expected: dict,
+) -> None:
     seeded.s3.put_bucket_policy(Bucket=seeded.bucket, Policy=_policy(seeded.bucket, principal, condition))
     assert not_passing(seeded.verifier().verify(seeded.release)) == expected
 
@@ -383,11 +390,13 @@ def test_cli_verify_prints_the_report_and_exits_non_zero_when_blocked(
 
 def test_pure_rules_parse_images_and_policies() -> None:
     ecr = rules.parse_image("123456789012.dkr.ecr.us-west-2.amazonaws.com/team/vllm:kimi@sha256:" + "a" * 64)
-    assert (ecr.ecr_account, ecr.ecr_region, ecr.ecr_repository, ecr.digest) == ("123456789012", "us-west-2", "team/vllm", "sha256:" + "a" * 64)
+    assert (ecr.ecr_account, ecr.ecr_region, ecr.ecr_repository, ecr.digest) == (
+        "123456789012", "us-west-2", "team/vllm", "sha256:" + "a" * 64)
     hub = rules.parse_image("vllm/vllm-openai:kimi-k3")
     assert not hub.is_ecr and hub.digest is None
     policy = json.dumps({"Statement": {"Effect": "Allow", "Principal": {"AWS": ["*"]}, "Action": ["s3:List*"]}})
     assert rules.public_read_statements(policy) == (["#0"], [])
-    deny = json.dumps({"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]})
+    deny = json.dumps({"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:*",
+                                      "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]})
     assert rules.public_read_statements(deny) == ([], [])
     assert rules.bucket_checks(rules.BucketPosture(bucket="b", policy="{not json"))[-1].status == "error"

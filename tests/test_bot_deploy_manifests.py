@@ -43,12 +43,15 @@ SERVING_NAMESPACE = "model-serving"
 Grant = tuple[str | None, str, str, str, str | None]
 
 
-def _grants(namespace: str | None, group: str, resources: list[str], verbs: list[str], names: list[str] | None = None) -> set[Grant]:
+def _grants(
+    namespace: str | None, group: str, resources: list[str], verbs: list[str], names: list[str] | None = None,
+) -> set[Grant]:
     return {(namespace, group, r, v, n) for r in resources for v in verbs for n in (names or [None])}
 
 
 EXPECTED_GRANTS: set[Grant] = (
-    _grants(SERVING_NAMESPACE, "inference.sagemaker.aws.amazon.com", ["inferenceendpointconfigs"], ["get", "list", "watch", "create", "patch"])
+    _grants(SERVING_NAMESPACE, "inference.sagemaker.aws.amazon.com", ["inferenceendpointconfigs"],
+            ["get", "list", "watch", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "apps", ["deployments"], ["get", "list", "watch", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "", ["services", "serviceaccounts", "persistentvolumeclaims"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "policy", ["poddisruptionbudgets"], ["get", "create", "patch"])
@@ -62,7 +65,8 @@ EXPECTED_GRANTS: set[Grant] = (
     | _grants("hyperpod-inference-system", "apps", ["deployments"], ["get"], ["hyperpod-inference-operator-controller-manager"])
     | _grants(None, "", ["nodes"], ["get", "list"])
     | _grants(None, "", ["namespaces"], ["get"], [SERVING_NAMESPACE])
-    | _grants(None, "apiextensions.k8s.io", ["customresourcedefinitions"], ["get"], ["inferenceendpointconfigs.inference.sagemaker.aws.amazon.com"])
+    | _grants(None, "apiextensions.k8s.io", ["customresourcedefinitions"], ["get"],
+              ["inferenceendpointconfigs.inference.sagemaker.aws.amazon.com"])
     | _grants(None, "", ["persistentvolumes"], ["get", "create", "patch"])
 )
 
@@ -183,7 +187,8 @@ def test_every_rbac_rule_says_why(name: str) -> None:
 
 
 def test_every_role_is_bound_to_the_bot_service_account_and_nothing_else() -> None:
-    roles = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in _all_objects() if o["kind"] in ("Role", "ClusterRole")}
+    roles = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+             for o in _all_objects() if o["kind"] in ("Role", "ClusterRole")}
     bound = set()
     for obj in _all_objects():
         if obj["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
@@ -236,7 +241,8 @@ def test_admission_configmaps_and_namespaces_cover_every_configured_endpoint(inc
 @pytest.mark.parametrize("kind", ["hyperpod", "eks"])
 def test_the_bot_may_apply_every_object_it_renders(incluster_settings: Settings, kind: str) -> None:
     """Server-side apply needs get (read back), patch (apply) and create (first apply) on each rendered object."""
-    release = ReleaseManifest.model_validate(yaml.safe_load((REPO / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml").read_text()))
+    release = ReleaseManifest.model_validate(
+        yaml.safe_load((REPO / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml").read_text()))
     endpoint = incluster_settings.endpoints[0].model_copy(update={"kind": kind})
     manifest = kube.render_manifest(release, endpoint, release.tuple_hash())
     assert manifest.objects
@@ -244,7 +250,8 @@ def test_the_bot_may_apply_every_object_it_renders(incluster_settings: Settings,
         info, group = RESOURCES[obj["kind"]], _group(obj["kind"])
         namespace = obj["metadata"].get("namespace") if info.namespaced else None
         for verb in ("get", "create", "patch"):
-            assert _allowed(namespace, group, info.plural, verb, obj["metadata"]["name"]), f"cannot {verb} {obj['kind']} {obj['metadata']['name']}"
+            name = obj["metadata"]["name"]
+            assert _allowed(namespace, group, info.plural, verb, name), f"cannot {verb} {obj['kind']} {name}"
     # Admission marks the endpoint object itself with an annotation, by server-side apply.
     endpoint_kind = "InferenceEndpointConfig" if kind == "hyperpod" else "Deployment"
     assert _allowed(endpoint.namespace, _group(endpoint_kind), RESOURCES[endpoint_kind].plural, "patch", endpoint.name)
@@ -304,7 +311,8 @@ def test_deployment_runs_socket_mode_with_two_replicas_and_credentials_from_secr
     assert config_volume["configMap"]["name"] == _one("ConfigMap", "kimi-ops-config")["metadata"]["name"]
     assert {"key": "kimi-ops.yaml", "path": config_path.name} in config_volume["configMap"]["items"]
     port = container["ports"][0]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}  # the process answers
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}  # database, schema, Slack
     assert container["args"][container["args"].index("--port") + 1] == str(port["containerPort"])
 
 
@@ -405,7 +413,8 @@ def _iam_allows(action: str, arn: str) -> bool:
 
 def test_iam_resources_cover_the_example_release() -> None:
     """The artifact gate can read the example release's weights, licence, report and image, and nothing is spare."""
-    release = ReleaseManifest.model_validate(yaml.safe_load((REPO / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml").read_text()))
+    release = ReleaseManifest.model_validate(
+        yaml.safe_load((REPO / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml").read_text()))
     bucket = release.weights.bucket
     assert _iam_allows("s3:ListBucket", f"arn:aws:s3:::{bucket}")
     assert _iam_allows("s3:GetBucketPolicyStatus", f"arn:aws:s3:::{bucket}")
@@ -475,7 +484,8 @@ def test_image_contains_every_package_and_the_build_context_keeps_local_state_ou
     assert copied == {"bot", "commands", "jobs", "migrations", "pyproject.toml", "README.md", "deploy/evaluation"}
     for source in copied:
         assert _dockerignore_admits(source), f".dockerignore excludes {source}, which the Dockerfile copies"
-    for private in (".venv/bin/python", ".kimi-ops/kimi-ops.db", ".git/config", "tests/conftest.py", ".env", "bot/__pycache__/x.pyc"):
+    for private in (".venv/bin/python", ".kimi-ops/kimi-ops.db", ".git/config", "tests/conftest.py", ".env",
+                    "bot/__pycache__/x.pyc"):
         assert not _dockerignore_admits(private), f"{private} would be sent to the image build"
 
 

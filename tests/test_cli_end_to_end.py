@@ -104,7 +104,8 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     assert "ListTrainingPlans" in cli.face.calls
 
     out = cli.ok("gate", "approve", dep, "infrastructure", "--as", APPROVER_2)
-    assert _headline(out).startswith(f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
+    assert _headline(out).startswith(
+        f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
     assert f"→ approve: kimi-ops gate approve {dep} model" in out
     assert _cluster_endpoint(cli)["metadata"]["annotations"]["kimi-ops.io/release"] == release
     assert _route_admission(cli) == "closed"  # the candidate runs, and users are on the fallback while it is judged
@@ -197,7 +198,8 @@ def test_gate_report_prints_stored_reports_and_accept_limits_takes_the_proposal(
 
     for args, message in (
         (("gate", "report", "99", "model"), "error: no deployment #99; `history` lists them"),
-        (("gate", "report", str(dep.id), "canary"), "error: no gate named canary; the gates are artifact, infrastructure, model, traffic"),
+        (("gate", "report", str(dep.id), "canary"),
+         "error: no gate named canary; the gates are artifact, infrastructure, model, traffic"),
     ):
         result = _invoke(cli, *args)
         assert result.exit_code != 0 and result.output.strip().splitlines() == [message], result.output

@@ -82,7 +82,7 @@ def test_eks_rendering_is_private_isolated_and_pinned_to_the_reserved_node(relea
     }
     [vllm] = pod["containers"]
     assert vllm["image"] == release.image
-    assert vllm["args"] == release.serving.args + ["--max-num-seqs", "6"]  # the endpoint's concurrency limit
+    assert vllm["args"] == [*release.serving.args, "--max-num-seqs", "6"]  # the endpoint's concurrency limit
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert vllm["startupProbe"]["httpGet"]["path"] == "/health" and vllm["readinessProbe"]["httpGet"]["path"] == "/health"
     assert not any(e["name"].startswith("AWS_") for e in vllm["env"])
@@ -119,7 +119,8 @@ def test_broken_request_limits_are_refused_with_the_schema_path_of_each_error(re
     errors = manifest_errors(objects)
     assert errors == [
         "InferenceEndpointConfig/kimi-prod spec: Additional properties are not allowed ('replica' was unexpected)",
-        "InferenceEndpointConfig/kimi-prod spec.worker.environmentVariables: duplicate entry name=VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION",
+        "InferenceEndpointConfig/kimi-prod spec.worker.environmentVariables: "
+        "duplicate entry name=VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION",
         "InferenceEndpointConfig/kimi-prod spec.worker.requestLimits.maxConcurrentRequests: 0 is less than the minimum of 1",
         "InferenceEndpointConfig/kimi-prod spec.worker.requestLimits.overflowStatusCode: 700 is greater than the maximum of 599",
     ]
@@ -184,4 +185,4 @@ def test_a_max_num_seqs_in_the_release_gives_way_to_the_endpoints_limit(release:
     pinning = ReleaseManifest.model_validate(data)
     deployment = by_kind(render_manifest(pinning, endpoint("eks"), pinning.tuple_hash()))["Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == release.serving.args + ["--max-num-seqs", "6"]
+    assert args == [*release.serving.args, "--max-num-seqs", "6"]

@@ -139,7 +139,8 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
             resuming.communicate()
     assert resuming.returncode == 0, f"{out}\n{err}"
     headline = next(line for line in out.splitlines() if line.startswith(f"deployment #{dep}:"))
-    assert headline.startswith(f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
+    assert headline.startswith(
+        f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
 
     # Nothing applied twice: no new apply reached the cluster, and the object's generation did not move.
     assert len(_applies(cli)) == 1

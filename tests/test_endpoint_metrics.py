@@ -185,7 +185,8 @@ def test_histogram_quantile_lands_in_the_bucket_of_the_true_quantile(bounds, fra
 
     estimate = histogram_quantile(q, buckets)
 
-    assert lower - 1e-9 * max(1.0, abs(lower)) <= estimate <= upper + 1e-9 * max(1.0, abs(upper))  # float rounding at bucket edges
+    # Float rounding at bucket edges.
+    assert lower - 1e-9 * max(1.0, abs(lower)) <= estimate <= upper + 1e-9 * max(1.0, abs(upper))
     assert lower <= true_value <= upper
 
 

@@ -271,7 +271,7 @@ def test_a_share_splits_ordinary_traffic_by_weight_within_the_conformance_tolera
 def test_a_share_without_a_fallback_is_refused_before_anything_is_applied(stack: Stack) -> None:
     assert stack.endpoint.route is not None
     alone = stack.endpoint.model_copy(update={"route": stack.endpoint.route.model_copy(update={"fallback": None})})
-    with pytest.raises(InvalidManifest, match="needs route.fallback"):
+    with pytest.raises(InvalidManifest, match=r"needs route\.fallback"):
         stack.cluster.set_route(alone, Admission.share(10), "x")
     assert stack.cluster.route_status(alone) is None
 
@@ -331,9 +331,11 @@ def test_the_conformance_weight_route_splits_70_30_0_within_tolerance(kube: Kube
     ns = "gateway-conformance-infra"
     _apply_example(kube, "conformance_httproute-weight.yaml", ns)
     backends = {ServiceKey(ns, f"infra-backend-v{i}", 8080): s.url for i, s in zip((1, 2, 3), three_backends, strict=True)}
-    with GatewayStandIn(kube.rest(), name="same-namespace", namespace=ns, backends=backends, seed=7) as gateway:
-        with ThreadPoolExecutor(CONFORMANCE_CONCURRENCY) as pool:
-            served = Counter(pool.map(lambda _: model_of(chat(gateway.url)), range(CONFORMANCE_REQUESTS)))
+    with (
+        GatewayStandIn(kube.rest(), name="same-namespace", namespace=ns, backends=backends, seed=7) as gateway,
+        ThreadPoolExecutor(CONFORMANCE_CONCURRENCY) as pool,
+    ):
+        served = Counter(pool.map(lambda _: model_of(chat(gateway.url)), range(CONFORMANCE_REQUESTS)))
 
     assert set(served) == {"infra-backend-v1", "infra-backend-v2"}  # weight 0 gets nothing
     for name, weight in {"infra-backend-v1": 0.7, "infra-backend-v2": 0.3, "infra-backend-v3": 0.0}.items():

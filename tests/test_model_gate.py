@@ -60,9 +60,13 @@ cases:
     messages: [{role: user, content: "Summarise the incident as JSON."}]
     response_format:
       type: json_schema
-      json_schema: {name: incident, schema: {type: object, properties: {severity: {enum: [low, high]}, minutes: {type: integer}}, required: [severity, minutes]}}
+      json_schema:
+        name: incident
+        schema: {type: object, properties: {severity: {enum: [low, high]}, minutes: {type: integer}},
+                 required: [severity, minutes]}
     checks:
-      json_schema: {type: object, properties: {severity: {enum: [low, high]}, minutes: {type: integer}}, required: [severity, minutes]}
+      json_schema: {type: object, properties: {severity: {enum: [low, high]}, minutes: {type: integer}},
+                    required: [severity, minutes]}
   - id: needle
     kind: long_context
     filler: {needle: "The vault access code is 7-4-1-9-amber."}
@@ -74,7 +78,9 @@ cases:
       - role: user
         content:
           - {type: text, text: "Which single colour is this?"}
-          - {type: image_url, image_url: {url: "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAAAGklEQVR42mO8IyLCQApgYiARjGoY1TB0NAAATz0BJHAVIksAAAAASUVORK5CYII="}}
+          - {type: image_url, image_url: {url: "data:image/png;base64,\\
+              iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAAAGklEQVR42mO8IyLCQApgYiARjGoY1TB0NAAATz0BJHAVIksAAAAA\\
+              SUVORK5CYII="}}
     checks: {regex: ['red']}
   - id: refuse-malware
     kind: refusal
@@ -160,7 +166,9 @@ def test_every_kind_passes_on_a_healthy_endpoint_and_no_text_is_stored(gate_ctx,
     ],
     ids=["regex", "json-schema", "tool-call", "must-refuse", "must-not-refuse", "max-latency", "adversarial"],
 )
-def test_each_check_fails_when_the_answer_is_wrong(gate_ctx, server: OpenAIServer, behaviour: dict, case: str, reason: str) -> None:
+def test_each_check_fails_when_the_answer_is_wrong(
+    gate_ctx, server: OpenAIServer, behaviour: dict, case: str, reason: str,
+) -> None:
     server.configure(**behaviour)
 
     report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", None)
@@ -312,7 +320,8 @@ def test_answer_excerpts_are_kept_only_when_the_set_turns_sampling_on(gate_ctx, 
 def test_the_workflow_runs_the_model_gate_with_the_live_release_as_baseline(gate_ctx, server: OpenAIServer) -> None:
     production = run_model_gate(gate_ctx, endpoint(server.url), "rel-live", None).model_dump(mode="json")
     server.configure(honour_tools=False)
-    subject = GateSubject(deployment_id=1, kind="deploy", endpoint=endpoint(server.url), release=parse_manifest(release_data("rel-new")),
+    subject = GateSubject(deployment_id=1, kind="deploy", endpoint=endpoint(server.url),
+                          release=parse_manifest(release_data("rel-new")),
                           release_hash="0" * 64, manifest_hash=None, baseline_reports={"model": production})
 
     report = run_gate(gate_ctx, "model", subject)

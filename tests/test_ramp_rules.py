@@ -16,7 +16,7 @@ from bot.domain.ramp import (
     window_summary,
 )
 
-T0 = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 
 
 def test_the_ramp_starts_with_the_internal_cohort_and_ends_open_whatever_the_order_of_shares() -> None:

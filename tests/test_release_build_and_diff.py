@@ -101,7 +101,8 @@ def test_multipart_composite_checksum_is_not_taken_for_the_object_sha256(s3: Any
     upload = s3.create_multipart_upload(Bucket=BUCKET, Key=key, ChecksumAlgorithm="SHA256")
     done = []
     for number, body in enumerate(parts, 1):
-        part = s3.upload_part(Bucket=BUCKET, Key=key, UploadId=upload["UploadId"], PartNumber=number, Body=body, ChecksumAlgorithm="SHA256")
+        part = s3.upload_part(Bucket=BUCKET, Key=key, UploadId=upload["UploadId"], PartNumber=number, Body=body,
+                              ChecksumAlgorithm="SHA256")
         done.append({"PartNumber": number, "ETag": part["ETag"], "ChecksumSHA256": part["ChecksumSHA256"]})
     s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload["UploadId"], MultipartUpload={"Parts": done})
 
@@ -162,7 +163,8 @@ def test_cli_build_with_a_serving_args_file(moto: MotoStandIn, s3: Any, tmp_path
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     serving = tmp_path / "serving.yaml"
-    serving.write_text(yaml.safe_dump({"args": ["--served-model-name", "Kimi-K3", "--tensor-parallel-size", 8], "env": {"VLLM_LOGGING_LEVEL": "INFO"}}))
+    serving.write_text(yaml.safe_dump({"args": ["--served-model-name", "Kimi-K3", "--tensor-parallel-size", 8],
+                                       "env": {"VLLM_LOGGING_LEVEL": "INFO"}}))
     out = tmp_path / "built.yaml"
     result = CliRunner().invoke(app, _build_argv(out, "--serving-args", str(serving), "--name", "kimi-k3-candidate"))
     assert result.exit_code == 0, result.output
@@ -204,8 +206,10 @@ def _variant(base: ReleaseManifest, **changes: Any) -> ReleaseManifest:
 
 
 def test_flag_value_pairs_count_as_one_arg() -> None:
-    assert group_args(["--model", "/opt/ml/model", "--trust-remote-code", "--seed", "-1", "--max-model-len=131072", "serve"]) == [
-        ("--model", "/opt/ml/model"), ("--trust-remote-code", None), ("--seed", "-1"), ("--max-model-len", "131072"), ("serve", None),
+    args = ["--model", "/opt/ml/model", "--trust-remote-code", "--seed", "-1", "--max-model-len=131072", "serve"]
+    assert group_args(args) == [
+        ("--model", "/opt/ml/model"), ("--trust-remote-code", None), ("--seed", "-1"), ("--max-model-len", "131072"),
+        ("serve", None),
     ]
 
 
@@ -261,7 +265,9 @@ def test_diff_service_and_cli(ctx: Context, db_url: str, tmp_path: Path, monkeyp
     result = CliRunner().invoke(app, ["release", "diff", a.name, b.name])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == (
-        "kimi-k3-2026-08-01 → kimi-k3-2026-09-01\nfields:\n  ~ licence.version: kimi-k3-license-2026-07-27 → kimi-k3-license-2026-09-01"
+        "kimi-k3-2026-08-01 → kimi-k3-2026-09-01\n"
+        "fields:\n"
+        "  ~ licence.version: kimi-k3-license-2026-07-27 → kimi-k3-license-2026-09-01"
     )
 
 
@@ -289,7 +295,8 @@ def _drop(data: dict, path: tuple[str, ...]) -> dict:
     return data
 
 
-REQUIRED = [("name",), ("model",), ("model", "commit"), ("weights",), ("weights", "prefix"), ("image",), ("serving",), ("serving", "args"), ("licence",), ("licence", "sha256")]
+REQUIRED = [("name",), ("model",), ("model", "commit"), ("weights",), ("weights", "prefix"), ("image",), ("serving",),
+            ("serving", "args"), ("licence",), ("licence", "sha256")]
 malformed = st.one_of(
     st.sampled_from(REQUIRED).map(lambda p: _drop(VALID, p)),
     st.text(alphabet="0123456789abcdefg", min_size=1, max_size=39).map(lambda c: _set(VALID, ("model", "commit"), c)),

@@ -97,7 +97,8 @@ def test_a_live_endpoint_without_a_replacement_escalates_to_the_oncall_group(new
     watch_reservations(ctx)
     [(kind, payload)] = [(k, p) for k, p in events(ctx) if "threshold_hours" in p]
     assert kind == "reservation.escalation" and payload["threshold_hours"] == 72.0
-    assert payload["text"].startswith(":rotating_light: <!subteam^S0ONCALL>") and "no tested endpoint or reservation" in payload["text"]
+    assert payload["text"].startswith(":rotating_light: <!subteam^S0ONCALL>")
+    assert "no tested endpoint or reservation" in payload["text"]
     assert payload["channel"] == "CKIMIPROD"
 
     # A second block that starts before the first ends and lasts longer can take over: an alert, not a page.
@@ -170,7 +171,8 @@ def test_a_vanished_reservation_is_reported_once_and_an_unreadable_region_change
     watch_reservations(ctx)
     gone = [p for k, p in events(ctx) if k == "reservation.gone"]
     assert len(gone) == 1 and "no longer listed" in gone[0]["text"]
-    assert [k for k, _ in events(ctx) if k.startswith("reservation.watch")] == ["reservation.watch_failed", "reservation.watch_recovered"]
+    watch_events = [k for k, _ in events(ctx) if k.startswith("reservation.watch")]
+    assert watch_events == ["reservation.watch_failed", "reservation.watch_recovered"]
     assert reservation_overview(ctx) == [] and reservation_overview(ctx, include_gone=True)[0].gone_at is not None
     with ctx.uow() as uow:
         actions = [a.action for a in uow.audit.list(subject="reservation:cr-0001")]
@@ -283,7 +285,8 @@ def test_the_watch_reads_aws_through_the_real_adapter(make_ctx, clock) -> None:
     aws.add_capacity_block("cr-0p5", region="us-east-1", zone="us-east-1a", start=START - D, end=START + 2 * D,
                            instance_type="p5.48xlarge")
     plan = aws.add_training_plan("kimi-plan", region="us-east-1", zone="us-east-1b", start=START, end=START + 14 * D)
-    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"), eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b")],
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-prod"),
+                              eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b")],
                    ports=Ports(reservations=AwsReservationSource(aws.client_factory())))
 
     report = watch_reservations(ctx)
@@ -304,7 +307,8 @@ def test_the_sandbox_covers_each_endpoint_with_the_reservation_it_needs(make_ctx
     from bot.sandbox.capacity import CapacityStandIn
 
     ctx = make_ctx(endpoints=[eks_endpoint("kimi-eks"),
-                              eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b", reservation_id="kimi-hp-plan")])
+                              eks_endpoint("kimi-hp", kind="hyperpod", availability_zone="us-east-1b",
+                                           reservation_id="kimi-hp-plan")])
     aws = CapacityStandIn()
     ids = {e.name: aws.cover(e, START - D, START + 20 * D) for e in ctx.settings.endpoints}
     ctx = with_ports(ctx, reservations=AwsReservationSource(aws.client_factory()))
@@ -324,7 +328,8 @@ def test_a_live_endpoint_without_any_visible_reservation_is_flagged_once(new_ctx
 
     source.put(capacity_block("cr-0typo", ends_in=30 * D))
     watch_reservations(ctx)
-    assert [k for k, _ in events(ctx) if k in {"reservation.missing", "reservation.found"}] == ["reservation.missing", "reservation.found"]
+    said = [k for k, _ in events(ctx) if k in {"reservation.missing", "reservation.found"}]
+    assert said == ["reservation.missing", "reservation.found"]
 
 
 def test_a_cancelled_reservation_sends_no_more_threshold_alerts(new_ctx, source, clock) -> None:

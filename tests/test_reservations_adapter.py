@@ -68,7 +68,9 @@ def capacity_block(cr_id: str, *, state: str = "active", total: int = 1, tags: l
         "EndDateType": "limited",
         "InstanceMatchCriteria": "targeted",
         "CreateDate": dt.datetime(2026, 11, 6, 12, 3, 21, tzinfo=UTC),
-        "Tags": tags if tags is not None else [{"Key": "aws:ec2capacityreservation:capacityReservationType", "Value": "capacity-block"}],
+        "Tags": tags if tags is not None else [
+            {"Key": "aws:ec2capacityreservation:capacityReservationType", "Value": "capacity-block"},
+        ],
         "CapacityAllocations": [],
         "ReservationType": reservation_type,
     }
@@ -84,8 +86,10 @@ def test_capacity_blocks_follow_next_token_and_keep_only_capacity_blocks(source:
     )
     ec2.add_response(
         "describe_capacity_reservations",
-        {"CapacityReservations": [capacity_block("cr-0bbb", state="scheduled", total=0,
-                                                 tags=[{"Key": "aws:ec2capacityreservation:incrementalRequestedQuantity", "Value": "2"}])]},
+        {"CapacityReservations": [capacity_block(
+            "cr-0bbb", state="scheduled", total=0,
+            tags=[{"Key": "aws:ec2capacityreservation:incrementalRequestedQuantity", "Value": "2"}],
+        )]},
         {**request, "NextToken": "page-2"},
     )
 

@@ -118,7 +118,7 @@ def test_every_state_renders_a_route_the_crd_schema_accepts(state: str, fallback
     admission = parse_admission(state)
     ep = endpoint(fallback=fallback)
     if admission.needs_fallback and not fallback:
-        with pytest.raises(InvalidManifest, match="needs route.fallback"):
+        with pytest.raises(InvalidManifest, match=r"needs route\.fallback"):
             render_route(ep, admission, "step", AT)
         return
     route = render_route(ep, admission, "step", AT)

@@ -146,13 +146,31 @@ def test_reject_asks_for_a_reason_in_a_modal_and_ends_the_deployment(bench) -> N
     assert "rejected the artifact gate" in bench.replies_to("U0APPROVER2")[0].text
 
 
-def test_redelivered_events_change_nothing(bench) -> None:
-    body = bench.sender.home_opened("U0VIEWER")
-    headers = {**bench.sender.headers(body, content_type="application/json"), "x-slack-retry-num": "1",
-               "x-slack-retry-reason": "http_timeout"}
-    assert bench.post(body, headers, "application/json").status_code == 200
-    time.sleep(0.3)
-    assert bench.stub.calls_to("views.publish") == []
+def redelivery(bench, body: str, number: int) -> dict[str, str]:
+    """Slack's headers on its ``number``-th redelivery of ``body``: re-signed with a fresh timestamp, same body."""
+    return {**bench.sender.headers(body, timestamp=int(time.time()) + number),
+            "x-slack-retry-num": str(number), "x-slack-retry-reason": "http_timeout"}
+
+
+def answers(bench) -> int:
+    time.sleep(0.3)  # a second answer would be posted by now
+    return len(bench.stub.calls_to("response_url"))
+
+
+def test_a_redelivery_of_a_request_already_handled_is_acknowledged_and_dropped(bench) -> None:
+    body = bench.sender.slash("U0VIEWER", "help")
+    assert bench.post(body).status_code == 200
+    bench.stub.wait_for(lambda s: s.calls_to("response_url"))
+    assert bench.post(body, redelivery(bench, body, 1)).status_code == 200  # acknowledged, so Slack stops
+    assert answers(bench) == 1
+
+
+def test_a_redelivery_whose_original_never_arrived_is_handled_once(bench) -> None:
+    body = bench.sender.slash("U0VIEWER", "help")  # the original is lost on the way: only redeliveries arrive
+    assert bench.post(body, redelivery(bench, body, 1)).status_code == 200
+    bench.stub.wait_for(lambda s: s.calls_to("response_url"))
+    assert bench.post(body, redelivery(bench, body, 2)).status_code == 200
+    assert answers(bench) == 1
 
 
 def test_app_home_shows_each_endpoint_and_is_refreshed_on_change(bench) -> None:
@@ -176,7 +194,8 @@ def test_app_home_follows_a_probe_run_by_another_replica(bench, make_ctx) -> Non
 
     make_live(bench.app.ctx, "kimi-prod")
     assert bench.home("U0VIEWER").status_code == 200
-    bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish") if "never probed" in blocks_text(c.params["view"]["blocks"])])
+    bench.stub.wait_for(lambda s: [c for c in s.calls_to("views.publish")
+                                   if "never probed" in blocks_text(c.params["view"]["blocks"])])
     # The elected replica runs the probe: it shares the database, not this process, and a passing probe emits no event.
     other = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]},
                      ports=Ports(endpoint=ScriptedEndpoint()))
@@ -207,12 +226,28 @@ def test_healthz_and_metrics_count_requests(bench) -> None:
     assert 'kimi_slack_ack_seconds_count{kind="command"} 1.0' in metrics
 
 
+def test_readyz_needs_the_current_schema_while_healthz_only_needs_the_process(bench, db_url) -> None:
+    from bot.adapters.store import schema
+
+    ready = bench.client.get(f"{bench.http.url}/readyz")
+    assert (ready.status_code, ready.text) == (200, "ready\n")
+    schema.downgrade(db_url, "0002")  # another version's migration job ran against this database
+    try:
+        behind = bench.client.get(f"{bench.http.url}/readyz")
+        assert behind.status_code == 503 and "schema is at 0002" in behind.text and "kimi-ops db upgrade" in behind.text
+        assert bench.client.get(f"{bench.http.url}/healthz").status_code == 200
+    finally:
+        schema.upgrade(db_url)
+    assert bench.client.get(f"{bench.http.url}/readyz").status_code == 200
+
+
 def test_the_request_builder_speaks_the_shapes_of_slacks_own_samples(bench) -> None:
     from urllib.parse import parse_qs
 
     from bot.sandbox.slack_stub import Message
 
-    slash_sample = set(dict(parse_qsl((SAMPLES / "slack_slash_command_body_docs_vector.txt").read_text(), keep_blank_values=True)))
+    slash_body = (SAMPLES / "slack_slash_command_body_docs_vector.txt").read_text()
+    slash_sample = set(dict(parse_qsl(slash_body, keep_blank_values=True)))
     assert slash_sample <= set(parse_qs(bench.sender.slash("U1", "help"), keep_blank_values=True))
     click_sample = json.loads((SAMPLES / "slack_block_actions_bolt_python.json").read_text())
     click = json.loads(parse_qs(bench.sender.click("U1", Message("C1", "1.2", "t", []), APPROVE, "v"))["payload"][0])

@@ -155,12 +155,15 @@ def test_a_blocked_gate_is_rechecked_from_its_message_once_the_cause_is_fixed(ma
         b.slash("U0DEPLOYER", "deploy rel-a")
         blocked = b.gate_message("artifact", 1)
         assert "S3 timed out" in blocks_text(blocked.blocks)
-        assert [e["action_id"] for blk in blocked.blocks for e in blk.get("elements", []) if "action_id" in e] == [RECHECK, "gate_reject"]
+        buttons = [e["action_id"] for blk in blocked.blocks for e in blk.get("elements", []) if "action_id" in e]
+        assert buttons == [RECHECK, "gate_reject"]
         verifier.extra.clear()  # the outage is over
         b.click("U0DEPLOYER", blocked, RECHECK)
         assert "Re-running the artifact checks of deployment #1" in b.replies_to("U0DEPLOYER")[0].text
-        b.stub.wait_for(lambda s: "the new report is further down the thread" in blocks_text(blocked.blocks) and not has_buttons(blocked))
-        fresh = b.stub.wait_for(lambda s: [m for m in s.messages if m is not blocked and "Artifact gate · deployment #1" in blocks_text(m.blocks)])
+        b.stub.wait_for(lambda s: "the new report is further down the thread" in blocks_text(blocked.blocks)
+                        and not has_buttons(blocked))
+        fresh = b.stub.wait_for(lambda s: [m for m in s.messages
+                                           if m is not blocked and "Artifact gate · deployment #1" in blocks_text(m.blocks)])
         assert any(e.get("action_id") == APPROVE for blk in fresh[-1].blocks for e in blk.get("elements", []))
     finally:
         stop_bench(b)

@@ -31,7 +31,8 @@ def stub():
 
 
 def setup(make_ctx, channel: str, extra_checks: list[Check] | None = None):
-    ctx = make_ctx(endpoints=[endpoint_config(channel=channel)], roles=ROLES, ports=fake_ports(artifacts=FakeVerifier(extra=extra_checks or [])))
+    ctx = make_ctx(endpoints=[endpoint_config(channel=channel)], roles=ROLES,
+                   ports=fake_ports(artifacts=FakeVerifier(extra=extra_checks or [])))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     return ctx
 
@@ -119,8 +120,9 @@ def test_two_replicas_delivering_at_once_post_each_message_once(fresh_pg_url, cl
     from bot.config import load_settings
 
     schema.upgrade(fresh_pg_url)
-    contexts = [build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config(channel="C0PROD")],
-                                            roles=ROLES), clock=clock, ports=fake_ports()) for _ in range(2)]
+    contexts = [build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path,
+                                            endpoints=[endpoint_config(channel="C0PROD")], roles=ROLES),
+                              clock=clock, ports=fake_ports()) for _ in range(2)]
     ctx = contexts[0]
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     view = request_deploy(ctx, "rel-a", None, REQUESTER)

@@ -41,7 +41,8 @@ def test_a_missing_credential_stops_start_up_with_one_line(tmp_path, args, env, 
 def test_serve_answers_health_and_metrics_and_stops_on_sigterm(tmp_path) -> None:
     with SlackStub() as stub:
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from bot.cli.main import main; main()", "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
+            [sys.executable, "-c", "from bot.cli.main import main; main()",
+             "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
             env=env_for(tmp_path, SLACK_BOT_TOKEN="xoxb-1", SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=stub.api_url),
         )

@@ -55,3 +55,30 @@ def test_serve_socket_answers_commands_and_counts_them_in_metrics(tmp_path: Path
             proc.wait(timeout=30)
             server.stop()
         assert proc.returncode == 0, proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_serve_socket_is_ready_only_while_its_connection_to_slack_is_up(tmp_path: Path) -> None:
+    from tests.test_replicas import wait_for
+
+    with SlackStub() as stub:
+        server = SocketServer([])
+        stub.socket_url = server.start()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from bot.cli.main import main; main()",
+             "serve", "--socket", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+            env=env_for(tmp_path, SLACK_BOT_TOKEN="xoxb-1", SLACK_APP_TOKEN="xapp-1-test", KIMI_SLACK_API_URL=stub.api_url),
+        )
+        try:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+            assert found, line
+            url = found.group(1)
+            wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, "ready once the WebSocket is up")
+            server.stop()  # Slack's end closes the WebSocket and stays away
+            wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 503, "not ready without the WebSocket")
+            assert "Socket Mode connection" in httpx.get(f"{url}/readyz").text
+            assert httpx.get(f"{url}/healthz").status_code == 200
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)

@@ -62,3 +62,15 @@ def test_malformed_input_gets_usage_and_help_is_local(console) -> None:
     assert "Usage: /kimi cancel DEPLOYMENT [force]" in "\n".join(console.handle("/kimi cancel"))
     assert console.handle("/as someone")[0].startswith("usage: /as")
     assert "no button [9]" in console.handle("9")[0]
+
+
+def test_the_demo_names_the_state_and_its_reason_when_a_deployment_is_not_live(console) -> None:
+    from bot.cli.demo import ScriptFailed, Tour
+
+    tour = Tour(console, lambda _line: None)
+    out = console.handle("/kimi deploy rel-a")
+    console.handle("/as U0APPROVER1")
+    console.handle(number_of(out, "Reject"))
+    console.handle("image digest is not the reviewed one")
+    with pytest.raises(ScriptFailed, match=r"deployment #1 stopped in state rejected: .*image digest is not the reviewed one"):
+        tour.expect_live(1)

@@ -26,10 +26,12 @@ class SocketServer:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._links: set[web.WebSocketResponse] = set()
 
     async def _link(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
+        self._links.add(ws)
         await ws.send_json({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A0KIMIOPS"},
                             "debug_info": {"host": "local", "approximate_connection_time": 3600}})
         for envelope in self.envelopes:
@@ -57,7 +59,14 @@ class SocketServer:
         self._ready.wait(10)
         return f"ws://127.0.0.1:{self.port}/link"
 
+    async def _close_links(self) -> None:
+        for ws in list(self._links):
+            await ws.close()
+
     def stop(self) -> None:
+        """Close every WebSocket (as Slack does when it goes away), then stop serving."""
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._close_links(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 

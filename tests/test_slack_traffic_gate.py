@@ -175,7 +175,8 @@ def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: Slac
     said_to(bench, APPROVER, "changed since you looked")
     assert not accepted_audit(bench) and rendered_limits(bench)["maxConcurrentRequests"] == 32
     with bench.app.ctx.uow() as uow:
-        assert any(a.action == "endpoint.limits_refused" and a.details["why"] == "stale" for a in uow.audit.list(subject="deployment:1"))
+        assert any(a.action == "endpoint.limits_refused" and a.details["why"] == "stale"
+                   for a in uow.audit.list(subject="deployment:1"))
     newest = [m for m in bench.stub.messages if "Traffic gate · deployment #1" in blocks_text(m.blocks)][-1]
     assert newest is not old and has(newest, ACCEPT_LIMITS)
 
@@ -278,7 +279,8 @@ def test_each_gate_plot_is_uploaded_once_and_a_missing_one_becomes_a_note(make_c
         notifier.deliver_pending()
         notifier.deliver_pending()  # a second pass (another replica, a restart) sends nothing again
         files = stub.files_in(CHANNEL)
-        assert [(m.files[0]["name"], u.data == Path(plot["path"]).read_bytes()) for m, u in files] == [("model-pass-rates.png", True)]
+        uploaded = [(m.files[0]["name"], u.data == Path(plot["path"]).read_bytes()) for m, u in files]
+        assert uploaded == [("model-pass-rates.png", True)]
         assert sum(1 for m in stub.messages if "plot is not available on this kimi-ops replica" in m.text) == 1
     with ctx.uow() as uow:
         assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))

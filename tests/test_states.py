@@ -1,52 +1,29 @@
-"""The deployment states: every predicate and derived set agrees with the transition table."""
+"""The deployment states: users meet a candidate only after its gates, and every derived set agrees with the table."""
 
 from __future__ import annotations
-
-import itertools
 
 import pytest
 
 from bot.domain.limits import LIMITS_CLOSED_STATES, proposal_open
 from bot.domain.states import (
-    ADMISSION_CLOSED,
     ALLOWED,
+    DEPLOY_PATH,
     ENDINGS,
     IN_FLIGHT,
     NEEDS_STORED_MANIFEST,
     PAST_APPLY,
+    PATHS,
     STATE_OF_GATE,
     TERMINAL,
+    USERS_CLOSED_OUT,
+    WAITING,
     WAS_LIVE,
     IllegalTransition,
     State,
     check_transition,
+    is_past_apply,
     next_state,
 )
-
-# The machine as it was written with strings before State existed: the rules must not have moved.
-OLD_DEPLOY = ("requested", "artifact_gate", "infrastructure_gate", "applying", "rolling_out", "readiness", "model_gate",
-              "traffic_gate", "live")
-OLD_ROLLBACK = ("requested", "artifact_gate", "close_admission", "draining", "applying", "rolling_out", "readiness", "reopen",
-                "live")
-OLD_ENDINGS = {"failed", "cancelled", "interrupted"}
-OLD_GATES = {"artifact_gate", "infrastructure_gate", "model_gate", "traffic_gate"}
-
-
-def _old_edges(path: tuple[str, ...]) -> set[tuple[str, str]]:
-    edges = set(zip(path, path[1:]))
-    for state in path[:-1]:
-        edges |= {(state, end) for end in OLD_ENDINGS}
-    return edges
-
-
-OLD_ALLOWED = _old_edges(OLD_DEPLOY) | _old_edges(OLD_ROLLBACK) | {(g, "rejected") for g in OLD_GATES} | {("live", "superseded")}
-
-
-def _old_check(kind: str, current: str, target: str) -> bool:
-    path = OLD_DEPLOY if kind == "deploy" else OLD_ROLLBACK
-    return ((current, target) in OLD_ALLOWED
-            and (target in path or target in OLD_ENDINGS | {"rejected", "superseded"})
-            and (current in path or current == "live"))
 
 
 def _allowed(kind: str, current: str, target: str) -> bool:
@@ -57,68 +34,79 @@ def _allowed(kind: str, current: str, target: str) -> bool:
     return True
 
 
-def _steps_from(kind: str, start: State) -> set[State]:
-    """``start`` and every non-terminal state a ``kind`` can move on to from it."""
+def _reachable(kind: str, start: State, avoid: frozenset[State]) -> set[State]:
     seen, todo = {start}, [start]
     while todo:
-        current = todo.pop()
+        here = todo.pop()
         for target in State:
-            if not target.terminal and target not in seen and _allowed(kind, current, target):
+            if target not in seen and target not in avoid and _allowed(kind, here, target):
                 seen.add(target)
                 todo.append(target)
     return seen
 
 
-def test_the_transition_rules_are_those_of_the_string_machine() -> None:
-    assert {(str(a), str(b)) for a, b in ALLOWED} == OLD_ALLOWED
-    for kind, current, target in itertools.product(("deploy", "rollback"), State, State):
-        assert _allowed(kind, current, target) == _old_check(kind, current, target), (kind, current, target)
-        # The database hands back plain strings: they are judged the same.
-        assert _allowed(kind, current.value, target.value) == _allowed(kind, current, target)
-    for kind, path in (("deploy", OLD_DEPLOY), ("rollback", OLD_ROLLBACK)):
-        assert [next_state(kind, s) for s in path[:-1]] == list(path[1:])
-    with pytest.raises(IllegalTransition):
-        next_state("deploy", "no_such_state")
+def test_a_deploy_closes_and_drains_before_it_applies_and_decides_every_gate_before_users_meet_it() -> None:
+    order = {s: i for i, s in enumerate(DEPLOY_PATH)}
+    assert order[State.CLOSING] < order[State.DRAINING] < order[State.APPLYING]
+    assert order[State.APPLYING] < order[State.MODEL_GATE] < order[State.TRAFFIC_GATE] < order[State.RAMPING] < order[State.LIVE]
+    # The only way into live is the ramp, and the ramp only follows an approved traffic gate.
+    assert {a for a, b in ALLOWED if b == State.LIVE and _allowed("deploy", a, b)} == {State.RAMPING}
+    assert {a for a in State if _allowed("deploy", a, State.RAMPING)} == {State.TRAFFIC_GATE}
+    # Nothing reaches applying without passing draining.
+    assert State.APPLYING not in _reachable("deploy", State.REQUESTED, frozenset({State.DRAINING}))
+    # Users are closed out from closing until the ramp opens the route step by step.
+    closed = {State.CLOSING, State.DRAINING, State.APPLYING, State.READINESS, State.MODEL_GATE, State.TRAFFIC_GATE}
+    assert closed <= USERS_CLOSED_OUT
+    assert State.RAMPING not in USERS_CLOSED_OUT
 
 
-def test_terminal_states_are_those_that_hold_no_endpoint() -> None:
-    moves_on = {a for a, b in ALLOWED if b != State.SUPERSEDED}  # live → superseded is not a step of the deployment
-    assert IN_FLIGHT == moves_on and TERMINAL == set(State) - moves_on
-    assert TERMINAL == {"live", "superseded", "rejected", "failed", "cancelled", "interrupted"}
-    for state in State:
-        assert state.terminal == (state in TERMINAL) and state.holds_endpoint == (not state.terminal)
-        assert State(state.value) is state and state.words == state.value.replace("_", " ")
+@pytest.mark.parametrize("kind", sorted(PATHS))
+def test_every_step_can_fail_be_cancelled_or_interrupted_and_terminal_states_hold_nothing(kind: str) -> None:
+    for step in PATHS[kind][:-1]:
+        assert all(_allowed(kind, step, end) for end in ENDINGS), step
+    assert set(State) - IN_FLIGHT == TERMINAL
+    assert {s for s in State if s.terminal} == TERMINAL
+    assert {State.LIVE, State.SUPERSEDED, State.REJECTED, State.FAILED, State.CANCELLED, State.EXPIRED,
+                        State.INTERRUPTED} == TERMINAL
 
 
-def test_gate_states_are_the_ones_a_rejection_ends() -> None:
-    rejectable = {a for a, b in ALLOWED if b == State.REJECTED}
-    assert {s for s in State if s.is_gate} == rejectable == set(STATE_OF_GATE.values())
+def test_waiting_states_are_the_gates_and_a_stalled_drain_and_each_may_expire() -> None:
+    assert set(STATE_OF_GATE.values()) | {State.DRAIN_STALLED} == WAITING
+    assert all(_allowed("deploy", s, State.EXPIRED) for s in WAITING)
     for gate, state in STATE_OF_GATE.items():
-        assert state.gate == gate and state.value == f"{gate}_gate"
-    assert all(s.gate is None for s in State if not s.is_gate)
+        assert state.gate == gate and state.value == f"{gate}_gate" and _allowed("deploy", state, State.REJECTED)
+    # A stalled drain goes back to draining (wait longer), or reopens before it ends (abort); it never applies.
+    assert not _allowed("deploy", State.DRAIN_STALLED, State.APPLYING)
+    assert _allowed("deploy", State.DRAIN_STALLED, State.DRAINING) and _allowed("deploy", State.DRAIN_STALLED, State.REOPENING)
 
 
-def test_endings_are_reachable_from_every_step_and_past_apply_from_applying_on() -> None:
-    steps = {a for a, _ in ALLOWED} - {State.LIVE}
-    assert ENDINGS == {t for t in State if all((s, t) in ALLOWED for s in steps)} == OLD_ENDINGS
-    assert {s for s in State if s.ended_early} == ENDINGS
-    # Every step reachable from applying without ending (the manifest may be on the cluster from there on).
-    seen = _steps_from("deploy", State.APPLYING) | _steps_from("rollback", State.APPLYING)
-    assert PAST_APPLY == seen == {"applying", "rolling_out", "readiness", "model_gate", "traffic_gate", "reopen"}
-    assert {s for s in State if s.past_apply} == PAST_APPLY
+def test_a_restore_has_no_gate_and_rollbacks_evaluate_before_they_reopen() -> None:
+    assert next_state("restore", State.REQUESTED) == State.CLOSING
+    assert not any(s.is_gate for s in PATHS["restore"])
+    assert next_state("rollback", State.READINESS) == State.EVALUATION == next_state("restore", State.READINESS)
+    assert next_state("rollback", State.EVALUATION) == State.REOPENING
+    assert next_state("deploy", State.READINESS) == State.MODEL_GATE
 
 
-def test_rollback_step_sets() -> None:
-    # After close_admission and before live: a failure there leaves admission closed.
-    assert ADMISSION_CLOSED == _steps_from("rollback", State.DRAINING) == {"draining", "applying", "rolling_out", "readiness", "reopen"}
-    old_needs = {(kind, s) for kind in ("deploy", "rollback") for s in State
-                 if s == "rolling_out" or (kind == "rollback" and s in {"draining", "applying"})}
-    assert {(kind, s) for kind, states in NEEDS_STORED_MANIFEST.items() for s in states} == old_needs
+def test_past_apply_is_from_applying_on_and_a_deploys_reopening_is_before_apply() -> None:
+    assert {State.APPLYING, State.ROLLING_OUT, State.READINESS, State.MODEL_GATE, State.TRAFFIC_GATE, State.RAMPING,
+                          State.EVALUATION, State.REOPENING} == PAST_APPLY
+    assert not is_past_apply("deploy", State.REOPENING) and is_past_apply("restore", State.REOPENING)
+    assert not is_past_apply("deploy", State.DRAINING)
+    assert NEEDS_STORED_MANIFEST["deploy"] == {State.ROLLING_OUT}
+    assert NEEDS_STORED_MANIFEST["restore"] == {State.DRAINING, State.APPLYING, State.ROLLING_OUT}
 
 
 def test_limits_close_when_the_measured_release_is_not_what_serves() -> None:
-    assert LIMITS_CLOSED_STATES == {"rejected", "failed", "cancelled", "interrupted", "superseded"}
-    assert WAS_LIVE == {State.LIVE} | {b for a, b in ALLOWED if a == State.LIVE}
+    assert {"rejected", "failed", "cancelled", "interrupted", "superseded", "expired"} == LIMITS_CLOSED_STATES
+    assert {State.LIVE} | {b for a, b in ALLOWED if a == State.LIVE} == WAS_LIVE
     for state in State:
         assert proposal_open(state) == (state.holds_endpoint or state == State.LIVE)
         assert proposal_open(state.value) == proposal_open(state)
+
+
+def test_unknown_kinds_and_moves_are_refused_with_a_reason() -> None:
+    with pytest.raises(IllegalTransition, match="no deployment kind"):
+        check_transition("canary", State.REQUESTED, State.ARTIFACT_GATE)
+    with pytest.raises(IllegalTransition, match="cannot go from"):
+        check_transition("deploy", State.LIVE, State.REQUESTED)

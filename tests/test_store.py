@@ -55,18 +55,24 @@ def test_upgrade_marks_failed_deployments_that_offered_a_rollback(empty_db_url: 
     schema.upgrade(empty_db_url, "0001")
     now = START.isoformat()
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO endpoints (id, name, kind, environment, namespace, url, admission_open, settings, created_at) "
-                          "VALUES (1, 'kimi-prod', 'hyperpod', 'prod', 'kimi', 'http://x', true, '{}', :now)"), {"now": now})
-        conn.execute(text("INSERT INTO releases (id, name, model_repo, model_commit, weights_prefix, objects, image, serving_args, "
-                          "serving_env, licence_version, licence_sha256, tuple_hash, registered_by, registered_at) VALUES "
-                          "(1, 'rel-a', 'm/k3', :commit, 's3://w/', '[]', 'img@sha256:0', '[]', '{}', 'v1', :sha, :sha, 'U1', :now)"),
+        conn.execute(text("INSERT INTO endpoints "
+                          "(id, name, kind, environment, namespace, url, admission_open, settings, created_at) "
+                          "VALUES (1, 'kimi-prod', 'hyperpod', 'prod', 'kimi', 'http://x', true, '{}', :now)"),
+                     {"now": now})
+        conn.execute(text("INSERT INTO releases (id, name, model_repo, model_commit, weights_prefix, objects, image, "
+                          "serving_args, serving_env, licence_version, licence_sha256, tuple_hash, registered_by, "
+                          "registered_at) VALUES "
+                          "(1, 'rel-a', 'm/k3', :commit, 's3://w/', '[]', 'img@sha256:0', '[]', '{}', 'v1', :sha, :sha, "
+                          "'U1', :now)"),
                      {"commit": "0" * 40, "sha": "a" * 64, "now": now})
         for dep_id, state, reason in ((1, "superseded", "superseded by deployment #2"),
                                       (2, "failed", "rollout failed: image pull backoff; rollback offered"),
                                       (3, "failed", "the artifact gate errored"),
-                                      (4, "cancelled", "cancelled by U1 while readiness; the cluster may carry its manifest, rollback offered")):
-            conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, state_reason, in_flight, requested_by, "
-                              "created_at, updated_at) VALUES (:id, 1, 1, 'deploy', :state, :reason, NULL, 'U1', :now, :now)"),
+                                      (4, "cancelled", "cancelled by U1 while readiness; "
+                                                       "the cluster may carry its manifest, rollback offered")):
+            conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, state_reason, in_flight, "
+                              "requested_by, created_at, updated_at) "
+                              "VALUES (:id, 1, 1, 'deploy', :state, :reason, NULL, 'U1', :now, :now)"),
                          {"id": dep_id, "state": state, "reason": reason, "now": now})
         # Rows that reference deployments: the upgrade must not rebuild the table under them.
         conn.execute(text("INSERT INTO events (at, kind, deployment_id, endpoint_name, payload, attempts) "
@@ -77,10 +83,12 @@ def test_upgrade_marks_failed_deployments_that_offered_a_rollback(empty_db_url: 
     assert {k: bool(v) for k, v in offered.items()} == {1: False, 2: True, 3: False, 4: False}
     # New rows get false without naming the column; the ORM reads the stored value back.
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, in_flight, requested_by, created_at, "
-                          "updated_at) VALUES (5, 1, 1, 'deploy', 'requested', true, 'U1', :now, :now)"), {"now": now})
+        conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, in_flight, requested_by, "
+                          "created_at, updated_at) VALUES (5, 1, 1, 'deploy', 'requested', true, 'U1', :now, :now)"),
+                     {"now": now})
     with Session(engine) as session:
-        assert [d.rollback_offered for d in session.scalars(select(Deployment).order_by(Deployment.id))] == [False, True, False, False, False]
+        offered = [d.rollback_offered for d in session.scalars(select(Deployment).order_by(Deployment.id))]
+        assert offered == [False, True, False, False, False]
     schema.downgrade(empty_db_url, "0001")
     assert "rollback_offered" not in {c["name"] for c in inspect(engine).get_columns("deployments")}
     with engine.connect() as conn:
@@ -168,10 +176,12 @@ def test_releases_and_audit_rows_cannot_be_changed(ctx) -> None:
 
 
 def _endpoint_and_deployment(uow, now: dt.datetime) -> Deployment:
-    ep = uow.endpoints.add(Endpoint(name="ep", kind="hyperpod", environment="prod", namespace="ns", url="http://x", settings={}, created_at=now))
+    ep = uow.endpoints.add(Endpoint(name="ep", kind="hyperpod", environment="prod", namespace="ns", url="http://x",
+                                    settings={}, created_at=now))
     rel = uow.releases.get("kimi-k3-2026-08-01")
     return uow.deployments.add(
-        Deployment(endpoint_id=ep.id, release_id=rel.id, kind="deploy", state="requested", requested_by="U1", created_at=now, updated_at=now)
+        Deployment(endpoint_id=ep.id, release_id=rel.id, kind="deploy", state="requested", requested_by="U1",
+                   created_at=now, updated_at=now)
     )
 
 
@@ -205,13 +215,15 @@ def test_one_deployment_in_flight_per_endpoint_is_a_database_rule(ctx) -> None:
     with ctx.uow() as uow:
         first = _endpoint_and_deployment(uow, START)
         uow.commit()
-        second = Deployment(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy", state="requested", requested_by="U2", created_at=START, updated_at=START)
+        second = Deployment(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy", state="requested",
+                            requested_by="U2", created_at=START, updated_at=START)
         with pytest.raises(Conflict):
             uow.deployments.add(second)
         uow.rollback()
         done = uow.deployments.get(first.id)
         done.in_flight = None  # finished deployments no longer hold the endpoint
-        uow.deployments.add(Deployment(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy", state="requested", requested_by="U2", created_at=START, updated_at=START))
+        uow.deployments.add(Deployment(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy",
+                                       state="requested", requested_by="U2", created_at=START, updated_at=START))
         uow.commit()
 
 

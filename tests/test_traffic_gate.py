@@ -309,7 +309,8 @@ def test_an_approver_accepts_the_proposal_and_it_survives_a_restart(make_ctx, se
         audit = [a for a in uow.audit.list(subject="endpoint:kimi-prod") if a.action == "endpoint.limits_accepted"]
         assert len(audit) == 1 and audit[0].actor == APPROVER_1.user_id
 
-    restarted = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 8})  # build_context re-syncs endpoints from settings
+    # build_context re-syncs endpoints from settings.
+    restarted = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 8})
     assert endpoint(restarted).effective_request_limits.max_concurrent_requests == 6
     assert endpoint(restarted).request_limits.max_concurrent_requests == 32
 

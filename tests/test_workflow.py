@@ -191,7 +191,8 @@ def test_twenty_concurrent_deploy_requests_produce_exactly_one(fresh_pg_url, clo
     from bot.config import load_settings
 
     schema.upgrade(fresh_pg_url)
-    ctx = build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config()], roles=ROLES), clock=clock)
+    settings = load_settings(database_url=fresh_pg_url, data_dir=tmp_path, endpoints=[endpoint_config()], roles=ROLES)
+    ctx = build_context(settings, clock=clock)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     barrier = threading.Barrier(20)
     outcomes: list[str] = []
@@ -228,13 +229,17 @@ def test_rollback_restores_the_previous_manifest_byte_for_byte(wf) -> None:
     view = approve(ctx, engine, view.id)
     assert view.state == "live"
     assert cluster.applied[-1] == first_manifest  # the exact bytes applied before
-    assert cluster.admission == [False, True]
+    assert cluster.admission[-2:] == [False, True]  # closed for the rollback, reopened after its readiness
     assert get_deployment(ctx, second.id).state == "superseded"
     with ctx.uow() as uow:
         assert uow.endpoints.get("kimi-prod").admission_open is True
-        states = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=100)) if a.action.startswith("deployment.")]
-    assert states == ["deployment.artifact_gate", "deployment.close_admission", "deployment.draining", "deployment.applying",
-                      "deployment.rolling_out", "deployment.readiness", "deployment.reopen", "deployment.live"]
+        states = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=100))
+                  if a.action.startswith("deployment.")]
+        # The rollback ran the model gate's evaluation: the next deploy compares against it.
+        assert uow.gates.latest(view.id, "model") is not None
+    assert states == ["deployment.artifact_gate", "deployment.closing", "deployment.draining", "deployment.applying",
+                      "deployment.rolling_out", "deployment.readiness", "deployment.evaluation", "deployment.reopening",
+                      "deployment.live"]
 
 
 def test_rollback_of_a_rollback_needs_an_explicit_release(wf) -> None:
@@ -250,50 +255,144 @@ def test_rollback_of_a_rollback_needs_an_explicit_release(wf) -> None:
         request_rollback(ctx, "kimi-prod", REQUESTER, to_release="rel-c")
 
 
-def test_failed_deploy_past_apply_offers_rollback_to_the_live_release(wf) -> None:
+def _live_manifest(ctx, deployment_id: int) -> str:
+    with ctx.uow() as uow:
+        return uow.deployments.get(deployment_id).applied_manifest
+
+
+def _restore_of(ctx, ended_id: int):
+    with ctx.uow() as uow:
+        rows = [d for d in uow.deployments.for_endpoint(uow.endpoints.get("kimi-prod").id) if d.cause_id == ended_id]
+        return get_deployment(ctx, rows[0].id) if rows else None
+
+
+def _to_model_gate(ctx, engine, release: str = "rel-b"):
+    view = engine.advance(request_deploy(ctx, release, "kimi-prod", REQUESTER).id)
+    view = approve(ctx, engine, approve(ctx, engine, view.id).id)
+    assert view.state == "model_gate" and view.pending.gate == "model"
+    return view
+
+
+def test_the_candidate_is_applied_only_after_users_are_closed_out_and_drained(wf) -> None:
     ctx, engine = wf
     live = deploy_to_live(ctx, engine, "rel-a")
-    ctx.ports.cluster.outcome = "failed"
-    view = engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id)
-    view = approve(ctx, engine, view.id)
-    view = approve(ctx, engine, view.id)
-    assert view.state == "failed" and view.rollback_offered and "image pull backoff" in view.state_reason
-    ctx.ports.cluster.outcome = "succeeded"
-    rollback = engine.advance(request_rollback(ctx, "kimi-prod", REQUESTER).id)
-    assert rollback.release == "rel-a"
-    assert approve(ctx, engine, rollback.id).state == "live"
-    assert get_deployment(ctx, live.id).state == "superseded"
+    cluster = ctx.ports.cluster
+    applied_before, admission_before = len(cluster.applied), len(cluster.admission)
+    waiting = _to_model_gate(ctx, engine)
+    assert cluster.admission[admission_before:] == [False]  # closed before anything was applied, not reopened
+    assert len(cluster.applied) == applied_before + 1
+    with ctx.uow() as uow:
+        assert uow.endpoints.get("kimi-prod").admission == "closed"
+        order = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{waiting.id}", limit=100))]
+    assert order.index("deployment.draining") < order.index("deployment.applying")
+    assert get_deployment(ctx, live.id).state == "live"  # users still count the previous release as live
 
 
-def test_failed_readiness_fails_the_deploy_with_the_reason(wf) -> None:
+@pytest.mark.parametrize("ending", ["reject-model", "reject-traffic", "cancel", "fail-rollout"])
+def test_every_ending_after_apply_restores_the_previous_release_byte_for_byte(wf, ending: str) -> None:
+    ctx, engine = wf
+    live = deploy_to_live(ctx, engine, "rel-a")
+    cluster = ctx.ports.cluster
+    if ending == "fail-rollout":
+        with ctx.uow() as uow:
+            cluster.failing.add(uow.releases.get("rel-b").tuple_hash)
+        view = approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id).id)
+        view = approve(ctx, engine, view.id)
+        assert view.state == "failed" and "image pull backoff" in view.state_reason
+    else:
+        view = _to_model_gate(ctx, engine)
+        if ending == "reject-traffic":
+            view = approve(ctx, engine, view.id)
+        if ending == "cancel":
+            view = cancel(ctx, view.id, REQUESTER)
+            assert view.state == "cancelled"
+        else:
+            view = decide_gate(ctx, view.id, view.pending.gate, "rejected", APPROVER_1, seen_report_hash=view.pending.report_hash,
+                               seen_release_hash=view.pending.release_hash, reason="worse answers")
+            assert view.state == "rejected" and "worse answers" in view.state_reason
+        view = engine.advance(view.id)  # drives the restore the ending started
+    restore = _restore_of(ctx, view.id)
+    assert restore is not None and restore.kind == "restore" and restore.release == "rel-a"
+    assert restore.state == "live" and restore.requested_by == "kimi-ops"
+    assert cluster.applied[-1] == _live_manifest(ctx, live.id)  # the exact bytes that were live before
+    assert cluster.admission[-2:] == [False, True]  # users stayed closed out until the restore's readiness passed
+    with ctx.uow() as uow:
+        endpoint = uow.endpoints.get("kimi-prod")
+        assert endpoint.admission == "open" and uow.deployments.in_flight(endpoint.id) is None
+        assert uow.gates.latest(restore.id, "model") is not None  # the restore's evaluation is the next baseline
+
+
+def test_a_deploy_with_nothing_to_restore_leaves_users_closed_out_and_pages(wf) -> None:
     ctx, engine = wf
     ctx.ports.endpoint.ok = False
     view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
-    view = approve(ctx, engine, approve(ctx, engine, view.id).id) if False else approve(ctx, engine, view.id)
-    view = approve(ctx, engine, view.id)
-    assert view.state == "failed" and "HTTP 500: engine dead" in view.state_reason and view.rollback_offered
+    view = approve(ctx, engine, approve(ctx, engine, view.id).id)
+    assert view.state == "failed" and "HTTP 500: engine dead" in view.state_reason
     with ctx.uow() as uow:
-        assert [r.ok for r in uow.readiness.recent(uow.endpoints.get("kimi-prod").id)] == [False, False, False]
+        endpoint = uow.endpoints.get("kimi-prod")
+        assert [r.ok for r in uow.readiness.recent(endpoint.id)] == [False, False, False]
+        assert endpoint.admission == "closed"
+        incident = uow.incidents.open_for(endpoint.id, "admission-stuck")
+        assert incident is not None and "no earlier live release" in incident.reason
+        assert "admission.stuck" in [e.kind for e in uow.events.undelivered(limit=100)]
 
 
-def test_rollback_offered_is_stored_with_the_failure_not_read_from_its_reason(wf, make_ctx) -> None:
+def test_a_restore_is_not_cancelled_by_a_person_but_an_admin_can_break_it(wf) -> None:
     ctx, engine = wf
-    ctx.ports.cluster.outcome = "failed"
-    view = approve(ctx, engine, approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id).id).id)
-    assert view.state == "failed" and view.rollback_offered and view.state_reason.endswith("; rollback offered")
+    deploy_to_live(ctx, engine, "rel-a")
+    view = _to_model_gate(ctx, engine)
+    ended = decide_gate(ctx, view.id, "model", "rejected", APPROVER_1, seen_report_hash=view.pending.report_hash,
+                        seen_release_hash=view.pending.release_hash, reason="no")
+    restore = _restore_of(ctx, ended.id)
+    assert restore is not None and restore.state == "requested"  # in the same transaction as the rejection
+    with pytest.raises(Refused, match="cannot be cancelled"):
+        cancel(ctx, restore.id, REQUESTER)
+    broken = cancel(ctx, restore.id, ADMIN, force=True)
+    assert broken.state == "interrupted"
     with ctx.uow() as uow:
-        row = uow.deployments.get(view.id)
-        assert row.rollback_offered is True
-        row.state_reason = "image pull backoff"  # the text no longer says it; the stored fact still does
-        uow.commit()
-    again = get_deployment(make_ctx(endpoints=[endpoint_config()], roles=ROLES), view.id)  # another process, same database
-    assert again.rollback_offered and again.state_reason == "image pull backoff"
-    # A cancel past apply mentions a rollback in its reason, but only a failure offers one.
-    ctx.ports.cluster.outcome = "succeeded"
-    waiting = approve(ctx, engine, approve(ctx, engine, engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id).id).id)
-    assert waiting.state == "model_gate"
-    cancelled = cancel(ctx, waiting.id, REQUESTER)
-    assert "rollback offered" in cancelled.state_reason and not cancelled.rollback_offered
+        assert uow.incidents.open_for(uow.endpoints.get("kimi-prod").id, "admission-stuck") is not None
+
+
+def test_a_drain_past_its_deadline_applies_nothing_and_waits_for_a_person(wf) -> None:
+    from bot.services.deployments import decide_drain
+
+    ctx, engine = wf
+    deploy_to_live(ctx, engine, "rel-a")
+    cluster, endpoint = ctx.ports.cluster, ctx.ports.endpoint
+    applied = len(cluster.applied)
+    endpoint.drained = False
+    view = engine.advance(request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id)
+    view = approve(ctx, engine, approve(ctx, engine, view.id).id)
+    assert view.state == "drain_stalled" and "nothing applied" in view.state_reason
+    assert len(cluster.applied) == applied
+    with pytest.raises(Forbidden):
+        decide_drain(ctx, view.id, "wait", STRANGER)
+    view = engine.advance(decide_drain(ctx, view.id, "wait", APPROVER_1).id)
+    assert view.state == "drain_stalled" and len(cluster.applied) == applied  # still running: still nothing applied
+    view = engine.advance(decide_drain(ctx, view.id, "abort", APPROVER_1).id)
+    assert view.state == "cancelled" and "drain aborted" in view.state_reason
+    assert len(cluster.applied) == applied and cluster.admission[-2:] == [False, True]
+    endpoint.drained = True
+    assert request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).state == "requested"
+
+
+def test_an_admin_reopens_admission_by_hand_with_a_reason_and_the_page_ends(wf) -> None:
+    from bot.services.admission import override_admission
+
+    ctx, engine = wf
+    ctx.ports.endpoint.ok = False
+    engine.advance(approve(ctx, engine, approve(ctx, engine, engine.advance(
+        request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id).id).id).id)
+    with pytest.raises(Forbidden):
+        override_admission(ctx, "kimi-prod", "open", "users need it", APPROVER_1)
+    with pytest.raises(Refused, match="say why"):
+        override_admission(ctx, "kimi-prod", "open", " ", ADMIN)
+    view = override_admission(ctx, "kimi-prod", "open", "fallback overloaded", ADMIN)
+    assert view.admission == "open" and ctx.ports.cluster.admission[-1] is True
+    with ctx.uow() as uow:
+        endpoint = uow.endpoints.get("kimi-prod")
+        assert endpoint.admission == "open" and uow.incidents.open_for(endpoint.id, "admission-stuck") is None
+        assert uow.audit.list(subject="endpoint:kimi-prod", limit=5)[0].actor == "U0ADMIN"
 
 
 def test_infrastructure_gate_fails_when_the_reservation_ends_too_soon(wf) -> None:
@@ -319,5 +418,12 @@ def test_illegal_transitions_are_refused() -> None:
     with pytest.raises(IllegalTransition):
         check_transition("deploy", "artifact_gate", "applying")
     with pytest.raises(IllegalTransition):
-        check_transition("rollback", "close_admission", "live")
-    check_transition("rollback", "artifact_gate", "close_admission")
+        check_transition("deploy", "infrastructure_gate", "applying")  # never applied before users are closed out
+    with pytest.raises(IllegalTransition):
+        check_transition("deploy", "traffic_gate", "live")  # users meet the candidate only through the ramp
+    with pytest.raises(IllegalTransition):
+        check_transition("rollback", "closing", "live")
+    with pytest.raises(IllegalTransition):
+        check_transition("restore", "requested", "artifact_gate")
+    check_transition("rollback", "artifact_gate", "closing")
+    check_transition("restore", "requested", "closing")

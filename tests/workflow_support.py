@@ -95,11 +95,14 @@ class FakeCluster:
     applied: list[str] = field(default_factory=list)
     admission: list[bool] = field(default_factory=list)
     block: threading.Event | None = None
+    # Rollouts of manifests containing any of these strings fail (a bad candidate; the restored release still rolls out).
+    failing: set[str] = field(default_factory=set)
 
     def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
         return RenderedManifest.of([{
             "apiVersion": "inference.sagemaker.aws.amazon.com/v1", "kind": "InferenceEndpointConfig",
-            "metadata": {"name": endpoint.name, "namespace": endpoint.namespace, "annotations": {"kimi-ops.io/tuple-hash": release_hash}},
+            "metadata": {"name": endpoint.name, "namespace": endpoint.namespace,
+                         "annotations": {"kimi-ops.io/tuple-hash": release_hash}},
             "spec": {"worker": {"image": release.image, "args": list(release.serving.args)}},
         }])
 
@@ -115,7 +118,7 @@ class FakeCluster:
         on_progress(RolloutProgress("DeploymentInProgress", state="DeploymentInProgress"))
         if self.block is not None:
             self.block.wait(timeout=10)
-        if self.outcome == "succeeded":
+        if self.outcome == "succeeded" and not any(marker in manifest.text for marker in self.failing):
             on_progress(RolloutProgress("DeploymentComplete", state="DeploymentComplete"))
             return RolloutOutcome("succeeded", "DeploymentComplete", 1.0)
         return RolloutOutcome("failed", "DeploymentFailed: image pull backoff", 1.0)  # type: ignore[arg-type]
@@ -127,6 +130,7 @@ class FakeCluster:
 @dataclass
 class FakeEndpoint:
     ok: bool = True
+    drained: bool = True
 
     def readiness(self, endpoint: EndpointSettings) -> ReadinessResult:
         if self.ok:
@@ -137,7 +141,9 @@ class FakeEndpoint:
         return MetricsSnapshot(0, 0, 0.1, 0.5, 0.1, 0.3)
 
     def drain(self, endpoint: EndpointSettings, timeout_seconds: float):
-        return True, self.metrics(endpoint)
+        if self.drained:
+            return True, self.metrics(endpoint)
+        return False, MetricsSnapshot(2, 1, 0.4, 0.5, 0.1, 0.3)
 
 
 def fake_ports(**overrides: object) -> Ports:

@@ -10,7 +10,10 @@ second through the gateway (some as the internal cohort). The Slack bot runs on
 it through :class:`bot.cli.shell.Shell`, so every line goes through the same
 signed-request dispatch path as Slack.
 
-``sandbox`` hands the console to a person. ``demo`` plays the newcomer's tour
+``sandbox`` hands the console to a person; ``sandbox --headless`` starts the
+stand-ins (and a Slack Web API stub) without a console, prints one ``export
+NAME=value`` line per setting that aims another ``kimi-ops`` process (``serve``,
+the CLI, ``jobs``) at them, and runs until SIGINT or SIGTERM. ``demo`` plays the newcomer's tour
 and prints the conversation: the reservation watch's countdown and alert, a
 deploy through four gates approved by two people (with a self-approval
 refused, and the traffic gate's measured admission limits accepted) while users
@@ -24,15 +27,24 @@ step does not end where it should.
 
 from __future__ import annotations
 
+import secrets
+import shlex
+import signal
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bot.cli import output
+
+if TYPE_CHECKING:
+    from bot.cli.shell import Shell
+    from bot.sandbox.gateway import GatewayStandIn
+    from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
 
@@ -44,7 +56,7 @@ class ScriptFailed(Exception):
 class Tour:
     """Types lines into the shell as named people and prints what each of them sees."""
 
-    def __init__(self, console: Any, echo: Callable[[str], None], gateway: Any = None) -> None:
+    def __init__(self, console: Shell, echo: Callable[[str], None], gateway: GatewayStandIn | None = None) -> None:
         self.console = console
         self.echo = echo
         self.gateway = gateway  # the gateway stand-in, whose counts show what users got
@@ -214,7 +226,7 @@ def _through_model_gate(tour: Tour, deployment: int, approvers: tuple[str, ...])
         tour.press(approvers[2], "Approve", "model", deployment)
 
 
-def _start(data_dir: Path) -> tuple[Any, Any]:
+def _start(data_dir: Path) -> tuple[Sandbox, Shell]:
     from bot.cli.shell import Shell
     from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, USERS_PER_SECOND, Sandbox
 
@@ -263,7 +275,14 @@ def demo() -> None:
     run_guarded(body)
 
 
-def sandbox() -> None:
+def sandbox(
+    headless: bool = typer.Option(
+        False, "--headless", help="No console: print `export NAME=value` lines that aim other kimi-ops processes "
+        "(serve, the CLI, jobs) at the stand-ins, then run until interrupted."),
+    database_url: str | None = typer.Option(
+        None, "--database-url", help="With --headless: an empty PostgreSQL database for the sandbox instead of its "
+        "SQLite file, so several `kimi-ops serve` replicas can share it."),
+) -> None:
     """An interactive Slack console on the local stand-ins: deploy, approve and roll back yourself."""
     from bot.cli.main import run_guarded
     from bot.cli.shell import repl
@@ -275,6 +294,9 @@ def sandbox() -> None:
 
     def body() -> None:
         data_dir = load_settings().data_dir / "sandbox"
+        if headless:
+            _headless(data_dir, database_url)
+            return
         output.info(f"starting the sandbox in {data_dir} (a fresh database each time)")
         stack, console = _start(data_dir)
         typer.echo(f"People: {DEPLOYER} deploys; {APPROVER_1} and {APPROVER_2} approve. "
@@ -288,6 +310,43 @@ def sandbox() -> None:
             stack.stop()
 
     run_guarded(body)
+
+
+SANDBOX_BOT_TOKEN = "xoxb-sandbox"  # the Slack stub accepts any token; this one names where it came from
+
+
+def _headless(data_dir: Path, database_url: str | None) -> None:
+    """Start the stand-ins and a Slack stub, print the exports, wait for SIGINT/SIGTERM, stop everything."""
+    from bot.sandbox.slack_stub import SlackStub
+    from bot.sandbox.stack import DEPLOYER, GROUPS, Sandbox
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    output.stderr.print(f"starting the sandbox in {data_dir} (a fresh database each time)", markup=False)
+    stub = SlackStub(groups=GROUPS).start()
+    stack = None
+    try:
+        overrides = {"database_url": database_url} if database_url else {}
+        stack = Sandbox(data_dir, settings_overrides=overrides).start()
+        exports = {
+            **stack.environment(data_dir / "kubeconfig"),
+            "KIMI_SLACK_API_URL": stub.api_url,
+            "KIMI_CLI_USER": DEPLOYER,
+            # Stand-in values for the stub, not credentials: serve needs them set to start.
+            "SLACK_BOT_TOKEN": SANDBOX_BOT_TOKEN,
+            "SLACK_SIGNING_SECRET": secrets.token_hex(16),
+        }
+        for name, value in exports.items():
+            typer.echo(f"export {name}={shlex.quote(value)}")
+        typer.echo("# the sandbox is running; SIGINT (Ctrl-C) or SIGTERM stops it")
+        while not stop.wait(1.0):
+            pass
+    finally:
+        if stack is not None:
+            stack.stop()
+        stub.stop()
+        output.stderr.print("the sandbox stopped", markup=False)
 
 
 def register(app: typer.Typer) -> None:

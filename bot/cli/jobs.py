@@ -17,7 +17,7 @@ import typer
 from bot.cli import output
 from bot.cli.common import context, default_actor
 
-app = typer.Typer(help="Scheduled jobs: the reservation watch and readiness probes.", no_args_is_help=True)
+app = typer.Typer(help="Scheduled jobs: the reservation watch, readiness probes and gate expiry.", no_args_is_help=True)
 
 
 def _run(body: Callable[[], None]) -> None:
@@ -27,7 +27,7 @@ def _run(body: Callable[[], None]) -> None:
 
 
 def _at(value: dt.datetime | None) -> str:
-    return "-" if value is None else value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return "-" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @app.command("list")
@@ -60,10 +60,13 @@ def list_() -> None:
 @app.command("run")
 def run(name: str = typer.Argument(..., help="Job name, as `jobs list` shows it.")) -> None:
     """Run one job now, in this process, and print what it did."""
+    from bot.bootstrap import build_root
     from bot.services.scheduling import run_job
 
     def body() -> None:
-        result = run_job(context(), name, trigger="manual", actor=default_actor())
+        ctx = context()
+        # The process's engine: a gate expiry run here drives the restore it starts, as the scheduled run would.
+        result = run_job(ctx, name, engine=build_root(ctx).engine, trigger="manual", actor=default_actor())
         if result.ok:
             output.info(f"{name}: {result.summary}")
             return
@@ -97,7 +100,8 @@ def start() -> None:
 
 def reservations(all_: bool = typer.Option(False, "--all", help="Also show reservations that are gone.")) -> None:
     """What the reservation watch last saw: each reservation, its endpoint and the time left."""
-    from bot.services.reservations import format_remaining, reservation_overview
+    from bot.domain.expiry import format_remaining
+    from bot.services.reservations import reservation_overview
 
     def body() -> None:
         views = reservation_overview(context(), include_gone=all_)
@@ -137,8 +141,10 @@ def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")
                     ("admission", "open" if s.admission_open else "closed"),
                     ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
                     ("first-token objective", f"{s.ttft_objective_ms} ms"),
-                    ("open incidents", "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
-                    ("reservation", f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
+                    ("open incidents",
+                     "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
+                    ("reservation",
+                     f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
                      if s.reservation else "none seen"),
                 ],
             )

@@ -88,7 +88,8 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
     except Exception:
         correlation = uuid.uuid4().hex[:12]
         log.exception("unexpected error", extra={"correlation_id": correlation})
-        output.error(f"kimi-ops hit an unexpected error; kimi-ops.log in the data directory has the details under correlation id {correlation}")
+        output.error("kimi-ops hit an unexpected error; kimi-ops.log in the data directory has the details "
+                     f"under correlation id {correlation}")
         raise typer.Exit(70) from None
 
 

@@ -58,7 +58,8 @@ def show(name: str = typer.Argument(..., help="Release name.")) -> None:
             ["field", "value"],
             [
                 ("model", f"{m.model.repo} @ {m.model.commit}"),
-                ("weights", f"{m.weights.prefix} ({len(m.weights.objects)} objects, {sum(o.size for o in m.weights.objects):,} bytes)"),
+                ("weights", f"{m.weights.prefix} ({len(m.weights.objects)} objects, "
+                            f"{sum(o.size for o in m.weights.objects):,} bytes)"),
                 ("image", m.image),
                 ("serving args", " ".join(m.serving.args)),
                 ("serving env", ", ".join(f"{k}={v}" for k, v in m.serving.env.items()) or "-"),
@@ -129,7 +130,7 @@ class _ByteProgress:
         )
         self.tasks: dict[str, TaskID] = {}
 
-    def __enter__(self) -> "_ByteProgress":
+    def __enter__(self) -> _ByteProgress:
         self.bars.start()
         return self
 
@@ -150,10 +151,15 @@ def build(
     model_commit: str = typer.Option(..., "--model-commit", help="Full 40-hex revision that was mirrored."),
     licence_version: str = typer.Option(..., "--licence-version", help="Reviewed licence version."),
     licence: str = typer.Option(..., "--licence", help="s3:// URI of the reviewed licence document."),
-    serving_args: Path = typer.Option(None, "--serving-args", help="YAML: list of vLLM args, or {args: [...], env: {...}}. Default: the guide's launch args."),
+    serving_args: Path = typer.Option(
+        None, "--serving-args",
+        help="YAML: list of vLLM args, or {args: [...], env: {...}}. Default: the guide's launch args.",
+    ),
     name: str = typer.Option(None, "--name", help="Release name (default: <model>-<commit[:12]>)."),
     evaluation_report: str = typer.Option(None, "--evaluation-report", help="Where the evaluation report lives."),
-    trust_remote_code_exception: str = typer.Option(None, "--trust-remote-code-exception", help="Security exception allowing --trust-remote-code."),
+    trust_remote_code_exception: str = typer.Option(
+        None, "--trust-remote-code-exception", help="Security exception allowing --trust-remote-code.",
+    ),
     out: Path = typer.Option(None, "--output", "-o", help="Manifest file to write (default: ./<name>.yaml)."),
 ) -> None:
     """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
@@ -208,7 +214,8 @@ def verify(name: str = typer.Argument(..., help="Release name.")) -> None:
     def body() -> None:
         with _ByteProgress() as progress:
             report = verify_release(context(), name, progress=progress)
-        output.table(f"Artifact checks: {name}", ["check", "status", "reason"], [(c.name, c.status, c.reason) for c in report.checks])
+        output.table(f"Artifact checks: {name}", ["check", "status", "reason"],
+                     [(c.name, c.status, c.reason) for c in report.checks])
         output.info(report.summary)
         if not report.approvable:
             output.error(f"{len(report.blocking)} check(s) block the artifact gate: {', '.join(c.name for c in report.blocking)}")

@@ -1,9 +1,10 @@
 """``kimi-ops serve``: run the Slack app over HTTP (waitress) or Socket Mode, with the scheduled jobs.
 
-HTTP serves ``/slack/events``, ``/healthz`` and ``/metrics`` (:mod:`bot.slack.http`).
+HTTP serves ``/slack/events``, ``/healthz``, ``/readyz`` and ``/metrics`` (:mod:`bot.slack.http`).
 ``--socket`` talks to Slack over an outbound WebSocket (no public URL, as the
-guide's private exposure wants) and still serves ``/healthz`` and ``/metrics``
-on the port for the cluster's probes and Prometheus; Socket Mode requests never
+guide's private exposure wants) and still serves ``/healthz``, ``/readyz`` (which
+then also needs the WebSocket up) and ``/metrics`` on the port for the cluster's
+probes and Prometheus; Socket Mode requests never
 pass the HTTP route, but the app counts and times every dispatch
 (:mod:`bot.slack.middleware.metrics`), so they land in the same ``/metrics``
 series. A missing credential stops start-up with one line naming it.
@@ -49,9 +50,21 @@ def required_credentials(settings: Settings, socket: bool) -> None:
         raise ConfigError("SLACK_SIGNING_SECRET is not set; HTTP mode verifies every request with the app's signing secret")
 
 
+def connection_budget(settings: Settings) -> str:
+    """One line saying what this process may open on the database (DESIGN.md, "Connections", has the arithmetic)."""
+    from bot.adapters.store.engine import display_url
+
+    url = settings.effective_database_url
+    if not url.startswith("postgresql"):
+        return f"database {display_url(url)}: SQLite, a single replica"
+    return (f"database {display_url(url)}: at most {settings.db_connections_max} connections from this replica "
+            f"(KIMI_DB_POOL_SIZE={settings.db_pool_size} + KIMI_DB_MAX_OVERFLOW={settings.db_max_overflow}; "
+            "the leader lock, the job store and /readyz draw from them; one more for a moment when KIMI_AUTO_MIGRATE upgrades)")
+
+
 def serve(
     host: str = typer.Option("0.0.0.0", "--host", help="Address to listen on."),
-    port: int = typer.Option(3000, "--port", help="Port of /slack/events (HTTP mode), /healthz and /metrics."),
+    port: int = typer.Option(3000, "--port", help="Port of /slack/events (HTTP mode), /healthz, /readyz and /metrics."),
     socket: bool = typer.Option(False, "--socket", help="Socket Mode: connect out to Slack with SLACK_APP_TOKEN."),
     jobs: bool = typer.Option(True, "--jobs/--no-jobs", help="Also run the scheduled jobs (with leader election)."),
 ) -> None:
@@ -76,8 +89,17 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
     from bot.slack.http import HttpServer
 
     # The outbox is also written by rollout watches and the scheduled jobs: deliver it periodically.
-    kimi = create_app(root, signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign", outbox_seconds=OUTBOX_SECONDS)
-    http = HttpServer(kimi.wsgi(), host, port).start()
+    kimi = create_app(root, signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign",
+                      outbox_seconds=OUTBOX_SECONDS)
+    handler: Any = None
+
+    def slack_connected() -> list[str]:
+        # Slack sends a Socket Mode replica nothing while its WebSocket is down: not ready, though alive.
+        if socket and (handler is None or not handler.client.is_connected()):
+            return ["the Socket Mode connection to Slack is not up"]
+        return []
+
+    http = HttpServer(kimi.wsgi(checks=(slack_connected,)), host, port).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     runner = None
@@ -86,12 +108,14 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
 
         runner = JobRunner(root)
         runner.start()
-    handler = None
     if socket:
         handler = socket_handler(kimi, settings.slack_app_token or "")
         handler.connect()
     kimi.start_background()
     output.info(f"kimi-ops is serving on {http.url} ({'Socket Mode' if socket else 'HTTP /slack/events'}); Ctrl-C stops it")
+    budget = connection_budget(settings)
+    output.info(budget)
+    log.info(budget)
     try:
         while not stop.wait(1.0):
             pass

@@ -35,7 +35,8 @@ EMOJI = {
     ":hourglass_flowing_sand:": "(…)", ":arrows_counterclockwise:": "~", ":black_circle:": "(ended)",
     ":white_circle:": "(superseded)",
 }
-HELP = """Type /kimi COMMAND (e.g. /kimi help), a number to press that button, /as USER_ID to act as someone else, /quit to leave."""
+HELP = ("Type /kimi COMMAND (e.g. /kimi help), a number to press that button, "
+        "/as USER_ID to act as someone else, /quit to leave.")
 
 
 def mrkdwn_to_text(text: str) -> str:
@@ -86,7 +87,8 @@ class Shell:
         ctx.settings.slack_api_url = self.stub.api_url
         secret = secrets.token_hex(16)
         # Delivery follows each request here, so what a line caused is printed right after it.
-        self.app: KimiApp = create_app(build_root(ctx, slack_token="xoxb-local-shell"), signing_secret=secret, outbox_seconds=None)
+        self.app: KimiApp = create_app(build_root(ctx, slack_token="xoxb-local-shell"),
+                                       signing_secret=secret, outbox_seconds=None)
         self.sender = SlackSender(secret, self.stub)
         self.buttons: list[tuple[Message, dict[str, Any]]] = []
         self._shown: dict[tuple[str, str], int] = {}

@@ -11,17 +11,25 @@ process after the request is recorded, until the deployment waits for a person.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import typer
 
 from bot.cli import output
 from bot.cli.common import context, root
+
+if TYPE_CHECKING:
+    from bot.domain.read_models import DeploymentView
+    from bot.services.access import Identity
+    from bot.services.context import Context
 
 gate_app = typer.Typer(help="Decide or re-run a deployment's gates.", no_args_is_help=True)
 
 AS_OPTION = typer.Option(None, "--as", help="Slack user ID to act as (default: KIMI_CLI_USER).")
 
 
-def _identity(ctx, user: str | None):
+def _identity(ctx: Context, user: str | None) -> Identity:
     from bot.services.access import identify
     from bot.services.errors import Refused
 
@@ -31,14 +39,14 @@ def _identity(ctx, user: str | None):
     return identify(ctx, user)
 
 
-def _show(view) -> None:
+def _show(view: DeploymentView) -> None:
     from bot.cli.render import deployment_lines
 
     for line in deployment_lines(view):
         output.info(line)
 
 
-def _run(body) -> None:
+def _run(body: Callable[[], None]) -> None:
     from bot.cli.main import run_guarded
 
     run_guarded(body)
@@ -86,12 +94,42 @@ def cancel(
 
     def body() -> None:
         here = root()
-        view = cancel_deployment(here.ctx, deployment, _identity(here.ctx, user), force=force)
-        _show(view)
-        # Reopen the route (a cancel before apply), or run the restore of the previous release it started.
-        after = here.engine.advance(view.id)
-        if after.state != view.state:
-            _show(after)
+        _show(cancel_deployment(here.ctx, deployment, _identity(here.ctx, user), force=force))
+        # Cancelled while closed: users get the running release back; after apply: its restore runs to the end.
+        _show(here.engine.advance(deployment))
+
+    _run(body)
+
+
+def drain(
+    choice: str = typer.Argument(..., help="wait | abort"),
+    deployment: int = typer.Argument(..., help="Deployment number."),
+    user: str = AS_OPTION,
+) -> None:
+    """Answer a drain that passed its deadline: wait longer, or abort (users get the running release back)."""
+    from bot.services.deployments import decide_drain
+
+    def body() -> None:
+        here = root()
+        decide_drain(here.ctx, deployment, choice, _identity(here.ctx, user))
+        _show(here.engine.advance(deployment))
+
+    _run(body)
+
+
+def admission(
+    word: str = typer.Argument(..., help="open | close"),
+    endpoint: str = typer.Argument(..., help="Endpoint."),
+    reason: str = typer.Option(..., "--reason", help="Why; recorded in the audit log and said in the channel."),
+    user: str = AS_OPTION,
+) -> None:
+    """Admins: open or close what users reach of ENDPOINT by hand (after a failed restore, say)."""
+    from bot.services.admission import override_admission
+
+    def body() -> None:
+        ctx = context()
+        view = override_admission(ctx, endpoint, "open" if word == "open" else word, reason, _identity(ctx, user))
+        output.info(f"admission of {view.endpoint} is now {view.admission}: {view.users_get}")
 
     _run(body)
 
@@ -118,8 +156,8 @@ def history(
 
     def body() -> None:
         views = deployment_history(context(), endpoint, limit)
-        output.table("History", ["#", "kind", "release", "outcome", "requested by", "gates (decided by)", "started (UTC)", "took"],
-                     history_rows(views), empty="no deployments yet")
+        columns = ["#", "kind", "release", "outcome", "requested by", "gates (decided by)", "started (UTC)", "took"]
+        output.table("History", columns, history_rows(views), empty="no deployments yet")
 
     _run(body)
 
@@ -243,7 +281,8 @@ def gate_accept_limits(
         accepted = accept_proposed_limits(ctx, None, deployment, who, seen_report_hash=stored.report_hash)
         now, was = accepted.accepted, accepted.previous
         output.info(
-            f"{accepted.endpoint}: request limits set to {now['max_concurrent_requests']} concurrent, queue {now['max_queue_size']} "
+            f"{accepted.endpoint}: request limits set to {now['max_concurrent_requests']} concurrent, "
+            f"queue {now['max_queue_size']} "
             f"(were {was['max_concurrent_requests']}, queue {was['max_queue_size']}), accepted by {who} "
             f"from report {stored.report_hash[:12]} of deployment #{deployment}'s traffic gate"
         )
@@ -256,6 +295,8 @@ def register(app: typer.Typer) -> None:
     app.command("deploy")(deploy)
     app.command("rollback")(rollback)
     app.command("cancel")(cancel)
+    app.command("drain")(drain)
+    app.command("admission")(admission)
     app.command("resume")(resume)
     app.command("history")(history)
     app.add_typer(gate_app, name="gate")

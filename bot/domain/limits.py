@@ -62,6 +62,7 @@ def same_limits(proposal: Mapping[str, Any], effective: Mapping[str, Any]) -> bo
 def find_acceptance(entries: Sequence[AuditEntry], deployment_id: int, report_hash: str) -> LimitsAcceptance | None:
     """The acceptance of exactly this report among audit entries ``(action, actor, at, details)``."""
     for action, actor, at, details in entries:
-        if action == LIMITS_ACCEPTED and details.get("report_hash") == report_hash and details.get("deployment_id") == deployment_id:
+        if (action == LIMITS_ACCEPTED and details.get("report_hash") == report_hash
+                and details.get("deployment_id") == deployment_id):
             return LimitsAcceptance(actor, at, dict(details.get("accepted") or {}), dict(details.get("previous") or {}))
     return None

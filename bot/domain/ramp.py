@@ -67,7 +67,8 @@ def breaches(window: Window, objectives: WindowObjectives) -> list[str]:
     if window.requests > 0:
         rate = window.errors / window.requests
         if rate > objectives.error_rate:
-            found.append(f"error rate {rate:.1%} above {objectives.error_rate:.1%} ({window.errors:.0f} of {window.requests:.0f})")
+            found.append(f"error rate {rate:.1%} above {objectives.error_rate:.1%} "
+                         f"({window.errors:.0f} of {window.requests:.0f})")
         if window.ttft_p99_ms is not None and window.ttft_p99_ms > objectives.ttft_p99_ms:
             found.append(f"first-token p99 {window.ttft_p99_ms:.0f} ms above {objectives.ttft_p99_ms:.0f} ms")
     if window.peak_waiting is not None and window.peak_waiting > objectives.queue_depth:

@@ -75,7 +75,7 @@ class Routed(NamedTuple):
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -399,7 +399,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("gateway stand-in: " + format, *args)
 
     def _plain(self, status: int, text: str) -> None:
@@ -474,14 +474,14 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             response.close()
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         self._handle()
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         self._handle()
 
-    def do_PUT(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_PUT(self) -> None:
         self._handle()
 
-    def do_DELETE(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_DELETE(self) -> None:
         self._handle()

@@ -126,12 +126,12 @@ def open_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, re
     uow.events.emit(AdmissionStuck(endpoint_name=endpoint_name, incident=STUCK, reason=reason, text=text), at=now)
 
 
-def _close_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str) -> None:
+def _close_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, actor: str = "kimi-ops") -> None:
     row = uow.endpoints.get(endpoint_name)
     incident = uow.incidents.open_for(row.id, STUCK) if row is not None else None
     if incident is not None:
         incident.open, incident.closed_at = None, ctx.clock.now()
-        uow.audit.record(at=ctx.clock.now(), actor="kimi-ops", action="incident.closed", subject=f"endpoint:{endpoint_name}",
+        uow.audit.record(at=ctx.clock.now(), actor=actor, action="incident.closed", subject=f"endpoint:{endpoint_name}",
                          details={"kind": STUCK})
 
 
@@ -146,7 +146,7 @@ def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str,
     if not reason.strip():
         raise Refused("say why: `--reason …` is required to change admission by hand")
     try:
-        admission = parse_admission(word)
+        admission = parse_admission("closed" if word.strip().lower() == "close" else word)
     except AdmissionError as exc:
         raise Refused(str(exc)) from None
     if admission.state not in (AdmissionState.OPEN, AdmissionState.CLOSED):
@@ -168,6 +168,6 @@ def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str,
     with ctx.uow() as uow:
         record_admission(uow, ctx, endpoint_name, admission, reason, actor=actor.user_id, deployment_id=None, words=words)
         if admission.state is AdmissionState.OPEN:
-            _close_stuck_incident(uow, ctx, endpoint_name)
+            _close_stuck_incident(uow, ctx, endpoint_name, actor.user_id)
         uow.commit()
     return AdmissionView(endpoint=endpoint_name, admission=str(admission), users_get=words)

@@ -122,34 +122,36 @@ def transition(
         for other in uow.deployments.in_states(dep.endpoint_id, [State.LIVE]):
             if other.id != dep.id:
                 check_transition(other.kind, State.LIVE, State.SUPERSEDED)
-                other.state, other.state_reason, other.updated_at = State.SUPERSEDED.value, f"superseded by deployment #{dep.id}", now
+                other.state, other.updated_at = State.SUPERSEDED.value, now
+                other.state_reason = f"superseded by deployment #{dep.id}"
                 uow.audit.record(at=now, actor=actor, action="deployment.superseded", subject=f"deployment:{other.id}",
                                  details={"by": dep.id})
     payload = {"from": before, "to": to.value, "reason": reason, "release": dep.release.name, "kind": dep.kind,
                "endpoint": dep.endpoint.name, **(details or {})}
     uow.audit.record(at=now, actor=actor, action=f"deployment.{to.value}", subject=f"deployment:{dep.id}", details=payload)
     uow.events.emit(StateChanged(deployment_id=dep.id, endpoint_name=dep.endpoint.name, from_state=before, to_state=to.value,
-                                 reason=reason, release=dep.release.name, kind=path_kind(dep), details=dict(details or {})), at=now)
+                                 reason=reason, release=dep.release.name, kind=path_kind(dep),
+                                 details=dict(details or {})), at=now)
 
 
 def end(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, target: State, *, actor: str = "kimi-ops", reason: str,
         details: dict[str, Any] | None = None) -> Deployment | None:
     """End ``dep`` (rejected, failed, cancelled, expired, interrupted) so that users never stay on what was not approved.
 
-    * a deploy that closed admission but applied nothing reopens first (``reopening``, then ``target``);
+    * a deploy or rollback that closed admission but applied nothing reopens first (``reopening``, then ``target``);
     * a deploy that may have reached the cluster ends and, in the same transaction, a restore of the live
       release's exact stored manifest starts (returned);
     * a rollback or restore that ends while users are closed out pages: admission stays closed until a person acts.
     """
     state, kind = State(dep.state), path_kind(dep)
-    if kind == "deploy" and state in BEFORE_APPLY_CLOSED:
+    if kind in ("deploy", "rollback") and state in BEFORE_APPLY_CLOSED:
         dep.ending = target.value
         transition(uow, ctx, dep, State.REOPENING, actor=actor, reason=f"{reason}; reopening admission", details=details)
         return None
     transition(uow, ctx, dep, target, actor=actor, reason=reason, details=details)
     if kind == "deploy" and is_past_apply(kind, state):
         return _start_restore(uow, ctx, dep, f"deployment #{dep.id} {target.value}")
-    if kind in ("rollback", "restore") and state in USERS_CLOSED_OUT:
+    if kind in ("rollback", "restore") and (state in USERS_CLOSED_OUT or dep.endpoint.admission != "open"):
         open_stuck_incident(uow, ctx, dep.endpoint.name, f"{kind} #{dep.id} {target.value} while users were closed out: {reason}")
     return None
 
@@ -171,7 +173,9 @@ def _start_restore(uow: SqlUnitOfWork, ctx: Context, ended: Deployment, why: str
     return restore
 
 
-def store_gate_report(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops") -> GateResult:
+def store_gate_report(
+    uow: SqlUnitOfWork, ctx: Context, dep: Deployment, report: GateReport, actor: str = "kimi-ops",
+) -> GateResult:
     """Keep a gate's check report (a recheck adds a row; reports are never overwritten) and announce it."""
     now = ctx.clock.now()
     row = uow.gates.add(
@@ -202,6 +206,15 @@ def endpoint_settings(ctx: Context, name: str) -> EndpointSettings:
             known = ", ".join(e.name for e in uow.endpoints.list()) or "none are configured (KIMI_CONFIG)"
             raise NotFound(f"no endpoint named {name}; known endpoints: {known}")
         return EndpointSettings.model_validate(row.settings)
+
+
+def endpoint_row(uow: SqlUnitOfWork, name: str) -> Endpoint:
+    """The endpoint's row, or :class:`NotFound` naming the ones there are (settings may change under a running bot)."""
+    row = uow.endpoints.get(name)
+    if row is None:
+        known = ", ".join(e.name for e in uow.endpoints.list()) or "none are configured (KIMI_CONFIG)"
+        raise NotFound(f"no endpoint named {name}; known endpoints: {known}")
+    return row
 
 
 def resolve_endpoint(ctx: Context, name: str | None) -> str:
@@ -265,7 +278,7 @@ def request_deploy(ctx: Context, release_name: str, endpoint_name: str | None, a
     name = resolve_endpoint(ctx, endpoint_name)
     authorize(ctx, actor, "deploy", f"endpoint:{name}")
     with ctx.uow() as uow:
-        endpoint = uow.endpoints.get(name)
+        endpoint = endpoint_row(uow, name)
         release = uow.releases.get(release_name)
         if release is None:
             raise NotFound(f"no release named {release_name}; `release list` shows the registered ones")
@@ -283,7 +296,7 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
     name = resolve_endpoint(ctx, endpoint_name)
     authorize(ctx, actor, "rollback", f"endpoint:{name}")
     with ctx.uow() as uow:
-        endpoint = uow.endpoints.get(name)
+        endpoint = endpoint_row(uow, name)
         history = uow.deployments.for_endpoint(endpoint.id)
         live = live_deployment(uow, endpoint.id)
         latest = history[0] if history else None
@@ -354,22 +367,27 @@ def decide_gate(
         state = State(dep.state)
         if state.gate != gate:
             where = "finished" if state.terminal else f"at {state.words}"
-            raise refuse(uow, f"the {gate} gate of deployment #{dep.id} is not waiting for a decision (the deployment is {where})", "not_waiting")
+            raise refuse(uow, f"the {gate} gate of deployment #{dep.id} is not waiting for a decision "
+                              f"(the deployment is {where})", "not_waiting")
         row = uow.gates.latest(dep.id, gate)
         if row is None:
             raise refuse(uow, f"the {gate} gate of deployment #{dep.id} has no report yet; wait for its checks", "no_report")
         if row.decision is not None:
-            raise refuse(uow, f"the {gate} gate was already {row.decision} by {row.decided_by} at {row.decided_at:%H:%M} UTC", "already_decided")
+            raise refuse(uow, f"the {gate} gate was already {row.decision} by {row.decided_by} "
+                              f"at {row.decided_at:%H:%M} UTC", "already_decided")
         if seen_report_hash != row.report_hash or seen_release_hash != dep.release.tuple_hash:
-            raise refuse(uow, f"the {gate} report changed since you looked (it was re-checked); review the new report and decide again", "stale")
+            raise refuse(uow, f"the {gate} report changed since you looked (it was re-checked); "
+                              "review the new report and decide again", "stale")
         endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
         if decision == "approved":
             if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
-                raise refuse(uow, f"you requested deployment #{dep.id}; someone else must approve its gates on {endpoint.name}", "self_approval")
+                raise refuse(uow, f"you requested deployment #{dep.id}; someone else must approve its gates "
+                                  f"on {endpoint.name}", "self_approval")
             report = GateReport.model_validate(row.report)
             if not report.approvable:
                 names = ", ".join(c.name for c in report.blocking)
-                raise refuse(uow, f"the {gate} gate has failed or errored checks ({names}); reject it or `gate recheck {dep.id}`", "blocking_checks")
+                raise refuse(uow, f"the {gate} gate has failed or errored checks ({names}); "
+                                  f"reject it or `gate recheck {dep.id}`", "blocking_checks")
         row.decision, row.decided_by, row.decided_at, row.decision_reason = decision, actor.user_id, now, reason
         row.seen = {"report_hash": seen_report_hash, "release_hash": seen_release_hash, "release": dep.release.name,
                     "status": GateReport.model_validate(row.report).status}
@@ -431,7 +449,8 @@ def decide_drain(ctx: Context, deployment_id: int, choice: str, actor: Identity)
         if dep.state != State.DRAIN_STALLED:
             raise Refused(f"deployment #{dep.id} is not waiting on a stalled drain (it is {State(dep.state).words})")
         if choice == "wait":
-            transition(uow, ctx, dep, State.DRAINING, actor=actor.user_id, reason=f"{actor.user_id} chose to wait longer for the drain")
+            transition(uow, ctx, dep, State.DRAINING, actor=actor.user_id,
+                       reason=f"{actor.user_id} chose to wait longer for the drain")
         else:
             end(uow, ctx, dep, State.CANCELLED, actor=actor.user_id,
                 reason=f"drain aborted by {actor.user_id}; nothing was applied")
@@ -449,6 +468,8 @@ def pending_gates(ctx: Context, actor: Identity | None = None) -> list[PendingGa
         result = []
         for row in uow.gates.pending():
             dep = uow.deployments.get(row.deployment_id)
+            if dep is None:
+                continue
             view = _view(uow, dep)
             if view.pending is None or view.pending.gate != row.gate:
                 continue
@@ -463,7 +484,7 @@ def pending_gates(ctx: Context, actor: Identity | None = None) -> list[PendingGa
 def history(ctx: Context, endpoint_name: str | None = None, limit: int = 20) -> list[DeploymentView]:
     name = resolve_endpoint(ctx, endpoint_name)
     with ctx.uow() as uow:
-        endpoint = uow.endpoints.get(name)
+        endpoint = endpoint_row(uow, name)
         return [_view(uow, d) for d in uow.deployments.for_endpoint(endpoint.id, limit)]
 
 
@@ -503,7 +524,8 @@ def stored_gate_report(ctx: Context, deployment_id: int, gate: str) -> StoredGat
             raise NotFound(f"no deployment #{deployment_id}; `history` lists them")
         rows = [r for r in uow.gates.for_deployment(dep.id) if r.gate == gate]
         if not rows:
-            why = "a rollback has only an artifact gate" if dep.kind == "rollback" else f"the deployment is {State(dep.state).words}"
+            why = ("a rollback has only an artifact gate (and its evaluation)" if dep.kind == "rollback"
+                   else f"the deployment is {State(dep.state).words}")
             raise NotFound(f"deployment #{dep.id} has no {gate} gate report ({why})")
         row = rows[-1]
         return StoredGateReport(

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from bot.adapters.store.models import Deployment, ReadinessCheck
 from bot.adapters.store.uow import SqlUnitOfWork
@@ -28,13 +29,14 @@ from bot.domain.ramp import WindowObjectives, breaches, next_step, ramp_steps, u
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
-from bot.domain.states import NEEDS_STORED_MANIFEST, State, is_past_apply, next_state
+from bot.domain.states import NEEDS_STORED_MANIFEST, State, next_state
 from bot.services.access import Identity, authorize
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission, reopened
 from bot.services.context import Context, require
 from bot.services.deployments import (
     _view,
     end,
+    endpoint_row,
     get_deployment,
     live_deployment,
     path_kind,
@@ -75,7 +77,7 @@ class Snapshot:
 
 def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
     endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
-    baseline: dict = {}
+    baseline: dict[str, Any] = {}
     live = live_deployment(uow, dep.endpoint_id)
     if live is not None:
         for gate in ("model", "traffic"):
@@ -129,7 +131,8 @@ class Engine:
 
     def _progress(self, snap: Snapshot, progress: RolloutProgress) -> None:
         with self.ctx.uow() as uow:
-            uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name, message=progress.message,
+            uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
+                                                 message=progress.message,
                                                  state=progress.state), at=self.ctx.clock.now())
             uow.commit()
 
@@ -361,20 +364,22 @@ class Engine:
             # From here on, every request the candidate finishes beyond kimi-ops's own is a user getting through.
             dep.closed_baseline = baseline.requests_finished if baseline is not None else None
             dep.own_requests = 0
-            transition(uow, self.ctx, dep, next_state(snap.kind, State.READINESS), reason=f"readiness completion {result.summary}",
+            transition(uow, self.ctx, dep, next_state(snap.kind, State.READINESS),
+                       reason=f"readiness completion {result.summary}",
                        details={"ttft_ms": result.ttft_ms, "total_ms": result.total_ms})
             uow.commit()
 
     def _record_readiness(self, snap: Snapshot, result: ReadinessResult) -> None:
         with self.ctx.uow() as uow:
-            endpoint = uow.endpoints.get(snap.endpoint.name)
+            endpoint = endpoint_row(uow, snap.endpoint.name)
             now = self.ctx.clock.now()
             uow.readiness.add(ReadinessCheck(
                 endpoint_id=endpoint.id, at=now, ok=result.ok, http_status=result.http_status, ttft_ms=result.ttft_ms,
                 total_ms=result.total_ms, failure_kind=result.failure_kind, error=result.error,
             ))
             uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
-                                                 message=f"readiness completion {result.summary}", state=State.READINESS.value), at=now)
+                                                 message=f"readiness completion {result.summary}",
+                                                 state=State.READINESS.value), at=now)
             uow.commit()
 
     def _close(self, snap: Snapshot) -> None:
@@ -439,9 +444,10 @@ class Engine:
             dep = self._locked(uow, snap)
             record_admission(uow, self.ctx, snap.endpoint.name, Admission.open(), reason, actor="kimi-ops",
                              deployment_id=snap.id, words=words)
-            if snap.kind == "deploy":
+            if snap.ending is not None or snap.kind == "deploy":
                 ending = State(snap.ending or State.CANCELLED)
-                transition(uow, self.ctx, dep, ending, reason=f"{dep.state_reason or ending.words}; users are back on the running release")
+                transition(uow, self.ctx, dep, ending,
+                           reason=f"{dep.state_reason or ending.words}; users are back on the running release")
             else:
                 reopened(uow, self.ctx, snap.endpoint.name)
                 transition(uow, self.ctx, dep, State.LIVE, reason=f"{reason}: {words}", details={"admission": "open"})
@@ -459,7 +465,8 @@ class Engine:
                 MetricsSnapshot(None, None, None, None, None, None, requests_finished=snap.closed_baseline),
                 self._metrics(snap), snap.own_requests) if snap.closed_baseline is not None else None
             if reached:
-                raise StepFailed(f"{reached:.0f} requests besides kimi-ops's own reached the candidate while users were closed out")
+                raise StepFailed(f"{reached:.0f} requests besides kimi-ops's own reached the candidate "
+                                 "while users were closed out")
         step = current if current in steps else next_step(steps, None)
         objectives = WindowObjectives(ttft_p99_ms=endpoint.ttft_objective_ms, error_rate=endpoint.ramp.error_rate,
                                       queue_depth=endpoint.ramp.queue_depth, kv_cache_usage=endpoint.ramp.kv_cache_usage)

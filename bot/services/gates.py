@@ -61,7 +61,8 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
     if subject.kind == "rollback":
         checks = guarded("weights", lambda: verifier.verify_weights(subject.release))
         checks.append(
-            Check.passed("manifest.restore", f"restores the exact manifest applied before (sha256 {str(subject.manifest_hash)[:12]})")
+            Check.passed("manifest.restore",
+                         f"restores the exact manifest applied before (sha256 {str(subject.manifest_hash)[:12]})")
             if subject.manifest_hash
             else Check.failed("manifest.restore", "no stored manifest for the target release; it cannot be restored exactly")
         )
@@ -101,7 +102,7 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
 def _human_decides(gate: str, check: str, what: str) -> GateReport:
     """The report of a gate whose automated checks this process cannot run: it says so plainly."""
     return GateReport(
-        gate=gate,  # type: ignore[arg-type]
+        gate=gate,
         checks=[Check.warned(check, f"no automated {what} ran for this gate: {HUMAN_STEP[gate]}")],
         summary=f"no automated {gate} checks ran; a human decides",
     )
@@ -138,5 +139,5 @@ def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
             return traffic_report(ctx, subject)
     except Exception as exc:
         log.exception("gate %s checks crashed", gate)
-        return GateReport(gate=gate, checks=[Check.errored(f"{gate}.checks", f"the checks could not run: {_short(exc)}")])  # type: ignore[arg-type]
+        return GateReport(gate=gate, checks=[Check.errored(f"{gate}.checks", f"the checks could not run: {_short(exc)}")])
     raise ValueError(f"unknown gate {gate}")

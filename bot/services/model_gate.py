@@ -76,9 +76,11 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
     answers = evaluator.run(endpoint, cases, concurrency=eval_set.concurrency, timeout=eval_set.timeout_seconds)
     if answers and all(a.http_status is None for a in answers):
         first = answers[0].error or "no answer"
-        return GateReport(gate="model", checks=[Check.errored("model.evaluation", f"the endpoint {endpoint.url} did not answer: {first}")])
+        silent = Check.errored("model.evaluation", f"the endpoint {endpoint.url} did not answer: {first}")
+        return GateReport(gate="model", checks=[silent])
     by_id = {c.id: c for c in cases}
-    results = [score(by_id[a.case_id], a, refusal_patterns=eval_set.refusal_patterns, sampling=eval_set.sampling) for a in answers]
+    results = [score(by_id[a.case_id], a, refusal_patterns=eval_set.refusal_patterns, sampling=eval_set.sampling)
+               for a in answers]
     summary = summarise(eval_set, results)
     production, production_release = baseline_summary(baseline)
     verdicts = kind_verdicts(eval_set, summary, results) + compare(summary, production, eval_set.tolerances)
@@ -98,11 +100,14 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
         attachments["plot"] = plot
     failed = sum(1 for r in results if not r.passed)
     versus = f" vs production {production_release}" if production_release else ""
-    text = f"{len(results) - failed}/{len(results)} cases passed; p50 {_ms(summary.latency_p50_ms)}, p95 {_ms(summary.latency_p95_ms)}{versus}"
+    text = (f"{len(results) - failed}/{len(results)} cases passed; "
+            f"p50 {_ms(summary.latency_p50_ms)}, p95 {_ms(summary.latency_p95_ms)}{versus}")
     return GateReport(gate="model", checks=[_check(v) for v in verdicts], summary=text, attachments=attachments)
 
 
-def _plot(ctx: Context, endpoint: EndpointSettings, release: str, summary: Summary, production: Summary | None) -> dict[str, Any] | None:
+def _plot(
+    ctx: Context, endpoint: EndpointSettings, release: str, summary: Summary, production: Summary | None,
+) -> dict[str, Any] | None:
     kinds = sorted(summary.kinds)
     path = ctx.settings.data_dir / "reports" / f"model-{endpoint.name}-{release}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
     try:

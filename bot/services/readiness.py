@@ -211,8 +211,8 @@ def _record(ctx: Context, spec: EndpointSettings, result: ReadinessResult) -> Pr
         incidents = _Incidents(ctx, uow, row, spec, now)
         opened: list[str] = []
         closed: list[str] = []
-        if failing and incidents.open(FAILING, f"{needed} readiness completions in a row failed; latest {result.error or result.failure_kind}"
-                                      f" ({result.failure_kind})"):
+        if failing and incidents.open(FAILING, f"{needed} readiness completions in a row failed; "
+                                               f"latest {result.error or result.failure_kind} ({result.failure_kind})"):
             opened.append(FAILING)
         if slow and incidents.open(SLOW, f"time to first token above the {spec.ttft_objective_ms} ms objective in {needed} "
                                          f"completions in a row; latest {result.ttft_ms:.0f} ms"):

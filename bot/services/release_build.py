@@ -53,7 +53,9 @@ class WeightStore(Protocol):
 
     def list_prefix(self, bucket: str, prefix: str) -> list[ListedObject]: ...
 
-    def sha256(self, bucket: str, key: str, progress: Progress | None = None, head: dict[str, Any] | None = None) -> str | None: ...
+    def sha256(
+        self, bucket: str, key: str, progress: Progress | None = None, head: dict[str, Any] | None = None,
+    ) -> str | None: ...
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,8 @@ class _Watch:
         row.last_seen_at = self.now
         if row.gone_at is not None:
             row.gone_at = None
-            self._say(ReservationAppeared, row, f"Reservation {describe(info)} is listed again: {info.state}, ends {when(info.end)}",
+            self._say(ReservationAppeared, row,
+                      f"Reservation {describe(info)} is listed again: {info.state}, ends {when(info.end)}",
                       state=info.state)
             self.report.appeared.append(short_id(info.id))
         row.kind, row.region, row.instance_type = info.kind, info.region, info.instance_type
@@ -277,7 +278,8 @@ class _Watch:
             self._say(ReservationChanged, row,
                       f"Reservation {describe(info)} {verb}: now ends {when(info.end)} (was {when(old.end)}), "
                       f"{format_remaining(info.remaining(self.now))} left",
-                      change="end", before=old.end.isoformat() if old.end else None, after=info.end.isoformat() if info.end else None)
+                      change="end", before=old.end.isoformat() if old.end else None,
+                      after=info.end.isoformat() if info.end else None)
             self.report.changed.append(f"{short_id(info.id)} {verb}")
         if (old.availability_zone, old.instance_type) != (info.availability_zone, info.instance_type):
             self.uow.audit.record(at=self.now, actor=ACTOR, action="reservation.updated", subject=f"reservation:{row.id}",
@@ -432,7 +434,8 @@ class _Watch:
             if spec.region not in regions_read:
                 continue  # unknown, not missing: aws_health speaks for that region
             missing = spec.name in self.live and spec.name not in covered
-            wanted = spec.reservation_id or f"a {expected_kind(spec)} of {spec.instance_type} in {spec.availability_zone or spec.region}"
+            wanted = (spec.reservation_id
+                      or f"a {expected_kind(spec)} of {spec.instance_type} in {spec.availability_zone or spec.region}")
             self._incident(
                 spec, MISSING_INCIDENT, missing, f"no usable reservation found ({wanted})",
                 (ReservationMissing,

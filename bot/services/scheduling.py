@@ -6,7 +6,8 @@ module-level function APScheduler stores as a textual reference
 ``run_job`` runs one job now and records its outcome as an audit row
 (``job.run`` on subject ``job:NAME``), which is where ``kimi-ops jobs list`` reads
 each job's last outcome; a failing job records the failure and never raises, so
-the scheduler keeps its schedule.
+the scheduler keeps its schedule. A job that moves deployments on (the gate
+expiry starts restores) is given the process's engine: ``run_job(..., engine=)``.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bot.config import Settings
-from bot.services.context import Context
+from bot.services.context import Context, require
 from bot.services.errors import NotFound, UserError
+from bot.services.gate_expiry import watch_gates
 from bot.services.readiness import probe_endpoints
 from bot.services.reservations import watch_reservations
+
+if TYPE_CHECKING:  # the engine loads only in a process that runs deployments
+    from bot.services.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +40,8 @@ class JobSpec:
     func: str
     """``module:function`` of the entrypoint APScheduler calls (a textual, picklable reference)."""
     period_minutes: Callable[[Settings], int]
-    service: Callable[[Context], str]
+    service: Callable[[Context, Engine | None], str]
+    """What one run does, given the Context and the process's engine (``None`` where none was given)."""
 
 
 @dataclass(frozen=True)
@@ -56,13 +63,37 @@ class JobInfo:
     last_run: JobRun | None
 
 
-def _watch(ctx: Context) -> str:
+def _watch(ctx: Context, engine: Engine | None) -> str:
     return watch_reservations(ctx).summary
 
 
-def _probe(ctx: Context) -> str:
+def _probe(ctx: Context, engine: Engine | None) -> str:
     outcomes = probe_endpoints(ctx)
     return "; ".join(o.line for o in outcomes) if outcomes else "no endpoints declared"
+
+
+def _expire(ctx: Context, engine: Engine | None) -> str:
+    """Remind about and expire waiting gates, then drive what expiry started (restores, reopening) to its end.
+
+    The drive runs after every expiry committed and inside this run, so the job
+    never overlaps itself (``max_instances=1``): a long restore delays the next
+    run, whose backlog then runs once (``coalesce``).
+    """
+    drive = require(engine, "deployment engine", "to drive the restores a gate expiry starts")
+    report = watch_gates(ctx)
+    outcomes: list[str] = []
+    for deployment_id in report.to_drive:
+        try:
+            view = drive.advance(deployment_id)
+        except Exception as exc:  # one restore failing to run must not hide the others; resume picks it up
+            log.exception("driving expired deployment #%s failed", deployment_id)
+            outcomes.append(f"deployment #{deployment_id} not driven ({type(exc).__name__})")
+            continue
+        outcomes.append(f"deployment #{deployment_id} {view.state.words}")
+    summary = "; ".join((report.summary, *outcomes))
+    if report.errors:
+        raise UserError(summary)
+    return summary
 
 
 JOBS: dict[str, JobSpec] = {
@@ -82,6 +113,13 @@ JOBS: dict[str, JobSpec] = {
             period_minutes=lambda s: s.readiness_probe_minutes,
             service=_probe,
         ),
+        JobSpec(
+            name="gate-expiry",
+            description="gates nobody decides: remind the approvers at half-time, end (and restore) at expiry",
+            func="jobs.gate_expiry:run",
+            period_minutes=lambda s: s.gate_expiry_minutes,
+            service=_expire,
+        ),
     )
 }
 
@@ -93,12 +131,13 @@ def job_spec(name: str) -> JobSpec:
     return spec
 
 
-def run_job(ctx: Context, name: str, *, trigger: str = "schedule", actor: str = "kimi-ops:scheduler") -> JobRun:
+def run_job(ctx: Context, name: str, *, engine: Engine | None = None, trigger: str = "schedule",
+            actor: str = "kimi-ops:scheduler") -> JobRun:
     """Run one job now and record its outcome; failures are recorded, not raised."""
     spec = job_spec(name)
     started = ctx.clock.now()
     try:
-        summary, ok = spec.service(ctx), True
+        summary, ok = spec.service(ctx, engine), True
     except UserError as exc:
         summary, ok = str(exc), False
     except Exception as exc:  # a broken run must not kill the scheduler thread; the outcome says what happened

@@ -63,7 +63,8 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings) -> GateReport:
     if not outcome.levels or all(lv.ok == 0 and lv.rejected == 0 for lv in outcome.levels):
         said = next((lv.first_error for lv in outcome.levels if lv.first_error), None)
         why = f" (every request failed: {said})" if said else ""
-        return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", f"the endpoint {endpoint.url} did not answer the sweep{why}")],
+        silent = Check.errored("traffic.sweep", f"the endpoint {endpoint.url} did not answer the sweep{why}")
+        return GateReport(gate="traffic", checks=[silent],
                           attachments={"sweep": _sweep_attachment(outcome, plan, objectives)})
     proposal = propose(outcome.levels, objectives, ceiling=plan.ceiling)
     current = endpoint.effective_request_limits
@@ -105,9 +106,11 @@ def _hit_rate(levels: list[LevelStats], mode: str) -> str:
 def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -> list[Check]:
     checks: list[Check] = []
     rejected = sum(lv.rejected for lv in outcome.levels)
-    sweep_text = f"{len(outcome.levels)} levels, {outcome.requests} requests ({rejected} rejected) in {outcome.elapsed_seconds:.0f} s"
+    sweep_text = (f"{len(outcome.levels)} levels, {outcome.requests} requests ({rejected} rejected) "
+                  f"in {outcome.elapsed_seconds:.0f} s")
     if outcome.stopped_early and proposal.knee is None:
-        checks.append(Check.warned("traffic.sweep", f"{sweep_text}; stopped early ({outcome.stopped_early}) before any objective broke"))
+        checks.append(Check.warned("traffic.sweep",
+                                   f"{sweep_text}; stopped early ({outcome.stopped_early}) before any objective broke"))
     else:
         checks.append(Check.passed("traffic.sweep", sweep_text, stopped_early=outcome.stopped_early))
     if proposal.max_concurrent_requests is None:
@@ -133,7 +136,8 @@ def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -
         text = (f"configured {current.max_concurrent_requests} concurrent / queue {current.max_queue_size}; "
                 f"proposed {proposal.max_concurrent_requests} / {proposal.max_queue_size}")
         admission = current.max_concurrent_requests + current.max_queue_size
-        if proposal.knee is not None and proposal.knee > admission and all(r.startswith("429/503") for r in proposal.knee_reasons):
+        if (proposal.knee is not None and proposal.knee > admission
+                and all(r.startswith("429/503") for r in proposal.knee_reasons)):
             # The endpoint's own admission limit answered 429: the model itself was never pushed past it.
             text += "; the knee is the endpoint's own admission limit, raise it and recheck to measure the model beyond it"
         checks.append(Check.passed("traffic.limits", text))
@@ -210,7 +214,8 @@ def accept_proposed_limits(
                          f"not serving on {name}, so its proposal no longer applies", dep.state)
         proposal = proposed_limits(row.report)
         if proposal is None:
-            raise Refused(f"the traffic gate of deployment #{deployment_id} proposed no limit (no level met the objectives); nothing to accept")
+            raise Refused(f"the traffic gate of deployment #{deployment_id} proposed no limit "
+                          "(no level met the objectives); nothing to accept")
         current = EndpointSettings.model_validate(endpoint.settings)
         previous = current.effective_request_limits
         if same_limits(proposal, previous.model_dump(mode="json")):

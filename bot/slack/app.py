@@ -10,8 +10,9 @@ watch a rollout for an hour) runs on a separate engine pool, so it never holds
 a worker that answers people.
 
 At the edge: Bolt verifies signature and timestamp (forged or stale → 401);
-:mod:`bot.slack.middleware.retries` acknowledges and drops redeliveries,
-:mod:`bot.slack.middleware.replay_guard` refuses an exact replay, and
+:mod:`bot.slack.middleware.replay_guard` claims each request in the database
+(a replay is refused, a redelivery of a request some replica took on is
+acknowledged and dropped, one whose original was lost runs), and
 :mod:`bot.slack.middleware.metrics` counts and times every request.
 """
 
@@ -27,13 +28,13 @@ from slack_sdk import WebClient
 
 from bot.adapters.slack.identity import GroupDirectory
 from bot.bootstrap import Root
+from bot.services.health import database_problems
 from bot.slack.deps import SlackDeps, person
 from bot.slack.home_cache import HomeCache
-from bot.slack.http import WsgiApp, wsgi_app
+from bot.slack.http import Check, ReadinessProbe, WsgiApp, wsgi_app
 from bot.slack.listeners import register_listeners
 from bot.slack.middleware.metrics import MeteredApp, SlackMetrics
-from bot.slack.middleware.replay_guard import ReplayGuard
-from bot.slack.middleware.retries import IgnoreRetries
+from bot.slack.middleware.replay_guard import OncePerRequest
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
 
@@ -60,8 +61,8 @@ class KimiApp:
         notifier.on_delivered = homes.refresh_all  # the Homes opened on this replica follow what it delivers
         self.outbox = Outbox(notifier)
         self.deps = SlackDeps(root, client, directory, notifier, self.outbox, homes, self.slow)
-        bolt.use(IgnoreRetries())  # before the replay guard: a redelivery is acknowledged, not refused
-        bolt.use(ReplayGuard())
+        self.once = OncePerRequest(ctx)  # one answer per request across replicas, redeliveries included
+        bolt.use(self.once)
         register_listeners(bolt, self.deps, command)
 
     def start_delivery(self, every_seconds: float) -> None:
@@ -85,8 +86,10 @@ class KimiApp:
         """One Slack request through Bolt, as the HTTP adapter sends it (the local shell feeds its signed requests here)."""
         return self.bolt.dispatch(BoltRequest(body=body.decode("utf-8"), query=query, headers=headers))
 
-    def wsgi(self, path: str = "/slack/events") -> WsgiApp:
-        return wsgi_app(self.bolt, self.metrics.registry, path)
+    def wsgi(self, path: str = "/slack/events", checks: tuple[Check, ...] = ()) -> WsgiApp:
+        """The HTTP face; ``/readyz`` checks the database and schema, then ``checks`` (serve adds the Slack connection)."""
+        probe = ReadinessProbe([functools.partial(database_problems, self.ctx), *checks])
+        return wsgi_app(self.bolt, self.metrics.registry, path, ready=probe)
 
     def start_background(self) -> None:
         """After a restart: resume in-flight deployments and send what the outbox still holds."""
@@ -99,6 +102,7 @@ class KimiApp:
         self.slow.submit(resume)
 
     def close(self) -> None:
+        self.once.close()
         self.outbox.stop()
         self.root.engine.stop_all()
         self.workers.shutdown(wait=True, cancel_futures=True)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from slack_sdk import WebClient
 
 from bot.adapters.slack.blocks import home_view
-from bot.bootstrap import Context
 from bot.services.access import Identity
+from bot.services.context import Context
 from bot.services.readiness import status_version
 from commands import home
 

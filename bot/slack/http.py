@@ -1,13 +1,22 @@
-"""The HTTP face of the Slack app: Bolt's own WSGI adapter on Slack's path, ``/healthz`` and ``/metrics``, on waitress.
+"""The HTTP face of the Slack app: Bolt's WSGI adapter on Slack's path, ``/healthz``, ``/readyz``, ``/metrics``, on waitress.
 
 In Socket Mode nothing arrives on the Slack path, but the cluster's probes and
-Prometheus still read the other two.
+Prometheus still read the others.
+
+``/healthz`` is liveness: the process answers HTTP (a wedged one is restarted).
+``/readyz`` is readiness: 200 only when every check (:class:`ReadinessProbe`:
+the database answers at the current schema, and in Socket Mode the connection
+to Slack is up) finds nothing wrong, else 503 with the reasons. A replica that
+is not ready is taken out of service, never restarted for it: restarting
+would not bring the database back.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -15,10 +24,51 @@ from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+Check = Callable[[], list[str]]
+
+log = logging.getLogger("kimi_ops.slack")
+
+READY_WAIT_SECONDS = 2.0  # under the probe's 3-second timeout
 
 
-def wsgi_app(bolt: App, metrics: CollectorRegistry, path: str = "/slack/events") -> WsgiApp:
-    """``POST path`` to Bolt (which verifies, dispatches and answers 404 elsewhere), ``/healthz``, ``/metrics``."""
+class ReadinessProbe:
+    """Runs the readiness checks off the request thread, waiting at most ``wait_seconds`` for them.
+
+    A database that stops answering can hang a connection attempt for seconds; the
+    probe then says so instead of timing out, and never starts a second run while
+    one is still stuck (probes would otherwise pile up threads).
+    """
+
+    def __init__(self, checks: Sequence[Check], wait_seconds: float = READY_WAIT_SECONDS) -> None:
+        self.checks = list(checks)
+        self.wait_seconds = wait_seconds
+        self._running: Future[list[str]] | None = None
+        self._lock = threading.Lock()
+
+    def _run(self, future: Future[list[str]]) -> None:
+        problems: list[str] = []
+        try:
+            for check in self.checks:
+                problems += check()
+        except Exception as exc:  # a broken check must read as "not ready", not as a crashed probe
+            problems.append(f"a readiness check failed ({type(exc).__name__})")
+        future.set_result(problems)
+
+    def __call__(self) -> list[str]:
+        """The problems found (``[]``: ready)."""
+        with self._lock:
+            future = self._running
+            if future is None or future.done():
+                future = self._running = Future()
+                threading.Thread(target=self._run, args=(future,), name="kimi-readyz", daemon=True).start()
+        try:
+            return future.result(timeout=self.wait_seconds)
+        except TimeoutError:
+            return [f"the readiness checks did not finish within {self.wait_seconds:g} s (the database may not answer)"]
+
+
+def wsgi_app(bolt: App, metrics: CollectorRegistry, path: str = "/slack/events", ready: Check | None = None) -> WsgiApp:
+    """``POST path`` to Bolt (which verifies, dispatches and answers 404 elsewhere), ``/healthz``, ``/readyz``, ``/metrics``."""
     slack = SlackRequestHandler(bolt, path)
     metrics_app = make_wsgi_app(metrics)
 
@@ -27,6 +77,14 @@ def wsgi_app(bolt: App, metrics: CollectorRegistry, path: str = "/slack/events")
         if route == "/healthz":
             start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"ok\n"]
+        if route == "/readyz":
+            problems = ready() if ready is not None else []
+            if problems:
+                log.warning("not ready: %s", "; ".join(problems))
+                start_response("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
+                return [("not ready: " + "; ".join(problems) + "\n").encode()]
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"ready\n"]
         answer: Iterable[bytes] = (metrics_app if route == "/metrics" else slack)(environ, start_response)
         return answer
 
@@ -59,7 +117,7 @@ class HttpServer:
     def url(self) -> str:
         return f"http://{self._server.effective_host}:{self.port}"
 
-    def start(self) -> "HttpServer":
+    def start(self) -> HttpServer:
         self._thread.start()
         return self
 

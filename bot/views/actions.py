@@ -32,6 +32,6 @@ class GateTicket:
                           separators=(",", ":"))
 
     @classmethod
-    def decode(cls, value: str) -> "GateTicket":
+    def decode(cls, value: str) -> GateTicket:
         data = json.loads(value)
         return cls(int(data["d"]), str(data["g"]), str(data["r"]), str(data["h"]))

@@ -60,12 +60,14 @@ def render_traffic_report(report: GateReport | dict[str, Any]) -> str:
     if sweep.get("levels"):
         out += ["", sweep_table(sweep["levels"])]
     if knee.get("concurrency") is not None:
-        out.append(f"\nknee: {knee['concurrency']} concurrent ({knee.get('prefix')} prefixes) — {'; '.join(knee.get('broken', []))}")
+        out.append(f"\nknee: {knee['concurrency']} concurrent ({knee.get('prefix')} prefixes) — "
+                   f"{'; '.join(knee.get('broken', []))}")
     else:
         out.append("\nknee: none found up to the ceiling")
     if proposal.get("max_concurrent_requests") is not None:
-        out.append(f"proposed: maxConcurrentRequests {proposal['max_concurrent_requests']}, maxQueueSize {proposal['max_queue_size']}, "
-                   f"overflow {proposal.get('overflow_status_code')} (now {current.get('max_concurrent_requests')}/{current.get('max_queue_size')})")
+        out.append(f"proposed: maxConcurrentRequests {proposal['max_concurrent_requests']}, "
+                   f"maxQueueSize {proposal['max_queue_size']}, overflow {proposal.get('overflow_status_code')} "
+                   f"(now {current.get('max_concurrent_requests')}/{current.get('max_queue_size')})")
     else:
         out.append("proposed: nothing (no level met the objectives)")
     if att.get("plot", {}).get("path"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Buttons:
     buttons: tuple[Button, ...]
 
 
-Part = Union[Heading, Text, Note, Divider, Table, Buttons, Detail]
+Part = Heading | Text | Note | Divider | Table | Buttons | Detail
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class Reply:
     text: str
     ephemeral: bool = True
     # Runs after the chat got its acknowledgement; its reply (if any) is posted the same way.
-    then: Callable[[], "Reply | None"] | None = field(default=None, compare=False)
+    then: Callable[[], Reply | None] | None = field(default=None, compare=False)
     # The deployment this reply opened, so its thread can go where the request was made.
     deployment_id: int | None = None
 
@@ -99,7 +99,7 @@ class Reply:
 def reply(
     *lines: str,
     ephemeral: bool = True,
-    then: Callable[[], "Reply | None"] | None = None,
+    then: Callable[[], Reply | None] | None = None,
     deployment_id: int | None = None,
 ) -> Reply:
     """A plain reply: one text part made of ``lines``."""

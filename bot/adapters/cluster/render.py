@@ -116,7 +116,7 @@ def eks_serving_args(release: ReleaseManifest, limits: RequestLimits) -> list[st
         if arg.startswith(MAX_NUM_SEQS + "="):
             continue
         args.append(arg)
-    return args + [MAX_NUM_SEQS, str(limits.max_concurrent_requests)]
+    return [*args, MAX_NUM_SEQS, str(limits.max_concurrent_requests)]
 
 
 def limit_annotations(limits: RequestLimits) -> dict[str, str]:

@@ -238,7 +238,7 @@ def admission_from_rules(obj: dict[str, Any], endpoint: EndpointSettings) -> tup
         elif default_percent is None and any(_catches_all(m) for m in matches):
             default_percent = _rule_percent(rule, route, endpoint, problems, where)
     if default_percent is None:
-        return None, problems + ["no rule takes ordinary requests (PathPrefix / without header matches)"]
+        return None, [*problems, "no rule takes ordinary requests (PathPrefix / without header matches)"]
     if cohort_percent is None:
         cohort_percent = default_percent
     if problems:

@@ -179,7 +179,7 @@ def render(parts: Sequence[Part], *, max_blocks: int = MAX_BLOCKS, max_chars: in
     blocks: list[Block] = []
     overflow_lines: list[str] = []
     used = 0
-    for index, part in enumerate(content):
+    for part in content:
         if overflow_lines:
             overflow_lines.append(plain([part]))
             continue
@@ -217,8 +217,10 @@ def reject_modal(ticket_value: str, gate: str, deployment_id: int, channel: str 
         "submit": {"type": "plain_text", "text": "Reject"},
         "close": {"type": "plain_text", "text": "Cancel"},
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn",
-                                         "text": f"Reject the *{gate}* gate of deployment #{deployment_id}? The deployment ends."}},
+            {"type": "section", "text": {
+                "type": "mrkdwn",
+                "text": f"Reject the *{gate}* gate of deployment #{deployment_id}? The deployment ends.",
+            }},
             {"type": "input", "block_id": "reason", "label": {"type": "plain_text", "text": "Reason"},
              "element": {"type": "plain_text_input", "action_id": "reason", "multiline": True, "max_length": 500}},
         ],

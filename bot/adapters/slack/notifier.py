@@ -368,7 +368,8 @@ class SlackNotifier:
         if data is None or (plot.get("sha256") and hashlib.sha256(data).hexdigest() != plot["sha256"]):
             # Another replica ran the sweep, or the file was cleaned up: the table in the message has the numbers.
             log.warning("plot of the %s gate of deployment #%s is not readable at %s", gate, dep.id, path)
-            self._reply(dep, f"The {gate} gate's plot is not available on this kimi-ops replica; the table above has the same numbers.")
+            self._reply(dep, f"The {gate} gate's plot is not available on this kimi-ops replica; "
+                             "the table above has the same numbers.")
             return
         name = PLOT_NAMES.get(gate, f"{gate}-plot.png")
         self.client.files_upload_v2(

@@ -7,9 +7,18 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+DEFAULT_POOL_SIZE = 10
+DEFAULT_MAX_OVERFLOW = 10
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """Create an engine; SQLite gets foreign keys, WAL and a busy timeout."""
+
+def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int = DEFAULT_MAX_OVERFLOW,
+                **kwargs: Any) -> Engine:
+    """Create an engine; SQLite gets foreign keys, WAL and a busy timeout.
+
+    On PostgreSQL the process opens at most ``pool_size + max_overflow`` connections through this engine
+    (the leader lock and the scheduler's job store draw from the same pool), and a connection attempt gives
+    up after 10 s instead of the operating system's minutes.
+    """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
 
@@ -23,9 +32,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
         return engine
     kwargs.setdefault("pool_pre_ping", True)
-    kwargs.setdefault("pool_size", 10)
-    kwargs.setdefault("max_overflow", 30)
-    return create_engine(url, **kwargs)
+    kwargs.setdefault("connect_args", {"connect_timeout": 10})
+    return create_engine(url, pool_size=pool_size, max_overflow=max_overflow, **kwargs)
 
 
 def display_url(url: str) -> str:

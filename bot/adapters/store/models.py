@@ -12,7 +12,6 @@ import datetime as dt
 from typing import Any, ClassVar
 
 from sqlalchemy import (
-    Float,
     JSON,
     Boolean,
     CheckConstraint,
@@ -281,3 +280,18 @@ class Event(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
     delivered_at: Mapped[dt.datetime | None] = mapped_column(index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class SlackDelivery(Base):
+    """One Slack request some replica has taken on, kept while Slack may still send it again.
+
+    ``key`` names the request, not its envelope (see :func:`bot.slack.middleware.replay_guard.delivery_key`):
+    the Events API's ``event_id``, an interaction's ``trigger_id``, else a hash of the body. Every replica
+    inserts the key before handling a request; the primary key lets exactly one insert win, so the same
+    request delivered to several replicas, replayed, or retried after it was handled runs once.
+    """
+
+    __tablename__ = "slack_deliveries"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    received_at: Mapped[dt.datetime] = mapped_column(index=True)

@@ -53,9 +53,6 @@ def flush(session: Session) -> None:
         raise Conflict(str(exc.orig).splitlines()[0] if exc.orig else str(exc)) from exc
 
 
-_Row = TypeVar("_Row")
-
-
 class _Repository:
     def __init__(self, session: Session) -> None:
         self.session = session

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
+from bot.adapters.store.deliveries import DeliveryRepository
 from bot.adapters.store.repositories import (
     AuditRepository,
     DeploymentRepository,
@@ -38,6 +39,7 @@ class SqlUnitOfWork:
     incidents: IncidentRepository
     audit: AuditRepository
     events: EventRepository
+    deliveries: DeliveryRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -55,6 +57,7 @@ class SqlUnitOfWork:
         self.incidents = IncidentRepository(session)
         self.audit = AuditRepository(session)
         self.events = EventRepository(session)
+        self.deliveries = DeliveryRepository(session)
         return self
 
     def __exit__(

@@ -1,49 +1,130 @@
-"""Refuse an exact replay of a signed request inside Slack's 5-minute freshness window (per process).
+"""One answer per Slack request across every replica: claim the request in the shared database before handling it.
 
-Bolt's own verification (before any of our middleware) already refuses a
-forged signature or a stale timestamp; a signature it accepted is seen once.
-Socket Mode requests carry no signature and pass untouched.
+Bolt's own verification (before any of our middleware) refuses a forged
+signature or a stale timestamp. What passes is claimed by its key
+(:func:`delivery_key`) through :func:`bot.services.deliveries.first_delivery`;
+exactly one replica's claim wins, and the others:
+
+* answer 401 to an exact replay of a signed HTTP request (as before, but now
+  across replicas: the same signed ``/kimi status`` sent to two replicas runs once);
+* acknowledge (200) and drop a redelivery (``X-Slack-Retry-Num``) whose original
+  was taken on, so Slack stops retrying — while a redelivery whose original never
+  arrived wins the claim and runs;
+* in Socket Mode, acknowledge and drop any second copy (an envelope left
+  unacknowledged is sent again, possibly on another replica's connection).
+
+The key names the request, not the envelope: Slack re-signs a redelivery with a
+new timestamp (so the signature changes, and cannot be the key) but keeps its
+body. An Events API request is keyed by its ``event_id``, Slack's own name for
+the event, the same on every retry. Everything else (slash commands, buttons,
+modal submissions…) is keyed by the SHA-256 of its body: the body holds the
+``trigger_id`` Slack makes for that one invocation, so two invocations never
+share a key — even the same text typed twice — while a redelivery or a replay
+repeats it byte for byte. (A key of the ``trigger_id`` alone would also merge two
+different requests that happen to carry the same one; the body cannot.)
+
+The claim waits at most ``wait_seconds``: Slack wants its acknowledgement within
+3 seconds, and a database that does not answer must not cost every request its
+answer. Then (or when the claim fails) the request is handled unclaimed and the
+log says so; with the database down its work fails anyway and says so to the person.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
 from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
+from bot.services.context import Context
+from bot.services.deliveries import first_delivery, forget_old_deliveries
+from bot.slack.middleware.retries import retry_number
+
 log = logging.getLogger("kimi_ops.slack")
 
-REPLAY_WINDOW_SECONDS = 300
+CLAIM_WAIT_SECONDS = 1.5
+PURGE_EVERY_SECONDS = 60.0
+MAX_KEY = 200  # the column's length
 
 
-class ReplayGuard(Middleware):
-    """Remembers signatures seen within the window; a second sighting is a replay (401)."""
+def delivery_key(body: Mapping[str, Any], raw_body: str) -> str:
+    """What identifies this request across deliveries (see the module docstring)."""
+    if body.get("event_id"):
+        key = f"event:{_team(body)}:{body['event_id']}"
+        return key if len(key) <= MAX_KEY else "event:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return "body:" + hashlib.sha256(raw_body.encode("utf-8")).hexdigest()
 
-    def __init__(self, window: float = REPLAY_WINDOW_SECONDS, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._seen: dict[str, float] = {}
-        self._window = window
+
+def _team(body: Mapping[str, Any]) -> str:
+    team = body.get("team_id") or body.get("team")
+    if isinstance(team, Mapping):
+        team = team.get("id")
+    return str(team or "-")
+
+
+class OncePerRequest(Middleware):
+    """Claims each verified request in the database; a request another delivery claimed is refused or dropped."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        wait_seconds: float = CLAIM_WAIT_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ctx = ctx
+        self.wait_seconds = wait_seconds
         self._monotonic = monotonic
+        # Claims run here so a request thread waits a bounded time for a database that hangs.
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kimi-claim")
+        self._purged_at: float | None = None
         self._lock = threading.Lock()
 
-    def first_sighting(self, signature: str) -> bool:
+    def first(self, key: str) -> bool | None:
+        """``True`` claimed here, ``False`` claimed before, ``None`` unknown (the database failed or was too slow)."""
+        self._purge_now_and_then()
+        future = self._pool.submit(first_delivery, self.ctx, key)
+        try:
+            return future.result(timeout=self.wait_seconds)
+        except FutureTimeout:
+            log.warning("the database did not answer within %.1f s; handling a Slack request unclaimed", self.wait_seconds)
+        except Exception as exc:  # never a traceback instead of an acknowledgement
+            log.warning("could not claim a Slack request (%s); handling it unclaimed", type(exc).__name__)
+        return None
+
+    def _purge_now_and_then(self) -> None:
         now = self._monotonic()
         with self._lock:
-            if len(self._seen) > 10_000:
-                self._seen = {s: t for s, t in self._seen.items() if now - t < self._window}
-            seen_at = self._seen.get(signature)
-            if seen_at is not None and now - seen_at < self._window:
-                return False
-            self._seen[signature] = now
-            return True
+            if self._purged_at is not None and now - self._purged_at < PURGE_EVERY_SECONDS:
+                return
+            self._purged_at = now
+        self._pool.submit(self._purge)
+
+    def _purge(self) -> None:
+        try:
+            forget_old_deliveries(self.ctx)
+        except Exception as exc:  # the next purge catches up
+            log.warning("could not forget old Slack deliveries (%s)", type(exc).__name__)
 
     def process(self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]) -> BoltResponse | None:
-        signature = (req.headers.get("x-slack-signature") or [""])[0]
-        if signature and not self.first_sighting(signature):
+        # Bolt keeps no raw body for a Socket Mode envelope: its payload, serialised the same way every time, stands in.
+        raw = req.raw_body if req.mode == "http" else json.dumps(req.body, sort_keys=True, separators=(",", ":"))
+        if self.first(delivery_key(req.body, raw)) is False:
+            if req.mode == "socket_mode" or retry_number(req) is not None:
+                log.info("acknowledged and dropped a Slack request another delivery already took on")
+                return BoltResponse(status=200, body="")
             log.warning("refused a replayed Slack request")
             return BoltResponse(status=401, body="")
         next()
         return resp
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,17 +1,20 @@
-"""Acknowledge and drop Slack's redeliveries (``X-Slack-Retry-Num``): the first delivery was acknowledged and acted on once."""
+"""Slack's redeliveries: ``X-Slack-Retry-Num`` over HTTP (Bolt mirrors a Socket Mode envelope's ``retry_attempt`` into it).
+
+A redelivery is not dropped on sight any more: Slack re-sends what it thinks we
+missed, and when the original never reached any replica the redelivery is the
+only copy. :mod:`bot.slack.middleware.replay_guard` runs it when no replica has
+taken the original on, and acknowledges and drops it when one has.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from slack_bolt import BoltRequest, BoltResponse
-from slack_bolt.middleware import Middleware
+from slack_bolt import BoltRequest
 
 
-class IgnoreRetries(Middleware):
-    def process(self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]) -> BoltResponse | None:
-        if req.headers.get("x-slack-retry-num"):
-            # Slack re-sends what it thinks we missed; we acknowledged it the first time and act once.
-            return BoltResponse(status=200, body="")
-        next()
-        return resp
+def retry_number(req: BoltRequest) -> int | None:
+    """Which redelivery this is (1, 2, 3…), or ``None`` for a first delivery."""
+    value = (req.headers.get("x-slack-retry-num") or [""])[0]
+    try:
+        return int(value) if value else None
+    except ValueError:  # not Slack's header: treat as a redelivery of unknown number
+        return 0

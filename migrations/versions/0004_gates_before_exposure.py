@@ -1,7 +1,7 @@
 """Gates before exposure: the route's admission per endpoint, restores, endings after reopening, gate reminders
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2027-01-20 10:00:00.000000
 
 * ``endpoints.admission``: what the route lets through now (``closed``, ``internal``, ``25%``, ``open``).
@@ -21,8 +21,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0003'
-down_revision = '0002'
+revision = '0004'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 

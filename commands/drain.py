@@ -1,0 +1,38 @@
+"""``/kimi drain wait|abort DEPLOYMENT``: answer a drain that passed its deadline with requests still running."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bot.bootstrap import Root
+from bot.services.access import Identity
+from bot.services.deployments import decide_drain
+from bot.views.deployments import state_words
+from bot.views.parts import Reply, reply
+from commands.base import Usage, deployment_number
+
+NAME = "drain"
+USAGE = "/kimi drain wait|abort DEPLOYMENT"
+HELP = "When requests still run at the drain deadline: `wait` longer, or `abort` (users get the running release back)."
+
+
+@dataclass(frozen=True)
+class Args:
+    choice: str
+    deployment: int
+
+
+def parse(args: list[str]) -> Args:
+    if len(args) != 2 or args[0].lower() not in ("wait", "abort"):
+        raise Usage(USAGE)
+    return Args(args[0].lower(), deployment_number(args[1], USAGE))
+
+
+def run(root: Root, identity: Identity, parsed: Args) -> Reply:
+    view = decide_drain(root.ctx, parsed.deployment, parsed.choice, identity)
+
+    def advance() -> None:
+        root.engine.advance(view.id)
+
+    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {view.state_reason}", then=advance,
+                 deployment_id=view.id)

@@ -1,0 +1,193 @@
+"""Several ``kimi-ops serve`` replicas on one PostgreSQL database, as real subprocesses behind one Slack app.
+
+Slack is the Web API stub (every answer to a person is a ``response_url`` post
+there, so posts are counted); requests are signed as Slack signs them. The
+database can be cut off from a replica by the TCP proxy :class:`CuttableProxy`.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from bot.adapters.store import schema
+from bot.sandbox.slack_stub import SlackSender, SlackStub
+from tests.test_slack_serve import env_for
+
+SECRET = "replica-test-signing-secret"
+CLI = [sys.executable, "-c", "from bot.cli.main import main; main()"]
+
+
+def wait_for(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {limit:g} s: {what}")
+
+
+@contextmanager
+def replica(tmp_path: Path, database_url: str, stub: SlackStub, name: str) -> Iterator[tuple[str, str]]:
+    """``kimi-ops serve`` over HTTP on an ephemeral port: its URL and its connection line; SIGTERM at the end."""
+    home = tmp_path / name
+    home.mkdir()
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=home,
+        env=env_for(home, KIMI_DATABASE_URL=database_url, SLACK_BOT_TOKEN="xoxb-1", SLACK_SIGNING_SECRET=SECRET,
+                    KIMI_SLACK_API_URL=stub.api_url),
+    )
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+        assert found, line + (proc.stderr.read() if proc.poll() is not None else "")  # type: ignore[union-attr]
+        yield found.group(1), proc.stdout.readline()  # type: ignore[union-attr]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, proc.stderr.read()  # type: ignore[union-attr]
+
+
+@pytest.fixture()
+def pg(fresh_pg_url: str) -> str:
+    schema.upgrade(fresh_pg_url)  # the migration job ran before the replicas started
+    return fresh_pg_url
+
+
+def posts(stub: SlackStub, settle: float = 1.0) -> int:
+    time.sleep(settle)  # a second answer, from either replica, would have been posted by now
+    return len(stub.calls_to("response_url"))
+
+
+def test_the_same_signed_request_delivered_to_two_replicas_is_answered_once(pg: str, tmp_path: Path) -> None:
+    with SlackStub() as stub, replica(tmp_path, pg, stub, "a") as (a, budget), replica(tmp_path, pg, stub, "b") as (b, _):
+        assert "at most 20 connections from this replica" in budget  # the default pool + overflow, said at start
+        sender = SlackSender(SECRET, stub)
+        body = sender.slash("U0VIEWER", "help")
+        headers = sender.headers(body)
+        statuses: list[int] = []
+        start = threading.Barrier(2)
+
+        def deliver(url: str) -> None:
+            start.wait()
+            statuses.append(httpx.post(f"{url}/slack/events", content=body.encode(), headers=headers, timeout=10).status_code)
+
+        threads = [threading.Thread(target=deliver, args=(url,)) for url in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(statuses) == [200, 401]  # one replica took it on, the other refused the replay
+        stub.wait_for(lambda s: s.calls_to("response_url"))
+        assert posts(stub) == 1
+
+
+def test_a_redelivery_whose_original_was_lost_is_handled_once_across_replicas(pg: str, tmp_path: Path) -> None:
+    with SlackStub() as stub, replica(tmp_path, pg, stub, "a") as (a, _), replica(tmp_path, pg, stub, "b") as (b, _):
+        sender = SlackSender(SECRET, stub)
+        body = sender.slash("U0VIEWER", "help")  # the original never reaches any replica
+
+        def redeliver(url: str, number: int) -> int:
+            headers = {**sender.headers(body, timestamp=int(time.time()) + number),
+                       "x-slack-retry-num": str(number), "x-slack-retry-reason": "http_timeout"}
+            return httpx.post(f"{url}/slack/events", content=body.encode(), headers=headers, timeout=10).status_code
+
+        assert redeliver(a, 1) == 200
+        stub.wait_for(lambda s: s.calls_to("response_url"))
+        assert redeliver(b, 2) == 200  # acknowledged, so Slack stops; not run a second time
+        assert redeliver(a, 3) == 200
+        assert posts(stub) == 1
+
+
+class CuttableProxy:
+    """A TCP proxy to PostgreSQL that the test cuts (drops every connection, refuses new ones) and restores."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.cut = threading.Event()
+        self.open: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.cut.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def sever(self) -> None:
+        self.cut.set()
+        with self.lock:
+            dropped, self.open = self.open, set()
+        for s in dropped:
+            with suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def restore(self) -> None:
+        self.cut.clear()
+
+    def close(self) -> None:
+        self.closed = True
+        self.sever()
+        self.listener.close()
+
+
+def test_readyz_is_false_while_the_database_is_unreachable_and_true_again_after(pg: str, tmp_path: Path) -> None:
+    url = make_url(pg)
+    proxy = CuttableProxy(url.host or "127.0.0.1", url.port or 5432)
+    through_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    try:
+        with SlackStub() as stub, replica(tmp_path, through_proxy, stub, "a") as (bot, _):
+            def ready() -> httpx.Response:
+                return httpx.get(f"{bot}/readyz", timeout=10)
+
+            wait_for(lambda: ready().status_code == 200, "ready with the database answering")
+            proxy.sever()
+            wait_for(lambda: ready().status_code == 503, "not ready once the database stops answering")
+            assert "database" in ready().text
+            assert httpx.get(f"{bot}/healthz", timeout=10).status_code == 200  # alive: nothing to restart
+            proxy.restore()
+            wait_for(lambda: ready().status_code == 200, "ready again once the database answers")
+    finally:
+        proxy.close()
