@@ -74,6 +74,12 @@ class _Handler(BaseHTTPRequestHandler):
     def engine(self) -> Engine:
         return self.server.engine
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        super().send_response(code, message)
+        path = self.path.split("?", 1)[0]
+        if path == "/v1/chat/completions":
+            self.engine.count_http(path, self.command, code)
+
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)

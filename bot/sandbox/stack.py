@@ -102,6 +102,7 @@ class Sandbox:
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
     traffic: bool = True  # the fallback model server and the gateway stand-in (False: the legacy admission ConfigMap)
     users_per_second: float = 0.0  # background user requests through the gateway (needs ``traffic``)
+    endpoint_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a shorter drain_seconds for a test
     stand_ins: dict[str, Any] = field(default_factory=dict)
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
@@ -165,7 +166,7 @@ class Sandbox:
             "data_dir": self.data_dir,
             "database_url": f"sqlite:///{(self.data_dir / 'sandbox.db').resolve()}",
             "config": None,
-            "endpoints": [endpoint_config(self.stand_ins["openai"].url, self._route())],
+            "endpoints": [self._endpoint_config()],
             "roles": ROLES,
             "aws_regions": ["us-east-1"],
             "traffic_sweep": SANDBOX_SWEEP,
@@ -213,13 +214,16 @@ class Sandbox:
 
         moto = self.stand_ins["moto"]
         s3, ecr = moto.client("s3"), moto.client("ecr")
-        endpoint = EndpointSettings(**endpoint_config(self.stand_ins["openai"].url, self._route()))
+        endpoint = EndpointSettings(**self._endpoint_config())
         now = self.clock.now()
         self.stand_ins["capacity"].cover(endpoint, now - dt.timedelta(days=1), now + dt.timedelta(days=self.reservation_days))
         seeded = [seed_good_release(s3, ecr, release, tag=release.name) for release in example_releases()]
         for release in seeded:
             register_release(self.ctx, release.model_dump(mode="json"), "sandbox")
         return seeded
+
+    def _endpoint_config(self) -> dict[str, Any]:
+        return {**endpoint_config(self.stand_ins["openai"].url, self._route()), **self.endpoint_overrides}
 
     def _route(self) -> dict[str, Any] | None:
         if "traffic" not in self.stand_ins:
