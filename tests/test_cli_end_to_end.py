@@ -115,7 +115,8 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     assert f"→ approve: kimi-ops gate approve {dep} traffic" in out
 
     out = cli.ok("gate", "approve", dep, "traffic", "--as", APPROVER_2)
-    assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — live (ramp complete: everyone reaches Kimi K3)"
+    assert _headline(out) == (f"deployment #{dep}: deploy of {release} to {ENDPOINT} — live "
+                              "(ramp complete: everyone reaches Kimi K3)")
     assert _route_admission(cli) == "open"
 
     row = _history_row(cli.ok("history"), dep)
