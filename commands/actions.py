@@ -56,7 +56,9 @@ def decide(root: Root, identity: Identity, value: str | None, decision: str, rea
 
     if decision == "approved":
         return reply(f"You approved the {seen.gate} gate of deployment #{view.id}; the next step is running.", then=advance)
-    return reply(f"You rejected the {seen.gate} gate of deployment #{view.id}; the deployment ended.")
+    # A rejection after apply started a restore of the previous release (and one while closed reopens first):
+    # advancing the ended deployment drives that, so the endpoint never stays on the rejected candidate.
+    return reply(f"You rejected the {seen.gate} gate of deployment #{view.id}; the deployment ended.", then=advance)
 
 
 def accept_limits(ctx: Context, identity: Identity, value: str | None) -> Reply:

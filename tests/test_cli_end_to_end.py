@@ -75,6 +75,13 @@ def _cluster_endpoint(cli: CliSandbox) -> dict:
     return obj
 
 
+def _route_admission(cli: CliSandbox) -> str:
+    """What the endpoint's HTTPRoute in the cluster says users get (closed, internal, 10%, open)."""
+    route = cli.sandbox.stand_ins["kube"].rest().get(object_path("HTTPRoute", ENDPOINT, NAMESPACE))
+    assert route is not None
+    return str(route["metadata"]["annotations"]["kimi-ops.io/admission"])
+
+
 def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: CliSandbox) -> None:
     release = cli.sandbox.releases[0].name
 
@@ -101,6 +108,7 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
         f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
     assert f"→ approve: kimi-ops gate approve {dep} model" in out
     assert _cluster_endpoint(cli)["metadata"]["annotations"]["kimi-ops.io/release"] == release
+    assert _route_admission(cli) == "closed"  # the candidate runs, and users are on the fallback while it is judged
 
     out = cli.ok("gate", "approve", dep, "model", "--as", APPROVER_1)
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — traffic gate"
@@ -114,7 +122,9 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     assert re.search(r"would go live with 32 concurrent requests admitted, above the measured safe \d+ "
                      r"\(proposed maxConcurrentRequests \d+, maxQueueSize \d+\)", line), line
     out = cli.ok("gate", "approve", dep, "traffic", "--override-limits", "launch traffic is capped upstream", "--as", APPROVER_2)
-    assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — live"
+    assert _headline(out) == (f"deployment #{dep}: deploy of {release} to {ENDPOINT} — live "
+                              "(ramp complete: everyone reaches Kimi K3)")
+    assert _route_admission(cli) == "open"
     with cli.ctx.uow() as uow:
         seen = uow.gates.latest(int(dep), "traffic").seen
     assert seen["limits_override"]["reason"] == "launch traffic is capped upstream"
@@ -125,7 +135,7 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
                (("artif", APPROVER_1), ("infra", APPROVER_2), ("model", APPROVER_1), ("traff", APPROVER_2)))
 
 
-def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_admission(cli: CliSandbox) -> None:
+def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_the_route(cli: CliSandbox) -> None:
     older, newer = (release.name for release in cli.sandbox.releases)
     # The scene: the older release went live, then the newer one replaced it.
     first = deploy_in_process(cli, older)
@@ -138,16 +148,16 @@ def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_admissi
     assert "PASS  weights.objects" in out and "PASS  manifest.restore" in out
 
     out = cli.ok("gate", "approve", rb, "artifact", "--as", APPROVER_1)
-    assert _headline(out) == f"deployment #{rb}: rollback of {older} to {ENDPOINT} — live (reopened after rollback #{rb})"
-    # The cluster runs the older release's exact manifest again, and admission is open after the readiness completion.
+    assert _headline(out) == (f"deployment #{rb}: rollback of {older} to {ENDPOINT} — live "
+                              f"(reopened after rollback #{rb}: everyone reaches Kimi K3)")
+    # The cluster runs the older release's exact manifest again, and the route is open after the readiness suite.
     running = _cluster_endpoint(cli)
     stored = yaml.safe_load(applied_manifest(cli, first.id))
-    annotations = dict(running["metadata"]["annotations"])
-    assert annotations.pop("kimi-ops.io/admission") == "open"  # the admission switch's own field manager, not the release's
-    assert annotations == stored["metadata"]["annotations"]
+    assert dict(running["metadata"]["annotations"]) == stored["metadata"]["annotations"]
     assert running["spec"] == stored["spec"]
-    admission = cli.sandbox.stand_ins["kube"].rest().get(object_path("ConfigMap", f"kimi-ops-admission-{ENDPOINT}", NAMESPACE))
-    assert admission is not None and admission["data"]["open"] == "true"
+    assert _route_admission(cli) == "open"
+    # The route has its own object: the release's object carries no admission switch any more.
+    assert cli.sandbox.stand_ins["kube"].rest().get(object_path("ConfigMap", f"kimi-ops-admission-{ENDPOINT}", NAMESPACE)) is None
     assert get_deployment(cli.ctx, int(rb)).manifest_hash == first.manifest_hash
 
     out = cli.ok("history")

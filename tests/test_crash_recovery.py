@@ -178,8 +178,8 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
     assert audit[:len(audit_at_kill)] == audit_at_kill
     assert [e[:2] for e in events[:len(events_at_kill)]] == [e[:2] for e in events_at_kill]
     actions = [action for _, action in audit]
-    for once in ("manifest.rendered", "deployment.applying", "deployment.rolling_out", "deployment.readiness",
-                 "deployment.model_gate"):
+    for once in ("manifest.rendered", "deployment.closing", "deployment.draining", "deployment.applying",
+                 "deployment.rolling_out", "deployment.readiness", "deployment.model_gate"):
         assert actions.count(once) == 1, (once, actions)
     moves = [payload["to"] for _, kind, payload in events if kind == "deployment.state"]
     assert moves == ["artifact_gate", "infrastructure_gate", "closing", "draining", "applying", "rolling_out", "readiness",

@@ -3,8 +3,10 @@
 It runs as a newcomer runs it (the console script in a fresh process, no Slack,
 AWS or cluster), and the assertions read what they would read: the reservation
 countdown and its alert, a self-approval refused, four gates with real
-measurements, readiness probe history, production comparison, the rollback's
-steps and the history.
+measurements, users counted at the gateway stand-in (on the fallback while the
+candidate is checked, then the ramp), readiness probe history, production
+comparison, the rollback's steps, a rejected candidate restored by itself and
+the history.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from bot.adapters.clock import SystemClock
 from bot.bootstrap import build_context, production_adapters
 from bot.config import load_settings
 
-# The whole demo runs in one subprocess (about 40 s alone, longer with every core busy).
+# The whole demo runs in one subprocess (about 80 s alone, longer with every core busy).
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -34,16 +36,61 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedPr
                           capture_output=True, text=True, env=env, cwd=home, timeout=600)
 
 
-def test_demo_ends_with_the_rollback_live(demo_run: subprocess.CompletedProcess[str]) -> None:
+def test_demo_ends_with_the_rejected_candidate_restored(demo_run: subprocess.CompletedProcess[str]) -> None:
     assert demo_run.returncode == 0, demo_run.stdout[-3000:] + demo_run.stderr[-3000:]
     out = demo_run.stdout
     assert "Traceback" not in out + demo_run.stderr
     for deployment, what in ((1, "deploy of *kimi-k3-2026-08-01*"), (2, "deploy of *kimi-k3-2026-09-01*"),
-                             (3, "rollback of *kimi-k3-2026-08-01*")):
+                             (3, "rollback of *kimi-k3-2026-08-01*"), (5, "rollback of *kimi-k3-2026-08-01*")):
         assert f"Deployment #{deployment}: {what} to *kimi-prod* — live" in out
-    assert "*#3* rollback of *kimi-k3-2026-08-01* — live" in out
-    for step in ("close admission", "draining", "applying", "rolling out", "readiness", "reopen"):
-        assert f"→ *{step}*" in out.split("Roll back to the complete previous release")[1]
+    rollback = out.split("Roll back to the complete previous release")[1].split("once more;")[0]
+    for step in ("closing", "draining", "applying", "rolling out", "readiness", "evaluation", "reopening", "live"):
+        assert f"→ *{step}*" in rollback
+    # The rejected candidate: its thread says so and names the restore, which runs the rollback's steps by itself.
+    rejected = out.split("once more;")[1]
+    assert "→ *rejected*: model gate rejected by U0APPROVER1: the refusal answers changed; not for production" in rejected
+    assert "Restoring kimi-k3-2026-08-01 (deployment #5): users stay closed out" in rejected
+    for step in ("closing", "draining", "applying", "rolling out", "readiness", "evaluation", "reopening"):
+        assert f"→ *{step}*" in rejected.split("Restoring kimi-k3-2026-08-01")[1]
+    assert "*live release:* kimi-k3-2026-08-01" in rejected  # the status at the end
+    for line in ("*#5* restore of *kimi-k3-2026-08-01* — live", "*#4* deploy of *kimi-k3-2026-09-01* — rejected",
+                 "*#3* rollback of *kimi-k3-2026-08-01* — superseded"):
+        assert line in rejected
+
+
+def _gateway_blocks(out: str, title: str) -> list[dict[str, tuple[int, ...]]]:
+    """Each ``(gateway) TITLE…`` block as admission → (ordinary → Kimi, → fallback, cohort → Kimi, → fallback)."""
+    row = re.compile(r"^  route (\S+(?: route)?)\s+ordinary users (\d+) → Kimi K3, (\d+) → fallback.* · "
+                     r"internal cohort (\d+) → Kimi K3, (\d+) → fallback")
+    blocks = []
+    for chunk in out.split(f"(gateway) {title}")[1:]:
+        rows = {}
+        for line in chunk.splitlines()[1:]:
+            found = row.match(line)
+            if not found:
+                break
+            rows[found[1]] = tuple(int(n) for n in found.groups()[1:])
+        blocks.append(rows)
+    return blocks
+
+
+def test_demo_shows_users_on_the_fallback_while_the_gates_run_then_the_ramp(demo_run: subprocess.CompletedProcess[str]) -> None:
+    out = demo_run.stdout
+    # Counted at the gateway stand-in, per admission of the route that took each background user's request.
+    closed_out = _gateway_blocks(out, "users while the candidate is applied and its model gate runs")
+    assert len(closed_out) == 3  # deploys #1, #2 and the rejected #4
+    for rows in closed_out:
+        kimi, fallback, cohort_kimi, cohort_fallback = rows["closed"]
+        assert kimi == cohort_kimi == 0 and fallback > 0 and cohort_fallback > 0
+    assert closed_out[1]["open"][0] > 0  # before deploy #2 closed the route, users had Kimi K3
+    ramps = _gateway_blocks(out, "the ramp")
+    assert len(ramps) == 2
+    for rows in ramps:
+        assert list(rows) == ["closed", "internal", "10%", "50%", "open"]
+        assert rows["internal"][0] == 0 and rows["internal"][2] > 0  # only the cohort reached Kimi K3
+        assert rows["closed"][0] == rows["closed"][2] == 0
+    assert "Admission of kimi-prod is now closed: users get the fallback model (kimi-fallback)" in out
+    assert "its reservation ends in 4 d 23 h" in out  # the closing announcement
 
 
 def test_demo_shows_the_reservation_countdown_and_alert(demo_run: subprocess.CompletedProcess[str]) -> None:
@@ -104,6 +151,7 @@ def test_sandbox_console_takes_typed_commands_and_buttons(tmp_path: Path) -> Non
     assert "Approved by @U0APPROVER1" in run.stdout  # button [1] was the artifact gate's Approve
     assert "== Infrastructure gate · deployment #1 ==" in run.stdout
     assert "you need the deployer role to deploy" in run.stdout  # the approver may not deploy
+    assert "Users reach kimi-prod through the gateway stand-in at http://127.0.0.1:" in run.stdout
     assert (tmp_path / ".kimi-ops" / "sandbox" / "sandbox.db").exists()
 
 

@@ -37,6 +37,6 @@ def test_a_sandbox_with_traffic_puts_the_endpoint_behind_the_gateway_stand_in(tm
 
 
 def test_a_sandbox_without_traffic_has_no_route_and_no_gateway(tmp_path: Path) -> None:
-    with Sandbox(tmp_path / "sandbox") as sandbox:
+    with Sandbox(tmp_path / "sandbox", traffic=False) as sandbox:
         assert sandbox.endpoint.route is None
         assert sandbox.gateway_url is None

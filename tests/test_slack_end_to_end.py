@@ -114,6 +114,10 @@ def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> No
     texts = "\n".join(m.text + blocks_text(m.blocks) for m in thread)
     assert "→ *applying*" in texts and "readiness completion answered" in texts
     assert any(m.text.startswith("→ *live*") for m in thread)
+    # The single-node procedure: users are closed out and drained before apply, and meet it only after the gates.
+    moves = [m.text.split("*")[1] for m in thread if m.text.startswith("→ *")]
+    assert moves == ["artifact gate", "infrastructure gate", "closing", "draining", "applying", "rolling out",
+                     "readiness", "model gate", "traffic gate", "ramping", "live"], moves
 
     bench.slash("U0DEPLOYER", "deploy kimi-k3-2026-09-01")
     approve_all(bench, 2, GATES)
@@ -129,7 +133,7 @@ def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> No
     rolled = wait_state(bench, 3, "— live")
     assert "rollback of *kimi-k3-2026-08-01*" in rolled.text
     steps = "\n".join(m.text for m in bench.stub.thread(CHANNEL, rolled.ts))
-    for state in ("close admission", "draining", "applying", "rolling out", "readiness", "reopen", "live"):
+    for state in ("closing", "draining", "applying", "rolling out", "readiness", "evaluation", "reopening", "live"):
         assert f"→ *{state}*" in steps
 
     bench.slash("U0APPROVER1", "history kimi-prod")

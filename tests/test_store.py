@@ -257,3 +257,19 @@ def test_twenty_concurrent_writers_on_postgres_lose_no_rows(fresh_pg_url: str, c
         assert uow.session.scalar(select(func.count()).select_from(Release)) == 100
         assert uow.session.scalar(select(func.count()).select_from(AuditEntry)) == 100
     ctx.close()
+
+
+def test_a_gate_decided_before_it_was_posted_still_records_where_it_was_posted_once(ctx) -> None:
+    # A rollback's evaluation is decided by kimi-ops before the notifier posts it: the post's place is
+    # recorded, but only once, and the decision itself stays frozen.
+    register_release(ctx, example(), "U1")
+    with ctx.uow() as uow:
+        dep = _endpoint_and_deployment(uow, START)
+        gate = uow.gates.add(GateResult(deployment_id=dep.id, gate="model", report={}, report_hash="h", checked_at=START,
+                                        decision="approved", decided_by="kimi-ops", decided_at=START))
+        uow.commit()
+        gate.slack_channel, gate.slack_ts = "C1", "1.000"
+        uow.commit()
+        gate.slack_ts = "2.000"
+        with pytest.raises(ImmutableRowError):
+            uow.commit()

@@ -3,8 +3,12 @@
 Both start :class:`bot.sandbox.stack.Sandbox` (moto, the Kubernetes emulator
 with the HyperPod operator simulator, the capacity stand-in, a saturating
 OpenAI-compatible endpoint, a fresh SQLite database with the two example
-releases) and put the Slack bot on it through :class:`bot.cli.shell.Shell`, so
-every line goes through the same signed-request dispatch path as Slack.
+releases) with its traffic layer: the Gateway API gateway stand-in in front of
+the endpoint and a smaller fallback model, the endpoint's ``route:`` block and a
+ramp of a few seconds per step, and background users sending a few requests a
+second through the gateway (some as the internal cohort). The Slack bot runs on
+it through :class:`bot.cli.shell.Shell`, so every line goes through the same
+signed-request dispatch path as Slack.
 
 ``sandbox`` hands the console to a person; ``sandbox --headless`` starts the
 stand-ins (and a Slack Web API stub) without a console, prints one ``export
@@ -12,10 +16,13 @@ NAME=value`` line per setting that aims another ``kimi-ops`` process (``serve``,
 the CLI, ``jobs``) at them, and runs until SIGINT or SIGTERM. ``demo`` plays the newcomer's tour
 and prints the conversation: the reservation watch's countdown and alert, a
 deploy through four gates approved by two people (with a self-approval
-refused, and the traffic gate's measured admission limits accepted), readiness
-probes, a second release compared with production, and a rollback to the
-complete previous release. It exits non-zero if any step does
-not end where it should.
+refused, and the traffic gate's measured admission limits accepted) while users
+are closed out of the candidate and served by the fallback (counted at the
+gateway), then let in as the internal cohort, in steps and at last all;
+readiness probes; a second release compared with production; a rollback to the
+complete previous release; a candidate whose model gate is rejected being
+restored automatically; and the endpoint's status. It exits non-zero if any
+step does not end where it should.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import shlex
 import signal
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +43,7 @@ from bot.cli import output
 
 if TYPE_CHECKING:
     from bot.cli.shell import Shell
+    from bot.sandbox.gateway import GatewayStandIn
     from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
@@ -47,9 +56,11 @@ class ScriptFailed(Exception):
 class Tour:
     """Types lines into the shell as named people and prints what each of them sees."""
 
-    def __init__(self, console: Shell, echo: Callable[[str], None]) -> None:
+    def __init__(self, console: Shell, echo: Callable[[str], None], gateway: GatewayStandIn | None = None) -> None:
         self.console = console
         self.echo = echo
+        self.gateway = gateway  # the gateway stand-in, whose counts show what users got
+        self._seen: Counter[tuple[str, Any]] = Counter()
 
     def step(self, title: str) -> None:
         self.echo("")
@@ -59,7 +70,7 @@ class Tour:
         if self.console.user != user:
             self.console.handle(f"/as {user}")
         self.echo(f"{user}> {line}")
-        out = self.console.handle(line)
+        out: list[str] = self.console.handle(line)
         for text in out:
             self.echo(text)
         return out
@@ -86,15 +97,65 @@ class Tour:
         raise ScriptFailed(f"no {label} button on the {gate} gate of deployment #{deployment}; see the messages above")
 
     def expect_live(self, deployment: int) -> None:
+        self.expect(deployment, "live")
+
+    def expect(self, deployment: int, state: str) -> None:
         from bot.services.deployments import get_deployment
 
         view = get_deployment(self.console.ctx, deployment)
-        if view.state != "live":
-            raise ScriptFailed(f"deployment #{deployment} stopped in state {view.state}: {view.state_reason or 'see above'}")
+        if view.state != state:
+            raise ScriptFailed(f"deployment #{deployment} is {view.state}, not {state}: {view.state_reason or 'see above'}")
+
+    def users(self, title: str, order: tuple[str, ...]) -> dict[str, Counter[tuple[bool, str]]]:
+        """Print what the gateway did with users' requests since the last call, per admission of the route.
+
+        Returns ``admission → (cohort, Kimi K3 | fallback | other) → count`` for the script's own checks.
+        """
+        if self.gateway is None:
+            return {}
+        now = self.gateway.counts_by_admission()
+        new = now - self._seen
+        self._seen = now
+        by_admission: dict[str, Counter[tuple[bool, str]]] = {}
+        for (admission, routed), count in new.items():
+            by_admission.setdefault(admission or "no route", Counter())[(routed.cohort, _backend(routed.target))] += count
+        self.echo(f"(gateway) {title}:")
+        for admission in sorted(by_admission, key=lambda a: order.index(a) if a in order else len(order)):
+            got = by_admission[admission]
+            parts = []
+            for cohort, who in ((False, "ordinary users"), (True, "internal cohort")):
+                others = sum(n for (c, backend), n in got.items() if c == cohort and backend not in (KIMI, FALLBACK))
+                parts.append(f"{who} {got[(cohort, KIMI)]} → {KIMI}, {got[(cohort, FALLBACK)]} → {FALLBACK}"
+                             + (f", {others} unanswered" if others else ""))
+            self.echo(f"  route {admission:<8} {' · '.join(parts)}")
+        return by_admission
+
+    def expect_no_user_reached_kimi(self, seen: dict[str, Counter[tuple[bool, str]]], admission: str,
+                                    cohort_too: bool = True) -> None:
+        got = seen.get(admission, Counter())
+        leaked = sum(n for (cohort, backend), n in got.items() if backend == KIMI and (cohort_too or not cohort))
+        if leaked:
+            raise ScriptFailed(f"{leaked} user requests reached Kimi K3 while the route was {admission}")
+
+
+KIMI, FALLBACK = "Kimi K3", "fallback"
+
+
+def _backend(target: str) -> str:
+    """A gateway target (a Service name, ``unavailable``, ``no-route``) as the demo names it."""
+    from bot.sandbox.stack import ENDPOINT
+    from bot.sandbox.traffic import FALLBACK_SERVICE
+
+    return {ENDPOINT: KIMI, FALLBACK_SERVICE: FALLBACK}.get(target, target)
 
 
 def _text(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(str((b.get("text") or {}).get("text", "")) for b in blocks)
+
+
+# The order the gateway's counts are printed in: as a deploy moves users, and as a ramp lets them back.
+CLOSING = ("no route", "open", "closed")
+RAMPING = ("closed", "internal", "10%", "50%", "open")
 
 
 def tour(tour: Tour) -> None:
@@ -110,12 +171,14 @@ def tour(tour: Tour) -> None:
     tour.say(DEPLOYER, "/kimi reservations")
 
     tour.step(f"{DEPLOYER} deploys {first}; approvers {APPROVER_1} and {APPROVER_2} take turns on the four gates")
+    tour.users("users before the first release (no route yet: the gateway answers 404)", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {first} to {ENDPOINT}")
     tour.press(DEPLOYER, "Approve", "artifact", 1)  # refused: on prod the requester may not approve their own
-    for i, gate in enumerate(GATES):
-        if gate == "traffic":  # the sweep measured where the endpoint saturates: admit no more than that
-            tour.press(APPROVER_2, "Accept proposed limits", gate, 1)
-        tour.press((APPROVER_1, APPROVER_2)[i % 2], "Approve", gate, 1)
+    _through_model_gate(tour, 1, (APPROVER_1, APPROVER_2, APPROVER_1))
+    tour.press(APPROVER_2, "Accept proposed limits", "traffic", 1)  # the sweep measured the knee: admit no more
+    tour.press(APPROVER_2, "Approve", "traffic", 1)
+    ramp = tour.users("the ramp: the internal cohort first, then 10% and 50% of ordinary users, then everyone", RAMPING)
+    tour.expect_no_user_reached_kimi(ramp, "internal", cohort_too=False)
     tour.expect_live(1)
 
     tour.step("Readiness probes send a real completion every few minutes")
@@ -123,24 +186,51 @@ def tour(tour: Tour) -> None:
     tour.scheduler("readiness-probe")
     tour.say(APPROVER_1, f"/kimi status {ENDPOINT}")
 
-    tour.step(f"{second} goes through the same gates; the model gate compares it with production")
+    tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked")
+    tour.users(f"users while {first} serves", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {second}")
-    for i, gate in enumerate(GATES):
-        tour.press((APPROVER_2, APPROVER_1)[i % 2], "Approve", gate, 2)
+    _through_model_gate(tour, 2, (APPROVER_2, APPROVER_1, APPROVER_2))
+    tour.press(APPROVER_1, "Approve", "traffic", 2)
+    tour.users("the ramp", RAMPING)
     tour.expect_live(2)
 
-    tour.step(f"Roll back to the complete previous release ({first}): close admission, drain, apply, reopen")
+    tour.step(f"Roll back to the complete previous release ({first}): close, drain, apply, evaluate, reopen")
     tour.say(DEPLOYER, f"/kimi rollback {ENDPOINT}")
     tour.press(APPROVER_1, "Approve", "artifact", 3)
     tour.expect_live(3)
+    tour.users("users during the rollback: closed while it is applied and evaluated, then reopened", CLOSING)
+
+    tour.step(f"{second} once more; {APPROVER_1} rejects its model gate and {first} is restored by itself")
+    tour.say(DEPLOYER, f"/kimi deploy {second}")
+    _through_model_gate(tour, 4, (APPROVER_2, APPROVER_1))
+    tour.press(APPROVER_1, "Reject", "model", 4)
+    tour.say(APPROVER_1, "the refusal answers changed; not for production")
+    tour.expect(4, "rejected")
+    tour.expect_live(5)  # the restore: the rollback procedure without its gate, started by the rejection
+    tour.users("users while the rejected candidate waited and was replaced", CLOSING)
+    tour.say(APPROVER_1, f"/kimi status {ENDPOINT}")
     tour.say(DEPLOYER, f"/kimi history {ENDPOINT}")
+
+
+def _through_model_gate(tour: Tour, deployment: int, approvers: tuple[str, ...]) -> None:
+    """Approve the artifact and infrastructure gates (and the model gate when a third approver is given).
+
+    Between the infrastructure gate and the model gate the deploy closes the route and drains, so the
+    counts printed there are what users got while the candidate was applied and checked.
+    """
+    tour.press(approvers[0], "Approve", "artifact", deployment)
+    tour.press(approvers[1], "Approve", "infrastructure", deployment)
+    closed = tour.users("users while the candidate is applied and its model gate runs", CLOSING)
+    tour.expect_no_user_reached_kimi(closed, "closed")
+    if len(approvers) > 2:
+        tour.press(approvers[2], "Approve", "model", deployment)
 
 
 def _start(data_dir: Path) -> tuple[Sandbox, Shell]:
     from bot.cli.shell import Shell
-    from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, Sandbox
+    from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, USERS_PER_SECOND, Sandbox
 
-    sandbox = Sandbox(data_dir).start()
+    sandbox = Sandbox(data_dir, users_per_second=USERS_PER_SECOND).start()
     try:
         return sandbox, Shell(sandbox.ctx, user=DEPLOYER, channel=CHANNEL, groups=GROUPS)
     except BaseException:
@@ -168,10 +258,11 @@ def demo() -> None:
     def body() -> None:
         with tempfile.TemporaryDirectory(prefix="kimi-ops-demo-") as tmp:
             output.info("starting the sandbox: moto (S3, ECR), Kubernetes emulator + HyperPod operator simulator, "
-                        "capacity stand-in, OpenAI-compatible endpoint, Slack stub, SQLite")
+                        "capacity stand-in, OpenAI-compatible endpoint and fallback behind a Gateway API gateway "
+                        "stand-in with background users, Slack stub, SQLite")
             sandbox, console = _start(Path(tmp))
             try:
-                tour(Tour(console, typer.echo))
+                tour(Tour(console, typer.echo, sandbox.stand_ins["traffic"].gateway))
             except ScriptFailed as exc:
                 output.error(f"the demo stopped: {exc}")
                 raise typer.Exit(1) from None
@@ -198,7 +289,8 @@ def sandbox(
     from bot.config import load_settings
 
     require_sandbox()
-    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER
+    from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
+    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, USERS_PER_SECOND
 
     def body() -> None:
         data_dir = load_settings().data_dir / "sandbox"
@@ -209,6 +301,9 @@ def sandbox(
         stack, console = _start(data_dir)
         typer.echo(f"People: {DEPLOYER} deploys; {APPROVER_1} and {APPROVER_2} approve. "
                    "Try: /kimi help · /kimi deploy kimi-k3-2026-08-01 · /as U0APPROVER1 · a button's number")
+        typer.echo(f"Users reach {ENDPOINT} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
+                   f"(background users send {USERS_PER_SECOND:g} a second; the header "
+                   f"'{DEFAULT_COHORT_HEADER}: {DEFAULT_COHORT_VALUE}' makes a request the internal cohort's).")
         try:
             repl(console)  # closes the console
         finally:

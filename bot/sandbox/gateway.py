@@ -26,7 +26,9 @@ for the subset of HTTPRoute that kimi-ops writes and the reference examples use:
 
 Every request is counted as a :class:`Routed` (the Service it went to, or
 ``unavailable`` / ``no-route``, and whether it carried the cohort header), so a
-test or the sandbox can see what users got under each admission.
+test or the sandbox can see what users got under each admission; and, in
+:meth:`GatewayStandIn.counts_by_admission`, under the admission the route that took it
+was annotated with (``kimi-ops.io/admission``) when the request was routed.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 
 from bot.adapters.cluster.rest import Rest, collection_path, object_path
+from bot.adapters.cluster.route import ADMISSION_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,7 @@ class _Route:
     created: str
     hostnames: tuple[str, ...]
     rules: tuple[_Rule, ...]
+    admission: str = ""  # what kimi-ops annotated the route as (closed, internal, 10%, open), for counting
 
 
 @dataclass
@@ -176,6 +180,7 @@ class GatewayStandIn:
         self._table = _Table()
         self._sync_lock = threading.Lock()
         self._counts: Counter[Routed] = Counter()
+        self._by_admission: Counter[tuple[str, Routed]] = Counter()
         self._counts_lock = threading.Lock()
         self._stop = threading.Event()
         self._client = httpx.Client(timeout=httpx.Timeout(upstream_timeout, connect=2.0), follow_redirects=False)
@@ -228,13 +233,20 @@ class GatewayStandIn:
         with self._counts_lock:
             return Counter(self._counts)
 
+    def counts_by_admission(self) -> Counter[tuple[str, Routed]]:
+        """``(admission, Routed) → count``: the admission is the taking route's annotation ("" for no route)."""
+        with self._counts_lock:
+            return Counter(self._by_admission)
+
     def reset_counts(self) -> None:
         with self._counts_lock:
             self._counts.clear()
+            self._by_admission.clear()
 
-    def _count(self, target: str, cohort: bool) -> None:
+    def _count(self, target: str, cohort: bool, admission: str = "") -> None:
         with self._counts_lock:
             self._counts[Routed(target, cohort)] += 1
+            self._by_admission[(admission, Routed(target, cohort))] += 1
 
     # -- the control plane: routes in, status out -------------------------------------------------------------
 
@@ -281,7 +293,8 @@ class GatewayStandIn:
                     backends.append(_Backend(key, weight))
             rules.append(_Rule(tuple(rule.get("matches") or [{}]), tuple(backends)))
         compiled = _Route(namespace, str(meta.get("name")), str(meta.get("creationTimestamp") or ""),
-                          tuple((route.get("spec") or {}).get("hostnames") or []), tuple(rules))
+                          tuple((route.get("spec") or {}).get("hostnames") or []), tuple(rules),
+                          str((meta.get("annotations") or {}).get(ADMISSION_ANNOTATION) or ""))
         return compiled, unresolved
 
     def sync(self) -> None:
@@ -413,25 +426,25 @@ class _Handler(BaseHTTPRequestHandler):
         rule, route = chosen
         backend = gateway.pick(rule)
         if backend is None or backend.key is None:
-            gateway._count(UNAVAILABLE, cohort)
+            gateway._count(UNAVAILABLE, cohort, route.admission)
             # The Gateway API: all weights 0, or an invalid backend, is answered 500.
             self._plain(500, f"route {route.namespace}/{route.name} has no backend to send this request to")
             return
-        self._forward(gateway, backend.key, body, headers, cohort)
+        self._forward(gateway, backend.key, body, headers, cohort, route.admission)
 
     def _forward(self, gateway: GatewayStandIn, key: ServiceKey, body: bytes, headers: Mapping[str, str],
-                 cohort: bool) -> None:
+                 cohort: bool, admission: str = "") -> None:
         upstream = gateway.backends[key] + self.path
         forwarded = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
         try:
             request = gateway._client.build_request(self.command, upstream, headers=forwarded, content=body)
             response = gateway._client.send(request, stream=True)
         except httpx.TransportError:
-            gateway._count(UNAVAILABLE, cohort)
+            gateway._count(UNAVAILABLE, cohort, admission)
             # A Service without ready endpoints: the specification's 503.
             self._plain(503, f"Service {key.namespace}/{key.name}:{key.port} has no ready endpoint")
             return
-        gateway._count(key.name, cohort)
+        gateway._count(key.name, cohort, admission)
         try:
             self.send_response(response.status_code)
             for name, value in response.headers.multi_items():

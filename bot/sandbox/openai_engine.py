@@ -84,6 +84,7 @@ class Engine:
         self._hits = self._queries = self._prompt_tokens = self._generation_tokens = 0
         # vLLM creates a request_success series per finish reason at start, so the counter reads 0, not absent.
         self._finished: Tally[str] = Tally({reason: 0 for reason in ("abort", "length", "stop")})
+        self._http: Tally[tuple[str, str, str]] = Tally()  # (handler, method, status class), as vLLM's instrumentator
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         self._ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
@@ -208,6 +209,11 @@ class Engine:
 
     # -- observation -----------------------------------------------------------------------------------------
 
+    def count_http(self, handler: str, method: str, status: int) -> None:
+        """One HTTP answer, for ``http_requests_total`` (vLLM counts every answer, errors included, this way)."""
+        with self._cond:
+            self._http[(handler, method, f"{status // 100}xx")] += 1
+
     def stats(self) -> EngineStats:
         with self._cond:
             return self._stats()
@@ -235,6 +241,7 @@ class Engine:
             b = self._behaviour
             stats = self._stats()
             finished = dict(self._finished)
+            http = dict(self._http)
             prompt_tokens, generation_tokens = self._prompt_tokens, self._generation_tokens
         labels = [b.served_model, ENGINE_LABEL]
         names = ["model_name", "engine"]
@@ -270,6 +277,13 @@ class Engine:
         for reason in sorted(finished):
             success.add_metric([*labels, reason], finished[reason])
         yield success
+        # prometheus-fastapi-instrumentator's counter in vLLM's API server: the only place a 5xx answered before
+        # the engine (an overloaded or broken server) shows up.
+        answers = CounterMetricFamily("http_requests", "Total number of requests by method, status and handler.",
+                                      labels=["handler", "method", "status"])
+        for (handler, method, status), count in sorted(http.items()):
+            answers.add_metric([handler, method, status], count)
+        yield answers
 
 
 class _StateCollector(Collector):

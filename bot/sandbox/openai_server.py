@@ -28,6 +28,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,6 +61,8 @@ class _HTTPServer(ThreadingHTTPServer):
     # one-second SYN retries; a real server's backlog is far larger.
     request_queue_size = 1024
     engine: Engine
+    users: Counter[str]
+    users_lock: threading.Lock
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -74,6 +77,12 @@ class _Handler(BaseHTTPRequestHandler):
     @property
     def engine(self) -> Engine:
         return self.server.engine
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        super().send_response(code, message)
+        path = self.path.split("?", 1)[0]
+        if path == "/v1/chat/completions":
+            self.engine.count_http(path, self.command, code)
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
@@ -132,6 +141,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chat(self) -> None:
         body = self._body()
+        if isinstance(body.get("user"), str):
+            with self.server.users_lock:  # who sent it (the OpenAI ``user`` field), counted on arrival
+                self.server.users[body["user"]] += 1
         behaviour = self.engine.behaviour
         model = body.get("model") or behaviour.served_model
         if model not in (behaviour.served_model, *behaviour.extra_models):
@@ -306,6 +318,8 @@ class OpenAIServer:
             self._initial = replace(self._initial, **changes)
         self.engine = Engine(self._initial)
         self._address = (host, port)
+        self._users: Counter[str] = Counter()
+        self._users_lock = threading.Lock()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -321,6 +335,7 @@ class OpenAIServer:
             return self
         httpd = _HTTPServer(self._address, _Handler)
         httpd.engine = self.engine
+        httpd.users, httpd.users_lock = self._users, self._users_lock
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="openai-stand-in", daemon=True)
@@ -368,6 +383,11 @@ class OpenAIServer:
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
+
+    def users(self) -> Counter[str]:
+        """Chat completions received per OpenAI ``user`` field (requests without one are not counted)."""
+        with self._users_lock:
+            return Counter(self._users)
 
     def wait_for(self, predicate: Callable[[EngineStats], bool], timeout: float = 10.0) -> bool:
         """Block until the server's state satisfies ``predicate`` (e.g. ``lambda s: s.running == 2``)."""

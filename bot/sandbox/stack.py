@@ -12,10 +12,12 @@ The adapters are the production classes (:func:`bot.bootstrap.production_adapter
 builds the same ones from settings), pointed at the stand-ins. ``kimi-ops
 sandbox`` and ``kimi-ops demo`` put the Slack bot on top of it; tests use it for
 whole-workflow runs. :meth:`Sandbox.environment` gives the variables that aim a
-separate ``kimi-ops`` process at the same stand-ins. With ``traffic=True`` it also
-runs the traffic layer (:mod:`bot.sandbox.traffic`: a fallback model server and the
-Gateway API gateway stand-in), gives the endpoint its ``route`` block, and
-:attr:`Sandbox.gateway_url` is where users' requests go.
+separate ``kimi-ops`` process at the same stand-ins. By default it also runs the
+traffic layer (:mod:`bot.sandbox.traffic`: a fallback model server and the Gateway
+API gateway stand-in), gives the endpoint its ``route`` block and a ramp of a few
+seconds per step, and :attr:`Sandbox.gateway_url` is where users' requests go;
+``users_per_second`` starts background users there (:mod:`bot.sandbox.users`).
+``traffic=False`` gives the endpoint without a route (the admission ConfigMap).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bot.config import EndpointSettings, Settings, load_settings
 from bot.domain.release import ReleaseManifest
 
 if TYPE_CHECKING:
+    from bot.sandbox.users import UserTraffic
     from bot.services.context import Ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,11 +57,11 @@ GROUPS = {"S0APPROVERS": [APPROVER_2]}
 # The endpoint stand-in saturates like a small vLLM: six requests run, two wait, the rest get 429.
 SERVER_LIMIT: dict[str, Any] = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
 SERVER_SPEED: dict[str, Any] = {"first_token_delay": 0.08, "token_delay": 0.004}
-# A sweep that finds that knee in seconds rather than the production default's minutes.
+# A sweep that finds that knee in a few seconds rather than the production default's minutes.
 SANDBOX_SWEEP = {
-    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 10, "burst_rounds": 1,
-    "refine_steps": 2, "max_requests": 600, "max_seconds": 60, "request_timeout_seconds": 10,
-    "max_tokens": 8, "prompt_words": 48,
+    "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 1, "steady_seconds": 3, "burst_rounds": 1,
+    "refine_steps": 1, "max_requests": 300, "max_seconds": 20, "request_timeout_seconds": 10,
+    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["shared"],
 }
 RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watch posts an alert
 # The stand-in answers in ~0.1-0.4 s on whatever CPU runs it, so a busy laptop moves its latency by more
@@ -66,9 +69,16 @@ RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watc
 SANDBOX_LATENCY_FLOOR_MS = 1000.0
 
 
+# Behind the gateway, the procedure's waits sized for a demo: a few seconds per ramp step, not minutes.
+SANDBOX_RAMP: dict[str, Any] = {"steps": [10, 50], "soak_seconds": 1.5, "sample_seconds": 0.5}
+SANDBOX_ROUTE_TIMINGS: dict[str, Any] = {"route_accept_seconds": 15, "drain_seconds": 30}
+USERS_PER_SECOND = 4.0  # the demo's and console's background users (0 in tests unless they ask)
+
+
 def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, Any]:
     """The sandbox's one production endpoint on HyperPod (behind the gateway stand-in when ``route`` is given)."""
-    return {**({"route": route} if route else {}),
+    behind_gateway = {"route": route, "ramp": SANDBOX_RAMP, **SANDBOX_ROUTE_TIMINGS} if route else {}
+    return {**behind_gateway, "approver_group": "S0APPROVERS",
         "name": ENDPOINT, "kind": "hyperpod", "environment": "prod", "namespace": NAMESPACE,
         "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
@@ -90,7 +100,9 @@ class Sandbox:
     clock: Clock = field(default_factory=SystemClock)
     reservation_days: float = RESERVATION_DAYS
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
-    traffic: bool = False  # also run the fallback model server and the gateway stand-in
+    traffic: bool = True  # the fallback model server and the gateway stand-in (False: the legacy admission ConfigMap)
+    users_per_second: float = 0.0  # background user requests through the gateway (needs ``traffic``)
+    endpoint_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a shorter drain_seconds for a test
     stand_ins: dict[str, Any] = field(default_factory=dict)
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
@@ -138,6 +150,13 @@ class Sandbox:
 
             self.stand_ins["traffic"] = start_traffic_layer(kube.rest(), namespace=NAMESPACE, endpoint=ENDPOINT,
                                                             model_url=self.stand_ins["openai"].url)
+            if self.users_per_second > 0:
+                from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
+                from bot.sandbox.users import UserTraffic
+
+                self.stand_ins["users"] = UserTraffic(
+                    self.stand_ins["traffic"].url, cohort=(DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE),
+                    per_second=self.users_per_second).start()
         capacity = self.stand_ins["capacity"] = CapacityStandIn()
         self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
 
@@ -147,7 +166,7 @@ class Sandbox:
             "data_dir": self.data_dir,
             "database_url": f"sqlite:///{(self.data_dir / 'sandbox.db').resolve()}",
             "config": None,
-            "endpoints": [endpoint_config(self.stand_ins["openai"].url, self._route())],
+            "endpoints": [self._endpoint_config()],
             "roles": ROLES,
             "aws_regions": ["us-east-1"],
             "traffic_sweep": SANDBOX_SWEEP,
@@ -195,13 +214,16 @@ class Sandbox:
 
         moto = self.stand_ins["moto"]
         s3, ecr = moto.client("s3"), moto.client("ecr")
-        endpoint = EndpointSettings(**endpoint_config(self.stand_ins["openai"].url, self._route()))
+        endpoint = EndpointSettings(**self._endpoint_config())
         now = self.clock.now()
         self.stand_ins["capacity"].cover(endpoint, now - dt.timedelta(days=1), now + dt.timedelta(days=self.reservation_days))
         seeded = [seed_good_release(s3, ecr, release, tag=release.name) for release in example_releases()]
         for release in seeded:
             register_release(self.ctx, release.model_dump(mode="json"), "sandbox")
         return seeded
+
+    def _endpoint_config(self) -> dict[str, Any]:
+        return {**endpoint_config(self.stand_ins["openai"].url, self._route()), **self.endpoint_overrides}
 
     def _route(self) -> dict[str, Any] | None:
         if "traffic" not in self.stand_ins:
@@ -215,6 +237,12 @@ class Sandbox:
         """Where users' requests go when the traffic layer runs (the gateway stand-in's listener)."""
         traffic = self.stand_ins.get("traffic")
         return None if traffic is None else str(traffic.url)
+
+    @property
+    def users(self) -> UserTraffic | None:
+        """The background user traffic, when it runs."""
+        users: UserTraffic | None = self.stand_ins.get("users")
+        return users
 
     @property
     def endpoint(self) -> EndpointSettings:
@@ -268,7 +296,7 @@ class Sandbox:
         if self.ctx is not None:
             self.ctx.close()
             self.ctx = None
-        for name in ("sagemaker", "traffic", "openai", "operator", "kube", "moto"):
+        for name in ("users", "sagemaker", "traffic", "openai", "operator", "kube", "moto"):
             stand_in = self.stand_ins.pop(name, None)
             if stand_in is not None:
                 stand_in.stop()

@@ -36,5 +36,17 @@ def _refuse_mutation(session: Session, flush_context: Any, instances: Any) -> No
         elif isinstance(obj, GateResult):
             history = inspect(obj).attrs.decision.history
             previously = history.deleted[0] if history.deleted else (history.unchanged[0] if history.unchanged else None)
-            if previously is not None and _changed(obj):
+            if previously is not None and [c for c in _changed(obj) if not _first_posting(obj, c)]:
                 raise ImmutableRowError("a decided gate result cannot be changed")
+
+
+# Where the gate's message was posted is delivery bookkeeping, not the decision: a report decided by kimi-ops
+# itself (a rollback's evaluation, rollback_approvals 0) is decided before the notifier posts it.
+_POSTING = frozenset({"slack_channel", "slack_ts"})
+
+
+def _first_posting(obj: Any, column: str) -> bool:
+    if column not in _POSTING:
+        return False
+    history = getattr(inspect(obj).attrs, column).history
+    return not history.unchanged and all(old is None for old in history.deleted)
