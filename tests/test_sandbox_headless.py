@@ -49,6 +49,11 @@ def test_headless_sandbox_prints_exports_that_aim_the_cli_at_it_and_stops_on_sig
         assert release.returncode == 0, release.stderr  # the sandbox's seeded release, in its database
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never leave a sandbox running behind a failed test
+            proc.wait(timeout=10)
+            raise
     stderr = proc.stderr.read()  # type: ignore[union-attr]
     assert proc.returncode == 0 and "the sandbox stopped" in stderr and "Traceback" not in stderr
