@@ -72,5 +72,5 @@ def test_the_demo_names_the_state_and_its_reason_when_a_deployment_is_not_live(c
     console.handle("/as U0APPROVER1")
     console.handle(number_of(out, "Reject"))
     console.handle("image digest is not the reviewed one")
-    with pytest.raises(ScriptFailed, match=r"deployment #1 stopped in state rejected: .*image digest is not the reviewed one"):
+    with pytest.raises(ScriptFailed, match=r"deployment #1 is rejected, not live: .*image digest is not the reviewed one"):
         tour.expect_live(1)
