@@ -1,11 +1,14 @@
-"""The ramp's steps, soak-window judgement, gate deadlines and drift (pure rules)."""
+"""The ramp's steps, soak-window judgement, gate deadlines, drift and the closed-door count (pure rules)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from bot.domain.drift import Observed, Recorded, compare
 from bot.domain.gate_deadlines import Due, GateClock, words
+from bot.domain.own_requests import OwnRequests, counted, reach_since
 from bot.domain.ramp import (
     Window,
     WindowObjectives,
@@ -15,8 +18,13 @@ from bot.domain.ramp import (
     ramp_steps,
     window_summary,
 )
+from bot.domain.readiness import MetricsSnapshot
 
 T0 = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
+
+
+def snapshot(finished: float) -> MetricsSnapshot:
+    return MetricsSnapshot(None, None, None, None, None, None, requests_finished=finished)
 
 
 def test_the_ramp_starts_with_the_internal_cohort_and_ends_open_whatever_the_order_of_shares() -> None:
@@ -81,3 +89,32 @@ def test_drift_names_each_field_where_the_cluster_differs_and_an_unread_cluster_
         "route: kimi-ops recorded accepted by its gateway, the cluster has not accepted",
     ]
     assert [d.field for d in compare(recorded, None)] == ["cluster"]
+
+
+@pytest.mark.parametrize(
+    ("status", "complete", "kind"),
+    [(200, True, "answered"), (429, False, "never"), (503, False, "never"), (400, False, "never"),
+     (200, False, "uncertain"), (500, False, "uncertain"), (None, False, "uncertain")],
+)
+def test_each_own_request_is_classed_as_the_finished_counter_counts_it(status: int | None, complete: bool, kind: str) -> None:
+    assert counted(status, complete) == kind
+
+
+def test_users_cannot_hide_in_kimi_ops_own_rejected_requests() -> None:
+    # The sweep sent 100 requests, 30 of them refused at the door (never counted); 30 user requests got through.
+    own = OwnRequests()
+    for kind in ["answered"] * 70 + ["never"] * 30:
+        own = own.plus(counted(200 if kind == "answered" else 429, kind == "answered"))
+    reach = reach_since(snapshot(1000.0), snapshot(1100.0), own)
+    assert reach is not None and reach.users == 30 and not reach.proven_closed
+
+
+def test_finished_requests_within_kimi_ops_own_broken_ones_are_unproven_not_closed() -> None:
+    own = OwnRequests(answered=70, uncertain=5)
+    inside = reach_since(snapshot(0.0), snapshot(73.0), own)
+    assert inside is not None and inside.users == 0 and not inside.proven_closed
+    closed = reach_since(snapshot(0.0), snapshot(70.0), own)
+    assert closed is not None and closed.proven_closed
+    assert reach_since(snapshot(0.0), MetricsSnapshot(None, None, None, None, None, None), own) is None  # no counter
+    restarted = reach_since(snapshot(500.0), snapshot(71.0), own)  # the server restarted: its counter began at zero
+    assert restarted is not None and restarted.users == 0 and restarted.beyond_answered == 1

@@ -18,7 +18,7 @@ from bot.domain.read_models import DeploymentView
 from bot.domain.states import State
 from bot.views.actions import APPROVE, RECHECK, REJECT, GateTicket
 from bot.views.deployments import deployment_parts
-from bot.views.gates import gate_parts
+from bot.views.gates import decided_note, gate_parts
 from bot.views.icons import Icon
 from bot.views.parts import Button, Buttons, Text
 from tests.conftest import START
@@ -91,3 +91,10 @@ def test_icons_reach_slack_as_emoji_names_and_the_stored_rollback_offer_is_shown
     checks = render(gate_parts(GateReport(gate="artifact", checks=[Check.warned("image.scan", "1 medium finding")]),
                                deployment_id=7, release="r", endpoint="e"))
     assert ":warning: *image.scan* (warn): 1 medium finding" in json.dumps(checks.blocks, ensure_ascii=False)
+
+
+def test_people_are_mentioned_and_kimi_ops_itself_is_named_not_mentioned() -> None:
+    # <@kimi-ops> would render in Slack as a broken mention of an unknown user.
+    assert decided_note("approved", "U0APPROVER1", START, None).text.startswith(f"{Icon.PASS} Approved by <@U0APPROVER1> at")
+    auto = decided_note("approved", "kimi-ops", START, "rollback_approvals is 0").text
+    assert "by *kimi-ops* at" in auto and "<@" not in auto

@@ -100,11 +100,20 @@ def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(
                                                                                overflow: int) -> None:
     server.configure(max_running=limit, max_waiting=0, overflow_status=overflow)  # HyperPod answers either on overflow
     ctx = traffic_ctx(sqlite_ctx, server.url)
+    read_counter = HttpEndpointClient(timeout=5).metrics
+    before = read_counter(endpoint(ctx)).requests_finished
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
     proposal = report.attachments["proposal"]
     assert proposal["max_concurrent_requests"] == limit
+    # kimi-ops's own requests are counted as the model's finished counter counts them: the rejected ones never
+    # reach it, so users could hide in them if every request sent were subtracted (the closed-door check).
+    sweep = report.attachments["sweep"]
+    finished = read_counter(endpoint(ctx)).requests_finished
+    assert before is not None and finished is not None
+    assert sweep["own_requests"] == {"answered": finished - before, "uncertain": 0}
+    assert sweep["own_requests"]["answered"] + server.stats().rejected == sweep["requests"]
     assert report.attachments["knee"]["concurrency"] == limit + 1
     assert any("429/503 rate" in b for b in report.attachments["knee"]["broken"])
     levels = report.attachments["sweep"]["levels"]

@@ -95,7 +95,7 @@ def bucket_delta(before: Iterable[tuple[float, float]], after: Iterable[tuple[fl
     return [(bound, count - earlier.get(bound, 0.0)) for bound, count in later]
 
 
-def _delta(before: float | None, after: float | None) -> float:
+def counter_delta(before: float | None, after: float | None) -> float:
     if after is None:
         return 0.0
     if before is None or after < before:
@@ -106,18 +106,11 @@ def _delta(before: float | None, after: float | None) -> float:
 def window_between(before: MetricsSnapshot, after: MetricsSnapshot, *, own_requests: int, seconds: float,
                    peak_waiting: float | None, peak_kv_cache_usage: float | None) -> Window:
     """What users got between two scrapes: finished requests and 5xx answers, first-token p99 of the interval."""
-    requests = max(0.0, _delta(before.requests_finished, after.requests_finished) - own_requests)
-    answered = _delta(before.http_requests, after.http_requests)
-    errors = _delta(before.http_errors, after.http_errors)
+    requests = max(0.0, counter_delta(before.requests_finished, after.requests_finished) - own_requests)
+    answered = counter_delta(before.http_requests, after.http_requests)
+    errors = counter_delta(before.http_errors, after.http_errors)
     # Failed requests never reach vLLM's success counter: the HTTP counter is the wider denominator when present.
     requests = max(requests, answered - own_requests) if after.http_requests is not None else requests
     p99 = histogram_quantile(0.99, bucket_delta(before.ttft_buckets, after.ttft_buckets))
     return Window(requests=requests, errors=errors, ttft_p99_ms=p99 * 1000 if p99 is not None else None,
                   peak_waiting=peak_waiting, peak_kv_cache_usage=peak_kv_cache_usage, seconds=seconds)
-
-
-def users_reached(before: MetricsSnapshot | None, after: MetricsSnapshot | None, own_requests: int) -> float | None:
-    """Requests the model finished between two scrapes beyond kimi-ops's own; None when the counter is not exposed."""
-    if before is None or after is None or after.requests_finished is None:
-        return None
-    return max(0.0, _delta(before.requests_finished, after.requests_finished) - own_requests)

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.domain.evaluation import percentile
+from bot.domain.own_requests import OwnRequests
 
 PrefixMode = Literal["shared", "unique"]
 Phase = Literal["warmup", "steady", "burst"]
@@ -214,6 +215,8 @@ class SweepOutcome:
     requests: int
     elapsed_seconds: float
     stopped_early: str | None = None
+    # Every request, warm-ups included, as the model's finished counter sees it.
+    own: OwnRequests = field(default_factory=OwnRequests)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from bot.domain.admission import Admission, parse_admission
 from bot.domain.checks import Check, GateReport
 from bot.domain.events import DrainStalled
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
-from bot.domain.ramp import WindowObjectives, breaches, next_step, ramp_steps, users_reached, window_between, window_summary
+from bot.domain.own_requests import OwnRequests, Reach, reach_since
+from bot.domain.ramp import WindowObjectives, breaches, next_step, ramp_steps, window_between, window_summary
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
@@ -86,7 +87,7 @@ class Snapshot:
     entered_at_epoch: float
     ending: str | None = None
     closed_baseline: float | None = None
-    own_requests: int = 0
+    own: OwnRequests = field(default_factory=OwnRequests)
 
 
 def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
@@ -117,7 +118,7 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
         entered_at_epoch=dep.updated_at.timestamp(),
         ending=dep.ending,
         closed_baseline=dep.closed_baseline,
-        own_requests=dep.own_requests or 0,
+        own=OwnRequests(dep.own_requests or 0, dep.own_uncertain or 0),
     )
 
 
@@ -399,7 +400,7 @@ class Engine:
         report, sent = self._closed_door(snap, run_gate(self.ctx, gate, snap.subject))
         with self.ctx.uow() as uow:
             dep = self._locked(uow, snap)
-            dep.own_requests = (dep.own_requests or 0) + sent
+            _add_own(dep, sent)
             store_gate_report(uow, self.ctx, dep, report)
             auto = snap.kind == "rollback" and snap.endpoint.rollback_approvals == 0 and report.approvable
             uow.commit()
@@ -420,7 +421,7 @@ class Engine:
                              details={"gate": gate, "auto": True, "why": why})
             uow.commit()
 
-    def _closed_door(self, snap: Snapshot, report: GateReport) -> tuple[GateReport, int]:
+    def _closed_door(self, snap: Snapshot, report: GateReport) -> tuple[GateReport, OwnRequests]:
         """Add to a model or traffic report the proof that no user reached the candidate; return it and the requests sent.
 
         The model server's finished-request counter since the candidate's readiness passed must not exceed the
@@ -429,20 +430,30 @@ class Engine:
         sent = _requests_sent(report)
         if snap.kind != "deploy" or report.gate not in ("model", "traffic") or snap.closed_baseline is None:
             return report, sent
-        current = self._metrics(snap)
-        own = snap.own_requests + sent
-        reached = users_reached(MetricsSnapshot(None, None, None, None, None, None, requests_finished=snap.closed_baseline),
-                                current, own)
-        if reached is None:
+        reach = self._reach(snap, snap.own + sent)
+        if reach is None:
             check = Check.warned("admission.closed", "the model's request counter could not be read; "
                                  "whether users reached the candidate is unproven")
-        elif reached > 0:
-            check = Check.failed("admission.closed", f"{reached:.0f} requests besides kimi-ops's own {own} reached the "
-                                 "candidate while users were closed out; check the route before approving")
+        elif reach.users > 0:
+            check = Check.failed("admission.closed", f"{reach.users:.0f} requests besides kimi-ops's own "
+                                 f"{_own_words(reach.own)} reached the candidate while users were closed out; "
+                                 "check the route before approving")
+        elif not reach.proven_closed:
+            check = Check.warned("admission.closed", f"the model finished {reach.beyond_answered:.0f} requests more than "
+                                 f"kimi-ops's own {reach.own.answered} answered ones since its readiness; "
+                                 f"{reach.own.uncertain} of kimi-ops's requests broke mid-way and may account for them, "
+                                 "so whether users reached the candidate is unproven")
         else:
-            check = Check.passed("admission.closed", f"users closed out: the model finished only kimi-ops's own {own} requests "
-                                 "since its readiness")
+            check = Check.passed("admission.closed", f"users closed out: the model finished {reach.finished:.0f} requests "
+                                 f"since its readiness, none beyond kimi-ops's own {reach.own.answered} answered ones")
         return report.model_copy(update={"checks": [*report.checks, check]}), sent
+
+    def _reach(self, snap: Snapshot, own: OwnRequests) -> Reach | None:
+        """The candidate's finished requests since its readiness passed (users closed out from there on)."""
+        if snap.closed_baseline is None:
+            return None
+        since = MetricsSnapshot(None, None, None, None, None, None, requests_finished=snap.closed_baseline)
+        return reach_since(since, self._metrics(snap), own)
 
     def _metrics(self, snap: Snapshot) -> MetricsSnapshot | None:
         try:
@@ -524,7 +535,7 @@ class Engine:
             dep = self._locked(uow, snap)
             # From here on, every request the candidate finishes beyond kimi-ops's own is a user getting through.
             dep.closed_baseline = baseline.requests_finished if baseline is not None else None
-            dep.own_requests = 0
+            dep.own_requests = dep.own_uncertain = 0
             transition(uow, self.ctx, dep, next_state(snap.kind, State.READINESS),
                        reason=f"readiness completion {result.summary}",
                        details={"ttft_ms": result.ttft_ms, "total_ms": result.total_ms})
@@ -628,12 +639,10 @@ class Engine:
             current = row.admission if row is not None else "closed"
         steps = ramp_steps(endpoint.ramp.steps) if endpoint.route is not None else ("open",)
         if current not in steps:
-            reached = users_reached(
-                MetricsSnapshot(None, None, None, None, None, None, requests_finished=snap.closed_baseline),
-                self._metrics(snap), snap.own_requests) if snap.closed_baseline is not None else None
-            if reached:
-                raise StepFailed(f"{reached:.0f} requests besides kimi-ops's own reached the candidate "
-                                 "while users were closed out")
+            reach = self._reach(snap, snap.own)
+            if reach is not None and reach.users > 0:
+                raise StepFailed(f"{reach.users:.0f} requests besides kimi-ops's own {_own_words(reach.own)} reached "
+                                 "the candidate while users were closed out")
         step = current if current in steps else next_step(steps, None)
         objectives = WindowObjectives(ttft_p99_ms=endpoint.ttft_objective_ms, error_rate=endpoint.ramp.error_rate,
                                       queue_depth=endpoint.ramp.queue_depth, kv_cache_usage=endpoint.ramp.kv_cache_usage)
@@ -718,7 +727,7 @@ class Engine:
             latest = uow.gates.latest(dep.id, gate)
             if latest is not None and latest.decision is not None:
                 raise Refused(f"the {gate} gate was decided while the checks ran ({latest.decision} by {latest.decided_by})")
-            dep.own_requests = (dep.own_requests or 0) + sent
+            _add_own(dep, sent)
             store_gate_report(uow, self.ctx, dep, report, actor=actor.user_id)
             uow.commit()
 
@@ -809,11 +818,29 @@ def _waits_for_person(uow: SqlUnitOfWork, dep: Deployment) -> bool:
     return latest is not None and latest.decision is None
 
 
-def _requests_sent(report: GateReport) -> int:
-    """Requests a gate's run sent to the endpoint (evaluation cases, the sweep's requests)."""
-    evaluation = report.attachments.get("evaluation") or {}
-    sweep = report.attachments.get("sweep") or {}
-    return len(evaluation.get("cases") or []) + int(sweep.get("requests") or 0)
+def _requests_sent(report: GateReport) -> OwnRequests:
+    """Requests a gate's run sent to the endpoint (evaluation cases, the sweep's), as the finished counter sees them."""
+    sent = OwnRequests()
+    for part, key in (("evaluation", "cases"), ("sweep", "requests")):
+        attachment = report.attachments.get(part) or {}
+        own = attachment.get("own_requests")
+        if isinstance(own, dict):
+            sent += OwnRequests(int(own.get("answered") or 0), int(own.get("uncertain") or 0))
+        elif attachment:
+            # A report from before requests were classed: none of them is known to have been answered.
+            raw = attachment.get(key)
+            sent += OwnRequests(0, len(raw) if isinstance(raw, list) else int(raw or 0))
+    return sent
+
+
+def _add_own(dep: Deployment, sent: OwnRequests) -> None:
+    dep.own_requests = (dep.own_requests or 0) + sent.answered
+    dep.own_uncertain = (dep.own_uncertain or 0) + sent.uncertain
+
+
+def _own_words(own: OwnRequests) -> str:
+    """``12 answered`` or ``12 answered and 3 broken`` for a closed-door reason."""
+    return f"{own.answered} answered" + (f" and {own.uncertain} broken" if own.uncertain else "")
 
 
 def _reservation_left(ctx: Context, endpoint: EndpointSettings) -> str:

@@ -27,6 +27,7 @@ from bot.domain.evaluation import (
     score,
     summarise,
 )
+from bot.domain.own_requests import own_requests_of
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
 
@@ -92,6 +93,8 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
             "sampling": eval_set.sampling,
             "summary": summary.as_dict(),
             "cases": [r.as_dict() for r in results],
+            # What the candidate's finished-request counter saw of these cases (the closed-door check subtracts it).
+            "own_requests": own_requests_of(answers).as_dict(),
             "production": {"release": production_release, "summary": production.as_dict()} if production else None,
         }
     }

@@ -103,6 +103,7 @@ def _sweep_attachment(outcome: SweepOutcome, plan: SweepPlan, objectives: Object
     return {
         "levels": [lv.as_dict() for lv in outcome.levels],
         "requests": outcome.requests,
+        "own_requests": outcome.own.as_dict(),
         "elapsed_seconds": round(outcome.elapsed_seconds, 2),
         "stopped_early": outcome.stopped_early,
         "plan": plan.model_dump(mode="json"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bot.domain.read_models import DeploymentView
 from bot.domain.states import State
 from bot.views.icons import state_icon
-from bot.views.parts import Note, Part, Text
+from bot.views.parts import Note, Part, Text, person
 
 
 def state_words(state: str) -> str:
@@ -22,7 +22,7 @@ def deployment_parts(view: DeploymentView) -> tuple[Part, ...]:
                               + (f"\n_{view.state_reason}_" if view.state_reason else ""))]
     gate_lines = []
     for g in view.gates:
-        decided = f"{g.decision} by <@{g.decided_by}>" if g.decision else "waiting"
+        decided = f"{g.decision} by {person(g.decided_by or 'someone')}" if g.decision else "waiting"
         gate_lines.append(f"• {g.gate}: checks {g.status}, {decided}" + (f" — {g.reason}" if g.reason else ""))
     if gate_lines:
         parts.append(Text("\n".join(gate_lines)))

@@ -20,7 +20,7 @@ from bot.domain.limits import (
 )
 from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, GateTicket
 from bot.views.icons import STATUS_ICON, Icon
-from bot.views.parts import Button, Buttons, Heading, Note, Part, Table, Text
+from bot.views.parts import Button, Buttons, Heading, Note, Part, Table, Text, person
 from bot.views.tables import (
     SWEEP_COMPACT_COLUMNS,
     model_comparison,
@@ -99,7 +99,8 @@ def report_tables(report: GateReport) -> list[Part]:
 
 def accepted_note(acceptance: LimitsAcceptance) -> Note:
     prev = acceptance.previous
-    return Note(f"{Icon.PASS} Limits accepted by <@{acceptance.accepted_by}> at {acceptance.accepted_at:%Y-%m-%d %H:%M} UTC: "
+    return Note(f"{Icon.PASS} Limits accepted by {person(acceptance.accepted_by)} "
+                f"at {acceptance.accepted_at:%Y-%m-%d %H:%M} UTC: "
                 f"{limits_words(acceptance.accepted)} (was {prev.get('max_concurrent_requests')} / "
                 f"{prev.get('max_queue_size')}); "
                 + (f"applied to the running release (manifest {acceptance.applied_sha256[:12]})" if acceptance.applied_sha256
@@ -143,4 +144,4 @@ def limits_parts(
 def decided_note(decision: str, decided_by: str, decided_at: dt.datetime, reason: str | None) -> Note:
     verb = f"{Icon.PASS} Approved" if decision == "approved" else f"{Icon.REJECTED} Rejected"
     why = f" — {reason}" if reason else ""
-    return Note(f"{verb} by <@{decided_by}> at {decided_at:%Y-%m-%d %H:%M} UTC{why}")
+    return Note(f"{verb} by {person(decided_by)} at {decided_at:%Y-%m-%d %H:%M} UTC{why}")

@@ -8,9 +8,17 @@ cut or moved to a thread by the Slack renderer, not here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+_SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
+
+
+def person(actor: str) -> str:
+    """A Slack mention for a Slack user id; any other actor (``kimi-ops`` itself, a CLI user) by its name."""
+    return f"<@{actor}>" if _SLACK_USER_ID.fullmatch(actor) else f"*{actor}*"
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import httpx
 
 from bot.adapters.endpoint.evaluation import stream_chat
 from bot.config import EndpointSettings
+from bot.domain.own_requests import Counted, OwnRequests, counted
 from bot.domain.readiness import MetricsSnapshot
 from bot.domain.sweep import (
     LevelStats,
@@ -180,7 +181,8 @@ class HttpLoadGenerator:
                 if stopped:
                     break
         return SweepOutcome(
-            levels=levels, requests=budget.used, elapsed_seconds=time.monotonic() - started, stopped_early=stopped
+            levels=levels, requests=budget.used, elapsed_seconds=time.monotonic() - started, stopped_early=stopped,
+            own=counter.own,
         )
 
     # ------------------------------------------------------------------ internals
@@ -195,6 +197,7 @@ class HttpLoadGenerator:
             "temperature": 0,
         }
         answer = stream_chat(client, endpoint.url, body, deadline=plan.request_timeout_seconds)
+        counter.count(counted(answer.http_status, complete=answer.error is None))
         return Sample(
             phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms, error=answer.error
         )
@@ -273,14 +276,21 @@ class HttpLoadGenerator:
 
 
 class _Counter:
+    """Numbers the sweep's prompts and tallies its requests as the model's finished counter sees them."""
+
     def __init__(self) -> None:
         self._n = 0
         self._lock = threading.Lock()
+        self.own = OwnRequests()
 
     def next(self) -> int:
         with self._lock:
             self._n += 1
             return self._n
+
+    def count(self, kind: Counted) -> None:
+        with self._lock:
+            self.own = self.own.plus(kind)
 
 
 def _prompt(mode: PrefixMode, n: int, words: int) -> str:

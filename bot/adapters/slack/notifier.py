@@ -71,7 +71,7 @@ from bot.domain.states import State
 from bot.views.actions import GateTicket
 from bot.views.deployments import deployment_title, state_words
 from bot.views.gates import decided_note, gate_parts, limits_parts
-from bot.views.parts import Note, Part, Text
+from bot.views.parts import Note, Part, Text, person
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class SlackNotifier:
         # The title follows the event being delivered, not the database (which may already be further on).
         state, reason = (state, reason) if state else (dep.state, dep.state_reason)
         return slack_text(deployment_title(dep.id, dep.kind, dep.release.name, dep.endpoint.name, state)
-                          + f"\nrequested by <@{dep.requested_by}>" + (f"\n_{reason}_" if reason else ""))
+                          + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{reason}_" if reason else ""))
 
     def _ensure_root(self, uow: SqlUnitOfWork, dep: Deployment) -> bool:
         if dep.slack_thread_ts:
@@ -304,7 +304,7 @@ class SlackNotifier:
         parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
                                 kind=dep.kind, ticket=ticket))
         if waiting:
-            parts.insert(1, Text(f"Waiting for an approver (requested by <@{dep.requested_by}>)."))
+            parts.insert(1, Text(f"Waiting for an approver (requested by {person(dep.requested_by)})."))
         elif row.decision and row.decided_by and row.decided_at:
             override = ((row.seen or {}).get("limits_override") or {}).get("reason")
             why = row.decision_reason or (f"above the measured limits: {override}" if override else None)
@@ -357,7 +357,7 @@ class SlackNotifier:
             return
         # The gate message was never posted (no channel then): say it in the thread instead.
         accepted = event.accepted
-        self._reply(dep, f"Limits accepted by <@{event.accepted_by}>: maxConcurrentRequests "
+        self._reply(dep, f"Limits accepted by {person(event.accepted_by)}: maxConcurrentRequests "
                          f"{accepted.get('max_concurrent_requests')}, maxQueueSize {accepted.get('max_queue_size')}")
 
     def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: GatePlot) -> None:

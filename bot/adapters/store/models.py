@@ -140,8 +140,10 @@ class Deployment(Base):
     cause_id: Mapped[int | None] = mapped_column(Integer, default=None)
     # The end a deploy takes once "reopening" gave users back the release that runs.
     ending: Mapped[str | None] = mapped_column(String(16), default=None)
-    # Requests kimi-ops itself sent to the candidate while users were closed out (the model's counter must not exceed it).
+    # kimi-ops's own requests to the candidate while users were closed out (bot.domain.own_requests): those answered
+    # in full, which the model's finished counter surely counts, and those broken mid-way, which it may count.
     own_requests: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    own_uncertain: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The candidate's finished-request counter when its readiness passed (users closed out from there on).
     closed_baseline: Mapped[float | None] = mapped_column(Float, default=None)
 
