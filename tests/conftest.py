@@ -1,8 +1,11 @@
 """Shared fixtures: real SQLite and real PostgreSQL databases, migrated by Alembic.
 
 PostgreSQL comes from ``KIMI_TEST_POSTGRES_URL`` (``.ci/run`` sets it to a throwaway
-database); every test that asks for it gets a fresh database created on that server.
-Under CI a missing or unreachable server is an error, never a skip.
+database). A test that asks for an empty database (``empty_db_url``) gets a fresh one
+created on that server; a test that asks for a migrated one (``db_url``) gets its
+worker's database, migrated once and emptied before each test (a SQLite test gets a
+copy of a file migrated once), because creating and migrating a database per test
+cost seconds each. Under CI a missing or unreachable server is an error, never a skip.
 
 Every test starts with no ``SLACK_*``, ``AWS_*`` or ``KIMI_*`` variable from the
 machine (a developer's real token or profile must never reach a test), and the
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,9 +27,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.store import schema
+from bot.adapters.store.models import Base
 from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.services.context import Context, Ports
@@ -96,11 +103,67 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return request.getfixturevalue("fresh_pg_url")
 
 
-@pytest.fixture()
-def db_url(empty_db_url: str) -> str:
-    """A database of each kind, migrated to head."""
-    schema.upgrade(empty_db_url)
-    return empty_db_url
+@pytest.fixture(scope="session")
+def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("migrated") / "kimi.db"
+    schema.upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _migrated_pg(pg_admin_url: str) -> Iterator[str]:
+    """This worker's PostgreSQL database, migrated to head once."""
+    name = f"kimi_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+    schema.upgrade(url)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+_HEAD = schema.head_revision()
+
+
+def _emptied(url: str) -> bool:
+    """Empty every table but Alembic's, restarting ids; False when a straggler from an earlier test holds a lock."""
+    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
+    engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SET lock_timeout = '5s'"))
+            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            if version != _HEAD:  # an earlier test moved the schema on purpose: build it again
+                conn.execute(text("DROP SCHEMA public CASCADE"))
+                conn.execute(text("CREATE SCHEMA public"))
+        if version != _HEAD:
+            schema.upgrade(url)
+        return True
+    except OperationalError:
+        return False
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database of each kind, migrated to head and empty."""
+    if request.param == "sqlite":
+        path = tmp_path / "kimi.db"
+        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue("_migrated_pg")
+    if _emptied(url):
+        return url
+    fresh: str = request.getfixturevalue("fresh_pg_url")  # the shared one is held: this test gets its own
+    schema.upgrade(fresh)
+    return fresh
 
 
 @pytest.fixture()
