@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 from httpx_sse import SSEError, connect_sse
 
+from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
 from bot.domain.evaluation import Answer, EvalCase, ToolCall
 
@@ -171,7 +172,7 @@ class HttpEvaluator:
         """One :class:`Answer` per case, in the cases' order."""
         limit = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         with (
-            httpx.Client(timeout=self.timeout or timeout, limits=limit, transport=self.transport) as client,
+            httpx.Client(timeout=self.timeout or timeout, limits=limit, transport=self.transport, verify=tls_context()) as client,
             ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool,
         ):
             futures = [

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import httpx
 
 from bot.adapters.endpoint.evaluation import stream_chat
+from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
 from bot.domain.own_requests import Counted, OwnRequests, counted
 from bot.domain.readiness import MetricsSnapshot
@@ -160,7 +161,8 @@ class HttpLoadGenerator:
         levels: list[LevelStats] = []
         stopped: str | None = None
         limits = httpx.Limits(max_connections=plan.ceiling + 1, max_keepalive_connections=plan.ceiling + 1)
-        with httpx.Client(timeout=plan.request_timeout_seconds, limits=limits, transport=self.transport) as client:
+        with httpx.Client(timeout=plan.request_timeout_seconds, limits=limits, transport=self.transport,
+                          verify=tls_context()) as client:
             counter = _Counter()
             for mode in plan.prefix_modes:
                 self._warm(client, endpoint, plan, mode, counter, budget)

@@ -25,6 +25,7 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 
 from bot.adapters.endpoint.metrics import MetricsUnavailable, scrape
+from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
 from bot.domain.readiness import FailureKind, MetricsSnapshot, ReadinessResult
 
@@ -136,6 +137,7 @@ class HttpEndpointClient:
             headers=self.headers,
             transport=self._transport,
             follow_redirects=False,
+            verify=tls_context(),
         )
 
     # -- readiness -------------------------------------------------------------------------------------------
