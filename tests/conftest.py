@@ -51,6 +51,35 @@ START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first, so the whole-stack tests start at once on every worker instead of ending the run alone.
+
+    A whole-stack module marks itself with a longer ``timeout``; that budget orders the run (a stable sort: each
+    module keeps its order). Tests sharing a module-scoped stand-in stay on one worker (``--dist loadgroup``), so
+    the sandbox behind them starts once, not once per worker.
+    """
+
+    def budget(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("timeout")
+        return float(marker.args[0]) if marker is not None and marker.args else 0.0
+
+    for item in items:
+        shared = _module_scoped_fixture(item)
+        if shared is not None:
+            item.add_marker(pytest.mark.xdist_group(shared))
+    items.sort(key=lambda item: -budget(item))
+
+
+def _module_scoped_fixture(item: pytest.Item) -> str | None:
+    """``module::fixture`` when the test uses a module-scoped fixture (a sandbox, the demo's run), else None."""
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and defs[-1].scope == "module":
+            return f"{item.nodeid.split('::')[0]}::{name}"
+    return None
+
+
 @pytest.fixture(autouse=True)
 def _no_machine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Clear Slack, AWS and kimi-ops settings inherited from the machine; a test sets what it needs."""
