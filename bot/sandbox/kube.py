@@ -17,7 +17,9 @@ all live in :func:`_emulator_class`:
   and a no-op apply leaves ``resourceVersion`` alone;
 * merge patches bump ``resourceVersion`` (``generation`` when the spec
   changes), honour a ``resourceVersion`` precondition, and on the ``status``
-  subresource change only ``status`` — the main resource ignores ``status``.
+  subresource change only ``status`` — the main resource ignores ``status``;
+* kmock's request log (kept for assertions, walked on every request) is cut
+  to its recent tail, so a long sandbox does not slow down quadratically.
 
 kmock and pytest-asyncio (which kmock's plugin imports) are test/sandbox
 dependencies: they are imported only when a stand-in starts.
@@ -63,6 +65,9 @@ SUBRESOURCES: dict[str, set[str]] = {
     "CustomResourceDefinition": {"status"},
     "HTTPRoute": {"status"},
 }
+
+
+REQUEST_LOG_MAX, REQUEST_LOG_KEEP = 256, 64
 
 
 def _now() -> str:
@@ -129,7 +134,18 @@ def _emulator_class() -> type:
             if match:
                 rest = match.group(1) or ""
                 raw_request = raw_request.clone(rel_url=raw_request.rel_url.with_path(f"/api/v1/{NAMESPACES_PLURAL}{rest}"))
-            return await super().__call__(raw_request)
+            try:
+                return await super().__call__(raw_request)
+            finally:
+                self._forget_old_requests()
+
+        def _forget_old_requests(self) -> None:
+            # kmock keeps every request for assertions and matches each new one against its reactions by walking
+            # that whole log, so a sandbox serving thousands of requests slowed quadratically (a minute of CPU per
+            # whole-stack test). Nothing here asserts on the log; the recent tail stays for requests in flight.
+            log: list[Any] = self._requests
+            if len(log) > REQUEST_LOG_MAX:
+                del log[: len(log) - REQUEST_LOG_KEEP]
 
         async def _handle(self, request: Any) -> Any:
             if request.resource is None:
