@@ -218,3 +218,25 @@ def test_a_delivery_failing_after_slack_took_the_message_posts_it_once_and_moves
     finally:
         admin.dispose()
         ctx.close()
+
+
+def test_an_upload_whose_answer_was_lost_is_found_in_the_thread_and_not_uploaded_again(make_ctx, stub, tmp_path) -> None:
+    from bot.adapters.plots import plot_evaluation
+    from bot.domain.checks import GateReport
+    from bot.services.deployments import store_gate_report
+
+    ctx = setup(make_ctx, "C0PROD")
+    view = request_deploy(ctx, "rel-a", None, REQUESTER)
+    plot = plot_evaluation(["coding"], [1.0], [1.0], tmp_path / "model.png", "pass rate per kind")
+    with ctx.uow() as uow:
+        store_gate_report(uow, ctx, uow.deployments.get(view.id),
+                          GateReport(gate="model", checks=[Check.passed("model.coding", "2/2")], attachments={"plot": plot}))
+        uow.commit()
+    stub.lose_answer_next("files.completeUploadExternal")  # the file is shared in the thread; the answer never comes
+    notifier = notifier_for(ctx, stub)
+    notifier.deliver_pending()
+    notifier.deliver_pending()
+    assert [m.files[0]["name"] for m, _ in stub.files_in("C0PROD")] == ["model-pass-rates.png"]
+    assert len(stub.calls_to("files.completeUploadExternal")) == 1
+    with ctx.uow() as uow:
+        assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))
