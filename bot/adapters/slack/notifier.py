@@ -244,32 +244,40 @@ class SlackNotifier:
     # ------------------------------------------------------------------ one post, once
     def _post(self, key: str, channel: str, text: str, *, blocks: list[dict[str, Any]] | None = None,
               thread_ts: str | None = None, broadcast: bool = False) -> tuple[str, str]:
-        """Post the message ``key`` names once, whatever fails around it: its channel and ``ts``.
-
-        The claim is committed before the call and the ``ts`` right after it, each on its own, so a delivery
-        that fails later (or a replica that stops) leaves a record the retry reuses instead of posting again.
-        """
-        claim = self._claim(key, channel)
-        if claim.ts is not None:
-            return claim.channel, claim.ts
-        if not claim.first:
-            # An earlier try claimed it and never learnt the outcome: it may be in Slack already.
-            found = self._find(claim.channel, thread_ts, lambda m: _key_of(m) == key)
-            if found is not None:
-                self._record(key, claim.channel, found)
-                return claim.channel, found
+        """Post the message ``key`` names once, whatever fails around it: its channel and ``ts``."""
         extra: dict[str, Any] = {"thread_ts": thread_ts, "reply_broadcast": broadcast} if thread_ts else {}
-        try:
+
+        def send() -> tuple[str, str]:
             answer = self.poster.chat_postMessage(
                 channel=channel, text=text, blocks=blocks,
                 metadata={"event_type": POST_EVENT_TYPE, "event_payload": {"key": key}}, **extra,
             )
+            return str(answer["channel"]), str(answer["ts"])
+
+        return self._once(key, channel, thread_ts, lambda message: _key_of(message) == key, send)
+
+    def _once(self, key: str, channel: str, thread_ts: str | None, earlier: Callable[[dict[str, Any]], bool],
+              send: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+        """``send`` what ``key`` names unless it was sent before: where it went.
+
+        The claim is committed before the call and where it went right after it, each on its own, so a delivery
+        that fails later (or a replica that stops) leaves a record the retry reuses instead of sending again. A
+        claim with no record (an earlier try died mid-call or lost Slack's answer) is looked for first: the
+        message ``earlier`` recognises in the thread of ``thread_ts`` (else among the channel's newest).
+        """
+        claim = self._claim(key, channel)
+        if claim.ts is not None:
+            return claim.channel, claim.ts
+        if not claim.first and (found := self._find(claim.channel, thread_ts, earlier)) is not None:
+            self._record(key, claim.channel, found)
+            return claim.channel, found
+        try:
+            sent = send()
         except SlackApiError:
-            self._release(key)  # Slack answered no: nothing was posted, so the next try need not look for it
+            self._release(key)  # Slack answered no: nothing was sent, so the next try need not look for it
             raise
-        posted = str(answer["channel"]), str(answer["ts"])
-        self._record(key, *posted)
-        return posted
+        self._record(key, *sent)
+        return sent
 
     def _claim(self, key: str, channel: str) -> PostClaim:
         with self.uow() as uow:
@@ -500,24 +508,17 @@ class SlackNotifier:
             return
         channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
         title = f"{gate.capitalize()} gate · deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}"
-        # An upload carries no metadata: an earlier try's file is recognised by its title in the thread.
-        claim = self._claim(key, channel)
-        if claim.ts is not None:
-            return
-        if not claim.first and (found := self._find(channel, thread_ts, lambda m: any(
-                f.get("title") == title for f in m.get("files") or []))) is not None:
-            self._record(key, channel, found)
-            return
-        try:
+
+        def upload() -> tuple[str, str]:
             answer = self.poster.files_upload_v2(
                 channel=channel, thread_ts=thread_ts, file=data, filename=PLOT_NAMES.get(gate, f"{gate}-plot.png"),
                 title=title, alt_txt=f"{gate} gate plot of deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
             )
-        except SlackApiError:
-            self._release(key)
-            raise
-        files = answer.get("files") or [{}]
-        self._record(key, channel, f"file:{files[0].get('id', '')}")  # where a file went: its id, not a message ts
+            return channel, f"file:{(answer.get('files') or [{}])[0].get('id', '')}"  # a file's id, not a message ts
+
+        # An upload carries no metadata: an earlier try's file is recognised by its title in the thread.
+        self._once(key, channel, thread_ts, lambda message: any(f.get("title") == title for f in message.get("files") or []),
+                   upload)
 
     # One handler per event class; a subclass without its own entry uses its nearest base's (every ChannelNotice).
     HANDLERS: ClassVar[dict[type[OutboxEvent], Handler]] = {
