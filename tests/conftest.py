@@ -21,6 +21,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,20 +109,33 @@ def pg_admin_url() -> str:
     return url
 
 
-@pytest.fixture()
-def fresh_pg_url(pg_admin_url: str) -> Iterator[str]:
-    """A brand-new, empty PostgreSQL database for one test; dropped afterwards."""
+@contextmanager
+def _fresh_database(admin_url: str) -> Iterator[str]:
     name = f"kimi_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(pg_admin_url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(pg_admin_url).set(database=name).render_as_string(hide_password=False)
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
         yield url
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture()
+def fresh_pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database for one test; dropped afterwards."""
+    with _fresh_database(pg_admin_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_pg_url(pg_admin_url: str) -> Iterator[str]:
+    """A brand-new, empty PostgreSQL database shared by one module's tests (expensive set-ups, e.g. replicas)."""
+    with _fresh_database(pg_admin_url) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

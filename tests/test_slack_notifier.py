@@ -138,3 +138,105 @@ def test_two_replicas_delivering_at_once_post_each_message_once(fresh_pg_url, cl
     assert len(roots) == 1 and len(gates) == 1
     for c in contexts:
         c.close()
+
+
+def _gate_posts(stub: SlackStub, gate: str = "Artifact", deployment: int = 1) -> list:
+    return [m for m in stub.messages if f"{gate} gate · deployment #{deployment}" in blocks_text(m.blocks)]
+
+
+def _is_gate_message(params: dict) -> bool:
+    return "Artifact gate · deployment #1" in (params.get("text") or "")
+
+
+def test_a_post_whose_answer_was_lost_is_found_in_slack_and_not_posted_again(make_ctx, stub) -> None:
+    ctx = setup(make_ctx, "C0PROD")
+    view = request_deploy(ctx, "rel-a", None, REQUESTER)
+    Engine(ctx, readiness_pause=0).advance(view.id)
+    stub.lose_answer_next("chat.postMessage", _is_gate_message)  # Slack takes it; the connection breaks before the answer
+    notifier = notifier_for(ctx, stub)
+    notifier.deliver_pending()
+    assert len(_gate_posts(stub)) == 1
+    with ctx.uow() as uow:
+        assert any(e.delivered_at is None for e in uow.events.for_deployment(view.id))  # the outcome is unknown: retried
+    notifier.deliver_pending()
+    gates = _gate_posts(stub)
+    assert len(gates) == 1 and has_buttons(gates[0])  # found by its key in the thread, not posted again
+    assert len(stub.calls_to("conversations.replies")) == 1
+    with ctx.uow() as uow:
+        assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))
+        assert uow.gates.latest(view.id, "artifact").slack_ts == gates[0].ts  # its Approve/Reject edits go there
+
+
+def test_a_delivery_failing_after_slack_took_the_message_posts_it_once_and_moves_on(fresh_pg_url, clock, tmp_path,
+                                                                                      stub) -> None:
+    """The database connection of the delivery is cut while Slack answers the gate message's post."""
+    import threading
+
+    from sqlalchemy import create_engine, text
+
+    from bot.adapters.store import schema
+    from bot.bootstrap import build_context
+    from bot.config import load_settings
+
+    schema.upgrade(fresh_pg_url)
+    ctx = build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path,
+                                      endpoints=[endpoint_config(channel="C0PROD")], roles=ROLES),
+                        clock=clock, ports=fake_ports())
+    admin = create_engine(fresh_pg_url, isolation_level="AUTOCOMMIT")
+    try:
+        register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+        view = request_deploy(ctx, "rel-a", None, REQUESTER)
+        Engine(ctx, readiness_pause=0).advance(view.id)
+        held = stub.hold_next("chat.postMessage", _is_gate_message)
+        notifier = notifier_for(ctx, stub)
+        failures: list[BaseException] = []
+
+        def deliver() -> None:
+            try:
+                notifier.deliver_pending()
+            except Exception as exc:  # how the delivery reports it is not the point; what Slack shows is
+                failures.append(exc)
+
+        first = threading.Thread(target=deliver)
+        first.start()
+        assert held.reached.wait(30)
+        with admin.connect() as conn:  # the delivery's transaction (holding the event's row lock) loses its connection
+            cut = conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                                    "current_database() AND state = 'idle in transaction'")).all()
+        assert len(cut) == 1
+        held.release()
+        first.join(60)
+        notifier.deliver_pending()
+        gates = _gate_posts(stub)
+        assert len(gates) == 1 and has_buttons(gates[0])
+        assert len([m for m in stub.messages if m.thread_ts is None]) == 1
+        with ctx.uow() as uow:
+            events = uow.events.for_deployment(view.id)
+            assert all(e.delivered_at is not None for e in events)
+            assert [e.attempts for e in events if e.kind == "gate.waiting"] == [2]  # the failed try counted too
+            assert uow.gates.latest(view.id, "artifact").slack_ts == gates[0].ts
+    finally:
+        admin.dispose()
+        ctx.close()
+
+
+def test_an_upload_whose_answer_was_lost_is_found_in_the_thread_and_not_uploaded_again(make_ctx, stub, tmp_path) -> None:
+    from bot.adapters.plots import plot_evaluation
+    from bot.domain.checks import GateReport
+    from bot.services.deployments import store_gate_report
+
+    ctx = setup(make_ctx, "C0PROD")
+    view = request_deploy(ctx, "rel-a", None, REQUESTER)
+    plot = plot_evaluation(["coding"], [1.0], [1.0], tmp_path / "model.png", "pass rate per kind")
+    with ctx.uow() as uow:
+        store_gate_report(uow, ctx, uow.deployments.get(view.id),
+                          GateReport(gate="model", checks=[Check.passed("model.coding", "2/2")], attachments={"plot": plot}))
+        uow.commit()
+    stub.lose_answer_next("files.completeUploadExternal")  # the file is shared in the thread; the answer never comes
+    notifier = notifier_for(ctx, stub)
+    notifier.deliver_pending()
+    notifier.deliver_pending()
+    assert [m.files[0]["name"] for m, _ in stub.files_in("C0PROD")] == ["model-pass-rates.png"]
+    assert len(stub.calls_to("files.completeUploadExternal")) == 1
+    with ctx.uow() as uow:
+        assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))

@@ -14,7 +14,13 @@ message carrying ``files``. :meth:`SlackStub.fail_next` makes a method (or the
 upload URL) fail, to exercise retries; :meth:`SlackStub.rate_limit_next` answers
 HTTP 429 with ``Retry-After`` as Slack does when a method's rate tier is spent,
 and :meth:`SlackStub.drop_next` closes the connection without an answer.
-Each recorded call keeps the size of the body as sent.
+:meth:`SlackStub.lose_answer_next` takes a call (a post is in the channel) and
+then closes the connection without its answer, and :meth:`SlackStub.hold_next`
+takes one and answers only when the test releases it: what a sender sees when
+Slack's answer is lost or slow. A message keeps the ``metadata`` it was posted
+with; ``conversations.history`` and ``conversations.replies`` read a channel or
+a thread back (``include_all_metadata`` adds it), paged with ``limit`` and
+``cursor``. Each recorded call keeps the size of the body as sent.
 ``auth.test`` names the workspace (``team_id``), the app (``app_id``) and, on an
 Enterprise Grid, the organisation (``enterprise_id``), as Slack does for a bot token.
 
@@ -32,6 +38,7 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -69,6 +76,32 @@ class Message:
     updated: int = 0
     # Files shared with this message: id, name, title, size, mimetype (what Slack's file objects carry).
     files: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] | None = None  # chat.postMessage's ``metadata`` (event_type, event_payload)
+
+    def as_slack(self, with_metadata: bool) -> dict[str, Any]:
+        """The message as ``conversations.history`` / ``conversations.replies`` list it."""
+        out: dict[str, Any] = {"type": "message", "ts": self.ts, "text": self.text, "blocks": self.blocks}
+        if self.thread_ts:
+            out["thread_ts"] = self.thread_ts
+        if self.files:
+            out["files"] = [dict(f) for f in self.files]
+        if with_metadata and self.metadata:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+
+@dataclass
+class Hold:
+    """A call the stub took and answers only once :meth:`release` is called (``reached`` is set when it came)."""
+
+    method: str
+    matching: Callable[[dict[str, Any]], bool]
+    reached: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    lose: bool = False  # close the connection instead of answering
+
+    def release(self) -> None:
+        self.released.set()
 
 
 @dataclass
@@ -110,6 +143,7 @@ class SlackStub:
         # method → Retry-After seconds of the 429 answers still to give, oldest first.
         self._rate_limits: dict[str, list[int]] = {}
         self._drops: dict[str, int] = {}  # method → calls still to leave unanswered (connection closed)
+        self._holds: list[Hold] = []  # calls to take, then answer late or not at all, oldest first
         self._ts = itertools.count(1)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -161,7 +195,14 @@ class SlackStub:
                 if retry_after is not None:
                     self._answer(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)})
                     return
+                hold = stub.held(parts.path, params)
                 answer = stub.handle(parts.path, params, size=length)
+                if hold is not None:
+                    hold.reached.set()
+                    if hold.lose:
+                        self.close_connection = True  # taken, but the caller never hears so
+                        return
+                    hold.released.wait(timeout=120)
                 self._answer(200, answer)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -212,6 +253,30 @@ class SlackStub:
         """The next ``times`` calls of ``method`` get no answer: the connection is closed (recorded as ``dropped:METHOD``)."""
         with self._lock:
             self._drops[method] = self._drops.get(method, 0) + times
+
+    def hold_next(self, method: str, matching: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
+        """Take the next call of ``method`` (whose params ``matching`` accepts) but answer only after ``release()``."""
+        hold = Hold(method, matching or (lambda _params: True))
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
+    def lose_answer_next(self, method: str, matching: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
+        """Take the next call of ``method`` (whose params ``matching`` accepts), then close without answering."""
+        hold = Hold(method, matching or (lambda _params: True), lose=True)
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
+    def held(self, path: str, params: dict[str, Any]) -> Hold | None:
+        """The hold this call meets, if any (each hold catches one call)."""
+        method = path.removeprefix("/api/")
+        with self._lock:
+            for hold in self._holds:
+                if hold.method == method and hold.matching(params):
+                    self._holds.remove(hold)
+                    return hold
+        return None
 
     def dropped(self, path: str) -> bool:
         method = path.removeprefix("/api/")
@@ -318,7 +383,8 @@ class SlackStub:
         if method == "chat.postMessage":
             ts = self._next_ts()
             self.messages.append(
-                Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], thread_ts=p.get("thread_ts"))
+                Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], thread_ts=p.get("thread_ts"),
+                        metadata=p.get("metadata") if isinstance(p.get("metadata"), dict) else None)
             )
             return {"ok": True, "channel": p["channel"], "ts": ts, "message": {"text": p.get("text", ""), "ts": ts}}
         if method == "chat.update":
@@ -331,6 +397,8 @@ class SlackStub:
             ts = self._next_ts()
             self.messages.append(Message(p["channel"], ts, p.get("text", ""), p.get("blocks") or [], ephemeral_to=p["user"]))
             return {"ok": True, "message_ts": ts}
+        if method in ("conversations.history", "conversations.replies"):
+            return self._read_back(method, p)
         if method in ("views.open", "views.publish"):
             view_id = f"V{next(self._ts):08d}"
             view = {**p["view"], "id": view_id}
@@ -385,6 +453,22 @@ class SlackStub:
                 return {"ok": False, "error": "no_such_subteam"}
             return {"ok": True, "users": list(self.groups[group])}
         return {"ok": False, "error": "unknown_method"}
+
+    def _read_back(self, method: str, p: dict[str, Any]) -> dict[str, Any]:
+        """A channel's top-level messages, newest first, or a thread (its root first), oldest first; paged."""
+        channel, shown = p.get("channel"), [m for m in self.messages if not m.ephemeral_to]
+        if method == "conversations.history":
+            found = [m for m in reversed(shown) if m.channel == channel and m.thread_ts is None]
+        else:
+            found = [m for m in shown if m.channel == channel and (m.ts == p.get("ts") or m.thread_ts == p.get("ts"))]
+            if not any(m.ts == p.get("ts") for m in found):
+                return {"ok": False, "error": "thread_not_found"}
+        start, limit = int(p.get("cursor") or 0), int(p.get("limit") or 100)
+        page = found[start:start + limit]
+        more = start + limit < len(found)
+        with_metadata = str(p.get("include_all_metadata", "")).lower() in ("1", "true")
+        return {"ok": True, "messages": [m.as_slack(with_metadata) for m in page], "has_more": more,
+                "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
     # ------------------------------------------------------------------ reading
     def calls_to(self, method: str) -> list[Call]:

@@ -22,16 +22,29 @@ sends them afterwards, in order, through one handler per event class
 * a channel notice (reservation and readiness alerts) goes to its channel, or
   the endpoint's.
 
-Delivery is idempotent where Slack lets it be: a root or gate message already
-recorded is never posted again. Each event is delivered under a row lock
-(``SELECT … FOR UPDATE`` on PostgreSQL), so replicas delivering at the same
-time wait for each other and skip what the other sent, in the same order. A failure leaves the event (and the later
-events of the same deployment) for the next pass; after ``MAX_ATTEMPTS`` it is
-given up and logged.
+Every message is posted once, across replicas and retries (:meth:`SlackNotifier._post`):
+each has a key (``deployment:<id>`` for a thread's root, ``gate:<id>`` for a gate
+message, ``event:<id>`` for an event's reply or upload, ``…/<n>`` for overflow
+pieces), claimed in ``slack_posts`` and committed before the Web API call, with
+the message's ``ts`` committed right after it, each in a transaction of its own.
+A retry finds the ``ts`` and posts nothing; a claim without one (the replica
+died mid-call, or Slack's answer was lost) is looked up in Slack by the key the
+message carries in its metadata before it is posted again. So nothing that
+fails around a post (the database, a guard, a stop) makes it post twice, and
+posts go out without slack_sdk's connection-error retries, which would resend a
+message Slack may already have taken. Edits (``chat.update``) are idempotent.
+
+Each event is delivered under a row lock (``SELECT … FOR UPDATE`` on
+PostgreSQL), so replicas delivering at the same time wait for each other and
+skip what the other sent, in the same order. Any failure (Slack, the database,
+a bug) counts as an attempt and leaves the event (and the later events of the
+same deployment) for the next pass; after ``MAX_ATTEMPTS`` it is given up and
+logged.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 import threading
@@ -40,13 +53,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 from sqlalchemy.orm import Session
 
 from bot.adapters.clock import Clock
 from bot.adapters.slack.blocks import render, slack_text
 from bot.adapters.store.models import Deployment, Event, GateResult
 from bot.adapters.store.outbox import UnknownEvent, event_of
+from bot.adapters.store.posts import PostClaim
 from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
@@ -76,8 +91,12 @@ from bot.views.parts import Note, Part, Text, person
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 5
-Handler = Callable[["SlackNotifier", SqlUnitOfWork, Deployment, Any], None]
-"""Delivers one event of a deployment whose thread exists."""
+Handler = Callable[["SlackNotifier", SqlUnitOfWork, Deployment, Any, str], None]
+"""Delivers one event of a deployment whose thread exists; the last argument keys the event's own post."""
+# The metadata event type of every message the notifier posts; its payload's ``key`` finds the message again.
+POST_EVENT_TYPE = "kimi_ops_post"
+# How many pages (200 messages each) of a thread or channel a lookup reads before it posts again.
+LOOKUP_PAGES = 5
 # What a plot is called in the thread, per gate.
 PLOT_NAMES = {"traffic": "traffic-sweep.png", "model": "model-pass-rates.png"}
 PLOT_TITLES = {"traffic": "latency and 429/error rate against concurrency, knee marked",
@@ -88,6 +107,25 @@ def _session(uow: SqlUnitOfWork) -> Session:
     if uow.session is None:
         raise RuntimeError("the unit of work is not open")
     return uow.session
+
+
+def _without_connection_retries(client: WebClient) -> WebClient:
+    """``client`` for posts: a connection error may come after Slack took the message, so it is not resent blindly."""
+    poster = copy.copy(client)
+    poster.retry_handlers = [h for h in client.retry_handlers if not isinstance(h, ConnectionErrorRetryHandler)]
+    return poster
+
+
+def _key_of(message: dict[str, Any]) -> str | None:
+    metadata = message.get("metadata") or {}
+    if metadata.get("event_type") != POST_EVENT_TYPE:
+        return None
+    key = (metadata.get("event_payload") or {}).get("key")
+    return str(key) if key is not None else None
+
+
+def _error(exc: BaseException) -> str:
+    return str(exc.response.get("error")) if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
 
 
 def _thread(channel: str | None, ts: str | None) -> tuple[str, str]:
@@ -110,6 +148,7 @@ class SlackNotifier:
         on_delivered: Callable[[set[str]], None] | None = None,
     ) -> None:
         self.client = client
+        self.poster = _without_connection_retries(client)
         self.uow = uow
         self.clock = clock
         self.fallback_channel = fallback_channel
@@ -166,68 +205,161 @@ class SlackNotifier:
                 event = _session(uow).get(Event, event_id, with_for_update=True)
                 if event is None or event.delivered_at is not None or event.deployment_id in blocked:
                     continue
+                deployment_id, endpoint_name = event.deployment_id, event.endpoint_name
                 try:
-                    self._deliver(uow, event)
-                except (SlackClientError, OSError) as exc:
-                    # Slack said no, or could not be reached (an upload URL is plain HTTP): retried next pass.
-                    uow.rollback()
-                    event = _session(uow).get(Event, event_id, with_for_update=True)
-                    if event is None:
-                        continue
+                    self._deliver(uow, event, f"event:{event_id}")
+                    event.delivered_at = self.clock.now()
                     event.attempts += 1
-                    error = exc.response.get("error") if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
-                    if event.attempts >= MAX_ATTEMPTS:
-                        log.error("giving up on event %s (%s) after %s attempts: %s", event.id, event.kind, event.attempts, error)
-                        event.delivered_at = self.clock.now()
-                    else:
-                        log.warning("event %s (%s) not delivered: %s", event.id, event.kind, error)
-                        if event.deployment_id is not None:
-                            blocked.add(event.deployment_id)  # keep the thread in order
                     uow.commit()
+                except Exception as exc:
+                    # Slack said no or could not be reached, the database failed, a bug: what Slack took is in
+                    # slack_posts already, so the retry posts nothing twice; every failure counts as an attempt.
+                    uow.rollback()
+                    if not self._failed(uow, event_id, exc) and deployment_id is not None:
+                        blocked.add(deployment_id)  # keep the thread in order
                     continue
-                event.delivered_at = self.clock.now()
-                event.attempts += 1
-                if event.endpoint_name:
-                    touched.add(event.endpoint_name)
-                uow.commit()
+                if endpoint_name:
+                    touched.add(endpoint_name)
                 sent += 1
         return sent, touched
 
+    def _failed(self, uow: SqlUnitOfWork, event_id: int, exc: Exception) -> bool:
+        """Count a failed attempt at an event; ``True`` when it is given up (no later retry)."""
+        event = _session(uow).get(Event, event_id, with_for_update=True, populate_existing=True)
+        if event is None:
+            return True
+        event.attempts += 1
+        # A Slack refusal or an unreachable Slack is routine; anything else gets its traceback in the log.
+        detail = None if isinstance(exc, (SlackApiError, OSError)) else exc
+        given_up = event.attempts >= MAX_ATTEMPTS
+        if given_up:
+            log.error("giving up on event %s (%s) after %s attempts: %s", event.id, event.kind, event.attempts, _error(exc),
+                      exc_info=detail)
+            event.delivered_at = self.clock.now()
+        else:
+            log.warning("event %s (%s) not delivered: %s", event.id, event.kind, _error(exc), exc_info=detail)
+        uow.commit()
+        return given_up
+
+    # ------------------------------------------------------------------ one post, once
+    def _post(self, key: str, channel: str, text: str, *, blocks: list[dict[str, Any]] | None = None,
+              thread_ts: str | None = None, broadcast: bool = False) -> tuple[str, str]:
+        """Post the message ``key`` names once, whatever fails around it: its channel and ``ts``."""
+        extra: dict[str, Any] = {"thread_ts": thread_ts, "reply_broadcast": broadcast} if thread_ts else {}
+
+        def send() -> tuple[str, str]:
+            answer = self.poster.chat_postMessage(
+                channel=channel, text=text, blocks=blocks,
+                metadata={"event_type": POST_EVENT_TYPE, "event_payload": {"key": key}}, **extra,
+            )
+            return str(answer["channel"]), str(answer["ts"])
+
+        return self._once(key, channel, thread_ts, lambda message: _key_of(message) == key, send)
+
+    def _once(self, key: str, channel: str, thread_ts: str | None, earlier: Callable[[dict[str, Any]], bool],
+              send: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+        """``send`` what ``key`` names unless it was sent before: where it went.
+
+        The claim is committed before the call and where it went right after it, each on its own, so a delivery
+        that fails later (or a replica that stops) leaves a record the retry reuses instead of sending again. A
+        claim with no record (an earlier try died mid-call or lost Slack's answer) is looked for first: the
+        message ``earlier`` recognises in the thread of ``thread_ts`` (else among the channel's newest).
+        """
+        claim = self._claim(key, channel)
+        if claim.ts is not None:
+            return claim.channel, claim.ts
+        if not claim.first and (found := self._find(claim.channel, thread_ts, earlier)) is not None:
+            self._record(key, claim.channel, found)
+            return claim.channel, found
+        try:
+            sent = send()
+        except SlackApiError:
+            self._release(key)  # Slack answered no: nothing was sent, so the next try need not look for it
+            raise
+        self._record(key, *sent)
+        return sent
+
+    def _claim(self, key: str, channel: str) -> PostClaim:
+        with self.uow() as uow:
+            claim = uow.posts.claim(key, channel, self.clock.now())
+            uow.commit()
+            return claim
+
+    def _record(self, key: str, channel: str, ts: str) -> None:
+        with self.uow() as uow:
+            uow.posts.record(key, channel, ts, self.clock.now())
+            uow.commit()
+
+    def _release(self, key: str) -> None:
+        with self.uow() as uow:
+            uow.posts.release(key)
+            uow.commit()
+
+    def _find(self, channel: str, thread_ts: str | None, match: Callable[[dict[str, Any]], bool]) -> str | None:
+        """The ``ts`` of the message ``match`` picks in the thread of ``thread_ts`` (else among the channel's newest)."""
+        cursor: str | None = None
+        for _ in range(LOOKUP_PAGES):
+            try:
+                if thread_ts:
+                    page = self.client.conversations_replies(channel=channel, ts=thread_ts, include_all_metadata=True,
+                                                             limit=200, cursor=cursor)
+                else:
+                    page = self.client.conversations_history(channel=channel, include_all_metadata=True, limit=200,
+                                                             cursor=cursor)
+            except SlackApiError as exc:
+                # Without channels:history / groups:history the message cannot be looked for: post it, maybe twice.
+                log.warning("cannot look in %s for a message an earlier try may have posted (%s); posting it",
+                            channel, _error(exc))
+                return None
+            for message in page.get("messages") or []:
+                if match(message):
+                    return str(message["ts"])
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                return None
+        return None
+
     # ------------------------------------------------------------------ one event
-    def _deliver(self, uow: SqlUnitOfWork, row: Event) -> None:
+    def _deliver(self, uow: SqlUnitOfWork, row: Event, key: str) -> None:
         try:
             event = event_of(row)
         except UnknownEvent as exc:
             log.warning("event %s not delivered: %s", row.id, exc)
             return
+        # What the delivery changes is written at its end: on SQLite an earlier write would hold the database's one
+        # write lock while a post's claim, committed on its own connection, waits for it.
+        with _session(uow).no_autoflush:
+            self._dispatch(uow, event, key)
+
+    def _dispatch(self, uow: SqlUnitOfWork, event: OutboxEvent, key: str) -> None:
         dep = uow.deployments.get(event.deployment_id) if event.deployment_id else None
         if dep is None:
             if isinstance(event, ChannelNotice):
-                self._notice(uow, event)
+                self._notice(uow, event, key)
             return
         if not self._ensure_root(uow, dep):
             return
         handler = next((h for cls in type(event).__mro__ if (h := self.HANDLERS.get(cls)) is not None), None)
         if handler is not None:
-            handler(self, uow, dep, event)
+            handler(self, uow, dep, event, key)
 
-    def _notice(self, uow: SqlUnitOfWork, event: ChannelNotice) -> None:
+    def _notice(self, uow: SqlUnitOfWork, event: ChannelNotice, key: str) -> None:
         text = slack_text(event.text)
         channel = event.channel or self._endpoint_channel(uow, event.endpoint_name)
         if text and channel:
-            self.client.chat_postMessage(channel=channel, text=text, blocks=render([Text(text)]).blocks)
+            self._post(key, channel, text, blocks=render([Text(text)]).blocks)
         elif text:
             log.warning("no channel for %s event; set the endpoint's channel", event.KIND)
 
-    def _requested(self, uow: SqlUnitOfWork, dep: Deployment, event: DeploymentRequested) -> None:
+    def _requested(self, uow: SqlUnitOfWork, dep: Deployment, event: DeploymentRequested, key: str) -> None:
         """The root message is the whole announcement, and ``_ensure_root`` posted it."""
 
-    def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress) -> None:
-        self._reply(dep, f":arrows_counterclockwise: {event.message}")
+    def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress, key: str) -> None:
+        self._reply(dep, key, f":arrows_counterclockwise: {event.message}")
 
-    def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice) -> None:
+    def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
         if event.text:
-            self._reply(dep, slack_text(event.text))
+            self._reply(dep, key, slack_text(event.text))
 
     def _endpoint_channel(self, uow: SqlUnitOfWork, name: str | None) -> str | None:
         row = uow.endpoints.get(name) if name else None
@@ -249,25 +381,24 @@ class SlackNotifier:
             log.warning("no channel for deployment #%s; set the channel of endpoint %s", dep.id, dep.endpoint.name)
             return False
         text = self._root_text(dep)
-        answer = self.client.chat_postMessage(channel=channel, text=text, blocks=render([Text(text)]).blocks)
-        dep.slack_channel, dep.slack_thread_ts = answer["channel"], answer["ts"]
-        uow.flush()
+        dep.slack_channel, dep.slack_thread_ts = self._post(f"deployment:{dep.id}", channel, text,
+                                                            blocks=render([Text(text)]).blocks)
         return True
 
-    def _reply(self, dep: Deployment, text: str, *, broadcast: bool = False, parts: list[Part] | None = None) -> dict[str, Any]:
+    def _reply(self, dep: Deployment, key: str, text: str, *, broadcast: bool = False,
+               parts: list[Part] | None = None) -> tuple[str, str]:
+        """Reply in the deployment's thread (what does not fit follows as replies keyed ``key/1``…): channel and ts."""
         rendered = render(parts or [Text(text)])
         channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
-        answer = self.client.chat_postMessage(
-            channel=channel, thread_ts=thread_ts, text=rendered.text if parts else text,
-            blocks=rendered.blocks, reply_broadcast=broadcast,
-        )
-        for piece in rendered.overflow:
-            self.client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=piece)
-        return dict(answer.data) if isinstance(answer.data, dict) else {}
+        posted = self._post(key, channel, rendered.text if parts else text, blocks=rendered.blocks, thread_ts=thread_ts,
+                            broadcast=broadcast)
+        for number, piece in enumerate(rendered.overflow, 1):
+            self._post(f"{key}/{number}", channel, piece, thread_ts=thread_ts)
+        return posted
 
-    def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged) -> None:
+    def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged, key: str) -> None:
         target, reason = State(event.to_state), event.reason
-        self._reply(dep, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), broadcast=target.terminal)
+        self._reply(dep, key, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), broadcast=target.terminal)
         self._update_root(dep, target, reason)
         if target == State.LIVE:
             # The release this one replaced is no longer live: its thread's title must say so too.
@@ -318,12 +449,12 @@ class SlackNotifier:
         channel, ts = _thread(row.slack_channel, row.slack_ts)
         self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
 
-    def _gate_waiting(self, uow: SqlUnitOfWork, dep: Deployment, event: GateWaiting) -> None:
+    def _gate_waiting(self, uow: SqlUnitOfWork, dep: Deployment, event: GateWaiting, key: str) -> None:
         row = self._gate_row(uow, event.gate_result_id)
         if row is None or row.slack_ts:
             return  # already posted (a redelivery), or the report is gone
-        answer = self._reply(dep, "", parts=self._gate_message(uow, dep, row))
-        row.slack_channel, row.slack_ts = answer.get("channel", dep.slack_channel), answer["ts"]
+        # Keyed by the gate result, not the event: one report is one message, whoever asks to post it.
+        row.slack_channel, row.slack_ts = self._reply(dep, f"gate:{row.id}", "", parts=self._gate_message(uow, dep, row))
         if ((row.report.get("attachments") or {}).get("plot") or {}).get("path"):
             # Its own event, committed with the gate message's ts: a failed upload is retried alone.
             uow.events.emit(GatePlot(deployment_id=dep.id, endpoint_name=dep.endpoint.name, gate=row.gate, gate_result_id=row.id),
@@ -342,25 +473,25 @@ class SlackNotifier:
                     stale += self._limits(uow, dep, older, old_report)  # no button now; who accepted it, if anyone did
                 self._update_gate(uow, older, stale)
 
-    def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, event: GateDecided) -> None:
+    def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, event: GateDecided, key: str) -> None:
         row = self._gate_row(uow, event.gate_result_id)
         if row is None or not row.slack_ts:
             note = decided_note(event.decision, event.decided_by, event.decided_at, event.reason)
-            self._reply(dep, slack_text(note.text))
+            self._reply(dep, key, slack_text(note.text))
             return
         self._update_gate(uow, row, self._gate_message(uow, dep, row))
 
-    def _limits_accepted(self, uow: SqlUnitOfWork, dep: Deployment, event: LimitsAccepted) -> None:
+    def _limits_accepted(self, uow: SqlUnitOfWork, dep: Deployment, event: LimitsAccepted, key: str) -> None:
         row = self._gate_row(uow, event.gate_result_id)
         if row is not None and row.slack_ts:
             self._update_gate(uow, row, self._gate_message(uow, dep, row))
             return
         # The gate message was never posted (no channel then): say it in the thread instead.
         accepted = event.accepted
-        self._reply(dep, f"Limits accepted by {person(event.accepted_by)}: maxConcurrentRequests "
+        self._reply(dep, key, f"Limits accepted by {person(event.accepted_by)}: maxConcurrentRequests "
                          f"{accepted.get('max_concurrent_requests')}, maxQueueSize {accepted.get('max_queue_size')}")
 
-    def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: GatePlot) -> None:
+    def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: GatePlot, key: str) -> None:
         row = self._gate_row(uow, event.gate_result_id)
         plot = (((row.report if row else {}).get("attachments") or {}).get("plot")) or {}
         gate = event.gate or (row.gate if row else "gate")
@@ -372,15 +503,22 @@ class SlackNotifier:
         if data is None or (plot.get("sha256") and hashlib.sha256(data).hexdigest() != plot["sha256"]):
             # Another replica ran the sweep, or the file was cleaned up: the table in the message has the numbers.
             log.warning("plot of the %s gate of deployment #%s is not readable at %s", gate, dep.id, path)
-            self._reply(dep, f"The {gate} gate's plot is not available on this kimi-ops replica; "
-                             "the table above has the same numbers.")
+            self._reply(dep, key, f"The {gate} gate's plot is not available on this kimi-ops replica; "
+                                  "the table above has the same numbers.")
             return
-        name = PLOT_NAMES.get(gate, f"{gate}-plot.png")
-        self.client.files_upload_v2(
-            channel=dep.slack_channel, thread_ts=dep.slack_thread_ts, file=data, filename=name,
-            title=f"{gate.capitalize()} gate · deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
-            alt_txt=f"{gate} gate plot of deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
-        )
+        channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
+        title = f"{gate.capitalize()} gate · deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}"
+
+        def upload() -> tuple[str, str]:
+            answer = self.poster.files_upload_v2(
+                channel=channel, thread_ts=thread_ts, file=data, filename=PLOT_NAMES.get(gate, f"{gate}-plot.png"),
+                title=title, alt_txt=f"{gate} gate plot of deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
+            )
+            return channel, f"file:{(answer.get('files') or [{}])[0].get('id', '')}"  # a file's id, not a message ts
+
+        # An upload carries no metadata: an earlier try's file is recognised by its title in the thread.
+        self._once(key, channel, thread_ts, lambda message: any(f.get("title") == title for f in message.get("files") or []),
+                   upload)
 
     # One handler per event class; a subclass without its own entry uses its nearest base's (every ChannelNotice).
     HANDLERS: ClassVar[dict[type[OutboxEvent], Handler]] = {

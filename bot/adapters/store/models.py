@@ -323,6 +323,26 @@ class SlackDelivery(Base):
     received_at: Mapped[dt.datetime] = mapped_column(index=True)
 
 
+class SlackPost(Base):
+    """One Slack message the notifier means to post, claimed before the Web API call (see :mod:`bot.adapters.store.posts`).
+
+    ``key`` names the message, not the attempt: ``deployment:<id>`` for a thread's root, ``gate:<id>`` for a
+    gate message, ``event:<id>`` for the reply an outbox event makes (``…/<n>`` for its overflow pieces),
+    ``plot:<id>`` for a gate's uploaded plot. The row is committed before posting and ``ts`` right after, each
+    in its own transaction, so a post is never repeated because the delivery around it failed; a row without
+    ``ts`` is a post whose outcome is unknown (the replica died, or the answer was lost), looked up in Slack
+    by its key before it is posted again.
+    """
+
+    __tablename__ = "slack_posts"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(64))
+    ts: Mapped[str | None] = mapped_column(String(64))
+    claimed_at: Mapped[dt.datetime]
+    posted_at: Mapped[dt.datetime | None]
+
+
 class DeploymentLease(Base):
     """Which replica drives the in-flight work of one endpoint, until when (see :mod:`bot.adapters.store.leases`).
 

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
 from bot.adapters.store.deliveries import DeliveryRepository
 from bot.adapters.store.leases import LeaseRepository
+from bot.adapters.store.posts import SlackPostRepository
 from bot.adapters.store.repositories import (
     AuditRepository,
     DeploymentRepository,
@@ -44,6 +45,7 @@ class SqlUnitOfWork:
     events: EventRepository
     deliveries: DeliveryRepository
     leases: LeaseRepository
+    posts: SlackPostRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -64,6 +66,7 @@ class SqlUnitOfWork:
         self.events = EventRepository(session)
         self.deliveries = DeliveryRepository(session)
         self.leases = LeaseRepository(session)
+        self.posts = SlackPostRepository(session)
         return self
 
     def __exit__(
