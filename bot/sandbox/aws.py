@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import httpx
 
-from bot.adapters.aws.session import make_client
+from bot.adapters.aws.session import make_client, new_session
 from bot.domain.artifact_checks import parse_image
 from bot.domain.release import ReleaseManifest, parse_s3_uri
 
@@ -35,7 +34,7 @@ class MotoStandIn:
     url: str
 
     def client(self, service: str, region: str = "us-east-1", *, single_attempt: bool = True) -> Any:
-        session = boto3.Session(region_name=region, **DUMMY_CREDENTIALS)
+        session = new_session(region_name=region, **DUMMY_CREDENTIALS)
         return make_client(service, region=region, endpoint_url=self.url, single_attempt=single_attempt, session=session)
 
     def stop(self) -> None:

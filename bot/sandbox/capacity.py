@@ -18,11 +18,10 @@ import hashlib
 import threading
 from typing import Any
 
-import boto3
 from botocore.awsrequest import AWSResponse
 from botocore.validate import ParamValidator
 
-from bot.adapters.aws.session import make_client
+from bot.adapters.aws.session import make_client, new_session
 from bot.config import EndpointSettings
 
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -146,7 +145,7 @@ class CapacityStandIn:
     # ------------------------------------------------------------------ clients
     def client(self, service: str, region: str) -> Any:
         """A real boto3 client whose reservation calls this stand-in answers (nothing leaves the machine)."""
-        session = boto3.Session(region_name=region, **DUMMY_CREDENTIALS)
+        session = new_session(region_name=region, **DUMMY_CREDENTIALS)
         # An unroutable endpoint: any call this stand-in does not answer fails at once instead of reaching AWS.
         client = make_client(service, region=region, endpoint_url="http://127.0.0.1:9", single_attempt=True, session=session)
         client.meta.events.register_first("before-parameter-build.*.*", self._capture)

@@ -19,7 +19,7 @@ from typing import Any
 
 import boto3
 
-from bot.adapters.aws.session import make_client
+from bot.adapters.aws.session import make_client, new_session
 from bot.domain.reservations import ReservationInfo
 
 ClientFactory = Callable[[str, str], Any]
@@ -40,7 +40,7 @@ def default_client_factory(session: boto3.Session | None = None) -> ClientFactor
 
     def factory(service: str, region: str) -> Any:
         if not made:  # the session (and its credential chain) only when AWS is first asked
-            made.append(boto3.Session())
+            made.append(new_session())
         return make_client(service, region=region, session=made[0])
 
     return factory
