@@ -108,7 +108,7 @@ def _applies(cli: CliSandbox) -> list[Any]:
     The admission annotation's own field manager (``kimi-ops-admission``, reopening users at the end) is not one.
     """
     kube = cli.sandbox.stand_ins["kube"]
-    requests = kube.run(lambda: list(kube.emulator))
+    requests = kube.requests()
     path = object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE)
     return [r for r in requests if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params
             and r.params.get("fieldManager") == "kimi-ops"]

@@ -372,7 +372,7 @@ def _long_stream(url: str, done: list[float]) -> str:
 def _applies(world: World) -> int:
     kube = world.sandbox.stand_ins["kube"]
     path = object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE)
-    return sum(1 for r in kube.run(lambda: list(kube.emulator))
+    return sum(1 for r in kube.requests()
                if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params)
 
 

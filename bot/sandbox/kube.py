@@ -84,6 +84,7 @@ def _emulator_class() -> type:
         def __attrs_post_init__(self) -> None:
             super().__attrs_post_init__()
             self.owners: dict[tuple[Any, ...], ssa.Owners] = {}
+            self.received: list[Any] = []  # every request, for the tests' assertions (kmock's own log is cut)
             self.version = 1
             self.kinds: dict[Any, tuple[str, str]] = {}
             for kind, info in {**RESOURCES, **EXTRA_RESOURCES}.items():
@@ -140,13 +141,14 @@ def _emulator_class() -> type:
         def _forget_old_requests(self) -> None:
             # kmock keeps every request for assertions and matches each new one against its reactions by walking
             # that whole log (through each reaction's filter chain), so a sandbox slowed down quadratically: a
-            # minute of CPU per whole-stack test. Nothing here asserts on the log. A request is matched as soon as
+            # minute of CPU per whole-stack test. Tests read ``received`` instead. A request is matched as soon as
             # it has the emulator's lock, so only the most recent few can still be waiting to be matched.
             log: list[Any] = self._requests
             if len(log) > REQUEST_LOG_MAX:
                 del log[: len(log) - REQUEST_LOG_KEEP]
 
         async def _handle(self, request: Any) -> Any:
+            self.received.append(request)
             if request.resource is None:
                 return await super()._handle(request)
             content_type = str(request.headers.get("Content-Type", ""))
@@ -322,6 +324,10 @@ class KubeStandIn:
                 return fn()
 
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(30)
+
+    def requests(self) -> list[Any]:
+        """Every request the emulator received, oldest first (kmock's parsed ``Request`` objects)."""
+        return list(self.run(lambda: list(self.emulator.received)))
 
     def remove(self, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete an object outright (a seeded CRD, node…) to stage a preflight failure."""
