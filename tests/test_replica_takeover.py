@@ -273,12 +273,13 @@ def test_the_driving_replica_killed_mid_rollout_is_taken_over_within_the_bound(p
     cli, dep = pool.cli, rollout.deployment
     dead = next(r for r in pool.live() if r.proc.pid == rollout.driver)
     alive = {r.proc.pid for r in pool.live()} - {dead.proc.pid}
-    _, events_at_kill = _record(cli, dep)
     assert len(_applies(cli)) == rollout.applied_before + 1
 
     dead.proc.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     dead.proc.communicate()
+    # Read once the driver is dead: an event it wrote between a reading and the kill would look like a takeover.
+    _, events_at_kill = _record(cli, dep)
     wait_for("another replica re-attached to the rollout watch",
              lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]), limit=BOUND + SLACK + 30)
     taken_after = time.monotonic() - killed_at
