@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +13,16 @@ import yaml
 
 from bot.adapters.aws.artifacts import S3EcrArtifactVerifier
 from bot.domain.checks import Check
+from bot.domain.governance import ArtifactPolicy
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import MotoStandIn, seed_good_release, start_moto
+from bot.sandbox.aws import INFERENCE_ROLE
 
 # The first example release tuple; conftest re-exports it (it imports this module for the moto fixtures).
 EXAMPLE_RELEASE = Path(__file__).resolve().parents[1] / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml"
+
+
+POLICY = ArtifactPolicy(endpoint="kimi-prod", inference_roles=(INFERENCE_ROLE,), max_model_len=262_144)
 
 
 def example_manifest() -> ReleaseManifest:
@@ -36,6 +41,14 @@ class Seeded:
 
     def verifier(self, **kwargs: Any) -> S3EcrArtifactVerifier:
         return S3EcrArtifactVerifier(self.s3, self.ecr, progress=lambda *a: self.progress.append(a), **kwargs)
+
+    def verify(self, release: ReleaseManifest | None = None, **policy: Any) -> list[Check]:
+        """Every artifact check of ``release`` (default: the seeded one) for the sandbox's kind of endpoint."""
+        return self.verifier().verify(release or self.release, self.policy(**policy))
+
+    def policy(self, **changes: Any) -> ArtifactPolicy:
+        """What an endpoint configured like the sandbox's holds a release to; ``changes`` replace fields."""
+        return replace(POLICY, **changes)
 
     def variant(self, **changes: Any) -> ReleaseManifest:
         """The seeded release with some fields replaced, without validation (checks must judge it)."""

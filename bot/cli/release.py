@@ -159,6 +159,7 @@ def build(
     from bot.cli.main import run_guarded
     from bot.services.release_build import (
         DEFAULT_SERVING_ARGS,
+        DEFAULT_SERVING_ENV,
         BuildRequest,
         build_manifest,
         read_serving_file,
@@ -166,7 +167,7 @@ def build(
     )
 
     def body() -> None:
-        args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), {})
+        args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), dict(DEFAULT_SERVING_ENV))
         request = BuildRequest(
             weights=weights, image=image, model_repo=model_repo, model_commit=model_commit, licence_version=licence_version,
             licence=licence, name=name, serving_args=args, serving_env=env, evaluation_report=evaluation_report,
@@ -199,14 +200,19 @@ def diff(
 
 
 @app.command()
-def verify(name: str = typer.Argument(..., help="Release name.")) -> None:
+def verify(
+    name: str = typer.Argument(..., help="Release name."),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="Endpoint the release is judged for (default: the only one configured)."
+    ),
+) -> None:
     """Run the artifact gate's checks against S3 and ECR; exits 1 when the report blocks approval."""
     from bot.cli.main import run_guarded
     from bot.services.artifact_gate import verify_release
 
     def body() -> None:
         with _ByteProgress() as progress:
-            report = verify_release(context(), name, progress=progress)
+            report = verify_release(context(), name, progress=progress, endpoint=endpoint)
         output.table(f"Artifact checks: {name}", ["check", "status", "reason"],
                      [(c.name, c.status, c.reason) for c in report.checks])
         output.info(report.summary)

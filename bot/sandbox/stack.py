@@ -36,6 +36,7 @@ import yaml
 from bot.adapters.clock import Clock, SystemClock
 from bot.config import EndpointSettings, Settings, load_settings
 from bot.domain.release import ReleaseManifest
+from bot.sandbox.aws import INFERENCE_ROLE
 
 if TYPE_CHECKING:
     from bot.sandbox.users import UserTraffic
@@ -83,6 +84,7 @@ def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, 
         "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
         "request_limits": {"max_concurrent_requests": 32, "max_queue_size": 64},
+        "inference_roles": [INFERENCE_ROLE],
     }
 
 

@@ -28,6 +28,7 @@ REQUIRED_ROLE: dict[str, str] = {
     "break_lock": "admin",
     "admission": "admin",
     "drain": "approver",
+    "review": "approver",
 }
 
 # A role includes the roles listed for it.

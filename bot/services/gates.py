@@ -16,7 +16,7 @@ from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
-from bot.services.artifact_gate import run_artifact_checks
+from bot.services.artifact_gate import artifact_policy, run_artifact_checks
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
 from bot.services.model_gate import run_model_gate
@@ -67,7 +67,7 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
             else Check.failed("manifest.restore", "no stored manifest for the target release; it cannot be restored exactly")
         )
         return GateReport(gate="artifact", checks=checks, summary=f"rollback to {subject.release.name}: weights re-verified")
-    return run_artifact_checks(verifier, subject.release)
+    return run_artifact_checks(verifier, subject.release, artifact_policy(ctx, subject.endpoint))
 
 
 def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) -> GateReport:

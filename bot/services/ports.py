@@ -16,6 +16,7 @@ from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
+from bot.domain.governance import ArtifactPolicy
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
@@ -31,7 +32,9 @@ from bot.domain.sweep import LevelStats, Objectives, SweepOutcome, SweepPlan
 class ArtifactVerifier(Protocol):
     """Checks a release tuple against S3 and the image registry (artifact gate)."""
 
-    def verify(self, release: ReleaseManifest) -> list[Check]: ...
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
+        """Every artifact check, judged for the endpoint ``policy`` describes (``None``: no endpoint, nothing recorded)."""
+        ...
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
         """Only the per-object size and SHA-256 checks (re-run before a rollback)."""

@@ -27,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from bot.adapters.aws.errors import aws_error_text as aws_error_text  # re-exported: callers import it from here
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
+from bot.domain.governance import ArtifactPolicy, licence_review_check
 from bot.domain.release import ReleaseManifest, parse_s3_uri
 
 Progress = Callable[[str, int, int], None]
@@ -207,13 +208,20 @@ class S3EcrArtifactVerifier:
         self.ecr = EcrImages(ecr_client)
         self.progress = progress
 
-    def verify(self, release: ReleaseManifest) -> list[Check]:
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
+        policy = policy or ArtifactPolicy()
         checks = [rules.check_image_pinned(release.image), rules.check_model_commit(release.model.commit)]
         checks += self._guarded("image.exists", lambda: self.image_checks(release.image))
-        checks += rules.serving_checks(release.serving.args, release.serving.env, release.trust_remote_code_exception)
+        checks += rules.serving_checks(
+            release.serving.args, release.serving.env, release.trust_remote_code_exception, policy, release.name
+        )
         checks += self.verify_weights(release)
-        checks += self._guarded("bucket.posture", lambda: rules.bucket_checks(self.s3.posture(release.weights.bucket)))
+        checks += self._guarded(
+            "bucket.posture",
+            lambda: rules.bucket_checks(self.s3.posture(release.weights.bucket), policy.inference_roles),
+        )
         checks += self._guarded("licence.sha256", lambda: [self.licence_check(release)])
+        checks.append(licence_review_check(policy, release.licence.version))
         return checks
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
@@ -291,8 +299,8 @@ class RegionalArtifactVerifier:
         ecr_region = rules.parse_image(release.image).ecr_region or self.region
         return S3EcrArtifactVerifier(self._client("s3", self.region), self._client("ecr", ecr_region), progress=self.progress)
 
-    def verify(self, release: ReleaseManifest) -> list[Check]:
-        return self.for_release(release).verify(release)
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
+        return self.for_release(release).verify(release, policy)
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
         return self.for_release(release).verify_weights(release)
