@@ -7,9 +7,9 @@ import threading
 
 import pytest
 import yaml
-from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from sqlalchemy import create_engine, func, inspect, select, text
 from sqlalchemy.orm import Session
 
