@@ -304,7 +304,8 @@ def test_upgrade_fills_each_gate_result_status_from_its_stored_report(empty_db_u
                           "created_at, updated_at) VALUES (1, 1, 1, 'deploy', 'model_gate', true, 'U1', :now, :now)"),
                      {"now": now})
         for gate_id, checks in reports.items():
-            report = json.dumps({"gate": "model", "checks": [{"name": f"c{i}", "reason": "r", **c} for i, c in enumerate(checks)]})
+            listed = [{"name": f"c{i}", "reason": "r", **c} for i, c in enumerate(checks)]
+            report = json.dumps({"gate": "model", "checks": listed})
             conn.execute(text("INSERT INTO gate_results (id, deployment_id, gate, report, report_hash, checked_at) "
                               "VALUES (:id, 1, 'model', :report, 'h', :now)"), {"id": gate_id, "report": report, "now": now})
     schema.upgrade(empty_db_url)
