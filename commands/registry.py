@@ -21,9 +21,11 @@ from commands import (
     deploy,
     diff,
     drain,
+    exceptions,
     gates,
     help,
     history,
+    licence,
     release,
     reservations,
     rollback,
@@ -32,7 +34,8 @@ from commands import (
 from commands.base import Usage
 
 COMMANDS: tuple[ModuleType, ...] = (
-    help, deploy, status, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
+    help, deploy, status, history, release, diff, gates, rollback, cancel, drain, admission, reservations, licence,
+    exceptions,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 

@@ -13,9 +13,11 @@ import yaml
 from typer.testing import CliRunner
 
 from bot.cli.main import app
+from bot.config import EndpointSettings
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
 from bot.sandbox import set_scan_findings
+from bot.sandbox.governance import seed_governance
 from bot.services.artifact_gate import run_artifact_checks, verify_release
 from bot.services.context import Context
 from bot.services.errors import NotFound
@@ -30,7 +32,7 @@ ALL_CHECKS = {
     "serving.trust_remote_code", "serving.no_secrets",
     "weights.objects", "weights.extra",
     "bucket.versioning", "bucket.public_access_block", "bucket.encryption", "bucket.logging", "bucket.policy",
-    "licence.sha256",
+    "licence.sha256", "licence.review",
 }
 
 
@@ -46,7 +48,7 @@ def test_good_release_passes_every_check(seeded: Seeded) -> None:
     assert {c.name for c in report.checks} == ALL_CHECKS
     assert not_passing(report.checks) == {}
     assert report.gate == "artifact" and report.approvable and report.status == "pass"
-    assert report.summary.endswith("18 pass, 0 warn, 0 fail, 0 error")
+    assert report.summary.endswith("19 pass, 0 warn, 0 fail, 0 error")
     # Shards carry S3 SHA-256 checksums and are not downloaded; the small files and the licence have none and are streamed.
     streamed = {key.rsplit("/", 1)[-1] for key, _, _ in seeded.progress}
     assert streamed == {"config.json", "tokenizer_config.json", "kimi-k3-license-2026-07-27.pdf"}
@@ -55,6 +57,7 @@ def test_good_release_passes_every_check(seeded: Seeded) -> None:
 def test_verify_release_reads_the_registered_tuple_and_stores_nothing(seeded: Seeded, make_ctx) -> None:
     ctx = make_ctx(endpoints=[ENDPOINT])
     register_release(ctx, seeded.release.model_dump(mode="json"), actor="U1")
+    seed_governance(ctx, [seeded.release], ctx.settings.endpoints)
     ctx = with_ports(ctx, artifacts=seeded.verifier())
     with ctx.uow() as uow:
         audit_before = len(uow.audit.list(limit=1000))
@@ -435,17 +438,18 @@ def _cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, db_url: str, moto_
 
 
 def test_cli_verify_prints_the_report_and_exits_non_zero_when_blocked(
-    seeded: Seeded, db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    seeded: Seeded, db_url: str, make_ctx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _cli_env(monkeypatch, tmp_path, db_url, seeded.moto.url)
     manifest = tmp_path / "release.yaml"
     manifest.write_text(yaml.safe_dump(seeded.release.model_dump(mode="json")))
     runner = CliRunner()
     assert runner.invoke(app, ["release", "register", str(manifest)]).exit_code == 0
+    seed_governance(make_ctx(endpoints=[ENDPOINT]), [seeded.release], [EndpointSettings(**ENDPOINT)])
 
     ok = runner.invoke(app, ["release", "verify", seeded.release.name])
     assert ok.exit_code == 0, ok.output
-    assert "bucket.public_access_block" in ok.output and "18 pass, 0 warn, 0 fail, 0 error" in ok.output
+    assert "bucket.public_access_block" in ok.output and "19 pass, 0 warn, 0 fail, 0 error" in ok.output
 
     seeded.s3.put_bucket_versioning(Bucket=seeded.bucket, VersioningConfiguration={"Status": "Suspended"})
     blocked = runner.invoke(app, ["release", "verify", seeded.release.name])

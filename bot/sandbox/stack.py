@@ -212,6 +212,7 @@ class Sandbox:
     def _seed(self, settings: Settings) -> list[ReleaseManifest]:
         """Weights and images in moto, the reservation in the capacity stand-in, the releases registered."""
         from bot.sandbox.aws import seed_good_release
+        from bot.sandbox.governance import seed_governance
         from bot.services.releases import register_release
 
         moto = self.stand_ins["moto"]
@@ -222,6 +223,7 @@ class Sandbox:
         seeded = [seed_good_release(s3, ecr, release, tag=release.name) for release in example_releases()]
         for release in seeded:
             register_release(self.ctx, release.model_dump(mode="json"), "sandbox")
+        seed_governance(self.ctx, seeded, [endpoint])
         return seeded
 
     def _endpoint_config(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from bot.domain.release import ReleaseManifest
 from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.errors import NotFound
+from bot.services.governance import artifact_policy
 from bot.services.releases import get_release
 
 log = logging.getLogger(__name__)
@@ -28,17 +29,6 @@ log = logging.getLogger(__name__)
 def summarise(checks: list[Check]) -> str:
     counts = Counter(c.status for c in checks)
     return ", ".join(f"{counts.get(s, 0)} {s}" for s in ("pass", "warn", "fail", "error"))
-
-
-def artifact_policy(ctx: Context, endpoint: EndpointSettings | None) -> ArtifactPolicy:
-    """What ``endpoint`` holds a release to (its inference roles, its context ceiling); ``None``: no endpoint."""
-    if endpoint is None:
-        return ArtifactPolicy()
-    return ArtifactPolicy(
-        endpoint=endpoint.name,
-        inference_roles=tuple(endpoint.inference_roles),
-        max_model_len=endpoint.max_model_len,
-    )
 
 
 def run_artifact_checks(
