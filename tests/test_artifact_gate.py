@@ -3,6 +3,7 @@ and fails on its own when its one rule is broken; AWS that cannot answer is an e
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import os
@@ -16,18 +17,20 @@ from bot.cli.main import app
 from bot.config import EndpointSettings
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
+from bot.domain.governance import SecurityException
 from bot.sandbox import set_scan_findings
+from bot.sandbox.aws import seed_image
 from bot.sandbox.governance import seed_governance
 from bot.services.artifact_gate import run_artifact_checks, verify_release
 from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.releases import register_release
-from tests.artifact_support import Seeded, not_passing
+from tests.artifact_support import NOW, Seeded, not_passing
 from tests.conftest import with_ports
 from tests.workflow_support import endpoint_config
 
 ALL_CHECKS = {
-    "image.pinned", "image.exists", "image.scan", "model.commit",
+    "image.pinned", "image.provenance", "image.exists", "image.scan", "model.commit",
     "serving.tensor_parallel", "serving.model", "serving.max_model_len", "serving.served_model_name",
     "serving.trust_remote_code", "serving.no_secrets",
     "weights.objects", "weights.extra",
@@ -48,7 +51,7 @@ def test_good_release_passes_every_check(seeded: Seeded) -> None:
     assert {c.name for c in report.checks} == ALL_CHECKS
     assert not_passing(report.checks) == {}
     assert report.gate == "artifact" and report.approvable and report.status == "pass"
-    assert report.summary.endswith("19 pass, 0 warn, 0 fail, 0 error")
+    assert report.summary.endswith("20 pass, 0 warn, 0 fail, 0 error")
     # Shards carry S3 SHA-256 checksums and are not downloaded; the small files and the licence have none and are streamed.
     streamed = {key.rsplit("/", 1)[-1] for key, _, _ in seeded.progress}
     assert streamed == {"config.json", "tokenizer_config.json", "kimi-k3-license-2026-07-27.pdf"}
@@ -100,9 +103,39 @@ def test_scan_without_critical_findings_passes(seeded: Seeded) -> None:
     assert by_name(checks)["image.scan"].reason == "no CRITICAL scan findings (HIGH 1, MEDIUM 4)"
 
 
-def test_image_outside_ecr_warns_that_its_digest_is_unchecked(seeded: Seeded) -> None:
-    checks = seeded.verify(seeded.variant(image="docker.io/vllm/vllm-openai@sha256:" + "cd" * 32))
-    assert not_passing(checks) == {"image.exists": "warn"}
+def test_image_without_recorded_provenance_fails_and_the_gate_shows_it_when_recorded(seeded: Seeded) -> None:
+    shown = by_name(seeded.verify())["image.provenance"]
+    assert shown.status == "pass" and "CUDA 12.9.1 · driver >=575.57 · vLLM 6b2f8e1d4c7a" in shown.reason
+    checks = seeded.verify(seeded.variant(provenance=None))
+    assert not_passing(checks) == {"image.provenance": "fail"}
+    assert "base_image, cuda, driver and vllm_commit" in by_name(checks)["image.provenance"].reason
+    # A tuple registered before provenance was recorded keeps its hash.
+    bare = seeded.release.model_copy(update={"provenance": None})
+    assert "provenance" not in bare.tuple_dict() and bare.tuple_hash() != seeded.release.tuple_hash()
+
+
+def test_image_outside_ecr_is_neither_looked_up_nor_scanned(seeded: Seeded) -> None:
+    hub = seeded.variant(image="docker.io/vllm/vllm-openai@sha256:" + "cd" * 32)
+    checks = seeded.verify(hub)
+    assert not_passing(checks) == {"image.exists": "warn", "image.scan": "fail"}
+    assert "kimi-ops reads no scan of this image" in by_name(checks)["image.scan"].reason
+
+
+def test_image_without_a_completed_scan_fails_unless_an_exception_allows_it(seeded: Seeded) -> None:
+    unscanned = seeded.release.image.split("@sha256:")[0] + "@sha256:" + "ef" * 32
+    seed_image(seeded.ecr, unscanned, "unscanned", scan=False)
+    release = seeded.variant(image=unscanned)
+    checks = seeded.verify(release)
+    assert not_passing(checks) == {"image.scan": "fail"}
+    assert "no scan exists for this digest" in by_name(checks)["image.scan"].reason
+    exception = SecurityException(
+        id="SEC-EXC-IMG-1", kind="unscanned-image", scope="release", target=release.name, reviewer="U0APPROVER1",
+        reason="scanner outage; image rebuilt from reviewed inputs", expires_at=NOW + dt.timedelta(days=7), recorded_at=NOW)
+    allowed = seeded.verify(release, exceptions=(*seeded.policy().exceptions, exception))
+    assert not_passing(allowed) == {}
+    assert "allowed by security exception SEC-EXC-IMG-1" in by_name(allowed)["image.scan"].reason
+    expired = seeded.verify(release, exceptions=(*seeded.policy().exceptions, exception), now=NOW + dt.timedelta(days=8))
+    assert not_passing(expired) == {"image.scan": "fail"} and "expired" in by_name(expired)["image.scan"].reason
 
 
 # --- model, serving ---------------------------------------------------------------------------------------------
@@ -449,7 +482,7 @@ def test_cli_verify_prints_the_report_and_exits_non_zero_when_blocked(
 
     ok = runner.invoke(app, ["release", "verify", seeded.release.name])
     assert ok.exit_code == 0, ok.output
-    assert "bucket.public_access_block" in ok.output and "19 pass, 0 warn, 0 fail, 0 error" in ok.output
+    assert "bucket.public_access_block" in ok.output and "20 pass, 0 warn, 0 fail, 0 error" in ok.output
 
     seeded.s3.put_bucket_versioning(Bucket=seeded.bucket, VersioningConfiguration={"Status": "Suspended"})
     blocked = runner.invoke(app, ["release", "verify", seeded.release.name])

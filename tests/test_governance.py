@@ -202,13 +202,14 @@ def test_cli_records_and_lists_reviews_and_exceptions(world, db_url, tmp_path, m
 
     from typer.testing import CliRunner
 
+    from bot.cli import output
     from bot.cli.main import app
 
     monkeypatch.setenv("KIMI_DATABASE_URL", db_url)
     monkeypatch.setenv("KIMI_DATA_DIR", str(tmp_path / "cli"))
     monkeypatch.setenv("KIMI_ENDPOINTS", json.dumps([endpoint_config()]))
     monkeypatch.setenv("KIMI_ROLES", json.dumps(ROLES))
-    monkeypatch.setenv("COLUMNS", "250")  # the tables, unwrapped
+    monkeypatch.setattr(output.stdout, "width", 250)  # the tables unwrapped, whenever the console was made
     runner = CliRunner()
     base = ["licence", "review", "kimi-prod", "--licence-version", VERSION, "--classification", "internal",
             "--no-third-party", "--maas-under-20m", "--attribution", "none: internal use"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from bot.domain.release_diff import diff_releases as diff_tuples
 from bot.domain.release_diff import group_args, render_diff
 from bot.sandbox import MotoStandIn
 from bot.sandbox.aws import seed_image
+from bot.sandbox.governance import governance_records
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused, ValidationFailed
@@ -32,7 +34,7 @@ from bot.services.release_build import (
     write_manifest,
 )
 from bot.services.releases import diff_releases, list_releases, register_release
-from tests.artifact_support import POLICY, example_manifest, not_passing
+from tests.artifact_support import ENDPOINT, NOW, POLICY, example_manifest, not_passing
 from tests.conftest import EXAMPLE_RELEASE
 
 BUCKET = "acme-model-weights"
@@ -338,8 +340,12 @@ def test_build_then_verify_end_to_end(moto: MotoStandIn, s3: Any) -> None:
     ecr = moto.client("ecr")
     seed_image(ecr, IMAGE)
     s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
-    manifest = build_manifest(_request(), S3Objects(s3))
-    checks = run_artifact_checks(S3EcrArtifactVerifier(s3, ecr), manifest, POLICY).checks
+    provenance = {"base_image": "nvcr.io/nvidia/cuda@sha256:" + "a" * 64, "cuda": "12.9.1", "driver": ">=575.57",
+                  "vllm_commit": "b" * 40}
+    manifest = build_manifest(_request(provenance=provenance), S3Objects(s3))
+    reviews, exceptions = governance_records([manifest], [ENDPOINT], NOW)
+    policy = replace(POLICY, licence_reviews=tuple(reviews), exceptions=tuple(exceptions), now=NOW)
+    checks = run_artifact_checks(S3EcrArtifactVerifier(s3, ecr), manifest, policy).checks
     # The bucket was created bare: its missing protections are what the gate reports, nothing else.
     assert not_passing(checks) == {
         "bucket.public_access_block": "fail", "bucket.encryption": "fail", "bucket.logging": "fail", "bucket.policy": "fail",

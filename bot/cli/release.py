@@ -136,6 +136,19 @@ class _ByteProgress:
         self.bars.update(self.tasks[key], completed=done, total=total)
 
 
+def _provenance(base_image: str | None, cuda: str | None, driver: str | None, vllm_commit: str | None) -> dict[str, str] | None:
+    """All four provenance options, or none (the artifact gate then says what is missing)."""
+    from bot.services.errors import Refused
+
+    given = {"base_image": base_image, "cuda": cuda, "driver": driver, "vllm_commit": vllm_commit}
+    if not any(given.values()):
+        return None
+    missing = [f"--{k.replace('_', '-')}" for k, v in given.items() if not v]
+    if missing:
+        raise Refused(f"provenance needs all of --base-image, --cuda, --driver and --vllm-commit; missing {', '.join(missing)}")
+    return {k: str(v) for k, v in given.items()}
+
+
 @app.command()
 def build(
     weights: str = typer.Option(..., "--weights", help="Versioned S3 prefix of the weights: s3://bucket/prefix/."),
@@ -153,6 +166,10 @@ def build(
     trust_remote_code_exception: str = typer.Option(
         None, "--trust-remote-code-exception", help="Security exception allowing --trust-remote-code.",
     ),
+    base_image: str = typer.Option(None, "--base-image", help="Provenance: base image of the serving image, by digest."),
+    cuda: str = typer.Option(None, "--cuda", help="Provenance: CUDA version in the image, e.g. 12.9.1."),
+    driver: str = typer.Option(None, "--driver", help="Provenance: NVIDIA driver versions it runs on, e.g. '>=575.57'."),
+    vllm_commit: str = typer.Option(None, "--vllm-commit", help="Provenance: full 40-hex vLLM commit of the image."),
     out: Path = typer.Option(None, "--output", "-o", help="Manifest file to write (default: ./<name>.yaml)."),
 ) -> None:
     """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
@@ -172,6 +189,7 @@ def build(
             weights=weights, image=image, model_repo=model_repo, model_commit=model_commit, licence_version=licence_version,
             licence=licence, name=name, serving_args=args, serving_env=env, evaluation_report=evaluation_report,
             trust_remote_code_exception=trust_remote_code_exception,
+            provenance=_provenance(base_image, cuda, driver, vllm_commit),
         )
         with _ByteProgress() as progress:
             manifest = build_manifest(request, progress=progress)

@@ -18,7 +18,7 @@ from typing import Any
 
 from bot.domain.checks import Check
 from bot.domain.governance import NODE_GPUS, ArtifactPolicy, allowed_by
-from bot.domain.release import COMMIT_HEX, DIGEST_REF, WeightObject
+from bot.domain.release import COMMIT_HEX, DIGEST_REF, Provenance, WeightObject
 from bot.domain.secrets import EnvValue, secret_locations
 
 ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
@@ -63,6 +63,23 @@ def check_image_pinned(image: str) -> Check:
         return Check.failed("image.pinned", "image digest is not sha256:<64 lower-case hex>; pin the full digest")
     return Check.failed(
         "image.pinned", "image is referenced by tag only; a floating tag makes rollback ambiguous, pin @sha256:<digest>"
+    )
+
+
+def check_provenance(provenance: Provenance | None) -> Check:
+    """The guide: rebuild the serving image from reviewed inputs; the manifest says which inputs."""
+    if provenance is None:
+        return Check.failed(
+            "image.provenance",
+            "the manifest does not record where the image comes from; add provenance: base_image, cuda, driver "
+            "and vllm_commit",
+        )
+    return Check.passed(
+        "image.provenance",
+        f"built on {provenance.base_image} · CUDA {provenance.cuda} · driver {provenance.driver} · "
+        f"vLLM {provenance.vllm_commit[:12]}",
+        base_image=provenance.base_image, cuda=provenance.cuda, driver=provenance.driver,
+        vllm_commit=provenance.vllm_commit,
     )
 
 
@@ -464,21 +481,43 @@ def check_licence(expected_sha256: str, actual_sha256: str | None, document: str
 
 @dataclass(frozen=True)
 class ImageScan:
-    """What the registry knows about a digest: whether it exists and its scan's severity counts."""
+    """What the registry knows about a digest: whether it exists, its scan's status and severity counts.
+
+    ``severity_counts`` is ``None`` when no scan exists; ``status`` is the scan's (``COMPLETE``, ``IN_PROGRESS``,
+    ``FAILED``…) when one does.
+    """
 
     exists: bool
     severity_counts: Mapping[str, int] | None = None
+    status: str | None = None
 
 
-def image_registry_checks(ref: ImageRef, scan: ImageScan | None) -> list[Check]:
-    """Existence of the digest and absence of CRITICAL findings (ECR images only)."""
+def _unscanned(reason: str, policy: ArtifactPolicy | None, release: str | None) -> Check:
+    """An image without a completed scan fails, unless a current ``unscanned-image`` exception allows it."""
+    exception, why = (policy or ArtifactPolicy()).exception("unscanned-image", release)
+    if exception is not None:
+        return Check.passed("image.scan", f"{reason}; allowed by {allowed_by(exception)}")
+    return Check.failed(
+        "image.scan", f"{reason}; scan it (ECR basic or enhanced scanning) or record an unscanned-image exception ({why})"
+    )
+
+
+def image_registry_checks(
+    ref: ImageRef, scan: ImageScan | None, policy: ArtifactPolicy | None = None, release: str | None = None
+) -> list[Check]:
+    """Existence of the digest, a completed scan and no CRITICAL findings (ECR); elsewhere nothing is scanned."""
     if not ref.is_ecr or scan is None:
-        return [Check.warned("image.exists", f"{ref.registry or 'Docker Hub'} is not ECR; the digest's existence is not checked")]
+        where = ref.registry or "Docker Hub"
+        return [
+            Check.warned("image.exists", f"{where} is not ECR; the digest's existence is not checked"),
+            _unscanned(f"{where} is not ECR, so kimi-ops reads no scan of this image", policy, release),
+        ]
     if not scan.exists:
         return [Check.failed("image.exists", f"digest {ref.digest} does not exist in ECR repository {ref.ecr_repository}")]
     checks = [Check.passed("image.exists", f"digest exists in ECR repository {ref.ecr_repository}")]
-    if scan.severity_counts is None:
-        checks.append(Check.passed("image.scan", "no scan findings recorded for this digest"))
+    if scan.severity_counts is None or (scan.status or "COMPLETE") != "COMPLETE":
+        state = "no scan exists" if scan.severity_counts is None else f"its scan is {str(scan.status).lower()}"
+        checks.append(_unscanned(f"{state} for this digest", policy, release))
         return checks
     critical = int(scan.severity_counts.get("CRITICAL", 0))
     if critical:

@@ -134,7 +134,7 @@ def inference_read_policy(bucket: str, roles: tuple[str, ...]) -> str:
     }]})
 
 
-def seed_image(ecr: Any, image: str, tag: str = "kimi-k3") -> None:
+def seed_image(ecr: Any, image: str, tag: str = "kimi-k3", *, scan: bool = True) -> None:
     """Push an image manifest to ECR under the exact digest ``image`` is pinned to."""
     ref = parse_image(image)
     if not ref.is_ecr or not ref.digest:
@@ -146,6 +146,8 @@ def seed_image(ecr: Any, image: str, tag: str = "kimi-k3") -> None:
         ecr.put_image(
             repositoryName=ref.ecr_repository, imageManifest=json.dumps(manifest), imageDigest=ref.digest, imageTag=tag
         )
+    if scan:  # the artifact gate wants a completed scan (moto's completes at once, with one HIGH finding)
+        ecr.start_image_scan(repositoryName=ref.ecr_repository, imageId={"imageDigest": ref.digest})
 
 
 def set_scan_findings(stand_in: MotoStandIn, image: str, severity_counts: Mapping[str, int]) -> None:
@@ -164,9 +166,11 @@ def set_scan_findings(stand_in: MotoStandIn, image: str, severity_counts: Mappin
         timeout=10,
     )
     response.raise_for_status()
-    stand_in.client("ecr", ref.ecr_region or "us-east-1").start_image_scan(
-        registryId=ref.ecr_account, repositoryName=ref.ecr_repository, imageId={"imageDigest": ref.digest}
-    )
+    ecr = stand_in.client("ecr", ref.ecr_region or "us-east-1")
+    # A seeded image was scanned already, and ECR (moto too) allows one scan per image a day: the next read of the
+    # findings returns the result posted above either way.
+    with contextlib.suppress(ecr.exceptions.LimitExceededException):
+        ecr.start_image_scan(registryId=ref.ecr_account, repositoryName=ref.ecr_repository, imageId={"imageDigest": ref.digest})
 
 
 def _ensure_bucket(s3: Any, bucket: str) -> None:

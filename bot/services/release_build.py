@@ -76,6 +76,7 @@ class BuildRequest:
     serving_env: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SERVING_ENV))  # plain, or secret references
     evaluation_report: str | None = None
     trust_remote_code_exception: str | None = None
+    provenance: dict[str, str] | None = None  # base_image, cuda, driver, vllm_commit of the serving image
 
     def default_name(self) -> str:
         stem = self.model_repo.rsplit("/", 1)[-1].lower().replace("_", "-")
@@ -93,6 +94,7 @@ def _data(request: BuildRequest, objects: list[dict[str, Any]], licence_sha256: 
         "licence": {"version": request.licence_version, "document": request.licence, "sha256": licence_sha256},
         "evaluation_report": request.evaluation_report,
         "trust_remote_code_exception": request.trust_remote_code_exception,
+        "provenance": request.provenance,
     }
 
 

@@ -7,7 +7,8 @@ Create Date: 2027-02-01 10:00:00.000000
 The licence was checked only by its document's SHA-256, and a security exception was any non-empty string
 in the release. Two new tables: who reviewed the licence for an endpoint's exposure and licence version, what
 they attested and until when; and reviewed exceptions (trust-remote-code, unscanned image, payload capture,
-tensor parallel) with reviewer, reason, scope and expiry. Nothing existing changes.
+tensor parallel) with reviewer, reason, scope and expiry. And releases.provenance (nullable): the serving image's
+base image, CUDA, driver compatibility and vLLM commit; older releases have none.
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ def upgrade() -> None:
     sa.CheckConstraint("scope IN ('release', 'endpoint')", name=op.f('ck_security_exceptions_scope')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_security_exceptions'))
     )
+    op.add_column('releases', sa.Column('provenance', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column('releases', 'provenance')
     op.drop_table('security_exceptions')
     op.drop_index(op.f('ix_licence_reviews_endpoint'), table_name='licence_reviews')
     op.drop_table('licence_reviews')

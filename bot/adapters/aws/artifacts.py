@@ -195,7 +195,8 @@ class EcrImages:
                 return rules.ImageScan(exists=True, severity_counts=None)
             raise
         counts = found.get("imageScanFindings", {}).get("findingSeverityCounts", {})
-        return rules.ImageScan(exists=True, severity_counts={k: int(v) for k, v in counts.items()})
+        status = found.get("imageScanStatus", {}).get("status")
+        return rules.ImageScan(exists=True, severity_counts={k: int(v) for k, v in counts.items()}, status=status)
 
 
 class S3EcrArtifactVerifier:
@@ -210,8 +211,12 @@ class S3EcrArtifactVerifier:
 
     def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
         policy = policy or ArtifactPolicy()
-        checks = [rules.check_image_pinned(release.image), rules.check_model_commit(release.model.commit)]
-        checks += self._guarded("image.exists", lambda: self.image_checks(release.image))
+        checks = [
+            rules.check_image_pinned(release.image),
+            rules.check_provenance(release.provenance),
+            rules.check_model_commit(release.model.commit),
+        ]
+        checks += self._guarded("image.exists", lambda: self.image_checks(release.image, policy, release.name))
         checks += rules.serving_checks(
             release.serving.args, release.serving.env, release.trust_remote_code_exception, policy, release.name
         )
@@ -244,19 +249,19 @@ class S3EcrArtifactVerifier:
         actual = self.s3.sha256_uri(doc, self.progress) if doc else None
         return rules.check_licence(release.licence.sha256, actual, doc)
 
-    def image_checks(self, image: str) -> list[Check]:
+    def image_checks(self, image: str, policy: ArtifactPolicy | None = None, release: str | None = None) -> list[Check]:
         ref = rules.parse_image(image)
         if ref.is_ecr and ref.digest is None:
             return [Check.failed("image.exists", "no digest to look up in ECR; pin the image by digest")]
         if not ref.is_ecr:
-            return rules.image_registry_checks(ref, None)
+            return rules.image_registry_checks(ref, None, policy, release)
         if ref.ecr_region != self.ecr.region:
             return [
                 Check.errored(
                     "image.exists", f"image is in ECR region {ref.ecr_region}; this process reads ECR in {self.ecr.region}"
                 )
             ]
-        return rules.image_registry_checks(ref, self.ecr.scan(ref))
+        return rules.image_registry_checks(ref, self.ecr.scan(ref), policy, release)
 
     @staticmethod
     def _guarded(name: str, fn: Callable[[], list[Check]]) -> list[Check]:

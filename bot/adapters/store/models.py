@@ -101,6 +101,7 @@ class Release(Base):
     licence_sha256: Mapped[str] = mapped_column(String(64))
     evaluation_report: Mapped[str | None] = mapped_column(String(1024))
     trust_remote_code_exception: Mapped[str | None] = mapped_column(String(256))
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     tuple_hash: Mapped[str] = mapped_column(String(64), index=True)
     registered_by: Mapped[str] = mapped_column(String(128))
     registered_at: Mapped[dt.datetime]
