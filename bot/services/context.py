@@ -24,6 +24,7 @@ from bot.services.ports import (
     EndpointClient,
     Evaluator,
     LoadGenerator,
+    ObjectiveCheck,
     ReservationSource,
 )
 
@@ -41,6 +42,7 @@ class Ports:
     evaluator: Evaluator | None = None
     loadgen: LoadGenerator | None = None
     directory: Directory | None = None
+    objectives: ObjectiveCheck | None = None  # None: the ramp's own window objectives (services/objectives.py)
 
     def over(self, base: Ports) -> Ports:
         """These ports, with ``base``'s filling every one not set here (given adapters win over defaults)."""
