@@ -172,7 +172,7 @@ def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Coun
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
     sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
-                      endpoint_overrides={"ttft_objective_ms": 600}).start()
+                      endpoint_overrides={"ttft_objective_ms": 1000}).start()
     w = PairWorld(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
     try:
         watch_reservations(sandbox.ctx)
@@ -290,7 +290,7 @@ def test_a_crash_mid_ramp_resumes_at_the_recorded_step(world: PairWorld) -> None
 def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_traffic(world: PairWorld) -> None:
     dep, users, idle = _to_the_traffic_gate(world)
     mark = world.audit_mark()
-    world.server(idle).configure(first_token_delay=1.2)  # above the sides' 600 ms first-token objective
+    world.server(idle).configure(first_token_delay=2.5)  # well above the sides' 1000 ms first-token objective
     try:
         ended = world.engine.advance(dep)
     finally:
