@@ -124,6 +124,7 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
     from bot.adapters.aws.session import default_region
     from bot.adapters.cluster import ContextClusters
     from bot.adapters.endpoint import HttpEndpointClient
+    from bot.adapters.endpoint.dcgm import HttpGpuTelemetry
     from bot.adapters.endpoint.evaluation import HttpEvaluator
     from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 
@@ -135,6 +136,7 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
         endpoint=endpoint,
         evaluator=HttpEvaluator(),
         loadgen=HttpLoadGenerator(metrics=endpoint.metrics),
+        gpus=HttpGpuTelemetry(),
         # The CLI resolves roles granted through Slack user groups too.
         directory=group_directory(settings, settings.slack_bot_token) if settings.slack_bot_token else None,
     )
