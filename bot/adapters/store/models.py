@@ -155,6 +155,10 @@ class Deployment(Base):
         UniqueConstraint("endpoint_id", "in_flight"),
         CheckConstraint("kind IN ('deploy', 'rollback')", name="kind"),
         CheckConstraint("in_flight IS NULL OR in_flight = true", name="in_flight_true_or_null"),
+        # The live deployment of an endpoint, and any state of it, without reading its whole history.
+        Index("ix_deployments_endpoint_id_state", "endpoint_id", "state"),
+        # Every deployment in flight (gate expiry, resume, App Home) without scanning the table.
+        Index("ix_deployments_in_flight", "in_flight"),
     )
 
 
@@ -171,6 +175,8 @@ class GateResult(Base):
     deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id"), index=True)
     gate: Mapped[str] = mapped_column(String(16))
     report: Mapped[dict[str, Any]] = mapped_column()
+    # The report's overall status (its worst check), kept beside it so lists need not decode whole reports.
+    status: Mapped[str | None] = mapped_column(String(8), default=None)
     report_hash: Mapped[str] = mapped_column(String(64))
     checked_at: Mapped[dt.datetime]
     decision: Mapped[str | None] = mapped_column(String(16))
@@ -192,6 +198,13 @@ class GateResult(Base):
             unique=True,
             sqlite_where=text("decision IS NOT NULL"),
             postgresql_where=text("decision IS NOT NULL"),
+        ),
+        # The gates waiting for a decision, without reading every decided one.
+        Index(
+            "ix_gate_results_undecided",
+            "deployment_id",
+            sqlite_where=text("decision IS NULL"),
+            postgresql_where=text("decision IS NULL"),
         ),
     )
 
@@ -258,6 +271,9 @@ class ReadinessCheck(Base):
     failure_kind: Mapped[str | None] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(Text)
 
+    # An endpoint's newest probes, read in order from the index instead of sorting all of them.
+    __table_args__ = (Index("ix_readiness_checks_endpoint_id_at_id", "endpoint_id", "at", "id"),)
+
 
 class Incident(Base):
     """An open alert for an endpoint; at most one open incident per endpoint and kind."""
@@ -296,6 +312,9 @@ class AuditEntry(Base):
     subject: Mapped[str] = mapped_column(String(256))
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     correlation_id: Mapped[str | None] = mapped_column(String(64))
+
+    # One subject's rows (a deployment's, a job's runs), newest first, without scanning the log.
+    __table_args__ = (Index("ix_audit_log_subject_id", "subject", "id"),)
 
 
 class Event(Base):

@@ -16,6 +16,17 @@ from bot.config import ConfigError
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 
+# Tables that belong to libraries, not to our models: APScheduler's job store shares the database.
+FOREIGN_TABLES = frozenset({"apscheduler_jobs"})
+
+
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """Alembic's filter: our migrations neither create nor drop a library's table or its indexes."""
+    if type_ == "table":
+        return name not in FOREIGN_TABLES
+    table = getattr(obj, "table", None)
+    return getattr(table, "name", None) not in FOREIGN_TABLES
+
 
 class SchemaMismatch(Exception):
     """The database schema is not the one this code expects; the message says what to run."""
