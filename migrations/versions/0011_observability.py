@@ -1,7 +1,7 @@
 """metric_samples and metric_cursors: the metrics watch's bounded history of each live endpoint
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0009
 Create Date: 2027-02-10 10:00:00.000000
 
 Incidents gain severity, acknowledgement, silence and their alert message's place. ``metric_samples`` holds cumulative good/bad event counts per objective and a few gauges,
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0011'
-down_revision = '0008'
+down_revision = '0009'
 branch_labels = None
 depends_on = None
 
