@@ -76,6 +76,7 @@ EXAMPLES: dict[str, str] = {
     "reservation_watch_minutes": "KIMI_RESERVATION_WATCH_MINUTES=15",
     "readiness_probe_minutes": "KIMI_READINESS_PROBE_MINUTES=5",
     "metrics_watch_minutes": "KIMI_METRICS_WATCH_MINUTES=1",
+    "probe_concurrency": "KIMI_PROBE_CONCURRENCY=16",
     "rollout_poll_seconds": "KIMI_ROLLOUT_POLL_SECONDS=5",
     "traffic_sweep": """KIMI_TRAFFIC_SWEEP='{"ceiling": 64}'""",
     "traffic_objectives": """KIMI_TRAFFIC_OBJECTIVES='{"ttft_p95_ms": 2000}'""",
@@ -231,6 +232,10 @@ class Settings(BaseSettings):
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
+    probe_concurrency: int = Field(
+        default=16, ge=1, le=256,
+        description="Endpoints a readiness probe run asks at once (500 one-second completions: about 32 s at 16).",
+    )
     gate_expiry_minutes: int = Field(default=1, ge=1, description="How often waiting gates are checked for reminders and expiry.")
     metrics_watch_minutes: int = Field(default=1, ge=1, le=60,
                                        description="How often live endpoints' metrics, GPUs, pods and nodes are read.")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 
 from bot.adapters.store.models import Deployment, Endpoint, Incident, ReadinessCheck
@@ -187,17 +188,28 @@ def _ask(client: ports.EndpointClient, spec: EndpointSettings) -> ReadinessResul
 
 
 def probe_endpoints(ctx: Context) -> list[ProbeOutcome]:
-    """One round of readiness probes over every live endpoint with open admission."""
+    """One round of readiness probes over every live endpoint with open admission.
+
+    Up to ``KIMI_PROBE_CONCURRENCY`` completions run at once on the endpoint client's one shared HTTP client, so a
+    fleet is probed well inside the probe's period; each result is recorded (a transaction of its own) on this
+    thread as it arrives, so the database sees one writer and a slow endpoint delays nobody's record.
+    """
     client = require(ctx.ports.endpoint, "endpoint client", "for this process; readiness cannot be probed")
     targets, outcomes = _targets(ctx)
-    for spec in targets:
-        result = _ask(client, spec)  # outside any transaction: a completion can take seconds
-        try:
-            outcomes.append(_record(ctx, spec, result))
-        except Conflict:
-            # Another replica opened the same incident at the same moment: its alert stands, this round is dropped.
-            log.info("incident for %s was opened concurrently; probe result dropped", spec.name)
-            outcomes.append(ProbeOutcome(spec.name, probed=False, skipped="another replica recorded this round"))
+    if not targets:
+        return sorted(outcomes, key=lambda o: o.endpoint)
+    workers = min(ctx.settings.probe_concurrency, len(targets))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
+        # Outside any transaction: a completion can take seconds.
+        asked = {pool.submit(_ask, client, spec): spec for spec in targets}
+        for future in as_completed(asked):
+            spec = asked[future]
+            try:
+                outcomes.append(_record(ctx, spec, future.result()))
+            except Conflict:
+                # Another replica opened the same incident at the same moment: its alert stands, this round is dropped.
+                log.info("incident for %s was opened concurrently; probe result dropped", spec.name)
+                outcomes.append(ProbeOutcome(spec.name, probed=False, skipped="another replica recorded this round"))
     return sorted(outcomes, key=lambda o: o.endpoint)
 
 
