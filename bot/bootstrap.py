@@ -33,6 +33,7 @@ from bot.services.ports import (
     Directory,
     EndpointClient,
     Evaluator,
+    GpuTelemetry,
     LoadGenerator,
     ReservationSource,
 )
@@ -180,6 +181,11 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
 
         return HttpEvaluator()
 
+    def gpus() -> GpuTelemetry:
+        from bot.adapters.endpoint.dcgm import HttpGpuTelemetry
+
+        return HttpGpuTelemetry()
+
     endpoint = FirstUse(endpoint_client)
 
     def loadgen() -> LoadGenerator:
@@ -194,6 +200,7 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
         endpoint=cast(EndpointClient, endpoint),
         evaluator=cast(Evaluator, FirstUse(evaluator)),
         loadgen=cast(LoadGenerator, FirstUse(loadgen)),
+        gpus=cast(GpuTelemetry, FirstUse(gpus)),
         # The CLI resolves roles granted through Slack user groups too.
         directory=group_directory(settings, settings.slack_bot_token) if settings.slack_bot_token else None,
     )

@@ -132,7 +132,7 @@ def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path,
         assert wired == {
             "artifacts": "RegionalArtifactVerifier", "cluster": "ContextClusters",
             "reservations": "AwsReservationSource", "endpoint": "HttpEndpointClient",
-            "evaluator": "HttpEvaluator", "loadgen": "HttpLoadGenerator",
+            "evaluator": "HttpEvaluator", "loadgen": "HttpLoadGenerator", "gpus": "HttpGpuTelemetry",
         }
         made = production_adapters(settings, SystemClock())
         assert {name for name, adapter in vars(made).items() if adapter is not None} == set(wired)

@@ -287,6 +287,16 @@ class IncidentRepository(_Repository):
     def add(self, incident: Incident) -> Incident:
         return self._add(incident)
 
+    def get_for_update(self, incident_id: int) -> Incident | None:
+        _write_lock_on_sqlite(self.session, Incident, Incident.id == incident_id)
+        return self.session.scalar(select(Incident).where(Incident.id == incident_id).with_for_update())
+
+    def silence_of(self, endpoint_id: int, kind: str, now: dt.datetime) -> Incident | None:
+        """The latest incident of ``kind`` on the endpoint whose silence still holds at ``now``."""
+        return self.session.scalar(select(Incident).where(Incident.endpoint_id == endpoint_id, Incident.kind == kind,
+                                                          Incident.silenced_until > now)
+                                   .order_by(Incident.silenced_until.desc()).limit(1))
+
     def open_by_endpoint(self, kinds: Sequence[str]) -> dict[int, list[Incident]]:
         """Every open incident of the given kinds, by endpoint id, oldest first (one query for a whole status page)."""
         found: dict[int, list[Incident]] = {}
