@@ -42,6 +42,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from bot.config_error import ConfigError as ConfigError  # re-exported: callers import it from here
 from bot.domain.evaluation import EvalSetError, parse_eval_set
 from bot.domain.slo import SloSettings
 from bot.domain.sweep import Objectives, SweepPlan
@@ -50,10 +51,6 @@ from bot.safe_yaml import YamlFileError, load_yaml_file, load_yaml_text, read_te
 
 Role = Literal["viewer", "deployer", "approver", "admin"]
 EndpointKind = Literal["hyperpod", "eks"]
-
-
-class ConfigError(Exception):
-    """A setting is missing or wrong; the message is one line fit for a user."""
 
 
 CONFIG_MAX_BYTES = 1024 * 1024
