@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from bot.adapters.store.models import Deployment, Endpoint, Incident
+from bot.adapters.store.models import Endpoint, Incident
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.events import IncidentHandled, WatchAlert, WatchRecovered
@@ -143,11 +143,8 @@ def silence(ctx: Context, actor: Identity, incident_id: int, hours: float, reaso
         return f"{incident.kind} on {endpoint.name} silenced for {hours:g} h: {reason[:500]}"
 
 
-def rollback_target(ctx: Context, incident_id: int) -> tuple[str, str]:
-    """``(endpoint, release)`` a Roll back click asks for: the release the live one replaced."""
+def rollback_target(ctx: Context, incident_id: int) -> str:
+    """The endpoint a Roll back click is about; the rollback itself decides (and refuses) as ``/kimi rollback`` does."""
     with ctx.uow() as uow:
         _, endpoint = _incident(uow, incident_id)
-        live: Deployment | None = live_deployment(uow, endpoint.id)
-        if live is None or live.replaces_release is None:
-            raise Refused(f"{endpoint.name} has no previous release to roll back to")
-        return endpoint.name, live.replaces_release.name
+        return endpoint.name
