@@ -231,7 +231,7 @@ class Settings(BaseSettings):
     readiness_probe_minutes: int = Field(default=5, ge=1)
     probe_concurrency: int = Field(
         default=16, ge=1, le=256,
-        description="Endpoints a readiness probe run asks at once (500 one-second completions: about 32 s at 16).",
+        description="Endpoints a readiness probe or metrics watch run asks at once (500 one-second completions: ~32 s at 16).",
     )
     gate_expiry_minutes: int = Field(default=1, ge=1, description="How often waiting gates are checked for reminders and expiry.")
     metrics_watch_minutes: int = Field(default=1, ge=1, le=60,

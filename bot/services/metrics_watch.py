@@ -24,6 +24,7 @@ import datetime as dt
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,20 +219,27 @@ def watch_metrics(ctx: Context) -> WatchReport:
     report = WatchReport()
     targets: list[EndpointSettings] = []
     with ctx.uow() as uow:
-        for row in uow.endpoints.list():
-            if live_deployment(uow, row.id) is None:
+        rows = uow.endpoints.list()
+        live = uow.deployments.live_by_endpoint([row.id for row in rows])
+        for row in rows:
+            if row.id not in live:
                 report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="no live release"))
             elif not row.admission_open:
                 report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="admission closed"))
             else:
                 targets.append(_spec(ctx, row))
-    for spec in targets:
-        reading = _read(ctx, spec)  # outside any transaction: scrapes and cluster reads take time
-        try:
-            report.outcomes.append(_record(ctx, spec, reading))
-        except Conflict:
-            log.info("a watch incident of %s was opened concurrently; this reading is dropped", spec.name)
-            report.outcomes.append(WatchOutcome(spec.name, watched=False, skipped="another replica recorded this round"))
+    # KIMI_PROBE_CONCURRENCY endpoints are read at once (outside any transaction: scrapes and cluster reads take
+    # time); each reading is recorded on this thread as it arrives, so the database sees one writer.
+    with ThreadPoolExecutor(max_workers=max(1, min(ctx.settings.probe_concurrency, len(targets))),
+                            thread_name_prefix="metrics") as pool:
+        read = {pool.submit(_read, ctx, spec): spec for spec in targets}
+        for future in as_completed(read):
+            spec = read[future]
+            try:
+                report.outcomes.append(_record(ctx, spec, future.result()))
+            except Conflict:
+                log.info("a watch incident of %s was opened concurrently; this reading is dropped", spec.name)
+                report.outcomes.append(WatchOutcome(spec.name, watched=False, skipped="another replica recorded this round"))
     now = ctx.clock.now()
     longest = max((retention(s) for s in [*targets, *ctx.settings.endpoints]), default=retention(EndpointSettings(name="x")))
     with ctx.uow() as uow:
