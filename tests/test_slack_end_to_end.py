@@ -70,6 +70,7 @@ def bench(make_ctx, stand_ins):
     second = first.model_dump(mode="json")
     second["name"] = "kimi-k3-2026-09-01"
     second["serving"]["env"]["VLLM_LOGGING_LEVEL"] = "INFO"
+    second["trust_remote_code_exception"] = "SEC-EXC-2026-0157"  # each release its own reviewed exception
     endpoint = endpoint_config(channel=CHANNEL, url=openai.url, namespace=NS)
     capacity = CapacityStandIn()
     capacity.cover(EndpointSettings(**endpoint), START - dt.timedelta(days=1), START + dt.timedelta(days=20))

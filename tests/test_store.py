@@ -377,3 +377,11 @@ def test_history_gates_and_status_read_the_same_few_statements_however_long_the_
     assert gates_statements <= 6
     assert {s.name: s.live_release for s in statuses} == {"few": None, "many": None}
     assert status_statements <= 8
+
+
+def test_the_quick_schema_check_finds_alembics_head(db_url: str) -> None:
+    """The start-up check reads the head from the version files without Alembic; it must be Alembic's head."""
+    assert schema.quick_head() == schema.head_revision()
+    engine = make_engine(db_url)
+    assert schema._quick_current(engine) == schema.current_revision(engine) == schema.head_revision()
+    engine.dispose()

@@ -38,16 +38,21 @@ def governance_records(
         )
         for i, (endpoint, version) in enumerate(((e, v) for e in endpoints for v in versions), start=1)
     ]
-    named = sorted({r.trust_remote_code_exception for r in releases if r.trust_remote_code_exception})
-    exceptions = [
-        SecurityException(
-            id=ident, kind="trust-remote-code", scope="endpoint", target=endpoint.name, reviewer=REVIEWER,
+    exceptions = []
+    for ident in sorted({r.trust_remote_code_exception for r in releases if r.trust_remote_code_exception}):
+        naming = [r.name for r in releases if r.trust_remote_code_exception == ident]
+        # An id is one record: for the one release that names it, or else for the world's one endpoint.
+        if len(naming) == 1:
+            scope, target = "release", naming[0]
+        elif len(endpoints) == 1:
+            scope, target = "endpoint", endpoints[0].name
+        else:
+            raise ValueError(f"releases {', '.join(naming)} share exception {ident}: give each its own id")
+        exceptions.append(SecurityException(
+            id=ident, kind="trust-remote-code", scope=scope, target=target, reviewer=REVIEWER,
             reason="Kimi K3's repository code reviewed at the pinned commit; egress restricted after staging",
             expires_at=now + VALIDITY, recorded_at=now,
-        )
-        # An exception id is one record: it covers the first endpoint (worlds that run the real checks have one).
-        for ident, endpoint in ((ident, endpoints[0]) for ident in named if endpoints)
-    ]
+        ))
     return reviews, exceptions
 
 

@@ -29,6 +29,7 @@ REQUIRED_ROLE: dict[str, str] = {
     "admission": "admin",
     "drain": "approver",
     "review": "approver",
+    "incident": "deployer",  # acknowledge or silence a metrics-watch incident (the on-call people deploy)
 }
 
 # A role includes the roles listed for it.

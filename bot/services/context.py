@@ -23,7 +23,9 @@ from bot.services.ports import (
     Directory,
     EndpointClient,
     Evaluator,
+    GpuTelemetry,
     LoadGenerator,
+    ObjectiveCheck,
     ReservationSource,
 )
 
@@ -41,6 +43,8 @@ class Ports:
     evaluator: Evaluator | None = None
     loadgen: LoadGenerator | None = None
     directory: Directory | None = None
+    objectives: ObjectiveCheck | None = None  # None: the ramp's own window objectives (services/objectives.py)
+    gpus: GpuTelemetry | None = None  # DCGM exporters, read by the metrics watch where an endpoint names one
 
     def over(self, base: Ports) -> Ports:
         """These ports, with ``base``'s filling every one not set here (given adapters win over defaults)."""

@@ -1,7 +1,7 @@
 """licence_reviews and security_exceptions: the records the artifact gate requires
 
 Revision ID: 0010
-Revises: 0009
+Revises: 0011
 Create Date: 2027-02-01 10:00:00.000000
 
 The licence was checked only by its document's SHA-256, and a security exception was any non-empty string
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0010'
-down_revision = '0009'
+down_revision = '0011'
 branch_labels = None
 depends_on = None
 

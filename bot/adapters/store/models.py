@@ -288,6 +288,15 @@ class Incident(Base):
     reason: Mapped[str] = mapped_column(Text)
     opened_at: Mapped[dt.datetime]
     closed_at: Mapped[dt.datetime | None]
+    # The metrics watch's incidents (migration 0011): how loud, who took it, and a silence on its kind.
+    severity: Mapped[str | None] = mapped_column(String(8), default=None)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(128), default=None)
+    acknowledged_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    silenced_until: Mapped[dt.datetime | None] = mapped_column(default=None)
+    silenced_by: Mapped[str | None] = mapped_column(String(128), default=None)
+    silence_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    slack_channel: Mapped[str | None] = mapped_column(String(64), default=None)
+    slack_ts: Mapped[str | None] = mapped_column(String(64), default=None)
 
     __table_args__ = (UniqueConstraint("endpoint_id", "kind", "open"),)
 
@@ -378,6 +387,49 @@ class DeploymentLease(Base):
     holder: Mapped[str] = mapped_column(String(200))
     claimed_at: Mapped[dt.datetime]
     expires_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+
+class MetricSample(Base):
+    """One reading of a live endpoint by the metrics watch (see :mod:`bot.adapters.store.samples`).
+
+    The event columns are cumulative and never fall (a restarted server's counters are added from zero), so
+    any window is the difference of two rows and older rows are thinned to one an hour (``step``) without
+    losing a request; the gauges are the reading's own.
+    """
+
+    __tablename__ = "metric_samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
+    at: Mapped[dt.datetime]
+    hour: Mapped[int] = mapped_column(Integer)  # whole hours since the epoch: thinning keeps one row per hour
+    step: Mapped[int] = mapped_column(Integer, default=60)  # 60: a minute's reading; 3600: kept for its hour
+    requests: Mapped[float] = mapped_column(Float, default=0.0)
+    errors: Mapped[float] = mapped_column(Float, default=0.0)
+    rejects: Mapped[float] = mapped_column(Float, default=0.0)
+    ttft_events: Mapped[float] = mapped_column(Float, default=0.0)
+    ttft_bad: Mapped[float] = mapped_column(Float, default=0.0)
+    queue_events: Mapped[float] = mapped_column(Float, default=0.0)
+    queue_bad: Mapped[float] = mapped_column(Float, default=0.0)
+    e2e_events: Mapped[float] = mapped_column(Float, default=0.0)
+    e2e_bad: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting: Mapped[float | None] = mapped_column(Float)
+    kv_cache_usage: Mapped[float | None] = mapped_column(Float)
+    gpu_utilisation: Mapped[float | None] = mapped_column(Float)
+    gpu_memory: Mapped[float | None] = mapped_column(Float)
+    gpu_power: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_metric_samples_endpoint_at", "endpoint_id", "at"),)
+
+
+class MetricCursor(Base):
+    """The watch's last raw reading of an endpoint: counters as the server showed them, to take the next delta."""
+
+    __tablename__ = "metric_cursors"
+
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True)
+    at: Mapped[dt.datetime]
+    raw: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
 class LicenceReviewRecord(Base):

@@ -287,6 +287,19 @@ class IncidentRepository(_Repository):
     def add(self, incident: Incident) -> Incident:
         return self._add(incident)
 
+    def get(self, incident_id: int) -> Incident | None:
+        return self.session.get(Incident, incident_id)
+
+    def get_for_update(self, incident_id: int) -> Incident | None:
+        _write_lock_on_sqlite(self.session, Incident, Incident.id == incident_id)
+        return self.session.scalar(select(Incident).where(Incident.id == incident_id).with_for_update())
+
+    def silence_of(self, endpoint_id: int, kind: str, now: dt.datetime) -> Incident | None:
+        """The latest incident of ``kind`` on the endpoint whose silence still holds at ``now``."""
+        return self.session.scalar(select(Incident).where(Incident.endpoint_id == endpoint_id, Incident.kind == kind,
+                                                          Incident.silenced_until > now)
+                                   .order_by(Incident.silenced_until.desc()).limit(1))
+
     def open_by_endpoint(self, kinds: Sequence[str]) -> dict[int, list[Incident]]:
         """Every open incident of the given kinds, by endpoint id, oldest first (one query for a whole status page)."""
         found: dict[int, list[Incident]] = {}
@@ -353,6 +366,13 @@ class EventRepository(_Repository):
         return self.session.scalars(
             select(Event).where(Event.delivered_at.is_(None)).order_by(Event.id).limit(limit)
         ).all()
+
+    def for_endpoint_kind(self, endpoint_id: int, kind: str, incident_id: int) -> Sequence[Event]:
+        """The events of ``kind`` about one incident (its alert), by the endpoint's name."""
+        name = select(Endpoint.name).where(Endpoint.id == endpoint_id).scalar_subquery()
+        rows = self.session.scalars(select(Event).where(Event.kind == kind, Event.endpoint_name == name)
+                                    .order_by(Event.id.desc()).limit(200)).all()
+        return [r for r in rows if (r.payload or {}).get("incident_id") == incident_id]
 
     def for_deployment(self, deployment_id: int) -> Sequence[Event]:
         return self.session.scalars(select(Event).where(Event.deployment_id == deployment_id).order_by(Event.id)).all()

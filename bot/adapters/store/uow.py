@@ -31,6 +31,7 @@ from bot.adapters.store.repositories import (
     ReservationRepository,
     flush,
 )
+from bot.adapters.store.samples import SampleRepository
 
 
 class SqlUnitOfWork:
@@ -48,6 +49,7 @@ class SqlUnitOfWork:
     leases: LeaseRepository
     posts: SlackPostRepository
     governance: GovernanceRepository
+    samples: SampleRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -70,6 +72,7 @@ class SqlUnitOfWork:
         self.leases = LeaseRepository(session)
         self.posts = SlackPostRepository(session)
         self.governance = GovernanceRepository(session)
+        self.samples = SampleRepository(session)
         return self
 
     def __exit__(
