@@ -282,6 +282,18 @@ class GateReminder(ChannelNotice):
     expires_at: dt.datetime
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServiceRolledBack(ChannelNotice):
+    """``/kimi rollback SERVICE``: one route change moved every user back to the side kept warm."""
+
+    KIND: ClassVar[str] = "service.rolled_back"
+    service: str
+    to_side: str
+    from_side: str
+    release: str | None
+    actor: str
+
+
 # ---------------------------------------------------------------------------- after go-live (the metrics watch)
 
 
@@ -328,7 +340,7 @@ EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     ReadinessAlert, ReadinessRecovered,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
-    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder,
+    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack,
     WatchAlert, WatchRecovered, IncidentHandled,
 )
 """Every event that may be stored, one per ``KIND``."""
