@@ -45,7 +45,8 @@ def test_every_sub_command_answers_malformed_input_with_its_own_usage_line(bench
     for module in COMMANDS:
         answer = bench.post(bench.sender.slash("U0DEPLOYER", MALFORMED[module.NAME], CHANNEL))
         assert answer.status_code == 200
-        assert answer.text == f"Usage: {module.USAGE}", module.NAME  # the ack itself: only the typist sees it
+        # The ack itself (only the typist sees it): what is wrong, then the usage line.
+        assert answer.text.endswith(f". Usage: `{module.USAGE}`"), (module.NAME, answer.text)
     assert bench.stub.calls_to("response_url") == []  # nothing ran after those acks
 
 

@@ -43,8 +43,7 @@ from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.context import Context, require
-from bot.services.deployments import live_deployment
-from bot.services.errors import NotFound
+from bot.services.deployments import endpoint_row, live_deployment
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -299,9 +298,7 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
     """
     records: dict[str, tuple[EndpointSettings, Recorded, int | None]] = {}
     with ctx.uow() as uow:
-        rows = [uow.endpoints.get(name)] if name else list(uow.endpoints.list())
-        if name and rows[0] is None:
-            raise NotFound(f"no endpoint named {name}; `kimi-ops status` lists them all")
+        rows = [endpoint_row(uow, name)] if name else list(uow.endpoints.list())
         incidents = uow.incidents.open_by_endpoint(INCIDENT_KINDS)
         statuses = [_status(ctx, uow, row, history, incidents.get(row.id, [])) for row in rows if row is not None]
         if observe:
