@@ -16,8 +16,10 @@ handed to the Slack app, the CLI commands and the scheduler (through
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.store import UnitOfWorkFactory, make_engine
@@ -31,9 +33,12 @@ from bot.services.ports import (
     Directory,
     EndpointClient,
     Evaluator,
+    GpuTelemetry,
     LoadGenerator,
     ReservationSource,
 )
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # both load only when a process needs them (most CLI commands need neither)
     from bot.adapters.slack.notifier import SlackNotifier
@@ -110,8 +115,38 @@ def build_root(ctx: Context, *, slack_token: str | None = None, readiness_pause:
     return Root(ctx=ctx, engine=Engine(ctx, readiness_pause=pause), notifier=notifier)
 
 
+class FirstUse(Generic[T]):
+    """A port whose adapter is built, and its module imported, when the port is first used.
+
+    boto3, the kubernetes client and kubernetes-validate take about a second to import; a command that never
+    reaches AWS or a cluster (``history``, ``release list``, the Slack app answering ``/kimi help``) must not
+    pay for them. Every attribute is the built adapter's; building is once per process, under a lock.
+    """
+
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build: Callable[[], T] | None = build
+        self._built: T | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        return self._build is None
+
+    def adapter(self) -> T:
+        with self._lock:
+            if self._build is not None:
+                self._built, self._build = self._build(), None
+            return self._built  # type: ignore[return-value]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.adapter(), name)
+
+    def __repr__(self) -> str:
+        return f"FirstUse({self._built!r})" if self.built else "FirstUse(not built yet)"
+
+
 def production_adapters(settings: Settings, clock: Clock) -> Ports:
-    """The real adapter behind each port, reaching AWS, the clusters and the endpoints.
+    """The real adapter behind each port, reaching AWS, the clusters and the endpoints, each built on first use.
 
     AWS credentials come from the standard chain (IRSA in the cluster, a profile
     locally); ``AWS_ENDPOINT_URL`` still redirects boto3. Clusters come from each
@@ -119,22 +154,53 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
     notifier is not here: :func:`build_root` adds it. With ``SLACK_BOT_TOKEN`` set, a
     user-group directory lets the CLI honour roles granted through Slack user groups.
     """
-    from bot.adapters.aws.artifacts import RegionalArtifactVerifier
-    from bot.adapters.aws.reservations import AwsReservationSource
-    from bot.adapters.aws.session import default_region
-    from bot.adapters.cluster import ContextClusters
-    from bot.adapters.endpoint import HttpEndpointClient
-    from bot.adapters.endpoint.evaluation import HttpEvaluator
-    from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 
-    endpoint = HttpEndpointClient()
+    def artifacts() -> ArtifactVerifier:
+        from bot.adapters.aws.artifacts import RegionalArtifactVerifier
+        from bot.adapters.aws.session import default_region
+
+        return RegionalArtifactVerifier(default_region(settings.aws_regions[0] if settings.aws_regions else None))
+
+    def cluster() -> Cluster:
+        from bot.adapters.cluster import ContextClusters
+
+        return ContextClusters(poll_seconds=settings.rollout_poll_seconds, clock=clock)
+
+    def reservations() -> ReservationSource:
+        from bot.adapters.aws.reservations import AwsReservationSource
+
+        return AwsReservationSource()
+
+    def endpoint_client() -> EndpointClient:
+        from bot.adapters.endpoint import HttpEndpointClient
+
+        return HttpEndpointClient()  # the process's one: probes and scrapes share its HTTP client
+
+    def evaluator() -> Evaluator:
+        from bot.adapters.endpoint.evaluation import HttpEvaluator
+
+        return HttpEvaluator()
+
+    def gpus() -> GpuTelemetry:
+        from bot.adapters.endpoint.dcgm import HttpGpuTelemetry
+
+        return HttpGpuTelemetry()
+
+    endpoint = FirstUse(endpoint_client)
+
+    def loadgen() -> LoadGenerator:
+        from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+
+        return HttpLoadGenerator(metrics=endpoint.adapter().metrics)
+
     return Ports(
-        artifacts=RegionalArtifactVerifier(default_region(settings.aws_regions[0] if settings.aws_regions else None)),
-        cluster=ContextClusters(poll_seconds=settings.rollout_poll_seconds, clock=clock),
-        reservations=AwsReservationSource(),
-        endpoint=endpoint,
-        evaluator=HttpEvaluator(),
-        loadgen=HttpLoadGenerator(metrics=endpoint.metrics),
+        artifacts=cast(ArtifactVerifier, FirstUse(artifacts)),
+        cluster=cast(Cluster, FirstUse(cluster)),
+        reservations=cast(ReservationSource, FirstUse(reservations)),
+        endpoint=cast(EndpointClient, endpoint),
+        evaluator=cast(Evaluator, FirstUse(evaluator)),
+        loadgen=cast(LoadGenerator, FirstUse(loadgen)),
+        gpus=cast(GpuTelemetry, FirstUse(gpus)),
         # The CLI resolves roles granted through Slack user groups too.
         directory=group_directory(settings, settings.slack_bot_token) if settings.slack_bot_token else None,
     )

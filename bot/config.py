@@ -42,17 +42,15 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from bot.config_error import ConfigError as ConfigError  # re-exported: callers import it from here
 from bot.domain.evaluation import EvalSetError, parse_eval_set
+from bot.domain.slo import SloSettings
 from bot.domain.sweep import Objectives, SweepPlan
 from bot.route_config import RouteSettings
 from bot.safe_yaml import YamlFileError, load_yaml_file, load_yaml_text, read_text_file
 
 Role = Literal["viewer", "deployer", "approver", "admin"]
 EndpointKind = Literal["hyperpod", "eks"]
-
-
-class ConfigError(Exception):
-    """A setting is missing or wrong; the message is one line fit for a user."""
 
 
 CONFIG_MAX_BYTES = 1024 * 1024
@@ -74,6 +72,8 @@ EXAMPLES: dict[str, str] = {
     "readiness_failures_to_alert": "KIMI_READINESS_FAILURES_TO_ALERT=3",
     "reservation_watch_minutes": "KIMI_RESERVATION_WATCH_MINUTES=15",
     "readiness_probe_minutes": "KIMI_READINESS_PROBE_MINUTES=5",
+    "metrics_watch_minutes": "KIMI_METRICS_WATCH_MINUTES=1",
+    "probe_concurrency": "KIMI_PROBE_CONCURRENCY=16",
     "rollout_poll_seconds": "KIMI_ROLLOUT_POLL_SECONDS=5",
     "traffic_sweep": """KIMI_TRAFFIC_SWEEP='{"ceiling": 64}'""",
     "traffic_objectives": """KIMI_TRAFFIC_OBJECTIVES='{"ttft_p95_ms": 2000}'""",
@@ -155,6 +155,10 @@ class EndpointSettings(BaseModel):
                                                  description="A gate waits this long once users are closed out.")
     approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$",
                                        description="Slack user group reminded of waiting gates.")
+    # After go-live (the metrics watch): objectives and budgets, and the node's DCGM exporter if it has one.
+    slo: SloSettings = Field(default_factory=SloSettings)
+    dcgm_url: str | None = Field(default=None, description="URL of the node's NVIDIA DCGM exporter /metrics.")
+    gpus: int = Field(default=8, ge=1, le=64, description="GPUs the node should report to DCGM.")
 
     @model_validator(mode="after")
     def _route_backends(self) -> EndpointSettings:
@@ -225,7 +229,13 @@ class Settings(BaseSettings):
     readiness_failures_to_alert: int = Field(default=3, ge=1)
     reservation_watch_minutes: int = Field(default=15, ge=1)
     readiness_probe_minutes: int = Field(default=5, ge=1)
+    probe_concurrency: int = Field(
+        default=16, ge=1, le=256,
+        description="Endpoints a readiness probe or metrics watch run asks at once (500 one-second completions: ~32 s at 16).",
+    )
     gate_expiry_minutes: int = Field(default=1, ge=1, description="How often waiting gates are checked for reminders and expiry.")
+    metrics_watch_minutes: int = Field(default=1, ge=1, le=60,
+                                       description="How often live endpoints' metrics, GPUs, pods and nodes are read.")
     rollout_poll_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
     )

@@ -7,17 +7,10 @@ from sqlalchemy import Connection
 
 from bot.adapters.store.engine import make_engine
 from bot.adapters.store.models import Base
+from bot.adapters.store.schema import include_object
 
 config = context.config
 target_metadata = Base.metadata
-
-# Tables that belong to libraries, not to our models (APScheduler's job store).
-FOREIGN_TABLES = {"apscheduler_jobs"}
-
-
-def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
-    return not (type_ == "table" and name in FOREIGN_TABLES)
-
 
 def _url() -> str:
     url = config.get_main_option("sqlalchemy.url")

@@ -53,32 +53,24 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first, so the whole-stack tests start at once on every worker instead of ending the run alone.
+    """Longest modules first, so the whole-stack modules start at once on every worker instead of ending the run alone.
 
-    A whole-stack module marks itself with a longer ``timeout``; that budget orders the run (a stable sort: each
-    module keeps its order). Tests sharing a module-scoped stand-in stay on one worker (``--dist loadgroup``), so
-    the sandbox behind them starts once, not once per worker.
+    A whole-stack module marks itself with a longer ``timeout``; the longest budget in a module orders the run, and
+    each module keeps its own order. ``./dev test`` sends each module to one worker as a unit (``--dist loadfile``,
+    in this order: ``--no-loadscope-reorder``), so a module-scoped stand-in (a sandbox, the demo's run) starts once
+    in the whole run. (``--dist loadgroup`` would group finer, but it cannot group on pytest 9's node ids:
+    pytest-xdist#1386.)
     """
 
     def budget(item: pytest.Item) -> float:
         marker = item.get_closest_marker("timeout")
         return float(marker.args[0]) if marker is not None and marker.args else 0.0
 
+    longest: dict[str, float] = {}
     for item in items:
-        shared = _module_scoped_fixture(item)
-        if shared is not None:
-            item.add_marker(pytest.mark.xdist_group(shared))
-    items.sort(key=lambda item: -budget(item))
-
-
-def _module_scoped_fixture(item: pytest.Item) -> str | None:
-    """``module::fixture`` when the test uses a module-scoped fixture (a sandbox, the demo's run), else None."""
-    info = getattr(item, "_fixtureinfo", None)
-    for name in getattr(item, "fixturenames", ()):
-        defs = info.name2fixturedefs.get(name) if info is not None else None
-        if defs and defs[-1].scope == "module":
-            return f"{item.nodeid.split('::')[0]}::{name}"
-    return None
+        module = item.nodeid.split("::")[0]
+        longest[module] = max(longest.get(module, 0.0), budget(item))
+    items.sort(key=lambda item: -longest[item.nodeid.split("::")[0]])
 
 
 @pytest.fixture(autouse=True)

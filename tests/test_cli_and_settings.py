@@ -152,3 +152,30 @@ def _cli_env(tmp_path: Path, config: Path, **extra: str) -> dict[str, str]:
     # No AWS account: the artifact checks fail fast against an unroutable endpoint instead of looking for credentials.
     return _env(tmp_path, KIMI_CONFIG=str(config), KIMI_AUTO_MIGRATE="1", AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
                 AWS_ENDPOINT_URL="http://127.0.0.1:9", KUBECONFIG=str(tmp_path / "none"), **extra)
+
+
+LAZY_PROBE = """
+import sys
+from bot.bootstrap import build_context
+from bot.services.deployments import history
+heavy = ("boto3", "botocore", "kubernetes", "kubernetes_validate", "alembic", "jsonschema")
+ctx = build_context(connect=True)
+history(ctx, "kimi-prod", 5)
+print(" ".join(sorted(m for m in heavy if m in sys.modules)) or "-")
+ctx.ports.reservations.client  # the first use of the AWS port builds it, importing boto3 then
+print(" ".join(sorted(m for m in heavy if m in sys.modules)) or "-")
+"""
+
+
+def test_a_command_that_reaches_no_aws_or_cluster_imports_neither(tmp_path: Path) -> None:
+    """Adapters are built on first use: reading history loads no boto3, kubernetes or Alembic (start-up time)."""
+    from bot.adapters.store import schema
+
+    env = _env(tmp_path, KIMI_ENDPOINTS='[{"name": "kimi-prod"}]')
+    (tmp_path / "data").mkdir()
+    schema.upgrade(f"sqlite:///{tmp_path / 'data' / 'kimi-ops.db'}")
+    done = subprocess.run([sys.executable, "-c", LAZY_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split("\n")[:2]
+    assert before == "-"
+    assert "boto3" in after.split() and "kubernetes" not in after.split()

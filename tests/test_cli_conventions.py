@@ -17,6 +17,7 @@ import yaml
 from typer.testing import CliRunner
 
 from bot.cli.main import app
+from bot.domain.checks import GATES
 from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.releases import register_release
@@ -39,6 +40,7 @@ def test_help_names_arguments_and_values_as_kubectl_does() -> None:
         assert "{" not in shown.split("\n\n")[0], (path, shown)  # the usage line: DEPLOYMENT, not {deployment}
     assert "Usage: kimi-ops cancel [OPTIONS] DEPLOYMENT" in runner.invoke(app, ["cancel", "--help"]).output
     assert "--as USER" in runner.invoke(app, ["deploy", "--help"]).output
+    assert " | ".join(GATES) in runner.invoke(app, ["gate", "reject", "--help"]).output
     exit_codes = runner.invoke(app, ["--help"]).output
     assert "Exit codes: 0 done; 1 refused" in exit_codes and "3 the database schema" in " ".join(exit_codes.split())
 

@@ -19,6 +19,7 @@ from bot.domain.events import (
     GatePlot,
     GateReminder,
     GateWaiting,
+    IncidentHandled,
     LimitsAccepted,
     OutboxEvent,
     ReadinessAlert,
@@ -36,6 +37,8 @@ from bot.domain.events import (
     RestoreStarted,
     RolloutProgress,
     StateChanged,
+    WatchAlert,
+    WatchRecovered,
 )
 from bot.services.deployments import request_deploy
 from tests.conftest import START
@@ -82,6 +85,10 @@ def samples(deployment_id: int) -> list[OutboxEvent]:
         AdmissionStuck(**endpoint, text="stays closed", incident="admission-stuck", reason="restore #12 failed"),
         DrainStalled(**common, text="requests still run", running=2.0, waiting=1.0),
         GateReminder(**common, text="the model gate waits", gate="model", expires_at=AT),
+        WatchAlert(**common, text="burn", incident_id=3, incident="burn-page:ttft", severity="page", reason="14×",
+                   context={"live_release": "rel-a"}),
+        WatchRecovered(**common, text="back", incident_id=3, incident="burn-page:ttft", silenced=True),
+        IncidentHandled(**common, text="", incident_id=3, action="acknowledged", actor="U0ONCALL"),
     ]
 
 

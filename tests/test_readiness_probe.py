@@ -189,3 +189,31 @@ def test_only_endpoints_with_a_live_release_are_probed(make_ctx) -> None:
     outcomes = {o.endpoint: o for o in probe_endpoints(ctx)}
     assert endpoint.calls == {"kimi-prod": 1}
     assert outcomes["kimi-prod"].probed and outcomes["kimi-next"].skipped == "no live release"
+
+
+def test_a_fleet_is_probed_several_endpoints_at_once_never_more_than_the_setting(make_ctx, clock, server) -> None:
+    """Probes run KIMI_PROBE_CONCURRENCY at a time on one shared client: a slow endpoint no longer holds up the
+    others (a fleet fits in the probe's period), and the fleet is never asked all at once."""
+    names = [f"kimi-{n}" for n in range(5)]
+    client = HttpEndpointClient(timeout=30)
+    ctx = make_ctx(endpoints=[eks_endpoint(n, url=server.url) for n in names], probe_concurrency=3,
+                   ports=Ports(endpoint=client))
+    for name in names:
+        make_live(ctx, name)
+    server.configure(**HEALTHY)
+    server.hold()  # every completion waits before its first token
+    seen: list[int] = []
+
+    def watch_then_release() -> None:
+        seen.append(int(server.wait_for(lambda s: s.running >= 3, timeout=30)))
+        seen.append(int(server.wait_for(lambda s: s.running > 3, timeout=0.5)))  # a fourth must not start
+        server.release()
+
+    releaser = threading.Thread(target=watch_then_release)
+    releaser.start()
+    outcomes = probe_endpoints(ctx)
+    releaser.join(30)
+    assert seen == [1, 0]
+    assert [o.endpoint for o in outcomes if o.probed and o.result and o.result.ok] == names
+    assert server.stats().served == 5
+    client.close()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bot.adapters.clock import SystemClock
-from bot.bootstrap import build_context, production_adapters
+from bot.bootstrap import FirstUse, build_context, production_adapters
 from bot.config import load_settings
 
 # The whole demo runs in one subprocess (about 80 s alone, longer with every core busy).
@@ -125,11 +125,14 @@ def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path,
     settings = load_settings(data_dir=tmp_path, auto_migrate=True, rollout_poll_seconds=0.5)
     ctx = build_context(settings, connect=True)
     try:
-        wired = {name: type(adapter).__name__ for name, adapter in vars(ctx.ports).items() if adapter is not None}
+        ports = {name: adapter for name, adapter in vars(ctx.ports).items() if adapter is not None}
+        # Each adapter is built (and boto3 or kubernetes imported) on first use, not when the CLI starts.
+        assert all(isinstance(adapter, FirstUse) and not adapter.built for adapter in ports.values())
+        wired = {name: type(adapter.adapter()).__name__ for name, adapter in ports.items()}
         assert wired == {
             "artifacts": "RegionalArtifactVerifier", "cluster": "ContextClusters",
             "reservations": "AwsReservationSource", "endpoint": "HttpEndpointClient",
-            "evaluator": "HttpEvaluator", "loadgen": "HttpLoadGenerator",
+            "evaluator": "HttpEvaluator", "loadgen": "HttpLoadGenerator", "gpus": "HttpGpuTelemetry",
         }
         made = production_adapters(settings, SystemClock())
         assert {name for name, adapter in vars(made).items() if adapter is not None} == set(wired)

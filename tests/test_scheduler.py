@@ -206,7 +206,7 @@ def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
     jobs = {j.id: j for j in stored.get_jobs()}
     stored.shutdown(wait=False)
     assert {j.func_ref for j in jobs.values()} == {
-        "jobs.reservation_watch:run", "jobs.readiness_probe:run", "jobs.gate_expiry:run"}
+        "jobs.reservation_watch:run", "jobs.readiness_probe:run", "jobs.gate_expiry:run", "jobs.metrics_watch:run"}
     assert all(j.max_instances == 1 and j.misfire_grace_time == 300 for j in jobs.values())
     assert all(j.trigger.interval == dt.timedelta(minutes=1) for j in jobs.values())  # the configured periods
 
@@ -255,11 +255,12 @@ def test_listing_jobs_or_stopping_a_standby_never_moves_a_due_run(make_ctx) -> N
     standby.scheduler.start(paused=True)
     standby.ensure_jobs()
     due = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
-    for name in ("reservation-watch", "readiness-probe", "gate-expiry"):
+    names = ("reservation-watch", "readiness-probe", "gate-expiry", "metrics-watch")
+    for name in names:
         standby.scheduler.modify_job(name, next_run_time=due)
     standby.stop()
-    assert next_runs(ctx) == {"reservation-watch": due, "readiness-probe": due, "gate-expiry": due}
-    assert next_runs(ctx) == {"reservation-watch": due, "readiness-probe": due, "gate-expiry": due}
+    assert next_runs(ctx) == dict.fromkeys(names, due)
+    assert next_runs(ctx) == dict.fromkeys(names, due)
     assert runs_of(ctx, "reservation-watch") == [] and runs_of(ctx, "readiness-probe") == []
 
 
@@ -284,7 +285,7 @@ def test_a_changed_period_replaces_the_stored_job_and_an_unchanged_one_keeps_its
     before = stored(make_ctx())
     assert {name: interval for name, (interval, _) in before.items()} == {
         "reservation-watch": dt.timedelta(minutes=15), "readiness-probe": dt.timedelta(minutes=5),
-        "gate-expiry": dt.timedelta(minutes=1)}
+        "gate-expiry": dt.timedelta(minutes=1), "metrics-watch": dt.timedelta(minutes=1)}
     leader_stores(make_ctx(readiness_probe_minutes=2))  # a new leader, configured differently
     after = stored(make_ctx())
     assert after["reservation-watch"] == before["reservation-watch"]  # same period: same next run

@@ -260,3 +260,37 @@ def test_the_request_builder_speaks_the_shapes_of_slacks_own_samples(bench) -> N
                                                      {"reason": {"reason": "r"}}))["payload"][0])
     assert set(submit_sample) <= set(submit)
     assert submit["view"]["state"]["values"]["reason"]["reason"]["value"] == "r"
+
+
+def test_a_watch_alert_has_acknowledge_silence_and_roll_back_buttons(bench) -> None:
+    from bot.services.incidents import Incidents
+    from bot.views.actions import INCIDENT_ACK, INCIDENT_ROLLBACK, INCIDENT_SILENCE
+    from tests.jobs_support import make_live
+
+    ctx = bench.app.root.ctx
+    make_live(ctx, "kimi-prod", "rel-b")
+    with ctx.uow() as uow:
+        row = uow.endpoints.get("kimi-prod")
+        Incidents(ctx, uow, row, ctx.settings.endpoint("kimi-prod"), ctx.clock.now(), {}).open(
+            "node", "page", "node hyperpod-i-0 is not Ready (False)")
+        uow.commit()
+    alert = bench.stub.wait_for(lambda s: next((m for m in s.messages if "is not Ready" in blocks_text(m.blocks)
+                                                and m.ephemeral_to is None), None))
+    assert "live: *rel-b*" in blocks_text(alert.blocks) and "last deployment #" in blocks_text(alert.blocks)
+    bench.click("U0DEPLOYER", alert, INCIDENT_ACK)
+    bench.stub.wait_for(lambda s: "acknowledged by <@U0DEPLOYER>" in blocks_text(alert.blocks))
+
+    bench.click("U0DEPLOYER", alert, INCIDENT_SILENCE)
+    view = bench.stub.wait_for(lambda s: s.calls_to("views.open"))[0].params["view"]
+    assert bench.post(bench.sender.submit("U0DEPLOYER", view, {"reason": {"reason": " "}, "hours": {"hours": "4"}})
+                      ).json()["response_action"] == "errors"
+    bench.post(bench.sender.submit("U0DEPLOYER", view, {"reason": {"reason": "AWS replaces the node"},
+                                                        "hours": {"hours": "4"}}))
+    bench.stub.wait_for(lambda s: "silenced by <@U0DEPLOYER>" in blocks_text(alert.blocks))
+    assert "AWS replaces the node" in blocks_text(alert.blocks)
+    with ctx.uow() as uow:
+        actions = [a.action for a in uow.audit.list(subject="endpoint:kimi-prod")]
+    assert "incident.acknowledged" in actions and "incident.silenced" in actions
+
+    bench.click("U0VIEWER", alert, INCIDENT_ROLLBACK)  # the rollback's own rules: a viewer may not roll back
+    assert "role" in bench.replies_to("U0VIEWER")[0].text

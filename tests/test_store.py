@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 
 import pytest
 import yaml
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, func, inspect, select, text
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from sqlalchemy import create_engine, event, func, inspect, select, text
 from sqlalchemy.orm import Session
 
 from bot.adapters.store import make_engine, schema
@@ -25,7 +27,10 @@ from bot.adapters.store.models import (
 from bot.adapters.store.repositories import Conflict
 from bot.bootstrap import build_context
 from bot.config import load_settings
+from bot.domain.checks import Check, GateReport
+from bot.services.deployments import history, pending_gates
 from bot.services.errors import Refused
+from bot.services.readiness import endpoint_status
 from bot.services.releases import list_releases, register_release
 from tests.conftest import EXAMPLE_RELEASE, START
 
@@ -98,8 +103,13 @@ def test_upgrade_marks_failed_deployments_that_offered_a_rollback(empty_db_url: 
 
 def test_models_and_migrations_agree(db_url: str) -> None:
     engine = create_engine(db_url)
+    # APScheduler keeps its job table in the same database; it is not ours to migrate (migrations/env.py filters
+    # it the same way), so a database the scheduler has used still agrees with the models.
+    jobs = SQLAlchemyJobStore(engine=engine)
+    jobs.start(None, "default")  # type: ignore[arg-type]  # the scheduler is only needed to run jobs
+    assert "apscheduler_jobs" in inspect(engine).get_table_names()
     with engine.connect() as conn:
-        ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": schema.include_object})
         diff = compare_metadata(ctx, Base.metadata)
     engine.dispose()
     assert diff == []
@@ -273,3 +283,105 @@ def test_a_gate_decided_before_it_was_posted_still_records_where_it_was_posted_o
         gate.slack_ts = "2.000"
         with pytest.raises(ImmutableRowError):
             uow.commit()
+
+
+def test_upgrade_fills_each_gate_result_status_from_its_stored_report(empty_db_url: str) -> None:
+    """0009 adds gate_results.status; rows written before it get their report's worst check status, in SQL."""
+    engine = make_engine(empty_db_url)
+    schema.upgrade(empty_db_url, "0008")
+    now = START.isoformat()
+    reports = {1: [{"status": "pass"}, {"status": "error"}, {"status": "fail"}], 2: [{"status": "warn"}, {"status": "pass"}],
+               3: [{"status": "pass"}], 4: []}
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO endpoints (id, name, kind, environment, namespace, url, admission_open, admission, "
+                          "settings, created_at) VALUES (1, 'kimi-prod', 'hyperpod', 'prod', 'kimi', 'http://x', true, "
+                          "'open', '{}', :now)"), {"now": now})
+        conn.execute(text("INSERT INTO releases (id, name, model_repo, model_commit, weights_prefix, objects, image, "
+                          "serving_args, serving_env, licence_version, licence_sha256, tuple_hash, registered_by, "
+                          "registered_at) VALUES (1, 'rel-a', 'm/k3', :commit, 's3://w/', '[]', 'img@sha256:0', '[]', "
+                          "'{}', 'v1', :sha, :sha, 'U1', :now)"), {"commit": "0" * 40, "sha": "a" * 64, "now": now})
+        conn.execute(text("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, in_flight, requested_by, "
+                          "created_at, updated_at) VALUES (1, 1, 1, 'deploy', 'model_gate', true, 'U1', :now, :now)"),
+                     {"now": now})
+        for gate_id, checks in reports.items():
+            listed = [{"name": f"c{i}", "reason": "r", **c} for i, c in enumerate(checks)]
+            report = json.dumps({"gate": "model", "checks": listed})
+            conn.execute(text("INSERT INTO gate_results (id, deployment_id, gate, report, report_hash, checked_at) "
+                              "VALUES (:id, 1, 'model', :report, 'h', :now)"), {"id": gate_id, "report": report, "now": now})
+    schema.upgrade(empty_db_url)
+    with engine.connect() as conn:
+        status = dict(conn.execute(text("SELECT id, status FROM gate_results ORDER BY id")).all())
+    assert status == {1: "error", 2: "warn", 3: "pass", 4: "pass"}
+    schema.downgrade(empty_db_url, "0008")
+    assert "status" not in {c["name"] for c in inspect(engine).get_columns("gate_results")}
+    engine.dispose()
+
+
+def _count_statements(engine):
+    seen: list[str] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany) -> None:
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    return seen, lambda: event.remove(engine, "before_cursor_execute", count)
+
+
+def _deployments_with_gates(ctx, endpoint: str, count: int) -> None:
+    """``count`` ended deployments of ``endpoint``, each with two gate reports, and one in flight at its model gate."""
+    with ctx.uow() as uow:
+        ep = uow.endpoints.add(Endpoint(name=endpoint, kind="hyperpod", environment="prod", namespace="ns", url="http://x",
+                                        settings={"name": endpoint}, created_at=START))
+        rel = uow.releases.get("kimi-k3-2026-08-01")
+        for n in range(count + 1):
+            last = n == count
+            dep = uow.deployments.add(Deployment(
+                endpoint_id=ep.id, release_id=rel.id, kind="deploy", state="model_gate" if last else "superseded",
+                requested_by="U1", created_at=START, updated_at=START, applied_manifest="x" * 1000))
+            if not last:
+                dep.in_flight = None  # ended: the next may hold the endpoint
+                uow.flush()
+            for gate in ("artifact", "model"):
+                report = GateReport(gate=gate, checks=[Check.warned("c", "r")])
+                uow.gates.add(GateResult(deployment_id=dep.id, gate=gate, report=report.model_dump(mode="json"),
+                                         status=report.status, report_hash=report.digest(), checked_at=START,
+                                         **({} if last and gate == "model" else
+                                            {"decision": "approved", "decided_by": "U2", "decided_at": START})))
+        uow.commit()
+
+
+def test_history_gates_and_status_read_the_same_few_statements_however_long_the_history(ctx) -> None:
+    """No query per deployment or per endpoint: ten times the rows, the same statements, the same answers' shape."""
+    register_release(ctx, example(), "U1")
+    _deployments_with_gates(ctx, "few", 2)
+    _deployments_with_gates(ctx, "many", 20)
+    seen, stop = _count_statements(ctx.uow.engine)
+    try:
+        counts = {}
+        for name, limit in (("few", 3), ("many", 21)):
+            seen.clear()
+            views = history(ctx, name, limit)
+            counts[name] = len(seen)
+            assert [v.state.value for v in views] == ["model_gate"] + ["superseded"] * (limit - 1)
+            assert all(g.status == "warn" for v in views for g in v.gates)
+            assert views[0].pending is not None and views[0].pending.report["gate"] == "model"
+        assert counts["few"] == counts["many"]
+        seen.clear()
+        assert {(p.endpoint, p.gate) for p in pending_gates(ctx)} == {("few", "model"), ("many", "model")}
+        gates_statements = len(seen)
+        seen.clear()
+        statuses = endpoint_status(ctx)
+        status_statements = len(seen)
+    finally:
+        stop()
+    assert gates_statements <= 6
+    assert {s.name: s.live_release for s in statuses} == {"few": None, "many": None}
+    assert status_statements <= 8
+
+
+def test_the_quick_schema_check_finds_alembics_head(db_url: str) -> None:
+    """The start-up check reads the head from the version files without Alembic; it must be Alembic's head."""
+    assert schema.quick_head() == schema.head_revision()
+    engine = make_engine(db_url)
+    assert schema._quick_current(engine) == schema.current_revision(engine) == schema.head_revision()
+    engine.dispose()

@@ -1,20 +1,30 @@
-"""Shared plumbing for CLI commands: the context, the process's root and the acting identity."""
+"""Shared plumbing for CLI commands: the context, the process's root and the acting identity.
+
+The composition root (and with it SQLAlchemy, Alembic and the adapters) is imported when a command first
+needs a context, not when the CLI starts: ``kimi-ops --help`` must not pay for it.
+"""
 
 from __future__ import annotations
 
 import getpass
+from typing import TYPE_CHECKING
 
-from bot.bootstrap import Root, build_context, build_root
-from bot.services.context import Context
+if TYPE_CHECKING:
+    from bot.bootstrap import Root
+    from bot.services.context import Context
 
 
 def context() -> Context:
     """The CLI's context: settings from the environment, production adapters."""
+    from bot.bootstrap import build_context
+
     return build_context(connect=True)
 
 
 def root() -> Root:
     """The CLI process's root: its context and the one engine that runs the slow steps here."""
+    from bot.bootstrap import build_root
+
     return build_root(context())
 
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import typer
 
-from bot import __version__
 from bot.cli import output
 from bot.cli.conventions import EXIT_BUG, EXIT_CODES_HELP, EXIT_SCHEMA, EXIT_USAGE, typer_app
-from bot.config import ConfigError
+from bot.config_error import ConfigError
 
 log = logging.getLogger("kimi_ops.cli")
 
@@ -32,6 +31,8 @@ app = typer_app(
 
 def _version(value: bool) -> None:
     if value:
+        from bot import __version__
+
         typer.echo(f"kimi-ops {__version__}")
         raise typer.Exit()
 
@@ -92,13 +93,22 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
         raise typer.Exit(EXIT_BUG) from None
 
 
+def _only_help(args: list[str]) -> bool:
+    """Whether ``args`` only ask for help or the version (no command runs; Typer answers and exits)."""
+    return not args or any(a in ("--help", "-h", "--version") for a in args)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    from bot.logs import configure_logging
+    args = argv if argv is not None else sys.argv[1:]
+    if not _only_help(args):
+        # Reading the settings for the log format loads pydantic and the whole configuration (~0.5 s);
+        # help and the version log nothing, and must answer at once.
+        from bot.logs import configure_logging
 
-    configure_logging(interactive=True)
+        configure_logging(interactive=True)
     try:
-        app(args=argv if argv is not None else sys.argv[1:], prog_name="kimi-ops")
+        app(args=args, prog_name="kimi-ops")
     except ConfigError as exc:  # raised while Typer builds defaults
         output.error(str(exc))
         sys.exit(EXIT_USAGE)

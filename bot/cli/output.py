@@ -1,5 +1,7 @@
 """Terminal output helpers for the CLI: tables, ``-o json|yaml`` documents, errors on stderr.
 
+``stdout`` and ``stderr`` are rich consoles made on first use (module ``__getattr__``), so a command that
+prints nothing through them (``kimi-ops --help``) does not load rich's console and tables.
 On a terminal a table is drawn by rich; piped or redirected it is plain aligned
 columns, one row per line and never wrapped (``kimi-ops history | grep …``
 keeps each value whole), as kubectl prints.
@@ -9,30 +11,44 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from bot.cli.conventions import Format, plain
 from bot.views.commands import for_terminal
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    stdout: Console
+    stderr: Console
+
+
+@cache
+def _console(err: bool) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=err, highlight=False, soft_wrap=True)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("stdout", "stderr"):
+        return _console(name == "stderr")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Sentences from the services name commands as Slack spells them; a terminal shows its own spelling.
 def error(message: str) -> None:
     message = for_terminal(message)
-    stderr.print(f"error: {message}" if not message.startswith("  ") else message, markup=False)
+    _console(True).print(f"error: {message}" if not message.startswith("  ") else message, markup=False)
 
 
 def warn(message: str) -> None:
-    stderr.print(f"warning: {for_terminal(message)}", markup=False)
+    _console(True).print(f"warning: {for_terminal(message)}", markup=False)
 
 
 def info(message: str) -> None:
-    stdout.print(for_terminal(message), markup=False)
+    _console(False).print(for_terminal(message), markup=False)
 
 
 def _cell(value: object) -> str:
@@ -48,33 +64,36 @@ def plain_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> lis
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[object]], empty: str = "(none)") -> None:
+    out = _console(False)
     rows = list(rows)
     if not rows:
-        stdout.print(f"{title + ': ' if title else ''}{empty}", markup=False)
+        out.print(f"{title + ': ' if title else ''}{empty}", markup=False)
         return
-    if not stdout.is_terminal:
+    if not out.is_terminal:
         if title:
-            stdout.print(f"{title}:", markup=False)
+            out.print(f"{title}:", markup=False)
         for line in plain_table(columns, rows):
-            stdout.out(line, highlight=False)
+            out.out(line, highlight=False)
         return
+    from rich.table import Table
+
     t = Table(title=title, show_lines=False, title_justify="left")
     for col in columns:
         t.add_column(col, overflow="fold")
     for row in rows:
         t.add_row(*(_cell(v) for v in row))
-    stdout.print(t)
+    out.print(t)
 
 
 def document(data: Any, fmt: Format) -> None:
     """``data`` as JSON or YAML on stdout (plain keys, ISO 8601 times), nothing else on stdout."""
     ready = plain(data)
     if fmt is Format.JSON:
-        stdout.out(json.dumps(ready, indent=2, ensure_ascii=False), highlight=False)
+        _console(False).out(json.dumps(ready, indent=2, ensure_ascii=False), highlight=False)
     else:
         import yaml
 
-        stdout.out(yaml.safe_dump(ready, sort_keys=False, allow_unicode=True).rstrip("\n"), highlight=False)
+        _console(False).out(yaml.safe_dump(ready, sort_keys=False, allow_unicode=True).rstrip("\n"), highlight=False)
 
 
 def emit(fmt: Format, data: Any, show_table: Callable[[], None]) -> None:

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from bot.cli import output
-from bot.config import ConfigError, Settings
+from bot.config_error import ConfigError
 
 if TYPE_CHECKING:
     from bot.bootstrap import Root
+    from bot.config import Settings
 
 log = logging.getLogger("kimi_ops.serve")
 

@@ -18,9 +18,8 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-import jsonschema
 import yaml
 from pydantic import (
     BaseModel,
@@ -30,6 +29,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+if TYPE_CHECKING:
+    import jsonschema
 
 Kind = Literal["coding", "tool_call", "structured_output", "long_context", "image", "refusal", "adversarial"]
 KINDS: tuple[Kind, ...] = ("coding", "tool_call", "structured_output", "long_context", "image", "refusal", "adversarial")
@@ -79,6 +81,8 @@ class ToolCallCheck(BaseModel):
     @field_validator("arguments_schema")
     @classmethod
     def _valid_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema  # here, not at the top: loading the settings must not import it (~0.2 s)
+
         jsonschema.Draft202012Validator.check_schema(value)
         return value
 
@@ -109,6 +113,8 @@ class CaseChecks(BaseModel):
     @classmethod
     def _valid_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
+            import jsonschema
+
             jsonschema.Draft202012Validator.check_schema(value)
         return value
 
@@ -405,6 +411,8 @@ def _schema_problem(instance: Any, schema: dict[str, Any]) -> str | None:
     jsonschema's own messages quote the offending value (``'…' is not of type 'integer'``),
     which is answer text; the report must not carry that unless sampling is on.
     """
+    import jsonschema
+
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(instance))
     if error is None:
         return None

@@ -282,12 +282,54 @@ class GateReminder(ChannelNotice):
     expires_at: dt.datetime
 
 
+# ---------------------------------------------------------------------------- after go-live (the metrics watch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchAlert(ChannelNotice):
+    """The metrics watch opened an incident: a burn-rate alert or a direct page, with what the endpoint runs.
+
+    ``severity`` is ``page`` (mentions the on-call group) or ``warn``; ``silenced`` is True when a person
+    silenced this kind on the endpoint, so the incident is recorded but not posted. ``context`` holds the live
+    release, the last deployment and what it changed; the chat adds Acknowledge, Silence and Roll back.
+    """
+
+    KIND: ClassVar[str] = "watch.alert"
+    incident_id: int
+    incident: str
+    severity: str
+    reason: str
+    silenced: bool = False
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WatchRecovered(ChannelNotice):
+    """The metrics watch closed an incident: one message, in the alert's thread when it has one."""
+
+    KIND: ClassVar[str] = "watch.recovered"
+    incident_id: int
+    incident: str
+    silenced: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class IncidentHandled(ChannelNotice):
+    """A person acknowledged or silenced an incident: the alert message says so in place."""
+
+    KIND: ClassVar[str] = "incident.handled"
+    incident_id: int
+    action: str
+    actor: str
+
+
 EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     DeploymentRequested, StateChanged, GateWaiting, GateDecided, LimitsAccepted, GatePlot, RolloutProgress,
     ReadinessAlert, ReadinessRecovered,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
     AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder,
+    WatchAlert, WatchRecovered, IncidentHandled,
 )
 """Every event that may be stored, one per ``KIND``."""
 

@@ -46,6 +46,11 @@ class MetricsSnapshot:
     # HTTP answers of vLLM's API server (all, and 5xx): two snapshots give a window's error rate.
     http_requests: float | None = None
     http_errors: float | None = None
+    # Overflow answers (429, and 503 where the server counts exact statuses), queue-time and end-to-end
+    # histograms: what the metrics watch needs for the endpoint's objectives after go-live.
+    http_rejects: float | None = None
+    queue_buckets: tuple[tuple[float, float], ...] = ()
+    e2e_buckets: tuple[tuple[float, float], ...] = ()
 
     @property
     def idle(self) -> bool:

@@ -13,6 +13,7 @@ All waits go through one stop event so :meth:`Engine.stop` wakes every thread.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 import time
@@ -91,6 +92,10 @@ class Engine:
                                labels, buckets=TTFT_BUCKETS, registry=self.registry)
         self._e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
                               labels, buckets=E2E_BUCKETS, registry=self.registry)
+        self._queue = Histogram("vllm:request_queue_time_seconds",
+                                "Histogram of time spent in WAITING phase for request.", labels,
+                                buckets=E2E_BUCKETS, registry=self.registry)
+        self._kv_floor = 0.0  # simulated KV-cache usage beyond what the running requests hold
         self.registry.register(_StateCollector(self))
 
     # -- behaviour -------------------------------------------------------------------------------------------
@@ -155,6 +160,7 @@ class Engine:
             self._queries += len(prompt.tokens)
             self._prompt_tokens += len(prompt.tokens)
             others = len(self._running)
+            self._queue.labels(b.served_model, ENGINE_LABEL).observe(time.monotonic() - arrived)
             ticket = Ticket(
                 id=next(self._ids), arrived=arrived, prompt_tokens=len(prompt.tokens),
                 model=b.served_model, first_token_delay=b.first_token_delay + b.ttft_per_running * others,
@@ -207,6 +213,30 @@ class Engine:
                 self._e2e.labels(ticket.model, ENGINE_LABEL).observe(now - ticket.arrived)
             self._cond.notify_all()
 
+    def simulate(self, *, requests: int, errors: int = 0, rejects: int = 0, ttft: float = 0.05, queue: float = 0.0,
+                 e2e: float = 1.0, kv_usage: float | None = None) -> None:
+        """Count ``requests`` as if served in a moment, as a busy production server would between two scrapes.
+
+        ``errors`` of them were answered 5xx and ``rejects`` 429 (the overflow answer); the others took ``ttft``
+        seconds to the first token, ``queue`` in the queue and ``e2e`` in all. ``kv_usage`` holds the KV-cache
+        gauge at least that high until set again (``0`` lets the running requests alone decide it). This is how
+        a test shows a burn, or a healthy busy hour, without sending thousands of requests.
+        """
+        model = self.behaviour.served_model
+        served = max(0, requests - errors - rejects)
+        with self._cond:
+            for histogram, value in ((self._ttft, ttft), (self._queue, queue), (self._e2e, e2e)):
+                _observe_many(histogram.labels(model, ENGINE_LABEL), value, served)
+            self._finished["stop"] += served
+            self._served += served
+            self._rejected += rejects
+            handler = "/v1/chat/completions"
+            self._http[(handler, "POST", "2xx")] += served
+            self._http[(handler, "POST", "5xx")] += errors
+            self._http[(handler, "POST", "4xx")] += rejects
+            if kv_usage is not None:
+                self._kv_floor = kv_usage
+
     # -- observation -----------------------------------------------------------------------------------------
 
     def count_http(self, handler: str, method: str, status: int) -> None:
@@ -226,7 +256,7 @@ class Engine:
 
     def _kv_usage(self) -> float:
         held = sum(t.prompt_tokens + t.generated for t in self._running.values())
-        return min(1.0, held / max(1, self._behaviour.kv_capacity_tokens))
+        return max(self._kv_floor, min(1.0, held / max(1, self._behaviour.kv_capacity_tokens)))
 
     def wait_for(self, predicate: Callable[[EngineStats], bool], timeout: float = 10.0) -> bool:
         """Block until ``predicate(stats)`` holds (tests use it instead of sleeping); False on timeout."""
@@ -284,6 +314,16 @@ class Engine:
         for (handler, method, status), count in sorted(http.items()):
             answers.add_metric([handler, method, status], count)
         yield answers
+
+
+def _observe_many(child: Histogram, value: float, times: int) -> None:
+    """``times`` observations of ``value`` at once (prometheus-client observes one at a time)."""
+    if times <= 0:
+        return
+    bounds: list[float] = child._upper_bounds
+    index = bisect.bisect_left(bounds, value)
+    child._buckets[index].inc(times)
+    child._sum.inc(value * times)
 
 
 class _StateCollector(Collector):

@@ -16,7 +16,8 @@ body; fail mid-stream with an error event in either of vLLM's shapes
 (``cut_after_tokens``) or end it without ``data: [DONE]`` (``omit_done``); answer
 empty; answer as another model or list other models; omit the finish
 reason; expose vLLM ≤ 0.6's prefix-cache hit-rate gauge instead of the counters
-(``prefix_hit_rate_gauge``); saturate (first-token latency grows with concurrency, requests queue past
+(``prefix_hit_rate_gauge``); count traffic it never served, to show an error-budget burn or a healthy busy
+hour cheaply (:meth:`OpenAIServer.simulate`); saturate (first-token latency grows with concurrency, requests queue past
 ``max_running`` and get the overflow status past ``max_waiting``); call a tool or
 answer JSON when asked; refuse on a marker or pattern; and hold requests before
 their first token (:meth:`OpenAIServer.hold`) so a drain can be watched.
@@ -388,6 +389,10 @@ class OpenAIServer:
         """Chat completions received per OpenAI ``user`` field (requests without one are not counted)."""
         with self._users_lock:
             return Counter(self._users)
+
+    def simulate(self, **traffic: Any) -> None:
+        """Count traffic as served without serving it (:meth:`Engine.simulate`): a burn, or a healthy busy hour."""
+        self.engine.simulate(**traffic)
 
     def wait_for(self, predicate: Callable[[EngineStats], bool], timeout: float = 10.0) -> bool:
         """Block until the server's state satisfies ``predicate`` (e.g. ``lambda s: s.running == 2``)."""

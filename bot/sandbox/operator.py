@@ -201,12 +201,18 @@ class OperatorSimulator:
                     "apiVersion": "v1",
                     "kind": "Pod",
                     "metadata": {"name": pod, "namespace": self.namespace, "labels": {"app": owner}},
-                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                    "spec": {"containers": [{"name": "vllm", "image": "vllm"}], **self._node()},
                     "status": status,
                 },
             )
         else:
             self.rest.merge_patch(path + "/status", {"status": status}, manager="kubelet")
+
+    def _node(self) -> dict[str, str]:
+        """The pod's ``nodeName``: the cluster's first node, as the scheduler would bind it on a one-node endpoint."""
+        nodes = self.rest.items(collection_path("Node"))
+        name = (nodes[0].get("metadata") or {}).get("name") if nodes else None
+        return {"nodeName": str(name)} if name else {}
 
     def _event(self, involved: str, kind: str, type_: str, reason: str, message: str) -> None:
         if not self.emit_events:

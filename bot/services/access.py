@@ -28,6 +28,7 @@ REQUIRED_ROLE: dict[str, str] = {
     "break_lock": "admin",
     "admission": "admin",
     "drain": "approver",
+    "incident": "deployer",  # acknowledge or silence a metrics-watch incident (the on-call people deploy)
 }
 
 # What each action is, in the words of a refusal ("you need the approver role to approve or reject gates").

@@ -23,6 +23,7 @@ from bot.services.ports import (
     Directory,
     EndpointClient,
     Evaluator,
+    GpuTelemetry,
     LoadGenerator,
     ReservationSource,
 )
@@ -41,6 +42,7 @@ class Ports:
     evaluator: Evaluator | None = None
     loadgen: LoadGenerator | None = None
     directory: Directory | None = None
+    gpus: GpuTelemetry | None = None  # DCGM exporters, read by the metrics watch where an endpoint names one
 
     def over(self, base: Ports) -> Ports:
         """These ports, with ``base``'s filling every one not set here (given adapters win over defaults)."""

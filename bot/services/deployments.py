@@ -9,6 +9,7 @@ The slow steps (checks, apply, rollout, readiness) are run by
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +45,17 @@ def path_kind(dep: Deployment) -> str:
 
 # ---------------------------------------------------------------------------- read models
 
-def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
+def _view(uow: SqlUnitOfWork, dep: Deployment, gate_rows: Sequence[GateResult] | None = None) -> DeploymentView:
+    """The read model of ``dep``; ``gate_rows`` are its gate results when the caller read them already (lists)."""
     gates: dict[str, GateSummary] = {}
     pending: PendingGate | None = None
     state = State(dep.state)
     waiting_gate = state.gate
-    for row in uow.gates.for_deployment(dep.id):
+    for row in uow.gates.for_deployment(dep.id) if gate_rows is None else gate_rows:
         gates[row.gate] = GateSummary(
             gate=row.gate,
-            status=GateReport.model_validate(row.report).status,
+            # The status column; a row written before it existed and missed by the migration decodes its report.
+            status=row.status or GateReport.model_validate(row.report).status,
             decision=row.decision,
             decided_by=row.decided_by,
             decided_at=row.decided_at,
@@ -88,6 +91,12 @@ def _view(uow: SqlUnitOfWork, dep: Deployment) -> DeploymentView:
         pending=pending,
         rollback_offered=bool(dep.rollback_offered),
     )
+
+
+def _views(uow: SqlUnitOfWork, deps: Sequence[Deployment]) -> list[DeploymentView]:
+    """Read models of a list of deployments: their gate results in one query, not one per deployment."""
+    gates = uow.gates.for_deployments([d.id for d in deps])
+    return [_view(uow, d, gates[d.id]) for d in deps]
 
 
 def get_deployment(ctx: Context, deployment_id: int) -> DeploymentView:
@@ -187,6 +196,7 @@ def store_gate_report(
             deployment_id=dep.id,
             gate=report.gate,
             report=report.model_dump(mode="json"),
+            status=report.status,
             report_hash=report.digest(),
             checked_at=now,
         )
@@ -256,8 +266,7 @@ def _busy_message(uow: SqlUnitOfWork, endpoint: Endpoint) -> str:
 
 
 def live_deployment(uow: SqlUnitOfWork, endpoint_id: int) -> Deployment | None:
-    lives = uow.deployments.in_states(endpoint_id, [State.LIVE])
-    return lives[0] if lives else None
+    return uow.deployments.live(endpoint_id)
 
 
 def _create(
@@ -497,11 +506,14 @@ def pending_gates(ctx: Context, actor: Identity | None = None) -> list[PendingGa
     """Gates waiting for a decision (those ``actor`` may decide, when given)."""
     with ctx.uow() as uow:
         result = []
-        for row in uow.gates.pending():
-            dep = uow.deployments.get(row.deployment_id)
+        rows = uow.gates.pending()
+        deps = uow.deployments.by_ids(sorted({row.deployment_id for row in rows}), listed=True)
+        views = {v.id: v for v in _views(uow, list(deps.values()))}
+        for row in rows:
+            dep = deps.get(row.deployment_id)
             if dep is None:
                 continue
-            view = _view(uow, dep)
+            view = views[dep.id]
             if view.pending is None or view.pending.gate != row.gate:
                 continue
             if actor is not None:
@@ -516,12 +528,12 @@ def history(ctx: Context, endpoint_name: str | None = None, limit: int = 20) -> 
     name = resolve_endpoint(ctx, endpoint_name)
     with ctx.uow() as uow:
         endpoint = endpoint_row(uow, name)
-        return [_view(uow, d) for d in uow.deployments.for_endpoint(endpoint.id, limit)]
+        return _views(uow, uow.deployments.for_endpoint(endpoint.id, limit, listed=True))
 
 
 def in_flight(ctx: Context) -> list[DeploymentView]:
     with ctx.uow() as uow:
-        return [_view(uow, d) for d in uow.deployments.all_in_flight()]
+        return _views(uow, uow.deployments.all_in_flight(listed=True))
 
 
 def gate_state(gate: str) -> State:

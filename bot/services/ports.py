@@ -16,6 +16,7 @@ from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
+from bot.domain.health import GpuSnapshot, WorkloadHealth
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
@@ -136,3 +137,18 @@ class Directory(Protocol):
     """Which role-relevant Slack user groups a person belongs to (roles may name ``S…`` groups)."""
 
     def groups_of(self, user_id: str) -> frozenset[str]: ...
+
+
+@runtime_checkable
+class WorkloadReader(Protocol):
+    """A cluster adapter that can say how the endpoint's pods and nodes are (the metrics watch)."""
+
+    def health(self, endpoint: EndpointSettings) -> WorkloadHealth | None:
+        """Pods (restarts, waiting reasons, last termination) and their nodes' conditions; None when unreadable."""
+        ...
+
+
+class GpuTelemetry(Protocol):
+    """Reads an NVIDIA DCGM exporter's ``/metrics``; raises with a one-line reason when it cannot."""
+
+    def read(self, url: str) -> GpuSnapshot: ...

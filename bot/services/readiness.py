@@ -31,9 +31,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 
-from bot.adapters.store.models import Endpoint, Incident, ReadinessCheck
+from bot.adapters.store.models import Deployment, Endpoint, Incident, ReadinessCheck
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
@@ -50,7 +51,7 @@ from bot.services.reservations import (
     ReservationView,
     reservation_overview,
 )
-from bot.services.status import cluster_truths, record_of
+from bot.services.status import RecordSnapshot, cluster_truths, record_of
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,10 @@ def _targets(ctx: Context) -> tuple[list[EndpointSettings], list[ProbeOutcome]]:
     targets: list[EndpointSettings] = []
     skipped: list[ProbeOutcome] = []
     with ctx.uow() as uow:
-        for row in uow.endpoints.list():
-            if live_deployment(uow, row.id) is None:
+        rows = uow.endpoints.list()
+        live = uow.deployments.live_by_endpoint([row.id for row in rows])
+        for row in rows:
+            if row.id not in live:
                 skipped.append(ProbeOutcome(row.name, probed=False, skipped="no live release"))
             elif not row.admission_open:
                 skipped.append(ProbeOutcome(row.name, probed=False, skipped="admission closed"))
@@ -184,17 +187,28 @@ def _ask(client: ports.EndpointClient, spec: EndpointSettings) -> ReadinessResul
 
 
 def probe_endpoints(ctx: Context) -> list[ProbeOutcome]:
-    """One round of readiness probes over every live endpoint with open admission."""
+    """One round of readiness probes over every live endpoint with open admission.
+
+    Up to ``KIMI_PROBE_CONCURRENCY`` completions run at once on the endpoint client's one shared HTTP client, so a
+    fleet is probed well inside the probe's period; each result is recorded (a transaction of its own) on this
+    thread as it arrives, so the database sees one writer and a slow endpoint delays nobody's record.
+    """
     client = require(ctx.ports.endpoint, "endpoint client", "for this process; readiness cannot be probed")
     targets, outcomes = _targets(ctx)
-    for spec in targets:
-        result = _ask(client, spec)  # outside any transaction: a completion can take seconds
-        try:
-            outcomes.append(_record(ctx, spec, result))
-        except Conflict:
-            # Another replica opened the same incident at the same moment: its alert stands, this round is dropped.
-            log.info("incident for %s was opened concurrently; probe result dropped", spec.name)
-            outcomes.append(ProbeOutcome(spec.name, probed=False, skipped="another replica recorded this round"))
+    if not targets:
+        return sorted(outcomes, key=lambda o: o.endpoint)
+    workers = min(ctx.settings.probe_concurrency, len(targets))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
+        # Outside any transaction: a completion can take seconds.
+        asked = {pool.submit(_ask, client, spec): spec for spec in targets}
+        for future in as_completed(asked):
+            spec = asked[future]
+            try:
+                outcomes.append(_record(ctx, spec, future.result()))
+            except Conflict:
+                # Another replica opened the same incident at the same moment: its alert stands, this round is dropped.
+                log.info("incident for %s was opened concurrently; probe result dropped", spec.name)
+                outcomes.append(ProbeOutcome(spec.name, probed=False, skipped="another replica recorded this round"))
     return sorted(outcomes, key=lambda o: o.endpoint)
 
 
@@ -275,11 +289,11 @@ class _Incidents:
 # ---------------------------------------------------------------------------- readers
 
 
-def _status(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, history: int, open_incidents: list[Incident]) -> EndpointStatus:
+def _status(ctx: Context, row: Endpoint, live: Deployment | None, checks: list[ReadinessCheck],
+            open_incidents: list[Incident]) -> EndpointStatus:
     spec = _spec(ctx, row)
     stored = EndpointSettings.model_validate(row.settings)  # holds limits accepted from a traffic gate
-    live = live_deployment(uow, row.id)
-    probes = [_probe_view(r) for r in uow.readiness.recent(row.id, history)]
+    probes = [_probe_view(r) for r in checks]
     incidents = [IncidentView(kind=i.kind, reason=i.reason, opened_at=i.opened_at) for i in open_incidents]
     return EndpointStatus(
         name=row.name, kind=row.kind, environment=row.environment, url=row.url, admission_open=row.admission_open,
@@ -298,23 +312,29 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
     """
     records: dict[str, tuple[EndpointSettings, Recorded, int | None]] = {}
     with ctx.uow() as uow:
+        # Every table is read once for the whole page, whatever the number of endpoints.
         rows = [endpoint_row(uow, name)] if name else list(uow.endpoints.list())
+        ids = [row.id for row in rows]
         incidents = uow.incidents.open_by_endpoint(INCIDENT_KINDS)
-        statuses = [_status(ctx, uow, row, history, incidents.get(row.id, [])) for row in rows if row is not None]
+        snapshot = RecordSnapshot.read(uow, ids)
+        checks = uow.readiness.recent_by_endpoint(ids, history)
+        statuses = [_status(ctx, row, snapshot.live.get(row.id), checks[row.id], incidents.get(row.id, [])) for row in rows]
         if observe:
             for row in rows:
-                if row is not None:
-                    # The stored settings: they hold the limits accepted at a traffic gate.
-                    spec = EndpointSettings.model_validate(row.settings)
-                    records[row.name] = (spec, *record_of(ctx, uow, row, spec))
+                # The stored settings: they hold the limits accepted at a traffic gate.
+                spec = EndpointSettings.model_validate(row.settings)
+                records[row.name] = (spec, *record_of(ctx, snapshot, row, spec))
     truths = cluster_truths(ctx, records) if observe else {}
     now = ctx.clock.now()
-    overview = reservation_overview(ctx)
+    usable: dict[str, list[ReservationView]] = {}
+    for reservation in reservation_overview(ctx):
+        if reservation.endpoint is not None and reservation.state in USABLE_STATES:
+            usable.setdefault(reservation.endpoint, []).append(reservation)
     result: list[EndpointStatus] = []
     for status in statuses:
-        usable = [r for r in overview if r.endpoint == status.name and r.state in USABLE_STATES]
+        mine = usable.get(status.name, [])
         # The reservation that matters is the one running now; else the next to start.
-        current = next((r for r in usable if r.start is None or r.start <= now), usable[0] if usable else None)
+        current = next((r for r in mine if r.start is None or r.start <= now), mine[0] if mine else None)
         result.append(replace(status, reservation=current, cluster=truths.get(status.name)))
     return result
 

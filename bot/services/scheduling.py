@@ -22,6 +22,7 @@ from bot.config import Settings
 from bot.services.context import Context, require
 from bot.services.errors import NotFound, UserError
 from bot.services.gate_expiry import watch_gates
+from bot.services.metrics_watch import watch_metrics
 from bot.services.readiness import probe_endpoints
 from bot.services.reservations import watch_reservations
 
@@ -72,6 +73,10 @@ def _probe(ctx: Context, engine: Engine | None) -> str:
     return "; ".join(o.line for o in outcomes) if outcomes else "no endpoints declared"
 
 
+def _metrics(ctx: Context, engine: Engine | None) -> str:
+    return watch_metrics(ctx).summary
+
+
 def _expire(ctx: Context, engine: Engine | None) -> str:
     """Remind about and expire waiting gates, then drive what expiry started (restores, reopening) to its end.
 
@@ -119,6 +124,13 @@ JOBS: dict[str, JobSpec] = {
             func="jobs.gate_expiry:run",
             period_minutes=lambda s: s.gate_expiry_minutes,
             service=_expire,
+        ),
+        JobSpec(
+            name="metrics-watch",
+            description="live endpoints' vLLM metrics, GPUs, pods and nodes: burn-rate alerts and direct pages",
+            func="jobs.metrics_watch:run",
+            period_minutes=lambda s: s.metrics_watch_minutes,
+            service=_metrics,
         ),
     )
 }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot.adapters.store.models import Deployment, Endpoint
@@ -33,8 +33,7 @@ from bot.domain.states import is_past_apply
 from bot.services import ports
 from bot.services.admission import users_get
 from bot.services.context import Context
-from bot.services.deployments import live_deployment, path_kind
-from bot.services.releases import manifest_from_row
+from bot.services.deployments import path_kind
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +45,38 @@ OBSERVE_WORKERS = 8
 # ---------------------------------------------------------------------------- the record
 
 
-def running_deployment(uow: SqlUnitOfWork, endpoint_id: int) -> Deployment | None:
+@dataclass(frozen=True)
+class RecordSnapshot:
+    """The deployments a status page needs, read once for all its endpoints (a few queries, not a few per endpoint)."""
+
+    live: Mapping[int, Deployment]  # endpoint id → its live deployment
+    holders: Mapping[int, Deployment]  # endpoint id → the deployment in flight on it
+    causes: Mapping[int, Deployment]  # deployment id → an ended deploy a restore in flight undoes
+
+    @classmethod
+    def read(cls, uow: SqlUnitOfWork, endpoint_ids: Sequence[int], *, manifests: bool = True) -> RecordSnapshot:
+        wanted = set(endpoint_ids)
+        holders = {d.endpoint_id: d for d in uow.deployments.all_in_flight(listed=True, manifests=manifests)
+                   if d.endpoint_id in wanted}
+        causes = uow.deployments.by_ids([d.cause_id for d in holders.values() if d.cause_id is not None],
+                                        listed=True, manifests=manifests)
+        return cls(live=uow.deployments.live_by_endpoint(list(wanted), manifests=manifests), holders=holders, causes=causes)
+
+
+def running_deployment(snapshot: RecordSnapshot, endpoint_id: int) -> Deployment | None:
     """The deployment whose manifest kimi-ops says the cluster carries now.
 
     A deployment in flight past its apply (the candidate, or a rollback's target) carries it; a restore that
     has not applied yet leaves the ended candidate that caused it on the cluster; otherwise the live one.
     """
-    holder = uow.deployments.in_flight(endpoint_id)
+    holder = snapshot.holders.get(endpoint_id)
     if holder is not None and holder.applied_manifest and is_past_apply(path_kind(holder), holder.state):
         return holder
     if holder is not None and holder.cause_id is not None:
-        cause = uow.deployments.get(holder.cause_id)
+        cause = snapshot.causes.get(holder.cause_id)
         if cause is not None and cause.applied_manifest:
             return cause
-    return live_deployment(uow, endpoint_id)
+    return snapshot.live.get(endpoint_id)
 
 
 def _manifest_facts(cluster: ports.Cluster | None, spec: EndpointSettings, dep: Deployment) -> Observed | None:
@@ -72,13 +89,13 @@ def _manifest_facts(cluster: ports.Cluster | None, spec: EndpointSettings, dep: 
         return None
 
 
-def record_of(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, spec: EndpointSettings) -> tuple[Recorded, int | None]:
+def record_of(ctx: Context, snapshot: RecordSnapshot, row: Endpoint, spec: EndpointSettings) -> tuple[Recorded, int | None]:
     """What kimi-ops says runs on ``row`` and the admission it set, with the deployment it comes from."""
-    dep = running_deployment(uow, row.id)
+    dep = running_deployment(snapshot, row.id)
     if dep is None:
         return Recorded(release=None, release_hash=None, image=None, limits=None, admission=row.admission), None
     facts = _manifest_facts(ctx.ports.cluster, spec, dep)
-    image = facts.image if facts is not None else manifest_from_row(dep.release).image
+    image = facts.image if facts is not None else dep.release.image
     return Recorded(release=dep.release.name, release_hash=dep.release.tuple_hash, image=image,
                     limits=facts.limits if facts is not None else None, admission=row.admission), dep.id
 

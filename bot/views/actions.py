@@ -39,3 +39,8 @@ class GateTicket:
     def decode(cls, value: str) -> GateTicket:
         data = json.loads(value)
         return cls(int(data["d"]), str(data["g"]), str(data["r"]), str(data["h"]))
+
+# A metrics-watch incident's buttons; the value is the incident's id.
+INCIDENT_ACK = "incident_acknowledge"
+INCIDENT_SILENCE = "incident_silence"  # opens a form: how long, and why
+INCIDENT_ROLLBACK = "incident_rollback"  # to the release the live one replaced; the rollback rules apply

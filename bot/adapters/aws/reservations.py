@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import boto3
@@ -27,6 +28,8 @@ ClientFactory = Callable[[str, str], Any]
 
 CAPACITY_BLOCK = "capacity-block"
 # A plan in one of these states needs no detail call: it will never hold capacity again.
+# Training plans described at once per region (SageMaker's describe calls are rate-limited per account).
+DESCRIBE_CONCURRENCY = 8
 _FINISHED_PLAN_STATES = frozenset({"Expired", "Failed"})
 # Before a Capacity Block starts its TotalInstanceCount is 0; the purchased count is in this tag.
 _REQUESTED_QUANTITY_TAG = "aws:ec2capacityreservation:incrementalRequestedQuantity"
@@ -81,17 +84,24 @@ class AwsReservationSource:
         return found
 
     def training_plans(self, region: str) -> list[ReservationInfo]:
-        """Every training plan in ``region``, with details from ``describe_training_plan`` while it can still run."""
+        """Every training plan in ``region``, with details from ``describe_training_plan`` while it can still run.
+
+        The describe calls run ``DESCRIBE_CONCURRENCY`` at a time (boto3 clients are safe across threads): one
+        at a time, a region with hundreds of plans took minutes; unbounded, it would meet SageMaker's throttling.
+        """
         sagemaker = self.client("sagemaker", region)
         paginator = sagemaker.get_paginator("list_training_plans")
+
+        def info(summary: Mapping[str, Any]) -> ReservationInfo:
+            if summary.get("Status") in _FINISHED_PLAN_STATES:
+                return _training_plan(summary, region)  # its summary says all: no detail call
+            return _training_plan(sagemaker.describe_training_plan(TrainingPlanName=summary["TrainingPlanName"]), region)
+
         found: list[ReservationInfo] = []
-        for page in paginator.paginate():
-            for summary in page.get("TrainingPlanSummaries", []):
-                if summary.get("Status") in _FINISHED_PLAN_STATES:
-                    found.append(_training_plan(summary, region))
-                    continue
-                detail = sagemaker.describe_training_plan(TrainingPlanName=summary["TrainingPlanName"])
-                found.append(_training_plan(detail, region))
+        with ThreadPoolExecutor(max_workers=DESCRIBE_CONCURRENCY, thread_name_prefix="describe") as pool:
+            for page in paginator.paginate():
+                # Each page's plans are described before the next page is asked for; in listing order.
+                found.extend(pool.map(info, page.get("TrainingPlanSummaries", [])))
         return found
 
 

@@ -20,6 +20,7 @@ from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.drift import Observed
+from bot.domain.health import WorkloadHealth
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import (
     ApplyResult,
@@ -115,3 +116,12 @@ class ContextClusters:
     def read_manifest(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> Observed:
         # Reading stored bytes needs no cluster: no kubeconfig is loaded for it.
         return observation.manifest_observed(manifest.objects, endpoint)
+
+    def health(self, endpoint: EndpointSettings) -> WorkloadHealth | None:
+        try:
+            cluster = self.cluster(endpoint)
+        except Exception as exc:  # no kubeconfig, unknown context: unknown, as observe says
+            log.warning("could not read the health of %s: no access to cluster context %s: %s", endpoint.name,
+                        endpoint.cluster_context or "(default)", exc)
+            return None
+        return cluster.health(endpoint)

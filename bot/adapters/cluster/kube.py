@@ -37,6 +37,7 @@ from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
+from bot.adapters.cluster.health import read_health
 from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
 from bot.adapters.cluster.rollout import (
     Reading,
@@ -53,6 +54,7 @@ from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.drift import Observed
+from bot.domain.health import WorkloadHealth
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import (
     ApplyResult,
@@ -397,3 +399,7 @@ class KubernetesCluster:
     def read_manifest(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> Observed:
         """What a stored manifest would run on ``endpoint``, read as :meth:`observe` reads the cluster."""
         return observation.manifest_observed(manifest.objects, endpoint)
+
+    def health(self, endpoint: EndpointSettings) -> WorkloadHealth | None:
+        """The endpoint's pods and their nodes now (the metrics watch); None when the cluster cannot be read."""
+        return read_health(self.rest, endpoint)

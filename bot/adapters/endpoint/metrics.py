@@ -36,6 +36,9 @@ PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_quer
 # vLLM ≤ 0.6 exposed no prefix-cache counters, only this gauge (a fraction, one series per engine).
 PREFIX_HIT_RATE = ("vllm:gpu_prefix_cache_hit_rate",)
 TTFT = "vllm:time_to_first_token_seconds"
+# Time a request waited before the engine scheduled it: vLLM ≥ 0.6 and v1; 0.4–0.5 called it time_in_queue.
+QUEUE_TIME = ("vllm:request_queue_time_seconds", "vllm:time_in_queue_requests")
+E2E = ("vllm:e2e_request_latency_seconds",)
 # Exposed as ``vllm:request_success_total`` by every vLLM (older loggers declared the ``_total`` name, newer
 # ones let prometheus-client add it); the bare name is what a scrape declaring the family untyped shows.
 FINISHED = ("vllm:request_success_total", "vllm:request_success")
@@ -102,6 +105,14 @@ def _histogram(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], nam
     return sorted(counts.items())
 
 
+def _first_histogram(samples: Mapping[str, list[tuple[Mapping[str, str], float]]],
+                     names: Sequence[str]) -> list[tuple[float, float]]:
+    for name in names:
+        if buckets := _histogram(samples, name):
+            return buckets
+    return []
+
+
 def parse_metrics(text: str) -> MetricsSnapshot:
     """A snapshot from one ``/metrics`` text; a metric the server does not expose is None."""
     samples = _samples(text)
@@ -121,7 +132,24 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         ttft_buckets=tuple(buckets),
         http_requests=_sum(samples, (HTTP_REQUESTS,)),
         http_errors=_status_class(samples, "5xx"),
+        http_rejects=_rejects(samples),
+        queue_buckets=tuple(_first_histogram(samples, QUEUE_TIME)),
+        e2e_buckets=tuple(_first_histogram(samples, E2E)),
     )
+
+
+def _rejects(samples: Mapping[str, list[tuple[Mapping[str, str], float]]]) -> float | None:
+    """Overflow answers: exact 429 and 503 where statuses are not grouped, else every 4xx (429 is one).
+
+    vLLM's instrumentator groups statuses by class by default, so a grouped server's overflow 503s count as
+    errors, not rejects; the limits kimi-ops renders answer 429 unless the endpoint chose 503.
+    """
+    rows = samples.get(HTTP_REQUESTS)
+    if not rows:
+        return None
+    statuses = {labels.get("status", "") for labels, _ in rows}
+    wanted = {"429", "503"} if statuses & {"429", "503", "200"} else {"4xx"}
+    return sum(v for labels, v in rows if labels.get("status") in wanted and not math.isnan(v))
 
 
 def _status_class(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], status: str) -> float | None:

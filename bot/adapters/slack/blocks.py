@@ -48,6 +48,7 @@ from bot.views.parts import (
 )
 
 # The reject button opens a modal asking why; its submission comes back under this callback id.
+SILENCE_MODAL = "incident_silence_modal"
 REJECT_MODAL = "gate_reject_reason"
 OVERRIDE_MODAL = "gate_override_reason"
 
@@ -279,3 +280,16 @@ def override_modal(ticket_value: str, deployment_id: int, channel: str | None, m
                          f"Approve the *traffic* gate of deployment #{deployment_id} while the endpoint admits more "
                          "concurrent requests than the sweep measured safe? The reason is recorded with the approval.",
                          ticket_value, channel, message_ts)
+
+
+def silence_modal(incident_id: int, what: str, channel: str | None, message_ts: str | None,
+                  hours: tuple[int, ...]) -> dict[str, Any]:
+    """The form a Silence click opens: for how long (a choice) and why (required)."""
+    modal = _reason_modal(SILENCE_MODAL, "Silence alert", "Silence",
+                          f"Silence *{what}*? While silenced, it opens and recovers without a message.",
+                          str(incident_id), channel, message_ts)
+    options = [{"text": {"type": "plain_text", "text": f"{h} hour{'s' if h != 1 else ''}"}, "value": str(h)} for h in hours]
+    modal["blocks"].insert(1, {"type": "input", "block_id": "hours", "label": {"type": "plain_text", "text": "For"},
+                               "element": {"type": "static_select", "action_id": "hours", "options": options,
+                                           "initial_option": options[0]}})
+    return modal

@@ -20,7 +20,11 @@ sends them afterwards, in order, through one handler per event class
   transaction that records the gate message, so a failed upload is retried
   without posting the gate message twice;
 * a channel notice (reservation and readiness alerts) goes to its channel, or
-  the endpoint's.
+  the endpoint's;
+* ``watch.alert`` posts a metrics-watch incident with the live release, the last
+  deployment and Acknowledge / Silence… / Roll back buttons (nothing while its kind
+  is silenced) and keeps its ``ts`` on the incident; ``watch.recovered`` replies in
+  its thread (broadcast) and ``incident.handled`` edits it in place.
 
 Every message is posted once, across replicas and retries (:meth:`SlackNotifier._post`):
 each has a key (``deployment:<id>`` for a thread's root, ``gate:<id>`` for a gate
@@ -59,7 +63,7 @@ from sqlalchemy.orm import Session
 
 from bot.adapters.clock import Clock
 from bot.adapters.slack.blocks import render, slack_text
-from bot.adapters.store.models import Deployment, Event, GateResult
+from bot.adapters.store.models import Deployment, Event, GateResult, Incident
 from bot.adapters.store.outbox import UnknownEvent, event_of
 from bot.adapters.store.posts import PostClaim
 from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
@@ -71,10 +75,13 @@ from bot.domain.events import (
     GateDecided,
     GatePlot,
     GateWaiting,
+    IncidentHandled,
     LimitsAccepted,
     OutboxEvent,
     RolloutProgress,
     StateChanged,
+    WatchAlert,
+    WatchRecovered,
 )
 from bot.domain.limits import (
     LIMITS_ACCEPTED,
@@ -86,6 +93,7 @@ from bot.domain.states import State
 from bot.views.actions import GateTicket
 from bot.views.deployments import deployment_title, state_words
 from bot.views.gates import decided_note, gate_parts, limits_parts
+from bot.views.incidents import alert_parts
 from bot.views.parts import Note, Part, Text, person
 
 log = logging.getLogger(__name__)
@@ -93,6 +101,8 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 Handler = Callable[["SlackNotifier", SqlUnitOfWork, Deployment, Any, str], None]
 """Delivers one event of a deployment whose thread exists; the last argument keys the event's own post."""
+NoticeHandler = Callable[["SlackNotifier", SqlUnitOfWork, Any, str], None]
+"""Delivers one event that belongs to no deployment (an alert for a channel)."""
 # The metadata event type of every message the notifier posts; its payload's ``key`` finds the message again.
 POST_EVENT_TYPE = "kimi_ops_post"
 # How many pages (200 messages each) of a thread or channel a lookup reads before it posts again.
@@ -334,8 +344,9 @@ class SlackNotifier:
     def _dispatch(self, uow: SqlUnitOfWork, event: OutboxEvent, key: str) -> None:
         dep = uow.deployments.get(event.deployment_id) if event.deployment_id else None
         if dep is None:
-            if isinstance(event, ChannelNotice):
-                self._notice(uow, event, key)
+            notice = next((n for cls in type(event).__mro__ if (n := self.NOTICE_HANDLERS.get(cls)) is not None), None)
+            if notice is not None:
+                notice(self, uow, event, key)
             return
         if not self._ensure_root(uow, dep):
             return
@@ -350,6 +361,53 @@ class SlackNotifier:
             self._post(key, channel, text, blocks=render([Text(text)]).blocks)
         elif text:
             log.warning("no channel for %s event; set the endpoint's channel", event.KIND)
+
+    # ------------------------------------------------------------------ the metrics watch's incidents
+    def _incident_parts(self, incident: Incident, text: str, context: dict[str, Any]) -> list[Part]:
+        return alert_parts(text, incident.id, context, acknowledged_by=incident.acknowledged_by,
+                           silenced_by=incident.silenced_by, silenced_until=incident.silenced_until,
+                           silence_reason=incident.silence_reason, closed=not incident.open)
+
+    def _watch_alert(self, uow: SqlUnitOfWork, event: WatchAlert, key: str) -> None:
+        """The alert with what the endpoint runs and its buttons; a silenced kind is recorded, not posted."""
+        incident = uow.incidents.get(event.incident_id)
+        channel = event.channel or self._endpoint_channel(uow, event.endpoint_name)
+        if event.silenced or incident is None:
+            return
+        if not channel:
+            log.warning("no channel for %s event; set the endpoint's channel", event.KIND)
+            return
+        rendered = render(self._incident_parts(incident, slack_text(event.text), dict(event.context)))
+        posted_channel, ts = self._post(key, channel, rendered.text, blocks=rendered.blocks)
+        incident.slack_channel, incident.slack_ts = posted_channel, ts
+
+    def _refresh_alert(self, uow: SqlUnitOfWork, incident: Incident) -> None:
+        """Edit the alert message in place: who took it, a silence, recovered (no buttons)."""
+        if not incident.slack_channel or not incident.slack_ts:
+            return
+        alert = next((e for e in uow.events.for_endpoint_kind(incident.endpoint_id, WatchAlert.KIND, incident.id)), None)
+        text = slack_text(str(alert.payload.get("text", ""))) if alert is not None else incident.reason
+        context = dict(alert.payload.get("context") or {}) if alert is not None else {}
+        rendered = render(self._incident_parts(incident, text, context))
+        self.client.chat_update(channel=incident.slack_channel, ts=incident.slack_ts, text=rendered.text,
+                                blocks=rendered.blocks)
+
+    def _watch_recovered(self, uow: SqlUnitOfWork, event: WatchRecovered, key: str) -> None:
+        incident = uow.incidents.get(event.incident_id)
+        if event.silenced or incident is None:
+            return
+        channel = incident.slack_channel or event.channel or self._endpoint_channel(uow, event.endpoint_name)
+        if not channel:
+            return
+        text = slack_text(event.text)
+        self._post(key, channel, text, blocks=render([Text(text)]).blocks, thread_ts=incident.slack_ts,
+                   broadcast=incident.slack_ts is not None)
+        self._refresh_alert(uow, incident)
+
+    def _incident_handled(self, uow: SqlUnitOfWork, event: IncidentHandled, key: str) -> None:
+        incident = uow.incidents.get(event.incident_id)
+        if incident is not None:
+            self._refresh_alert(uow, incident)
 
     def _requested(self, uow: SqlUnitOfWork, dep: Deployment, event: DeploymentRequested, key: str) -> None:
         """The root message is the whole announcement, and ``_ensure_root`` posted it."""
@@ -530,4 +588,11 @@ class SlackNotifier:
         GatePlot: _gate_plot,
         RolloutProgress: _progress,
         ChannelNotice: _thread_notice,
+    }
+    # Events with no deployment: one handler per class, the nearest base's otherwise (every ChannelNotice).
+    NOTICE_HANDLERS: ClassVar[dict[type[OutboxEvent], NoticeHandler]] = {
+        WatchAlert: _watch_alert,
+        WatchRecovered: _watch_recovered,
+        IncidentHandled: _incident_handled,
+        ChannelNotice: _notice,
     }

@@ -155,6 +155,10 @@ class Deployment(Base):
         UniqueConstraint("endpoint_id", "in_flight"),
         CheckConstraint("kind IN ('deploy', 'rollback')", name="kind"),
         CheckConstraint("in_flight IS NULL OR in_flight = true", name="in_flight_true_or_null"),
+        # The live deployment of an endpoint, and any state of it, without reading its whole history.
+        Index("ix_deployments_endpoint_id_state", "endpoint_id", "state"),
+        # Every deployment in flight (gate expiry, resume, App Home) without scanning the table.
+        Index("ix_deployments_in_flight", "in_flight"),
     )
 
 
@@ -171,6 +175,8 @@ class GateResult(Base):
     deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id"), index=True)
     gate: Mapped[str] = mapped_column(String(16))
     report: Mapped[dict[str, Any]] = mapped_column()
+    # The report's overall status (its worst check), kept beside it so lists need not decode whole reports.
+    status: Mapped[str | None] = mapped_column(String(8), default=None)
     report_hash: Mapped[str] = mapped_column(String(64))
     checked_at: Mapped[dt.datetime]
     decision: Mapped[str | None] = mapped_column(String(16))
@@ -192,6 +198,13 @@ class GateResult(Base):
             unique=True,
             sqlite_where=text("decision IS NOT NULL"),
             postgresql_where=text("decision IS NOT NULL"),
+        ),
+        # The gates waiting for a decision, without reading every decided one.
+        Index(
+            "ix_gate_results_undecided",
+            "deployment_id",
+            sqlite_where=text("decision IS NULL"),
+            postgresql_where=text("decision IS NULL"),
         ),
     )
 
@@ -258,6 +271,9 @@ class ReadinessCheck(Base):
     failure_kind: Mapped[str | None] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(Text)
 
+    # An endpoint's newest probes, read in order from the index instead of sorting all of them.
+    __table_args__ = (Index("ix_readiness_checks_endpoint_id_at_id", "endpoint_id", "at", "id"),)
+
 
 class Incident(Base):
     """An open alert for an endpoint; at most one open incident per endpoint and kind."""
@@ -271,6 +287,15 @@ class Incident(Base):
     reason: Mapped[str] = mapped_column(Text)
     opened_at: Mapped[dt.datetime]
     closed_at: Mapped[dt.datetime | None]
+    # The metrics watch's incidents (migration 0011): how loud, who took it, and a silence on its kind.
+    severity: Mapped[str | None] = mapped_column(String(8), default=None)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(128), default=None)
+    acknowledged_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    silenced_until: Mapped[dt.datetime | None] = mapped_column(default=None)
+    silenced_by: Mapped[str | None] = mapped_column(String(128), default=None)
+    silence_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    slack_channel: Mapped[str | None] = mapped_column(String(64), default=None)
+    slack_ts: Mapped[str | None] = mapped_column(String(64), default=None)
 
     __table_args__ = (UniqueConstraint("endpoint_id", "kind", "open"),)
 
@@ -287,6 +312,9 @@ class AuditEntry(Base):
     subject: Mapped[str] = mapped_column(String(256))
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     correlation_id: Mapped[str | None] = mapped_column(String(64))
+
+    # One subject's rows (a deployment's, a job's runs), newest first, without scanning the log.
+    __table_args__ = (Index("ix_audit_log_subject_id", "subject", "id"),)
 
 
 class Event(Base):
@@ -358,3 +386,46 @@ class DeploymentLease(Base):
     holder: Mapped[str] = mapped_column(String(200))
     claimed_at: Mapped[dt.datetime]
     expires_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+
+class MetricSample(Base):
+    """One reading of a live endpoint by the metrics watch (see :mod:`bot.adapters.store.samples`).
+
+    The event columns are cumulative and never fall (a restarted server's counters are added from zero), so
+    any window is the difference of two rows and older rows are thinned to one an hour (``step``) without
+    losing a request; the gauges are the reading's own.
+    """
+
+    __tablename__ = "metric_samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
+    at: Mapped[dt.datetime]
+    hour: Mapped[int] = mapped_column(Integer)  # whole hours since the epoch: thinning keeps one row per hour
+    step: Mapped[int] = mapped_column(Integer, default=60)  # 60: a minute's reading; 3600: kept for its hour
+    requests: Mapped[float] = mapped_column(Float, default=0.0)
+    errors: Mapped[float] = mapped_column(Float, default=0.0)
+    rejects: Mapped[float] = mapped_column(Float, default=0.0)
+    ttft_events: Mapped[float] = mapped_column(Float, default=0.0)
+    ttft_bad: Mapped[float] = mapped_column(Float, default=0.0)
+    queue_events: Mapped[float] = mapped_column(Float, default=0.0)
+    queue_bad: Mapped[float] = mapped_column(Float, default=0.0)
+    e2e_events: Mapped[float] = mapped_column(Float, default=0.0)
+    e2e_bad: Mapped[float] = mapped_column(Float, default=0.0)
+    waiting: Mapped[float | None] = mapped_column(Float)
+    kv_cache_usage: Mapped[float | None] = mapped_column(Float)
+    gpu_utilisation: Mapped[float | None] = mapped_column(Float)
+    gpu_memory: Mapped[float | None] = mapped_column(Float)
+    gpu_power: Mapped[float | None] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_metric_samples_endpoint_at", "endpoint_id", "at"),)
+
+
+class MetricCursor(Base):
+    """The watch's last raw reading of an endpoint: counters as the server showed them, to take the next delta."""
+
+    __tablename__ = "metric_cursors"
+
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"), primary_key=True)
+    at: Mapped[dt.datetime]
+    raw: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -10,9 +10,10 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, func, select, true, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased, defer, joinedload
+from sqlalchemy.orm.interfaces import LoaderOption
 
 from bot.adapters.store import outbox
 from bot.adapters.store.models import (
@@ -99,6 +100,15 @@ class ReleaseRepository(_Repository):
         return self._add(release)
 
 
+def _listing(manifests: bool = False) -> tuple[LoaderOption, ...]:
+    """What lists of deployments (history, in flight, status) read: never a release's object list, and the applied
+    manifest only when asked (``manifests``); they are the bulk of a row. A caller that reads one anyway gets it
+    then, in a query of its own."""
+    releases = (joinedload(Deployment.release).defer(Release.objects),
+                joinedload(Deployment.replaces_release).defer(Release.objects))
+    return releases if manifests else (defer(Deployment.applied_manifest), *releases)
+
+
 class DeploymentRepository(_Repository):
     def get(self, deployment_id: int) -> Deployment | None:
         return self.session.get(Deployment, deployment_id)
@@ -112,14 +122,43 @@ class DeploymentRepository(_Repository):
             select(Deployment).where(Deployment.endpoint_id == endpoint_id, Deployment.in_flight.is_(True))
         )
 
-    def all_in_flight(self) -> Sequence[Deployment]:
-        return self.session.scalars(select(Deployment).where(Deployment.in_flight.is_(True)).order_by(Deployment.id)).all()
+    def all_in_flight(self, *, listed: bool = False, manifests: bool = False) -> Sequence[Deployment]:
+        """Every deployment in flight, oldest first; ``listed`` leaves out what lists never show (see ``_listing``)."""
+        stmt = select(Deployment).where(Deployment.in_flight.is_(True)).order_by(Deployment.id)
+        return self.session.scalars(stmt.options(*_listing(manifests)) if listed else stmt).all()
 
-    def for_endpoint(self, endpoint_id: int, limit: int | None = None) -> Sequence[Deployment]:
+    def for_endpoint(self, endpoint_id: int, limit: int | None = None, *, listed: bool = False) -> Sequence[Deployment]:
         stmt = select(Deployment).where(Deployment.endpoint_id == endpoint_id).order_by(Deployment.id.desc())
         if limit:
             stmt = stmt.limit(limit)
-        return self.session.scalars(stmt).all()
+        return self.session.scalars(stmt.options(*_listing()) if listed else stmt).all()
+
+    def by_ids(self, ids: Sequence[int], *, listed: bool = False, manifests: bool = False) -> dict[int, Deployment]:
+        if not ids:
+            return {}
+        stmt = select(Deployment).where(Deployment.id.in_(list(ids)))
+        return {d.id: d for d in self.session.scalars(stmt.options(*_listing(manifests)) if listed else stmt)}
+
+    def live(self, endpoint_id: int) -> Deployment | None:
+        """The endpoint's live deployment (the newest, should a crash ever have left two)."""
+        return self.session.scalar(
+            select(Deployment)
+            .where(Deployment.endpoint_id == endpoint_id, Deployment.state == "live")
+            .order_by(Deployment.id.desc())
+            .limit(1)
+        )
+
+    def live_by_endpoint(self, endpoint_ids: Sequence[int], *, manifests: bool = False) -> dict[int, Deployment]:
+        """The live deployment of each of ``endpoint_ids`` that has one, in one query (see ``_listing``)."""
+        if not endpoint_ids:
+            return {}
+        rows = self.session.scalars(
+            select(Deployment)
+            .where(Deployment.endpoint_id.in_(list(endpoint_ids)), Deployment.state == "live")
+            .order_by(Deployment.id)
+            .options(*_listing(manifests))
+        )
+        return {d.endpoint_id: d for d in rows}  # ascending ids: the newest wins
 
     def in_states(self, endpoint_id: int, states: Sequence[str]) -> Sequence[Deployment]:
         return self.session.scalars(
@@ -145,6 +184,24 @@ class GateResultRepository(_Repository):
         return self.session.scalars(
             select(GateResult).where(GateResult.deployment_id == deployment_id).order_by(GateResult.id)
         ).all()
+
+    def for_deployments(self, deployment_ids: Sequence[int]) -> dict[int, list[GateResult]]:
+        """The gate results of several deployments in one query, each's oldest first.
+
+        Reports are not read (a list shows each gate's ``status`` column); one that is read is loaded then.
+        """
+        found: dict[int, list[GateResult]] = {i: [] for i in deployment_ids}
+        if not deployment_ids:
+            return found
+        rows = self.session.scalars(
+            select(GateResult)
+            .where(GateResult.deployment_id.in_(list(deployment_ids)))
+            .order_by(GateResult.id)
+            .options(defer(GateResult.report), defer(GateResult.seen))
+        )
+        for row in rows:
+            found[row.deployment_id].append(row)
+        return found
 
     def pending(self) -> Sequence[GateResult]:
         """Latest undecided gate result of each in-flight deployment."""
@@ -192,6 +249,30 @@ class ReadinessRepository(_Repository):
             .limit(limit)
         ).all()
 
+    def recent_by_endpoint(self, endpoint_ids: Sequence[int], limit: int) -> dict[int, list[ReadinessCheck]]:
+        """Each endpoint's newest ``limit`` probes (newest first), in one query walking the (endpoint, at, id) index.
+
+        PostgreSQL takes a LATERAL join; SQLite has none, and takes a correlated ``IN`` per endpoint instead.
+        """
+        found: dict[int, list[ReadinessCheck]] = {i: [] for i in endpoint_ids}
+        if not endpoint_ids or limit <= 0:
+            return found
+        newest = aliased(ReadinessCheck)
+        order = (newest.at.desc(), newest.id.desc())
+        if self.session.get_bind().dialect.name == "postgresql":
+            latest = select(newest).where(newest.endpoint_id == Endpoint.id).order_by(*order).limit(limit).lateral()
+            check = aliased(ReadinessCheck, latest)
+            stmt = select(check).select_from(Endpoint).join(latest, true()).where(Endpoint.id.in_(list(endpoint_ids)))
+            rows = self.session.scalars(stmt).all()
+        else:
+            ids = select(newest.id).where(newest.endpoint_id == Endpoint.id).order_by(*order).limit(limit)
+            stmt = (select(ReadinessCheck).select_from(Endpoint)
+                    .join(ReadinessCheck, ReadinessCheck.id.in_(ids))
+                    .where(Endpoint.id.in_(list(endpoint_ids))))
+            rows = self.session.scalars(stmt).all()
+        for row in sorted(rows, key=lambda r: (r.at, r.id), reverse=True):
+            found[row.endpoint_id].append(row)
+        return found
 
     def latest_id(self) -> int:
         return int(self.session.scalar(select(func.max(ReadinessCheck.id))) or 0)
@@ -205,6 +286,19 @@ class IncidentRepository(_Repository):
 
     def add(self, incident: Incident) -> Incident:
         return self._add(incident)
+
+    def get(self, incident_id: int) -> Incident | None:
+        return self.session.get(Incident, incident_id)
+
+    def get_for_update(self, incident_id: int) -> Incident | None:
+        _write_lock_on_sqlite(self.session, Incident, Incident.id == incident_id)
+        return self.session.scalar(select(Incident).where(Incident.id == incident_id).with_for_update())
+
+    def silence_of(self, endpoint_id: int, kind: str, now: dt.datetime) -> Incident | None:
+        """The latest incident of ``kind`` on the endpoint whose silence still holds at ``now``."""
+        return self.session.scalar(select(Incident).where(Incident.endpoint_id == endpoint_id, Incident.kind == kind,
+                                                          Incident.silenced_until > now)
+                                   .order_by(Incident.silenced_until.desc()).limit(1))
 
     def open_by_endpoint(self, kinds: Sequence[str]) -> dict[int, list[Incident]]:
         """Every open incident of the given kinds, by endpoint id, oldest first (one query for a whole status page)."""
@@ -257,7 +351,6 @@ class AuditRepository(_Repository):
             stmt = stmt.where(AuditEntry.subject == subject)
         return self.session.scalars(stmt).all()
 
-
     def latest_id(self) -> int:
         return int(self.session.scalar(select(func.max(AuditEntry.id))) or 0)
 
@@ -273,6 +366,13 @@ class EventRepository(_Repository):
         return self.session.scalars(
             select(Event).where(Event.delivered_at.is_(None)).order_by(Event.id).limit(limit)
         ).all()
+
+    def for_endpoint_kind(self, endpoint_id: int, kind: str, incident_id: int) -> Sequence[Event]:
+        """The events of ``kind`` about one incident (its alert), by the endpoint's name."""
+        name = select(Endpoint.name).where(Endpoint.id == endpoint_id).scalar_subquery()
+        rows = self.session.scalars(select(Event).where(Event.kind == kind, Event.endpoint_name == name)
+                                    .order_by(Event.id.desc()).limit(200)).all()
+        return [r for r in rows if (r.payload or {}).get("incident_id") == incident_id]
 
     def for_deployment(self, deployment_id: int) -> Sequence[Event]:
         return self.session.scalars(select(Event).where(Event.deployment_id == deployment_id).order_by(Event.id)).all()

@@ -30,6 +30,7 @@ from bot.adapters.store.repositories import (
     ReservationRepository,
     flush,
 )
+from bot.adapters.store.samples import SampleRepository
 
 
 class SqlUnitOfWork:
@@ -46,6 +47,7 @@ class SqlUnitOfWork:
     deliveries: DeliveryRepository
     leases: LeaseRepository
     posts: SlackPostRepository
+    samples: SampleRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -67,6 +69,7 @@ class SqlUnitOfWork:
         self.deliveries = DeliveryRepository(session)
         self.leases = LeaseRepository(session)
         self.posts = SlackPostRepository(session)
+        self.samples = SampleRepository(session)
         return self
 
     def __exit__(
