@@ -46,7 +46,7 @@ from bot.config_error import ConfigError as ConfigError  # re-exported: callers 
 from bot.domain.evaluation import EvalSetError, parse_eval_set
 from bot.domain.slo import SloSettings
 from bot.domain.sweep import Objectives, SweepPlan
-from bot.route_config import RouteSettings
+from bot.route_config import DNS_LABEL, MODEL_PORT, CohortHeader, GatewayParent, RouteSettings, ServiceBackend
 from bot.safe_yaml import YamlFileError, load_yaml_file, load_yaml_text, read_text_file
 
 Role = Literal["viewer", "deployer", "approver", "admin"]
@@ -63,6 +63,7 @@ EXAMPLES: dict[str, str] = {
     "alert_thresholds_hours": "KIMI_ALERT_THRESHOLDS_HOURS=168,72,24,6,1",
     "roles": """KIMI_ROLES='{"approver": ["U0APPROVER"], "admin": ["S0ADMINS"]}'""",
     "endpoints": "endpoints: in the KIMI_CONFIG file (see deploy/kimi-ops.example.yaml)",
+    "services": "services: [{name: kimi, sides: [kimi-blue, kimi-green], route: {gateway: {name: public}}}] in KIMI_CONFIG",
     "database_url": "KIMI_DATABASE_URL=postgresql+psycopg://kimi@db.internal:5432/kimi",
     "data_dir": "KIMI_DATA_DIR=/var/lib/kimi-ops",
     "evaluation_set": "KIMI_EVALUATION_SET=deploy/evaluation/kimi-k3-default.yaml",
@@ -112,6 +113,15 @@ class RampSettings(BaseModel):
         return sorted(set(steps))
 
 
+class PairSide(BaseModel):
+    """Filled in from ``services:``: the service an endpoint is one side of, and the other side."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    service: str
+    partner: str
+
+
 class EndpointSettings(BaseModel):
     """One serving target, as an operator declares it in the ``KIMI_CONFIG`` file."""
 
@@ -155,6 +165,7 @@ class EndpointSettings(BaseModel):
                                                  description="A gate waits this long once users are closed out.")
     approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$",
                                        description="Slack user group reminded of waiting gates.")
+    pair: PairSide | None = Field(default=None, description="Derived from services: (never set by hand).")
     # After go-live (the metrics watch): objectives and budgets, and the node's DCGM exporter if it has one.
     slo: SloSettings = Field(default_factory=SloSettings)
     dcgm_url: str | None = Field(default=None, description="URL of the node's NVIDIA DCGM exporter /metrics.")
@@ -181,6 +192,55 @@ class EndpointSettings(BaseModel):
     @property
     def sagemaker_instance_type(self) -> str:
         return self.instance_type if self.instance_type.startswith("ml.") else f"ml.{self.instance_type}"
+
+
+class ServiceSide(BaseModel):
+    """One side of a service: an endpoint (its own node and reservation) and the Service the route sends to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str
+    backend: ServiceBackend | None = Field(default=None, description="Default: named after the endpoint, port 8000.")
+
+
+class ServiceRoute(BaseModel):
+    """The service's one HTTPRoute: where it attaches and who the internal cohort is (the sides are its backends)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gateway: GatewayParent
+    hostnames: list[str] = Field(default_factory=list, max_length=16)
+    cohort_header: CohortHeader = Field(default_factory=CohortHeader)
+
+
+class ServiceSettings(BaseModel):
+    """A name users call, one HTTPRoute, backed by a pair of endpoints (blue/green; DESIGN.md, "Pairs")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    sides: list[str | ServiceSide] = Field(min_length=2, max_length=2,
+                                           description="The two endpoints, each its own node and reservation.")
+    route: ServiceRoute
+    ramp: RampSettings = Field(default_factory=lambda: RampSettings(steps=[1, 5, 25, 50]),
+                               description="Weight steps (1-99 %) shifted to the candidate side, each soaked.")
+
+    @property
+    def side_list(self) -> list[ServiceSide]:
+        return [ServiceSide(endpoint=s) if isinstance(s, str) else s for s in self.sides]
+
+    @property
+    def endpoints(self) -> tuple[str, str]:
+        first, second = (s.endpoint for s in self.side_list)
+        return first, second
+
+    def side_route(self, side: ServiceSide, partner: ServiceSide) -> RouteSettings:
+        """The route as one side writes it: its Service is the model, the other side's is where the rest goes."""
+        def backend(s: ServiceSide) -> ServiceBackend:
+            return s.backend or ServiceBackend(name=s.endpoint, port=MODEL_PORT)
+
+        return RouteSettings(name=self.name, gateway=self.route.gateway, hostnames=list(self.route.hostnames),
+                             backend=backend(side), fallback=backend(partner), cohort_header=self.route.cohort_header)
 
 
 class Roles(BaseModel):
@@ -264,6 +324,7 @@ class Settings(BaseSettings):
         default=2000, ge=1, le=40_000, description="Longest `/kimi` text read; longer is refused before it is parsed."
     )
     endpoints: list[EndpointSettings] = Field(default_factory=list)
+    services: list[ServiceSettings] = Field(default_factory=list, description="Pairs of endpoints behind one route.")
     roles: Roles = Field(default_factory=Roles)
     evaluation_set: Path | None = Field(
         default=None, description="YAML evaluation set of the model gate (default: deploy/evaluation/kimi-k3-default.yaml)."
@@ -318,6 +379,41 @@ class Settings(BaseSettings):
         if dupes:
             raise ValueError(f"endpoint names must be unique; repeated: {', '.join(dupes)}")
         return self
+
+    @model_validator(mode="after")
+    def _pairs(self) -> Settings:
+        """Each side of a service gets the service's route (its Service first) and ramp, and knows its partner."""
+        by_name = {e.name: e for e in self.endpoints}
+        taken: dict[str, str] = {}
+        for service in self.services:
+            if service.name in by_name:
+                raise ValueError(f"service {service.name} has the name of an endpoint; names users call must be distinct")
+            sides = service.side_list
+            first, second = service.endpoints
+            if first == second:
+                raise ValueError(f"service {service.name}: its two sides must be two endpoints, not {first} twice")
+            for side, partner in ((sides[0], sides[1]), (sides[1], sides[0])):
+                endpoint = by_name.get(side.endpoint)
+                if endpoint is None:
+                    raise ValueError(f"service {service.name}: no endpoint named {side.endpoint}; declare it under endpoints:")
+                if side.endpoint in taken and taken[side.endpoint] != service.name:
+                    raise ValueError(f"endpoint {side.endpoint} is a side of both {taken[side.endpoint]} and {service.name}")
+                taken[side.endpoint] = service.name
+                other = by_name[partner.endpoint]
+                if (endpoint.namespace, endpoint.cluster_context) != (other.namespace, other.cluster_context):
+                    raise ValueError(f"service {service.name}: {side.endpoint} and {partner.endpoint} must share a cluster "
+                                     "and namespace (one HTTPRoute sends to both Services)")
+                route = service.side_route(side, partner)
+                pair = PairSide(service=service.name, partner=partner.endpoint)
+                if endpoint.route is not None and endpoint.route != route:
+                    raise ValueError(f"endpoint {side.endpoint} is a side of service {service.name}: its route comes "
+                                     "from the service; remove its own route: block")
+                by_name[side.endpoint] = endpoint.model_copy(update={"route": route, "ramp": service.ramp, "pair": pair})
+        self.endpoints = [by_name[e.name] for e in self.endpoints]
+        return self
+
+    def service(self, name: str) -> ServiceSettings | None:
+        return next((s for s in self.services if s.name == name), None)
 
     @property
     def effective_database_url(self) -> str:
@@ -427,7 +523,7 @@ def _describe(error: Mapping[str, Any]) -> str:
     top = loc[0] if loc else "settings"
     field = Settings.model_fields.get(top)
     env_name = None
-    if field is not None and top not in {"endpoints", "roles"}:
+    if field is not None and top not in {"endpoints", "services", "roles"}:
         env_name = _env_name(top)
     where = env_name or ("KIMI_CONFIG " + ".".join(loc))
     if env_name and len(loc) > 1:

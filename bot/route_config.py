@@ -77,6 +77,8 @@ class RouteSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL,
+                             description="Name of the HTTPRoute object; default: the endpoint's name (a pair's: the service's).")
     gateway: GatewayParent
     hostnames: list[str] = Field(default_factory=list, max_length=16,
                                  description="Host headers the route answers; empty: every hostname of the listener.")
@@ -102,6 +104,10 @@ class RouteSettings(BaseModel):
                 (self.backend.name, self.backend.port) == (self.fallback.name, self.fallback.port)):
             raise ValueError("fallback must be another Service than the model backend")
         return self
+
+    def route_name(self, endpoint_name: str) -> str:
+        """The HTTPRoute object's name: the declared one (a pair's service), else the endpoint's."""
+        return self.name or endpoint_name
 
     def model_backend(self, endpoint_name: str) -> ServiceBackend:
         """The model Service: the declared one, else the one named after the endpoint on port 8000."""

@@ -1,4 +1,7 @@
-"""``/kimi rollback [ENDPOINT] [to RELEASE]``: restore the complete previous release tuple and its exact manifest."""
+"""``/kimi rollback [ENDPOINT] [to RELEASE]``: restore the complete previous release tuple and its exact manifest.
+
+``/kimi rollback SERVICE`` (a pair of endpoints) moves every user back to the side kept warm: one route change.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,14 @@ from dataclasses import dataclass
 from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.services.deployments import request_rollback
+from bot.services.pairs import rollback_service, service_settings
 from bot.views.parts import Reply, reply
 from commands.base import Usage, extra, q
 
 NAME = "rollback"
-USAGE = "/kimi rollback [ENDPOINT] [to RELEASE]"
-HELP = "Roll an endpoint back to the release live before (or to a named one that was live)."
+USAGE = "/kimi rollback [ENDPOINT|SERVICE] [to RELEASE]"
+HELP = ("Roll an endpoint back to the release live before (or to a named one that was live); "
+        "a service moves its users back to the side kept warm in one route change.")
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,10 @@ def parse(args: list[str]) -> Args:
 
 def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
+    if parsed.release is None and service_settings(ctx, parsed.endpoint) is not None:
+        done = rollback_service(ctx, str(parsed.endpoint), identity)
+        return reply(f"*{done.service}* rolled back to *{done.to_side}* ({done.release}) in one route change: "
+                     f"{done.users_get}. {done.from_side} keeps its release with no users.")
     view = request_rollback(ctx, parsed.endpoint, identity, parsed.release)
 
     def advance() -> None:

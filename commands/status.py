@@ -1,10 +1,14 @@
-"""``/kimi status [ENDPOINT]``: what runs and what users get (drift from the record), deployment in flight, probes."""
+"""``/kimi status [ENDPOINT|SERVICE]``: what runs and what users get (drift from the record), deployment in flight, probes.
+
+For a service (a pair of endpoints): both sides, each with its release, route weight and reservation time left.
+"""
 
 from __future__ import annotations
 
 from bot.bootstrap import Root
 from bot.services.access import Identity, authorize
 from bot.services.deployments import in_flight
+from bot.services.pairs import ServiceStatus, service_settings, service_status
 from bot.services.readiness import ProbeView, endpoint_status
 from bot.views.deployments import deployment_title
 from bot.views.icons import Icon
@@ -13,7 +17,7 @@ from bot.views.status import cluster_rows
 from commands.base import Usage, at, extra
 
 NAME = "status"
-USAGE = "/kimi status [ENDPOINT]"
+USAGE = "/kimi status [ENDPOINT|SERVICE]"
 HELP = ("Show each endpoint's live release, what the cluster runs and users get (drift from kimi-ops's record), "
         "the limits applied, deployment in flight, recent readiness probes and reservation time left.")
 PROBES_SHOWN = 5
@@ -33,8 +37,32 @@ def probe_history(probes: list[ProbeView]) -> str:
     )
 
 
+def service_parts(status: ServiceStatus) -> list[Part]:
+    """Both sides of a service: who has the users, the split, the release and the reservation left on each."""
+    parts: list[Part] = [Heading(f"{status.name} (service: {' + '.join(s.endpoint for s in status.sides)})")]
+    source = "read from the route" if status.split_source == "cluster" else "kimi-ops's record; the route was not read"
+    for side in status.sides:
+        weight = f"{side.weight}%" if side.weight is not None else "unknown"
+        cohort = {True: ", internal cohort", False: "", None: ""}[side.cohort]
+        lines = [
+            f"*release:* {side.release or 'none live'}" + (" — users are here" if side.users else " — kept warm"
+                                                           if side.release else ""),
+            f"*route weight:* {weight} of ordinary traffic{cohort} ({source})",
+            f"*reservation:* {side.reservation_left} left" if side.reservation_left else "*reservation:* none seen",
+        ]
+        if side.in_flight:
+            lines.append(f"*in flight:* {side.in_flight}")
+        parts += [Text(f"*{side.endpoint}*\n" + "\n".join(lines))]
+    parts.append(Text(f"Fast path back: `/kimi rollback {status.name}` (one route change)."))
+    return parts
+
+
 def run(root: Root, identity: Identity, name: str | None) -> Reply:
     ctx = root.ctx
+    if service_settings(ctx, name) is not None:
+        authorize(ctx, identity, "view", f"service:{name}")
+        pair = service_parts(service_status(ctx, str(name)))
+        return Reply(parts=tuple(pair), text=plain(pair))
     authorize(ctx, identity, "view", f"endpoint:{name or '*'}")
     statuses = endpoint_status(ctx, name, history=PROBES_SHOWN)
     flying = {v.endpoint: v for v in in_flight(ctx)}

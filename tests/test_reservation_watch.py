@@ -101,12 +101,14 @@ def test_a_live_endpoint_without_a_replacement_escalates_to_the_oncall_group(new
     assert "no tested endpoint or reservation" in payload["text"]
     assert payload["channel"] == "CKIMIPROD"
 
-    # A second block that starts before the first ends and lasts longer can take over: an alert, not a page.
+    # A second block that starts before the first ends and lasts longer is a bare reservation: nothing passed its
+    # gates on it, so it is no tested replacement. The page still goes out, and names it as the place to deploy.
     source.put(capacity_block("cr-0002", ends_in=9 * D, starts=block.end - H, state="scheduled"))
     at_remaining(clock, block.end, 20 * H)
     watch_reservations(ctx)
     kind, payload = next((k, p) for k, p in events(ctx) if p.get("threshold_hours") == 24.0)
-    assert kind == "reservation.alert" and "cr-0002" in payload["text"] and "subteam" not in payload["text"]
+    assert kind == "reservation.escalation" and "<!subteam^S0ONCALL>" in payload["text"]
+    assert "`cr-0002` fits" in payload["text"] and "passed its gates" in payload["text"]
 
 
 def test_another_live_endpoint_with_longer_capacity_counts_as_a_tested_replacement(new_ctx, source, clock) -> None:

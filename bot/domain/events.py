@@ -282,6 +282,18 @@ class GateReminder(ChannelNotice):
     expires_at: dt.datetime
 
 
+@dataclass(frozen=True, kw_only=True)
+class ServiceRolledBack(ChannelNotice):
+    """``/kimi rollback SERVICE``: one route change moved every user back to the side kept warm."""
+
+    KIND: ClassVar[str] = "service.rolled_back"
+    service: str
+    to_side: str
+    from_side: str
+    release: str | None
+    actor: str
+
+
 # ---------------------------------------------------------------------------- after go-live (the metrics watch)
 
 
@@ -323,13 +335,23 @@ class IncidentHandled(ChannelNotice):
     actor: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class SloPlot(ChannelNotice):
+    """``/kimi slo`` drew the last hours of an endpoint: the notifier uploads the PNG to ``channel``."""
+
+    KIND: ClassVar[str] = "slo.plot"
+    path: str
+    sha256: str
+    title: str
+
+
 EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     DeploymentRequested, StateChanged, GateWaiting, GateDecided, LimitsAccepted, GatePlot, RolloutProgress,
     ReadinessAlert, ReadinessRecovered,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
-    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder,
-    WatchAlert, WatchRecovered, IncidentHandled,
+    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack,
+    WatchAlert, WatchRecovered, IncidentHandled, SloPlot,
 )
 """Every event that may be stored, one per ``KIND``."""
 

@@ -16,7 +16,9 @@ restore (automatic): the rollback's steps without its gate, started when a deplo
 Endings: a gate rejected → rejected; any failure → failed; cancel → cancelled; a gate nobody
 decided in time → expired; a crash in a step that cannot be resumed → interrupted. A deploy that
 ends while closed but before apply first passes through ``reopening``; one that ends after apply
-starts a restore in the same transaction. live → superseded when the next release goes live.
+starts a restore in the same transaction — except on a side of a pair (a service of two endpoints),
+where users stayed on the other side: it passes through ``reopening``, which sends all the service's
+weight back there, and ends. live → superseded when the next release goes live.
 
 ``check_transition`` refuses every move not listed here. Every set of states the services decide
 on is derived here from the paths, so a new step changes one tuple, not five call sites. The
@@ -179,10 +181,17 @@ _REOPEN_THEN_END = {(s, State.REOPENING) for s in BEFORE_APPLY_CLOSED} | {
     (State.REOPENING, end) for end in (*ENDINGS, State.EXPIRED)}
 
 
+# A pair side's deploy ending after its apply: users never left the other side, so it only sends the service's
+# weight back there (``reopening``, then its end) instead of restoring a release on its own node.
+_PAIR_RETURN = {(s, State.REOPENING) for s in _from(DEPLOY_PATH, State.APPLYING)}
+
+
 def _rules(kind: str) -> frozenset[tuple[State, State]]:
     path = PATHS[kind]
     gates = {s for s in path if s.is_gate}
     rules = _edges(path) | {(gate, State.REJECTED) for gate in gates} | {(State.LIVE, State.SUPERSEDED)}
+    if kind == "deploy":
+        rules |= _PAIR_RETURN
     if kind != "restore":  # a person answers a stalled drain and decides gates; a restore waits for nobody
         rules |= _DRAIN_CHOICES | _REOPEN_THEN_END | {(waiting, State.EXPIRED) for waiting in (gates | {State.DRAIN_STALLED})}
     return frozenset(rules)

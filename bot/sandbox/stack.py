@@ -46,6 +46,9 @@ EXAMPLE_RELEASES = REPO / "deploy" / "releases"
 NAMESPACE = "model-serving"
 ZONE = "us-east-1a"
 ENDPOINT = "kimi-prod"
+# pair=True: a service of two endpoints (each its own model server and reservation) behind one route.
+SERVICE = "kimi"
+BLUE, GREEN = "kimi-blue", "kimi-green"
 CHANNEL = "C0KIMIPROD"
 KUBE_CONTEXT = "kimi-sandbox"
 DEPLOYER, APPROVER_1, APPROVER_2, ADMIN = "U0DEPLOYER", "U0APPROVER1", "U0APPROVER2", "U0ADMIN"
@@ -72,6 +75,7 @@ SANDBOX_LATENCY_FLOOR_MS = 1000.0
 # Behind the gateway, the procedure's waits sized for a demo: a few seconds per ramp step, not minutes.
 SANDBOX_RAMP: dict[str, Any] = {"steps": [10, 50], "soak_seconds": 1.5, "sample_seconds": 0.5}
 SANDBOX_ROUTE_TIMINGS: dict[str, Any] = {"route_accept_seconds": 15, "drain_seconds": 30}
+SANDBOX_PAIR_RAMP: dict[str, Any] = {"steps": [5, 25, 50], "soak_seconds": 1.5, "sample_seconds": 0.5}
 USERS_PER_SECOND = 4.0  # the demo's and console's background users (0 in tests unless they ask)
 
 
@@ -84,6 +88,20 @@ def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, 
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
         "request_limits": {"max_concurrent_requests": 32, "max_queue_size": 64},
     }
+
+
+def pair_configs(urls: Mapping[str, str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The two sides of the sandbox's service (endpoints without a route of their own) and the service itself."""
+    from bot.sandbox.traffic import GATEWAY_NAME, GATEWAY_NAMESPACE
+
+    sides = []
+    for name in (BLUE, GREEN):
+        side = {**endpoint_config(urls[name]), **SANDBOX_ROUTE_TIMINGS, "name": name,
+                "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{name}"}
+        sides.append(side)
+    service = {"name": SERVICE, "sides": [BLUE, GREEN], "ramp": SANDBOX_PAIR_RAMP,
+               "route": {"gateway": {"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE}}}
+    return sides, service
 
 
 def example_releases() -> list[ReleaseManifest]:
@@ -102,6 +120,7 @@ class Sandbox:
     settings_overrides: Mapping[str, Any] = field(default_factory=dict)
     traffic: bool = True  # the fallback model server and the gateway stand-in (False: the legacy admission ConfigMap)
     users_per_second: float = 0.0  # background user requests through the gateway (needs ``traffic``)
+    pair: bool = False  # the service of two endpoints (BLUE, GREEN), a model server each, instead of ENDPOINT
     endpoint_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a shorter drain_seconds for a test
     stand_ins: dict[str, Any] = field(default_factory=dict)
     releases: list[ReleaseManifest] = field(default_factory=list)
@@ -150,6 +169,17 @@ class Sandbox:
 
             self.stand_ins["traffic"] = start_traffic_layer(kube.rest(), namespace=NAMESPACE, endpoint=ENDPOINT,
                                                             model_url=self.stand_ins["openai"].url)
+            if self.pair:
+                from bot.route_config import MODEL_PORT
+                from bot.sandbox.gateway import ServiceKey
+
+                # The second side's own model server: the gateway splits the service's route between the two.
+                self.stand_ins["openai_green"] = OpenAIServer(
+                    replies=DEFAULT_SET_REPLIES, refusal_patterns=DEFAULT_SET_REFUSAL_PATTERNS, **SERVER_SPEED,
+                    **SERVER_LIMIT).start()
+                for name in (BLUE, GREEN):
+                    self.stand_ins["traffic"].gateway.add_backend(ServiceKey(NAMESPACE, name, MODEL_PORT),
+                                                                  self.side_server(name).url)
             if self.users_per_second > 0:
                 from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
                 from bot.sandbox.users import UserTraffic
@@ -166,7 +196,7 @@ class Sandbox:
             "data_dir": self.data_dir,
             "database_url": f"sqlite:///{(self.data_dir / 'sandbox.db').resolve()}",
             "config": None,
-            "endpoints": [self._endpoint_config()],
+            **self._endpoints_config(),
             "roles": ROLES,
             "aws_regions": ["us-east-1"],
             "traffic_sweep": SANDBOX_SWEEP,
@@ -214,13 +244,24 @@ class Sandbox:
 
         moto = self.stand_ins["moto"]
         s3, ecr = moto.client("s3"), moto.client("ecr")
-        endpoint = EndpointSettings(**self._endpoint_config())
         now = self.clock.now()
-        self.stand_ins["capacity"].cover(endpoint, now - dt.timedelta(days=1), now + dt.timedelta(days=self.reservation_days))
+        for config in self._endpoints_config()["endpoints"]:  # each side of a pair has its own reservation
+            self.stand_ins["capacity"].cover(EndpointSettings(**config), now - dt.timedelta(days=1),
+                                             now + dt.timedelta(days=self.reservation_days))
         seeded = [seed_good_release(s3, ecr, release, tag=release.name) for release in example_releases()]
         for release in seeded:
             register_release(self.ctx, release.model_dump(mode="json"), "sandbox")
         return seeded
+
+    def side_server(self, name: str) -> Any:
+        """The model server behind one side of the pair (BLUE is the sandbox's first server)."""
+        return self.stand_ins["openai_green" if name == GREEN else "openai"]
+
+    def _endpoints_config(self) -> dict[str, Any]:
+        if not self.pair:
+            return {"endpoints": [self._endpoint_config()]}
+        sides, service = pair_configs({name: self.side_server(name).url for name in (BLUE, GREEN)})
+        return {"endpoints": [{**side, **self.endpoint_overrides} for side in sides], "services": [service]}
 
     def _endpoint_config(self) -> dict[str, Any]:
         return {**endpoint_config(self.stand_ins["openai"].url, self._route()), **self.endpoint_overrides}
@@ -256,7 +297,8 @@ class Sandbox:
         config.write_text(
             yaml.safe_dump(
                 json.loads(
-                    settings.model_dump_json(include={"endpoints", "roles", "traffic_sweep", "evaluation_set", "oncall_group"})
+                    settings.model_dump_json(include={"endpoints", "services", "roles", "traffic_sweep", "evaluation_set",
+                                                    "oncall_group"})
                 )
             )
         )
@@ -296,7 +338,7 @@ class Sandbox:
         if self.ctx is not None:
             self.ctx.close()
             self.ctx = None
-        for name in ("users", "sagemaker", "traffic", "openai", "operator", "kube", "moto"):
+        for name in ("users", "sagemaker", "traffic", "openai_green", "openai", "operator", "kube", "moto"):
             stand_in = self.stand_ins.pop(name, None)
             if stand_in is not None:
                 stand_in.stop()

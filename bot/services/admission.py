@@ -51,8 +51,15 @@ def users_get(endpoint: EndpointSettings, admission: Admission) -> str:
         if admission.state is AdmissionState.OPEN:
             return "everyone reaches Kimi K3"
         return "the application layer turns users away (admission ConfigMap closed; no route is configured)"
-    fallback = f"the fallback model ({route.fallback.name})" if route.fallback is not None else "the gateway's unavailable answer"
     cohort = f"{route.cohort_header.name}: {route.cohort_header.value}"
+    if endpoint.pair is not None:
+        here, there = endpoint.name, endpoint.pair.partner
+        return {AdmissionState.CLOSED: f"every user of {endpoint.pair.service} is on {there}; none reaches {here}",
+                AdmissionState.INTERNAL: f"only the internal cohort ({cohort}) reaches {here}; other users stay on {there}",
+                AdmissionState.SHARE: f"{admission.percent}% of users and the internal cohort reach {here}; "
+                                      f"{100 - admission.percent}% stay on {there}",
+                AdmissionState.OPEN: f"every user of {endpoint.pair.service} is on {here}"}[admission.state]
+    fallback = f"the fallback model ({route.fallback.name})" if route.fallback is not None else "the gateway's unavailable answer"
     if admission.state is AdmissionState.CLOSED:
         return f"users get {fallback}; no user request reaches Kimi K3"
     if admission.state is AdmissionState.INTERNAL:
@@ -95,7 +102,7 @@ def apply_admission(ctx: Context, endpoint: EndpointSettings, admission: Admissi
 
 
 def record_admission(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, admission: Admission, reason: str, *,
-                     actor: str, deployment_id: int | None, words: str) -> None:
+                     actor: str, deployment_id: int | None, words: str, announce: bool = True) -> None:
     """Inside the caller's transaction: the endpoint row, an audit row and the announcement."""
     row = uow.endpoints.get(endpoint_name)
     if row is None:
@@ -106,6 +113,8 @@ def record_admission(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, admis
     row.admission_open = admission.state is AdmissionState.OPEN
     uow.audit.record(at=now, actor=actor, action="endpoint.admission", subject=f"endpoint:{endpoint_name}",
                      details={"from": before, "to": str(admission), "reason": reason, "deployment": deployment_id})
+    if not announce:
+        return
     uow.events.emit(AdmissionChanged(deployment_id=deployment_id, endpoint_name=endpoint_name, admission=str(admission),
                                      reason=reason, actor=actor, text=f"Admission of {endpoint_name} is now {admission}: "
                                      f"{words} ({reason})."), at=now)

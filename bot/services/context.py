@@ -25,6 +25,7 @@ from bot.services.ports import (
     Evaluator,
     GpuTelemetry,
     LoadGenerator,
+    ObjectiveCheck,
     ReservationSource,
 )
 
@@ -42,6 +43,7 @@ class Ports:
     evaluator: Evaluator | None = None
     loadgen: LoadGenerator | None = None
     directory: Directory | None = None
+    objectives: ObjectiveCheck | None = None  # None: the ramp's own window objectives (services/objectives.py)
     gpus: GpuTelemetry | None = None  # DCGM exporters, read by the metrics watch where an endpoint names one
 
     def over(self, base: Ports) -> Ports:

@@ -33,6 +33,7 @@ from bot.services.access import Identity, authorize
 from bot.services.admission import open_stuck_incident
 from bot.services.context import Context
 from bot.services.errors import Invalid, NoEndpoints, NotFound, Refused
+from bot.services.pairs import deploy_side, service_settings, users_side
 from bot.services.releases import release_row
 
 KIMI_OPS = Identity("kimi-ops")
@@ -152,19 +153,33 @@ def end(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, target: State, *, act
 
     * a deploy or rollback that closed admission but applied nothing reopens first (``reopening``, then ``target``);
     * a deploy that may have reached the cluster ends and, in the same transaction, a restore of the live
-      release's exact stored manifest starts (returned);
-    * a rollback or restore that ends while users are closed out pages: admission stays closed until a person acts.
+      release's exact stored manifest starts (returned) — on a pair side it goes to ``reopening`` instead, which
+      sends all the service's weight back to the other side, still running the release users had;
+    * a rollback or restore that ends while users are closed out pages: admission stays closed until a person acts;
+    * so does any deployment whose reopening fails (the route may hold users out and nothing will retry).
     """
     state, kind = State(dep.state), path_kind(dep)
     if kind in ("deploy", "rollback") and state in BEFORE_APPLY_CLOSED:
         dep.ending = target.value
         transition(uow, ctx, dep, State.REOPENING, actor=actor, reason=f"{reason}; reopening admission", details=details)
         return None
+    pair = (dep.endpoint.settings or {}).get("pair")
+    if kind == "deploy" and pair and is_past_apply(kind, state):
+        # Users are on the other side (the candidate had at most its ramp's share): all weight goes back there.
+        dep.ending = target.value
+        transition(uow, ctx, dep, State.REOPENING, actor=actor,
+                   reason=f"{reason}; returning all weight to {pair['partner']}", details=details)
+        return None
     transition(uow, ctx, dep, target, actor=actor, reason=reason, details=details)
     if kind == "deploy" and is_past_apply(kind, state):
         return _start_restore(uow, ctx, dep, f"deployment #{dep.id} {target.value}")
     if kind in ("rollback", "restore") and (state in USERS_CLOSED_OUT or dep.endpoint.admission != "open"):
         open_stuck_incident(uow, ctx, dep.endpoint.name, f"{kind} #{dep.id} {target.value} while users were closed out: {reason}")
+    elif state == State.REOPENING:
+        # The reopening itself failed: the route may still hold users out (a close that half-happened counts too),
+        # and no deployment will try again. Nobody would know but from the thread, so page.
+        open_stuck_incident(uow, ctx, dep.endpoint.name,
+                            f"{kind} #{dep.id} {target.value} and could not reopen admission: {reason}")
     return None
 
 
@@ -297,14 +312,26 @@ def _create(
 
 
 def request_deploy(ctx: Context, release_name: str, endpoint_name: str | None, actor: Identity) -> DeploymentView:
-    """Open a deployment of ``release_name`` on the endpoint; the engine then runs its gates."""
-    name = resolve_endpoint(ctx, endpoint_name)
+    """Open a deployment of ``release_name`` on the endpoint; the engine then runs its gates.
+
+    A service's name (a pair of endpoints) deploys to the side users are not on.
+    """
+    service = service_settings(ctx, endpoint_name)
+    if service is not None:
+        authorize(ctx, actor, "deploy", f"service:{service.name}")
+    name = deploy_side(ctx, service) if service is not None else resolve_endpoint(ctx, endpoint_name)
     authorize(ctx, actor, "deploy", f"endpoint:{name}")
     with ctx.uow() as uow:
         endpoint = endpoint_row(uow, name)
         release = release_row(uow, release_name)
         live = live_deployment(uow, endpoint.id)
-        if live is not None and live.release_id == release.id:
+        if service is not None:
+            # The idle side may still hold this release warm; only the side users are on makes it "already live".
+            users = users_side(uow, service)
+            on = live_deployment(uow, users.id) if users is not None else None
+            if users is not None and on is not None and on.release_id == release.id:
+                raise Refused(f"{release_name} is already what {service.name}'s users get (on {users.name})")
+        elif live is not None and live.release_id == release.id:
             raise Refused(f"{release_name} is already live on {name} (deployment #{live.id})")
         dep = _create(ctx, uow, endpoint, release.id, "deploy", actor, live.release_id if live else None)
         view = _view(uow, dep)
@@ -316,6 +343,10 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
     """Restore the complete previous release tuple (or ``to_release``) with its exact applied manifest."""
     name = resolve_endpoint(ctx, endpoint_name)
     authorize(ctx, actor, "rollback", f"endpoint:{name}")
+    pair = (endpoint_settings(ctx, name)).pair
+    if pair is not None:
+        raise Refused(f"{name} is a side of service {pair.service}: `rollback {pair.service}` moves its users back to "
+                      "the side kept warm in one route change")
     with ctx.uow() as uow:
         endpoint = endpoint_row(uow, name)
         history = uow.deployments.for_endpoint(endpoint.id)

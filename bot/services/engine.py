@@ -36,13 +36,13 @@ from bot.domain.checks import Check, GateReport
 from bot.domain.events import DrainStalled
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.own_requests import OwnRequests, Reach, reach_since
-from bot.domain.ramp import WindowObjectives, breaches, next_step, ramp_steps, window_between, window_summary
+from bot.domain.ramp import next_step, ramp_steps, window_between, window_summary
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
 from bot.domain.states import NEEDS_STORED_MANIFEST, WAITING, State, next_state
 from bot.services.access import Identity, authorize
-from bot.services.admission import AdmissionFailed, apply_admission, record_admission, reopened
+from bot.services.admission import AdmissionFailed, apply_admission, open_stuck_incident, record_admission, reopened
 from bot.services.context import Context, require
 from bot.services.deployments import (
     _view,
@@ -56,6 +56,7 @@ from bot.services.deployments import (
 )
 from bot.services.errors import NotConfigured, NotFound, Refused, UserError
 from bot.services.gates import GateSubject, run_gate
+from bot.services.objectives import RampObjectives
 from bot.services.releases import manifest_from_row
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class Snapshot:
     ending: str | None = None
     closed_baseline: float | None = None
     own: OwnRequests = field(default_factory=OwnRequests)
+    partner: EndpointSettings | None = None  # a pair side's other side (where users are while this one is tried)
 
 
 def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
@@ -100,6 +102,8 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
             if row is not None:
                 baseline[gate] = row.report
     kind = path_kind(dep)
+    partner_row = uow.endpoints.get(endpoint.pair.partner) if endpoint.pair is not None else None
+    partner = EndpointSettings.model_validate(partner_row.settings) if partner_row is not None else None
     return Snapshot(
         id=dep.id,
         kind=kind,
@@ -119,6 +123,7 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
         ending=dep.ending,
         closed_baseline=dep.closed_baseline,
         own=OwnRequests(dep.own_requests or 0, dep.own_uncertain or 0),
+        partner=partner,
     )
 
 
@@ -455,11 +460,12 @@ class Engine:
         since = MetricsSnapshot(None, None, None, None, None, None, requests_finished=snap.closed_baseline)
         return reach_since(since, self._metrics(snap), own)
 
-    def _metrics(self, snap: Snapshot) -> MetricsSnapshot | None:
+    def _metrics(self, snap: Snapshot, endpoint: EndpointSettings | None = None) -> MetricsSnapshot | None:
         try:
-            return require(self.ctx.ports.endpoint, "endpoint access").metrics(snap.endpoint)
+            return require(self.ctx.ports.endpoint, "endpoint access").metrics(endpoint or snap.endpoint)
         except Exception:
-            log.warning("deployment #%s: /metrics unreadable", snap.id, exc_info=True)
+            log.warning("deployment #%s: /metrics of %s unreadable", snap.id, (endpoint or snap.endpoint).name,
+                        exc_info=True)
             return None
 
     def _render(self, snap: Snapshot) -> RenderedManifest:
@@ -580,7 +586,13 @@ class Engine:
         running = f"{(last.running or 0):.0f} running, {(last.waiting or 0):.0f} waiting" if last else "metrics unavailable"
         if snap.kind == "restore":
             # Users are closed out and the candidate is what runs: waiting is always safer than applying over requests.
+            # Nobody is asked to choose, so the wait pages (once: the incident stays open until users are back).
             self._progress(snap, RolloutProgress(f"still draining ({running}); a restore waits until nothing runs", "draining"))
+            with self.ctx.uow() as uow:
+                open_stuck_incident(uow, self.ctx, snap.endpoint.name,
+                                    f"restore #{snap.id} has not drained after {snap.endpoint.drain_seconds:.0f} s ({running}); "
+                                    "it applies nothing while requests may run and keeps waiting")
+                uow.commit()
             raise StateMoved("restore keeps draining")
         group = snap.endpoint.approver_group
         mention = f"<!subteam^{group}> " if group else ""
@@ -614,25 +626,36 @@ class Engine:
 
     def _reopen(self, snap: Snapshot) -> None:
         reason = f"reopened after {snap.kind} #{snap.id}"
+        admission = Admission.open()
+        if snap.endpoint.pair is not None and snap.kind == "deploy":
+            # A pair side's deploy gives users back by sending all weight to the other side, in one route change.
+            admission = Admission.closed()
+            reason = f"all weight back to {snap.endpoint.pair.partner} after {snap.kind} #{snap.id}"
         try:
-            words = apply_admission(self.ctx, snap.endpoint, Admission.open(), reason)
+            words = apply_admission(self.ctx, snap.endpoint, admission, reason)
         except AdmissionFailed as exc:
             raise StepFailed(str(exc)) from exc
         with self.ctx.uow() as uow:
             dep = self._locked(uow, snap)
-            record_admission(uow, self.ctx, snap.endpoint.name, Admission.open(), reason, actor="kimi-ops",
+            record_admission(uow, self.ctx, snap.endpoint.name, admission, reason, actor="kimi-ops",
                              deployment_id=snap.id, words=words)
             if snap.ending is not None or snap.kind == "deploy":
                 ending = State(snap.ending or State.CANCELLED)
-                transition(uow, self.ctx, dep, ending,
-                           reason=f"{dep.state_reason or ending.words}; users are back on the running release")
+                back = (f"all weight is back on {snap.endpoint.pair.partner}" if snap.endpoint.pair is not None
+                        else "users are back on the running release")
+                transition(uow, self.ctx, dep, ending, reason=f"{dep.state_reason or ending.words}; {back}")
             else:
                 reopened(uow, self.ctx, snap.endpoint.name)
                 transition(uow, self.ctx, dep, State.LIVE, reason=f"{reason}: {words}", details={"admission": "open"})
             uow.commit()
 
     def _ramp(self, snap: Snapshot) -> None:
-        """Users meet the candidate in steps; a step whose soak breaks an objective fails it (and restores)."""
+        """Users meet the candidate in steps; a step whose soak breaks an objective fails it.
+
+        The failure restores the previous release on a single node, and on a pair side returns all the service's
+        weight to the other side in one route change (``end`` → ``reopening``). A restart resumes at the step the
+        endpoint row records: that step is applied again (the same weights) and soaked from its start.
+        """
         endpoint = snap.endpoint
         with self.ctx.uow() as uow:
             row = uow.endpoints.get(endpoint.name)
@@ -644,8 +667,6 @@ class Engine:
                 raise StepFailed(f"{reach.users:.0f} requests besides kimi-ops's own {_own_words(reach.own)} reached "
                                  "the candidate while users were closed out")
         step = current if current in steps else next_step(steps, None)
-        objectives = WindowObjectives(ttft_p99_ms=endpoint.ttft_objective_ms, error_rate=endpoint.ramp.error_rate,
-                                      queue_depth=endpoint.ramp.queue_depth, kv_cache_usage=endpoint.ramp.kv_cache_usage)
         while step is not None:
             admission = parse_admission(step)
             reason = f"{snap.kind} #{snap.id} ramp: {step}"
@@ -660,40 +681,66 @@ class Engine:
                 uow.commit()
             if step == "open":
                 break
-            self._soak(snap, step, objectives)
+            self._soak(snap, step)
             step = next_step(steps, step)
-        self._move(snap, State.LIVE, "ramp complete: everyone reaches Kimi K3", admission="open")
+        with self.ctx.uow() as uow:
+            dep = self._locked(uow, snap)
+            if endpoint.pair is not None:
+                # The other side keeps its release warm with no users: `/kimi rollback SERVICE` moves them back.
+                record_admission(uow, self.ctx, endpoint.pair.partner, Admission.closed(),
+                                 f"{snap.kind} #{snap.id} moved every user to {endpoint.name}", actor="kimi-ops",
+                                 deployment_id=snap.id, words=f"no user reaches it; it keeps its release warm for "
+                                                              f"`/kimi rollback {endpoint.pair.service}`")
+            transition(uow, self.ctx, dep, State.LIVE, reason="ramp complete: everyone reaches Kimi K3"
+                       if endpoint.pair is None else f"ramp complete: all of {endpoint.pair.service}'s weight is on "
+                       f"{endpoint.name}", details={"admission": "open"})
+            uow.commit()
 
-    def _soak(self, snap: Snapshot, step: str, objectives: WindowObjectives) -> None:
+    def _soak(self, snap: Snapshot, step: str) -> None:
+        """Hold one step for its soak while /metrics is sampled on each side users are on; any breach fails it."""
         ramp = snap.endpoint.ramp
-        before = self._metrics(snap)
-        if before is None:
-            raise StepFailed(f"ramp step {step}: the model's /metrics cannot be read, so the objectives cannot be checked")
+        sides = [snap.endpoint] + ([snap.partner] if snap.partner is not None else [])
+        before = {side.name: self._metrics(snap, side) for side in sides}
+        unread = [name for name, m in before.items() if m is None]
+        if unread:
+            raise StepFailed(f"ramp step {step}: the /metrics of {', '.join(unread)} cannot be read, so the objectives "
+                             "cannot be checked")
+        first = {name: m for name, m in before.items() if m is not None}
+        after = dict(first)
+        peaks = {name: (m.waiting, m.kv_cache_usage) for name, m in first.items()}
         stop = threading.Event()
         with self._lock:
             self._stops[snap.id] = stop
-        peak_waiting, peak_kv, started = before.waiting, before.kv_cache_usage, time.monotonic()
-        after = before
+            if self._closing:  # a stop that came between two steps, before this soak could hear it
+                stop.set()
+        started = time.monotonic()
         try:
             while (left := ramp.soak_seconds - (time.monotonic() - started)) > 0:
                 if stop.wait(min(ramp.sample_seconds, left)):
                     raise StateMoved("ramp soak stopped")
-                sample = self._metrics(snap)
-                if sample is None:
-                    continue
-                after = sample
-                peak_waiting = max(peak_waiting or 0.0, sample.waiting or 0.0)
-                peak_kv = max(peak_kv or 0.0, sample.kv_cache_usage or 0.0)
+                for side in sides:
+                    sample = self._metrics(snap, side)
+                    if sample is None:
+                        continue
+                    after[side.name] = sample
+                    waiting, kv = peaks[side.name]
+                    peaks[side.name] = (max(waiting or 0.0, sample.waiting or 0.0), max(kv or 0.0, sample.kv_cache_usage or 0.0))
         finally:
             with self._lock:
                 self._stops.pop(snap.id, None)
-        final = self._metrics(snap) or after
-        window = window_between(before, final, own_requests=0, seconds=time.monotonic() - started,
-                                peak_waiting=peak_waiting, peak_kv_cache_usage=peak_kv)
-        broken = breaches(window, objectives)
+        checker = self.ctx.ports.objectives or RampObjectives()
+        broken: list[str] = []
+        seen: list[str] = []
+        for side in sides:
+            final = self._metrics(snap, side) or after[side.name]
+            window = window_between(first[side.name], final, own_requests=0, seconds=time.monotonic() - started,
+                                    peak_waiting=peaks[side.name][0], peak_kv_cache_usage=peaks[side.name][1])
+            label = f"{side.name}: " if len(sides) > 1 else ""
+            broken += [f"{label}{b}" for b in checker.breaches(side, window)]
+            seen.append(f"{label}{window_summary(window)}")
         if broken:
-            raise StepFailed(f"ramp step {step} broke its objectives: {'; '.join(broken)} ({window_summary(window)})")
-        self._progress(snap, RolloutProgress(f"ramp step {step} held: {window_summary(window)}", "ramping"))
+            raise StepFailed(f"ramp step {step} broke its objectives: {'; '.join(broken)} ({'; '.join(seen)})")
+        self._progress(snap, RolloutProgress(f"ramp step {step} held: {'; '.join(seen)}", "ramping"))
 
     def recheck(self, deployment_id: int, gate: str, actor: Identity) -> DeploymentView:
         """Run a waiting gate's checks again (the only way past a failed or errored check besides rejecting)."""

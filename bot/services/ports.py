@@ -17,6 +17,7 @@ from bot.domain.checks import Check
 from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.health import GpuSnapshot, WorkloadHealth
+from bot.domain.ramp import Window
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
@@ -27,6 +28,18 @@ from bot.domain.rollout import (
     RolloutProgress,
 )
 from bot.domain.sweep import LevelStats, Objectives, SweepOutcome, SweepPlan
+
+
+class ObjectiveCheck(Protocol):
+    """Whether what users got from one endpoint during a soak window kept its service objectives.
+
+    The ramp asks it for each side it soaks; until the service objectives of the observability work are
+    plugged in here, :class:`bot.services.objectives.RampObjectives` reads the endpoint's ramp settings.
+    """
+
+    def breaches(self, endpoint: EndpointSettings, window: Window) -> list[str]:
+        """Each objective the window broke, as a short phrase with the measured value and the bound."""
+        ...
 
 
 class ArtifactVerifier(Protocol):

@@ -45,6 +45,7 @@ from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row, live_deployment
+from bot.services.metrics_watch import KINDS as WATCH_KINDS
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -58,8 +59,8 @@ log = logging.getLogger(__name__)
 ACTOR = "kimi-ops:readiness-probe"
 FAILING = "readiness"
 SLOW = "ttft"
-# Shown by ``/kimi status``: this module's incidents and the reservation watch's.
-INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT, MISSING_INCIDENT)
+# Shown by ``/kimi status``: this module's incidents, the reservation watch's and the metrics watch's.
+INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT, MISSING_INCIDENT, *WATCH_KINDS)
 
 
 # ---------------------------------------------------------------------------- values

@@ -18,9 +18,10 @@ change:
   thresholds that are no longer crossed;
 * an escalation mentioning ``KIMI_ONCALL_GROUP`` when a live endpoint's
   reservation ends (or is cancelled or vanishes) and nothing tested can take
-  over: no other endpoint with a live deployment whose reservation lasts
-  longer, and no other reservation fitting the endpoint that starts by the end
-  and lasts beyond it.
+  over: no other endpoint with a live deployment (it passed its gates) whose
+  reservation lasts longer. A bare reservation fitting the endpoint is not
+  tested: it is named in the page as the place to deploy, never a reason to stay
+  quiet.
 
 A region the adapter could not read changes nothing: its reservations are
 never declared gone because AWS did not answer. Instead each endpoint in that
@@ -337,21 +338,31 @@ class _Watch:
 
     # -- thresholds and escalation
     def replacement(self, row: Reservation, ends: dt.datetime) -> str | None:
-        """What tested capacity can take over when ``row`` ends at ``ends``, or ``None``."""
-        endpoint = self.by_name.get(row.endpoint_name or "")
+        """What tested capacity can take over when ``row`` ends at ``ends``, or ``None``.
+
+        Tested means an endpoint that passed its gates: another live endpoint whose capacity lasts past the end.
+        A bare reservation that fits is not tested (nothing was deployed on it, no gate ran): it never stops the
+        page, and :meth:`untested` names it in the page so the on-call person knows where to deploy.
+        """
         others = [r for r in self.uow.reservations.list() if r.id != row.id and r.state in USABLE_STATES]
-        if endpoint is not None:
-            for other in others:
-                if other.end_at is None or other.end_at <= ends:
-                    continue
-                if (other.start_at is None or other.start_at <= ends) and fits(self.info(other), endpoint):
-                    return f"reservation `{short_id(other.id)}` covers it until {when(other.end_at)}"
         for other in others:
             if (other.endpoint_name and other.endpoint_name != row.endpoint_name and other.endpoint_name in self.live
                     and other.end_at is not None and other.end_at > ends
                     and (other.start_at is None or other.start_at <= ends)):
                 return f"live endpoint `{other.endpoint_name}` has capacity until {when(other.end_at)}"
         return None
+
+    def untested(self, row: Reservation, ends: dt.datetime) -> str:
+        """A reservation that fits the endpoint past ``ends`` but runs no tested release: said in the page."""
+        endpoint = self.by_name.get(row.endpoint_name or "")
+        if endpoint is None:
+            return ""
+        for other in self.uow.reservations.list():
+            if (other.id != row.id and other.state in USABLE_STATES and other.end_at is not None and other.end_at > ends
+                    and (other.start_at is None or other.start_at <= ends) and fits(self.info(other), endpoint)):
+                return (f" Reservation `{short_id(other.id)}` fits until {when(other.end_at)} but no endpoint on it "
+                        "passed its gates: deploy there before the end.")
+        return ""
 
     def _escalate_early_end(self, row: Reservation, what: str) -> None:
         if row.endpoint_name not in self.live:
@@ -360,7 +371,7 @@ class _Watch:
             return
         text = (f":rotating_light: {self._mention()} Reservation {describe(_info(row))} behind live endpoint "
                 f"`{row.endpoint_name}` {what} before its end ({when(row.end_at)}) and no tested endpoint or reservation "
-                "can take over. Reserve capacity now.")
+                "can take over. Reserve capacity now." + self.untested(row, self.now))
         self._say(ReservationEscalation, row, text, reason=what, oncall_group=self.ctx.settings.oncall_group)
         self.report.escalations.append(short_id(row.id))
 
@@ -386,7 +397,7 @@ class _Watch:
             if escalate:
                 text = (f":rotating_light: {self._mention()} " + text.split(" ", 1)[1]
                         + " The endpoint is live and no tested endpoint or reservation can take over: "
-                          "extend the reservation or reserve new capacity now.")
+                          "extend the reservation or reserve new capacity now." + self.untested(row, row.end_at))
             elif takeover:
                 text += f" Taking over: {takeover}."
             elif not live:

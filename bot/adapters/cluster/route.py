@@ -43,10 +43,11 @@ from typing import Any
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.rest import Rest, api_error, object_path
 from bot.adapters.cluster.validate import crd_validator, schema_errors
-from bot.config import EndpointSettings
+from bot.config import EndpointSettings, PairSide
 from bot.domain.admission import (
     Admission,
     AdmissionError,
+    AdmissionState,
     ParentCondition,
     ParentStatus,
     RouteStatus,
@@ -62,6 +63,9 @@ ADMISSION_ANNOTATION = "kimi-ops.io/admission"
 REASON_ANNOTATION = "kimi-ops.io/admission-reason"
 CHANGED_AT_ANNOTATION = "kimi-ops.io/admission-changed-at"
 ENDPOINT_LABEL = "kimi-ops.io/endpoint"
+SERVICE_LABEL = "kimi-ops.io/service"
+# A pair's route is written by either side; this says whose admission the other annotations describe.
+SIDE_ANNOTATION = "kimi-ops.io/admission-side"
 SCHEMA_FILE = "httproute-v1.schema.json"
 MAX_REASON = 500
 
@@ -154,19 +158,19 @@ def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, 
         {"matches": [{"path": dict(everything)}],
          "backendRefs": _split(route, endpoint, admission.percent_for(cohort=False))},
     ]
+    annotations = {ADMISSION_ANNOTATION: str(admission), REASON_ANNOTATION: _one_line(reason),
+                   CHANGED_AT_ANNOTATION: changed_at}
+    labels = {"app.kubernetes.io/managed-by": "kimi-ops"}
+    if endpoint.pair is not None:
+        labels[SERVICE_LABEL] = endpoint.pair.service
+        annotations[SIDE_ANNOTATION] = endpoint.name
+    else:
+        labels[ENDPOINT_LABEL] = endpoint.name
     obj: dict[str, Any] = {
         "apiVersion": ROUTE_API_VERSION,
         "kind": ROUTE_KIND,
-        "metadata": {
-            "name": endpoint.name,
-            "namespace": endpoint.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "kimi-ops", ENDPOINT_LABEL: endpoint.name},
-            "annotations": {
-                ADMISSION_ANNOTATION: str(admission),
-                REASON_ANNOTATION: _one_line(reason),
-                CHANGED_AT_ANNOTATION: changed_at,
-            },
-        },
+        "metadata": {"name": route.route_name(endpoint.name), "namespace": endpoint.namespace,
+                     "labels": labels, "annotations": annotations},
         "spec": spec,
     }
     errors = route_errors(obj)
@@ -272,10 +276,38 @@ def _parents(obj: dict[str, Any]) -> tuple[ParentStatus, ...]:
     return tuple(found)
 
 
+def mirrored(endpoint: EndpointSettings) -> EndpointSettings:
+    """A pair side's partner as it writes the shared route: the two Services swapped (no other setting is read)."""
+    route, pair = _settings(endpoint), endpoint.pair
+    assert pair is not None
+    return endpoint.model_copy(update={
+        "name": pair.partner, "pair": PairSide(service=pair.service, partner=endpoint.name),
+        "route": route.model_copy(update={"backend": route.fallback, "fallback": route.model_backend(endpoint.name)})})
+
+
+def _complement(admission: Admission | None) -> Admission | None:
+    """The other side's admission: everything to one side is nothing to the other; a ramp between them is neither."""
+    if admission is None or admission.state not in (AdmissionState.CLOSED, AdmissionState.OPEN):
+        return None
+    return Admission.open() if admission.state is AdmissionState.CLOSED else Admission.closed()
+
+
 def read_route_status(obj: dict[str, Any], endpoint: EndpointSettings) -> RouteStatus:
-    """What the route in the cluster says: annotation, rules and weights, parent conditions."""
+    """What the route in the cluster says: annotation, rules and weights, parent conditions.
+
+    For a pair side whose partner wrote the route last, the partner's reading is turned around: the partner
+    closed is this side open and the reverse; a ramp between them is no single admission of this side.
+    """
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
+    if endpoint.pair is not None and annotations.get(SIDE_ANNOTATION) == endpoint.pair.partner:
+        theirs = read_route_status(obj, mirrored(endpoint))
+        mine = _complement(theirs.effective)
+        mid_ramp = [] if mine is not None or theirs.effective is None else [
+            f"mid-ramp: {endpoint.pair.partner} is at {theirs.effective}"]
+        return RouteStatus(name=theirs.name, namespace=theirs.namespace, annotated=_complement(theirs.annotated),
+                           effective=mine, reason=theirs.reason, changed_at=theirs.changed_at,
+                           generation=theirs.generation, parents=theirs.parents, problems=(*theirs.problems, *mid_ramp))
     problems: list[str] = []
     annotated: Admission | None = None
     written = annotations.get(ADMISSION_ANNOTATION)
@@ -292,7 +324,7 @@ def read_route_status(obj: dict[str, Any], endpoint: EndpointSettings) -> RouteS
         problems.append(f"the annotation says {annotated} but the rules give {effective}")
     generation = meta.get("generation")
     return RouteStatus(
-        name=str(meta.get("name", endpoint.name)),
+        name=str(meta.get("name", _settings(endpoint).route_name(endpoint.name))),
         namespace=str(meta.get("namespace", endpoint.namespace)),
         annotated=annotated,
         effective=effective,
@@ -305,7 +337,7 @@ def read_route_status(obj: dict[str, Any], endpoint: EndpointSettings) -> RouteS
 
 
 def route_path(endpoint: EndpointSettings) -> str:
-    return object_path(ROUTE_KIND, endpoint.name, endpoint.namespace)
+    return object_path(ROUTE_KIND, _settings(endpoint).route_name(endpoint.name), endpoint.namespace)
 
 
 def apply_route(rest: Rest, endpoint: EndpointSettings, admission: Admission, reason: str, changed_at: str) -> RouteStatus:
@@ -315,8 +347,10 @@ def apply_route(rest: Rest, endpoint: EndpointSettings, admission: Admission, re
         # force: this manager is the route's only writer by design; a hand edit of the weights is taken back.
         stored = rest.apply(obj, manager=ROUTE_MANAGER, force=True)
     except Exception as exc:
-        raise ClusterError(f"applying {ROUTE_KIND}/{endpoint.name} in {endpoint.namespace} failed: {api_error(exc)}"
-                           " (are the Gateway API CRDs installed?)") from exc
+        # Only a 404 says the kind is unknown to the API server; any other failure would be misdirected by the hint.
+        hint = " (are the Gateway API CRDs installed?)" if getattr(exc, "status", None) == 404 else ""
+        raise ClusterError(f"applying {ROUTE_KIND}/{endpoint.name} in {endpoint.namespace} failed: {api_error(exc)}{hint}"
+                           ) from exc
     return read_route_status(stored, endpoint)
 
 

@@ -1,0 +1,226 @@
+"""Services: one name users call, one HTTPRoute, a pair of endpoints behind it (blue/green).
+
+Each side is an ordinary endpoint (its own node and reservation) whose route is the service's, written with
+its own Service as the model backend and the other side's as the fallback (``bot/config.py`` derives it), so
+the single-node procedure runs on a side unchanged: ``closing`` sends every user to the other side, the gates
+run with no user traffic, the ramp shifts the weight step by step, and an ending after apply sends all of it
+back in one route change. This module answers the questions that concern both sides at once: which side a
+deploy goes to (the one users are not on), what each side runs and gets (``/kimi status SERVICE``), and
+``/kimi rollback SERVICE``, which moves every user back to the side kept warm in one route change.
+
+A side "has users" when its endpoint row records admission ``open`` and it has a live deployment; when both
+do (never after a ramp, which closes the other side in the transaction that makes the candidate live), the
+newer live deployment wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from bot.adapters.store.models import Endpoint
+from bot.adapters.store.uow import SqlUnitOfWork
+from bot.config import EndpointSettings, ServiceSettings
+from bot.domain.admission import Admission, AdmissionError, parse_admission
+from bot.domain.events import ServiceRolledBack
+from bot.domain.states import State
+from bot.services.access import Identity, authorize
+from bot.services.admission import AdmissionFailed, apply_admission, record_admission
+from bot.services.context import Context
+from bot.services.errors import NotFound, Refused
+
+log = logging.getLogger(__name__)
+
+
+def service_settings(ctx: Context, name: str | None) -> ServiceSettings | None:
+    """The service called ``name``, or None when it names no service (an endpoint, or nothing)."""
+    return ctx.settings.service(name) if name else None
+
+
+def _rows(uow: SqlUnitOfWork, service: ServiceSettings) -> list[Endpoint]:
+    rows = []
+    for name in service.endpoints:
+        row = uow.endpoints.get(name)
+        if row is None:
+            raise NotFound(f"service {service.name}'s side {name} is not in the database yet; restart kimi-ops "
+                           "after declaring it (settings are synced at start)")
+        rows.append(row)
+    return rows
+
+
+def _live_id(uow: SqlUnitOfWork, row: Endpoint) -> int | None:
+    lives = uow.deployments.in_states(row.id, [State.LIVE])
+    return lives[0].id if lives else None
+
+
+def users_side(uow: SqlUnitOfWork, service: ServiceSettings) -> Endpoint | None:
+    """The side users are on: admission open with a live release (the newer one if both); None before any."""
+    ranked = [(live, row) for row in _rows(uow, service)
+              if row.admission == "open" and (live := _live_id(uow, row)) is not None]
+    return max(ranked, key=lambda pair: pair[0])[1] if ranked else None
+
+
+def _refuse_in_flight(uow: SqlUnitOfWork, service: ServiceSettings, then: str) -> None:
+    for row in _rows(uow, service):
+        holder = uow.deployments.in_flight(row.id)
+        if holder is not None:
+            raise Refused(f"deployment #{holder.id} ({holder.kind} of {holder.release.name}, {State(holder.state).words}) "
+                          f"is in flight on {row.name}, a side of {service.name}; {then}")
+
+
+def deploy_side(ctx: Context, service: ServiceSettings) -> str:
+    """The side a deploy to ``service`` goes to: the one users are not on (the first side before any deploy)."""
+    with ctx.uow() as uow:
+        _refuse_in_flight(uow, service, "one deployment per service at a time: wait for it or cancel it")
+        found = users_side(uow, service)
+        active = found.name if found is not None else None
+    first, second = service.endpoints
+    if active is None:
+        return first
+    return second if active == first else first
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    service: str
+    to_side: str
+    from_side: str
+    release: str | None
+    users_get: str
+
+
+def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
+    """Every user back on the side kept warm, in one route change; refused unless that side runs a release that
+    passed its gates (its newest deployment is live) and nothing is in flight on either side."""
+    service = ctx.settings.service(name)
+    if service is None:
+        raise NotFound(f"no service named {name}")
+    authorize(ctx, actor, "rollback", f"service:{name}")
+    with ctx.uow() as uow:
+        _refuse_in_flight(uow, service, "cancel it instead: a cancel returns all weight to the other side at once")
+        active = users_side(uow, service)
+        if active is None:
+            raise Refused(f"no side of {name} has users yet; nothing to roll back")
+        previous = next(r for r in _rows(uow, service) if r.id != active.id)
+        newest = uow.deployments.for_endpoint(previous.id, 1)
+        if not newest or newest[0].state != State.LIVE:
+            what = f"its last deployment #{newest[0].id} {State(newest[0].state).words}" if newest else "it never ran a release"
+            raise Refused(f"{previous.name} does not run a release that passed its gates ({what}); "
+                          f"there is no warm side to roll {name} back to")
+        release = newest[0].release.name
+        target = EndpointSettings.model_validate(previous.settings)
+        active_name, previous_name = active.name, previous.name
+    reason = f"rollback of {name} to {previous_name} ({release}) by {actor.user_id}"
+    try:
+        words = apply_admission(ctx, target, Admission.open(), reason)  # the one route change
+    except AdmissionFailed as exc:
+        raise Refused(f"the route was not changed: {exc}") from None
+    with ctx.uow() as uow:
+        record_admission(uow, ctx, previous_name, Admission.open(), reason, actor=actor.user_id, deployment_id=None,
+                         words=words, announce=False)
+        record_admission(uow, ctx, active_name, Admission.closed(), reason, actor=actor.user_id, deployment_id=None,
+                         words=f"no user reaches it; it keeps its release for `/kimi rollback {name}`", announce=False)
+        now = ctx.clock.now()
+        uow.audit.record(at=now, actor=actor.user_id, action="service.rolled_back", subject=f"service:{name}",
+                         details={"to": previous_name, "from": active_name, "release": release})
+        uow.events.emit(ServiceRolledBack(
+            endpoint_name=previous_name, service=name, to_side=previous_name, from_side=active_name, release=release,
+            actor=actor.user_id, text=f":rewind: {name} rolled back by <@{actor.user_id}> in one route change: {words} "
+                                      f"({release}). {active_name} keeps its release with no users."), at=now)
+        uow.commit()
+    return RolledBack(service=name, to_side=previous_name, from_side=active_name, release=release, users_get=words)
+
+
+# ---------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class SideStatus:
+    endpoint: str
+    release: str | None  # the live release on that side (what passed its gates there)
+    weight: int | None  # percent of the service's ordinary traffic the route sends there; None when unknown
+    cohort: bool | None  # whether the internal cohort goes there
+    admission: str
+    users: bool
+    in_flight: str | None
+    reservation_left: str | None
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    route: str
+    sides: tuple[SideStatus, ...]
+    split_source: str  # "cluster" (read back from the route) or "record" (kimi-ops's record: the cluster did not answer)
+
+
+def _split(ctx: Context, first: EndpointSettings) -> tuple[int, bool] | None:
+    """The first side's share of ordinary traffic and whether the cohort goes there, read back from the route.
+
+    The route is read from the side that wrote it last (the other side's reading of a ramp is no admission of
+    its own); None when the cluster does not answer or the route fits no state.
+    """
+    cluster = ctx.ports.cluster
+    if cluster is None or first.pair is None:
+        return None
+    partner = ctx.settings.endpoint(first.pair.partner)
+    for side, mine in ((first, True), (partner, False)):
+        if side is None:
+            continue
+        try:
+            status = cluster.route_status(side)
+        except Exception:
+            log.warning("route of %s unreadable for its status", side.name, exc_info=True)
+            return None
+        if status is not None and status.effective is not None:
+            percent, cohort = status.effective.percent_for(cohort=False), status.effective.cohort_admitted
+            return (percent, cohort) if mine else (100 - percent, not cohort)
+    return None
+
+
+def service_status(ctx: Context, name: str) -> ServiceStatus:
+    """Both sides of a service: release, route weight, reservation time left, what is in flight."""
+    from bot.services.reservations import reservation_for
+
+    service = ctx.settings.service(name)
+    if service is None:
+        raise NotFound(f"no service named {name}")
+    with ctx.uow() as uow:
+        rows = _rows(uow, service)
+        found_active = users_side(uow, service)
+        active = found_active.name if found_active is not None else None
+        facts = []
+        for row in rows:
+            lives = uow.deployments.in_states(row.id, [State.LIVE])
+            holder = uow.deployments.in_flight(row.id)
+            flying = f"#{holder.id} {holder.kind} of {holder.release.name}, {State(holder.state).words}" if holder else None
+            facts.append((row.name, EndpointSettings.model_validate(row.settings), row.admission,
+                          lives[0].release.name if lives else None, flying))
+    split, source = _split(ctx, facts[0][1]), "cluster"
+    if split is None:
+        source = "record"
+        try:
+            recorded = parse_admission(facts[0][2])
+            split = recorded.percent_for(cohort=False), recorded.cohort_admitted
+        except AdmissionError:
+            split = None
+    sides = []
+    for index, (side, settings, admission, release, flying) in enumerate(facts):
+        weight: int | None = None
+        cohort: bool | None = None
+        if split is not None:
+            weight = split[0] if index == 0 else 100 - split[0]
+            cohort = split[1] if index == 0 else not split[1]
+        try:
+            found = reservation_for(ctx, settings, fresh=False)
+        except Exception:
+            log.warning("reservation of %s unreadable for its status", side, exc_info=True)
+            found = None
+        left = None
+        if found is not None and found.end is not None:
+            hours = max(0, int((found.end - ctx.clock.now()).total_seconds() // 3600))
+            left = f"{hours // 24} d {hours % 24} h"
+        sides.append(SideStatus(endpoint=side, release=release, weight=weight, cohort=cohort, admission=admission,
+                                users=active == side, in_flight=flying, reservation_left=left))
+    where = f"{facts[0][1].namespace}/{name}"
+    return ServiceStatus(name=name, route=where, sides=tuple(sides), split_source=source)

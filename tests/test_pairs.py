@@ -1,0 +1,315 @@
+"""Blue/green on the sandbox's real parts: a service of two endpoints behind one route, ramped step by step.
+
+One module-scoped pair world (two Kimi K3 stand-ins, one per side, the gateway stand-in splitting the
+service's HTTPRoute by weight, background users, the production engine) carries every case: each test
+starts from "users on one side, the other warm or empty" and leaves the world that way. The deploy through
+the gates is the one whole-stack flow; the split, the abort, the rollback and the crash reuse it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from bot.adapters.cluster.rest import object_path
+from bot.domain.admission import Admission
+from bot.sandbox.gateway import GatewayStandIn
+from bot.sandbox.stack import APPROVER_1, BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
+from bot.sandbox.users import COHORT_USER, USER
+from bot.services.access import Identity
+from bot.services.admission import apply_admission
+from bot.services.deployments import decide_gate, get_deployment, request_deploy
+from bot.services.engine import Engine
+from bot.services.errors import Refused
+from bot.services.pairs import rollback_service, service_status
+from bot.services.reservations import watch_reservations
+from bot.services.traffic_gate import accept_proposed_limits
+
+pytestmark = pytest.mark.timeout(600)
+
+APPROVER = Identity(APPROVER_1)
+WAIT_SECONDS = 90  # a bound on waiting for the engine in another thread, not a performance expectation
+# The Gateway API conformance suite's weight check (HTTPRouteWeight): 500 requests, each share within ±0.05.
+CONFORMANCE_REQUESTS, CONFORMANCE_TOLERANCE = 500, 0.05
+HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16))
+
+
+@dataclass
+class PairWorld:
+    sandbox: Sandbox
+    engine: Engine
+
+    @property
+    def ctx(self) -> Any:
+        return self.sandbox.ctx
+
+    @property
+    def gateway(self) -> GatewayStandIn:
+        gateway: GatewayStandIn = self.sandbox.stand_ins["traffic"].gateway
+        return gateway
+
+    @property
+    def releases(self) -> tuple[str, str]:
+        older, newer = (r.name for r in self.sandbox.releases)
+        return older, newer
+
+    def server(self, side: str) -> Any:
+        return self.sandbox.side_server(side)
+
+    def users_at(self, side: str) -> int:
+        seen = self.server(side).users()
+        return int(seen[USER] + seen[COHORT_USER])
+
+    def admission(self, side: str) -> str:
+        with self.ctx.uow() as uow:
+            return str(uow.endpoints.get(side).admission)
+
+    def live_release(self, side: str) -> str | None:
+        status = {s.endpoint: s for s in service_status(self.ctx, SERVICE).sides}
+        return status[side].release
+
+    def weights(self) -> dict[str, int | None]:
+        return {s.endpoint: s.weight for s in service_status(self.ctx, SERVICE).sides}
+
+    def _patches(self, kind: str, name: str) -> int:
+        path = object_path(kind, name, NAMESPACE)
+        return sum(1 for r in self.sandbox.stand_ins["kube"].requests()
+                   if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params)
+
+    def route_writes(self) -> int:
+        """Writes of the service's HTTPRoute the emulator received (server-side apply is a PATCH)."""
+        return self._patches("HTTPRoute", SERVICE)
+
+    def workload_writes(self) -> int:
+        """Applies of either side's model workload (the InferenceEndpointConfig)."""
+        return sum(self._patches("InferenceEndpointConfig", side) for side in (BLUE, GREEN))
+
+    def admissions_since(self, side: str, audit_id: int) -> list[str]:
+        """The admissions recorded for ``side`` after audit row ``audit_id``, oldest first."""
+        with self.ctx.uow() as uow:
+            rows = uow.audit.list(subject=f"endpoint:{side}", limit=200)
+            return [str((r.details or {})["to"]) for r in sorted(rows, key=lambda r: r.id)
+                    if r.action == "endpoint.admission" and r.id > audit_id]
+
+    def audit_mark(self) -> int:
+        with self.ctx.uow() as uow:
+            return int(uow.audit.latest_id())
+
+    def approve(self, deployment_id: int, *, until: str) -> Any:
+        view = self.engine.advance(deployment_id)
+        while view.state != until:
+            self.decide(view)
+            view = self.engine.advance(deployment_id)
+        return view
+
+    def decide(self, view: Any) -> None:
+        """Approve the waiting gate (accepting a traffic gate's proposed limits first), without advancing."""
+        assert view.pending is not None and view.pending.approvable, (view.state, view.state_reason)
+        if view.pending.gate == "traffic":
+            try:
+                accept_proposed_limits(self.ctx, None, view.id, APPROVER, seen_report_hash=view.pending.report_hash)
+            except Refused as refused:
+                assert "nothing to accept" in str(refused)
+        decide_gate(self.ctx, view.id, view.pending.gate, "approved", APPROVER,
+                    seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
+
+    def deploy(self, release: str, *, until: str = "live") -> Any:
+        return self.approve(request_deploy(self.ctx, release, SERVICE, Identity(DEPLOYER)).id, until=until)
+
+    def users_on(self) -> str:
+        return next(s.endpoint for s in service_status(self.ctx, SERVICE).sides if s.users)
+
+
+def wait_until(what: str, condition: Callable[[], bool], timeout: float = WAIT_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+def in_background(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:  # handed to the test, which re-raises it
+            result.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def joined(thread: threading.Thread, result: list[Any]) -> Any:
+    thread.join(WAIT_SECONDS)
+    assert not thread.is_alive() and result, "the engine did not return"
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
+def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Counter[str]:
+    """Which side's server answered each of ``n`` cheap requests through the gateway (10 at a time)."""
+    def one(_: int) -> str:
+        answer = HTTP.get(f"{url}/v1/models", headers=headers or {})
+        answer.raise_for_status()
+        return str(answer.headers.get("x-kimi-upstream") or answer.json()["data"][0]["id"])
+
+    with ThreadPoolExecutor(10) as pool:
+        return Counter(pool.map(one, range(n)))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
+    sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
+                      endpoint_overrides={"ttft_objective_ms": 1000}).start()
+    w = PairWorld(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
+    try:
+        watch_reservations(sandbox.ctx)
+        w.deploy(w.releases[0])  # the first deploy goes to the first side: users start on BLUE with the older release
+        yield w
+    finally:
+        sandbox.stop()
+        HTTP.close()
+
+
+def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_steps(world: PairWorld) -> None:
+    older, newer = world.releases
+    users = world.users_on()
+    idle = GREEN if users == BLUE else BLUE
+    release = newer if world.live_release(users) == older else older
+    wait_until("users on the live side", lambda: world.users_at(users) > 0)
+    before_idle = world.users_at(idle)
+
+    dep = request_deploy(world.ctx, release, SERVICE, Identity(DEPLOYER))
+    assert dep.endpoint == idle
+    view = world.approve(dep.id, until="traffic_gate")
+    # Its gates ran on the idle side with no user traffic: not one user request reached its server.
+    assert world.users_at(idle) == before_idle
+    assert view.gates and all(g.status != "fail" for g in view.gates)
+    assert world.weights() == {users: 100, idle: 0}
+
+    live = world.approve(dep.id, until="live")
+    assert live.state == "live", live.state_reason
+    assert world.weights() == {users: 0, idle: 100}
+    assert (world.admission(idle), world.admission(users)) == ("open", "closed")
+    status = {s.endpoint: s for s in service_status(world.ctx, SERVICE).sides}
+    assert status[idle].users and status[idle].release == release
+    assert status[users].release is not None and not status[users].users  # kept warm
+    assert status[idle].reservation_left and status[users].reservation_left
+    wait_until("users on the new side", lambda: world.users_at(idle) > before_idle)
+
+
+def test_the_split_at_the_gateway_matches_the_route_weights_within_the_conformance_tolerance(world: PairWorld) -> None:
+    users = world.users_on()
+    idle = GREEN if users == BLUE else BLUE
+    idle_settings = world.ctx.settings.endpoint(idle)
+    apply_admission(world.ctx, idle_settings, Admission.share(25), "test: a quarter to the idle side")
+    world.gateway.sync()  # the gateway serves the new weights now, whatever its poll thread's pace on a busy CPU
+    try:
+        before = world.gateway.counts()
+        models_seen(str(world.sandbox.gateway_url), CONFORMANCE_REQUESTS)
+        during = world.gateway.counts() - before
+        # Ordinary requests only (the background users' cohort share rides along and all goes to the idle side).
+        ordinary = {side: sum(n for routed, n in during.items() if routed.target == side and not routed.cohort)
+                    for side in (users, idle)}
+        total = sum(ordinary.values())
+        assert total >= CONFORMANCE_REQUESTS
+        assert abs(ordinary[idle] / total - 0.25) <= CONFORMANCE_TOLERANCE, ordinary
+        assert abs(ordinary[users] / total - 0.75) <= CONFORMANCE_TOLERANCE, ordinary
+    finally:
+        apply_admission(world.ctx, idle_settings, Admission.closed(), "test: everyone back")
+    assert world.weights() == {users: 100, idle: 0}
+
+
+def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: PairWorld) -> None:
+    users = world.users_on()
+    warm = GREEN if users == BLUE else BLUE
+    warm_release = world.live_release(warm)
+    assert warm_release is not None
+    writes, workload = world.route_writes(), world.workload_writes()
+
+    done = rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
+
+    assert (done.to_side, done.from_side, done.release) == (warm, users, warm_release)
+    assert world.route_writes() - writes == 1  # one route change…
+    assert world.workload_writes() == workload  # …and nothing else: no pod moved
+    assert world.weights() == {warm: 100, users: 0}
+    assert world.users_on() == warm
+    before = world.gateway.counts()
+    models_seen(str(world.sandbox.gateway_url), 40)
+    after = world.gateway.counts() - before
+    assert sum(n for routed, n in after.items() if routed.target == users) == 0
+    with world.ctx.uow() as uow:
+        assert uow.audit.actions(f"service:{SERVICE}", "service.rolled_back")
+
+
+
+def _to_the_traffic_gate(world: PairWorld) -> tuple[int, str, str]:
+    """A deploy to the service, approved up to its traffic gate (waiting): its id, the users' side, the idle one."""
+    older, newer = world.releases
+    users = world.users_on()
+    idle = GREEN if users == BLUE else BLUE
+    release = newer if world.live_release(users) == older else older
+    dep = request_deploy(world.ctx, release, SERVICE, Identity(DEPLOYER)).id
+    view = world.approve(dep, until="traffic_gate")
+    world.decide(get_deployment(world.ctx, view.id))
+    return dep, users, idle
+
+
+def test_a_crash_mid_ramp_resumes_at_the_recorded_step(world: PairWorld) -> None:
+    dep, users, idle = _to_the_traffic_gate(world)
+    first = world.engine
+    driver, result = in_background(lambda: first.advance(dep))
+    wait_until("the 25% step", lambda: world.admission(idle) == "25%")
+    first.stop_all()  # the replica stops mid-soak (SIGTERM): it drives no further step
+    joined(driver, result)
+    assert get_deployment(world.ctx, dep).state == "ramping"
+    assert world.weights() == {users: 75, idle: 25}  # nothing moved the weights while nobody drove
+
+    mark = world.audit_mark()
+    world.engine = Engine(world.ctx, readiness_pause=0.2)  # the replica that takes over
+    resumed = world.engine.resume(dep)
+
+    assert resumed.state == "live", resumed.state_reason
+    # It went on from the recorded step (applied again, then soaked anew), never back to the cohort or 5%.
+    assert world.admissions_since(idle, mark) == ["25%", "50%", "open"]
+    assert world.weights() == {users: 0, idle: 100}
+
+
+def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_traffic(world: PairWorld) -> None:
+    dep, users, idle = _to_the_traffic_gate(world)
+    mark = world.audit_mark()
+    world.server(idle).configure(first_token_delay=2.5)  # well above the sides' 1000 ms first-token objective
+    try:
+        ended = world.engine.advance(dep)
+    finally:
+        world.server(idle).reset()
+
+    assert ended.state == "failed", ended.state_reason
+    assert "broke its objectives" in (ended.state_reason or "") and "first-token p99" in (ended.state_reason or "")
+    assert f"all weight is back on {users}" in (ended.state_reason or "")
+    assert world.weights() == {users: 100, idle: 0}
+    assert world.admissions_since(idle, mark)[-1] == "closed"
+    assert world.admission(users) == "open" and world.users_on() == users
+    before = world.gateway.counts_by_admission()
+    models_seen(str(world.sandbox.gateway_url), 40)
+    # Counted by the route each request was routed under (requests sent to the candidate before the abort may
+    # still be finishing): under the route the abort wrote, every request went to the users' side.
+    after: Counter[tuple[str, str]] = Counter()
+    for (label, routed), n in (world.gateway.counts_by_admission() - before).items():
+        after[(label, routed.target)] += n
+    assert after.get(("closed", idle), 0) == 0 and after.get(("closed", users), 0) >= 40
+    # The side that failed runs a release that did not pass: it is no warm side to roll back to.
+    with pytest.raises(Refused, match="does not run a release that passed its gates"):
+        rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
