@@ -36,6 +36,8 @@ from bot.domain.events import (
     ReservationWatchRecovered,
     RestoreStarted,
     RolloutProgress,
+    ServiceRolledBack,
+    SloPlot,
     StateChanged,
     WatchAlert,
     WatchRecovered,
@@ -89,6 +91,9 @@ def samples(deployment_id: int) -> list[OutboxEvent]:
                    context={"live_release": "rel-a"}),
         WatchRecovered(**common, text="back", incident_id=3, incident="burn-page:ttft", silenced=True),
         IncidentHandled(**common, text="", incident_id=3, action="acknowledged", actor="U0ONCALL"),
+        ServiceRolledBack(**common, text="back to blue", service="kimi", to_side="blue", from_side="green",
+                          release="rel-a", actor="U0DEPLOYER"),
+        SloPlot(**common, text="", path="/tmp/slo.png", sha256="ab" * 32, title="kimi-prod: objectives, last hours"),
     ]
 
 
