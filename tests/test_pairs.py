@@ -30,7 +30,7 @@ from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.pairs import rollback_service, service_status
-from bot.services.reservations import watch_reservations
+from bot.services.reservations import tested_endpoints, watch_reservations
 from bot.services.traffic_gate import accept_proposed_limits
 
 pytestmark = pytest.mark.timeout(600)
@@ -123,6 +123,11 @@ class PairWorld:
 
     def deploy(self, release: str, *, until: str = "live") -> Any:
         return self.approve(request_deploy(self.ctx, release, SERVICE, Identity(DEPLOYER)).id, until=until)
+
+    def tested(self) -> set[str]:
+        """The sides the reservation watch counts as tested replacements (a release that passed its gates runs)."""
+        with self.ctx.uow() as uow:
+            return tested_endpoints(uow, self.ctx.settings.endpoints)
 
     def users_on(self) -> str:
         return next(s.endpoint for s in service_status(self.ctx, SERVICE).sides if s.users)
@@ -237,6 +242,7 @@ def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: 
     warm = GREEN if users == BLUE else BLUE
     warm_release = world.live_release(warm)
     assert warm_release is not None
+    assert world.tested() == {BLUE, GREEN}  # the warm side runs a release that passed its gates
     writes, workload = world.route_writes(), world.workload_writes()
 
     done = rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
@@ -310,6 +316,7 @@ def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_t
     for (label, routed), n in (world.gateway.counts_by_admission() - before).items():
         after[(label, routed.target)] += n
     assert after.get(("closed", idle), 0) == 0 and after.get(("closed", users), 0) >= 40
-    # The side that failed runs a release that did not pass: it is no warm side to roll back to.
+    # The side that failed runs a release that did not pass: no warm side to roll back to, no tested replacement.
+    assert world.tested() == {users}
     with pytest.raises(Refused, match="does not run a release that passed its gates"):
         rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
