@@ -30,7 +30,7 @@ from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.pairs import rollback_service, service_status
-from bot.services.reservations import tested_endpoints, watch_reservations
+from bot.services.reservations import endpoints_with_tested_release, watch_reservations
 from bot.services.traffic_gate import accept_proposed_limits
 
 pytestmark = pytest.mark.timeout(600)
@@ -127,7 +127,7 @@ class PairWorld:
     def tested(self) -> set[str]:
         """The sides the reservation watch counts as tested replacements (a release that passed its gates runs)."""
         with self.ctx.uow() as uow:
-            return tested_endpoints(uow, self.ctx.settings.endpoints)
+            return endpoints_with_tested_release(uow, self.ctx.settings.endpoints)
 
     def users_on(self) -> str:
         return next(s.endpoint for s in service_status(self.ctx, SERVICE).sides if s.users)

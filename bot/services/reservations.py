@@ -213,7 +213,7 @@ class _Watch:
         return replace(_info(row), target_resources=fresh.target_resources, platform=fresh.platform) if fresh else _info(row)
 
     def _live_endpoints(self) -> set[str]:
-        return tested_endpoints(self.uow, self.endpoints)
+        return endpoints_with_tested_release(self.uow, self.endpoints)
 
     # -- outbox and audit, always together
     def _say(self, kind: type[ReservationNotice], row: Reservation, text: str, **details: Any) -> None:
@@ -463,7 +463,7 @@ class _Watch:
             )
 
 
-def tested_endpoints(uow: SqlUnitOfWork, endpoints: Sequence[EndpointSettings]) -> set[str]:
+def endpoints_with_tested_release(uow: SqlUnitOfWork, endpoints: Sequence[EndpointSettings]) -> set[str]:
     """Endpoints running a release that passed its gates: a live deployment, and on a side of a pair nothing newer
     stored for the cluster since (a side whose deploy failed after its apply keeps the failed release: it is
     no tested replacement, though its earlier deployment is still the one recorded live)."""
