@@ -35,7 +35,9 @@ from bot.domain.events import (
     ReservationWatchFailed,
     ReservationWatchRecovered,
     RestoreStarted,
+    RampSplit,
     RolloutProgress,
+    ServiceRolledBack,
     StateChanged,
     WatchAlert,
     WatchRecovered,
@@ -89,6 +91,12 @@ def samples(deployment_id: int) -> list[OutboxEvent]:
                    context={"live_release": "rel-a"}),
         WatchRecovered(**common, text="back", incident_id=3, incident="burn-page:ttft", silenced=True),
         IncidentHandled(**common, text="", incident_id=3, action="acknowledged", actor="U0ONCALL"),
+        ServiceRolledBack(**endpoint, text="rolled back", service="kimi", to_side="kimi-blue", from_side="kimi-green",
+                          release="rel-a", actor="U0DEPLOYER"),
+        RampSplit(**common, step="25%", sides=({"name": "kimi-green", "weight": 25, "cohort": True, "requests": 40.0,
+                                                 "ttft_p99_ms": 310.0, "error_rate": 0.0},
+                                                {"name": "kimi-blue", "weight": 75, "cohort": False}),
+                  next_step="50%", next_at=AT, outcome="live"),
     ]
 
 
