@@ -27,12 +27,13 @@ from commands import (
     release,
     reservations,
     rollback,
+    slo,
     status,
 )
 from commands.base import Usage
 
 COMMANDS: tuple[ModuleType, ...] = (
-    help, deploy, status, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
+    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 

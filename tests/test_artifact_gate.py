@@ -335,7 +335,9 @@ def test_closed_port_turns_every_aws_check_into_an_error(seeded: Seeded) -> None
     assert not_passing(report.checks) == {
         "image.exists": "error", "weights.objects": "error", "bucket.posture": "error", "licence.sha256": "error",
     }
-    assert "Could not connect" in by_name(report.checks)["weights.objects"].reason
+    assert "cannot reach S3 at http://127.0.0.1:" in by_name(report.checks)["weights.objects"].reason
+    assert "(could not connect)" in by_name(report.checks)["weights.objects"].reason
+    assert "cannot reach ECR at " in by_name(report.checks)["image.exists"].reason
 
 
 def test_verifier_that_raises_or_returns_nothing_is_an_error(seeded: Seeded) -> None:

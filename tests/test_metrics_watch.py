@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,13 +16,16 @@ from bot.adapters.cluster.kube import KubernetesCluster
 from bot.adapters.endpoint.dcgm import HttpGpuTelemetry
 from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.adapters.store.models import Endpoint, MetricSample
+from bot.bootstrap import build_root
 from bot.config import EndpointSettings
 from bot.sandbox import cluster_faults
 from bot.sandbox.dcgm import DcgmExporter
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
+from bot.services.access import Identity
 from bot.services.context import Ports
 from bot.services.metrics_watch import MINUTES_KEPT, retention, slo_view, watch_metrics
+from commands import slo as slo_command
 from tests.conftest import START
 from tests.jobs_support import eks_endpoint, make_live
 
@@ -47,7 +51,7 @@ def world(make_ctx, clock, kube, request):
         ctx = make_ctx(
             endpoints=[eks_endpoint("kimi-prod", url=server.url, namespace=namespace, dcgm_url=dcgm.url,
                                     ttft_objective_ms=2000)],
-            oncall_group="S0ONCALL",
+            oncall_group="S0ONCALL", roles={"viewer": ["U0VIEWER"]},
             ports=Ports(endpoint=HttpEndpointClient(timeout=10), gpus=HttpGpuTelemetry(),
                         cluster=KubernetesCluster(kube.api_client(), clock=clock)),
         )
@@ -103,6 +107,14 @@ def test_error_burn_pages_once_warns_once_and_recovers_once(world) -> None:
     view = slo_view(world.ctx, "kimi-prod")
     errors = next(b for b in view.burns if b.objective.name == "errors")
     assert errors.budget_left is not None and errors.budget_left < 1
+
+    # /kimi slo: the table with the burn and the open page, and the PNG of the last hours for the channel
+    answer = slo_command.run(build_root(world.ctx), Identity("U0VIEWER"), "kimi-prod")
+    assert "error rate (5xx)" in answer.text and "page" in answer.text and "budget left" in answer.text
+    assert "*burn-page:errors* since" in answer.text
+    with world.ctx.uow() as uow:
+        [plot] = [dict(e.payload) for e in uow.events.undelivered(limit=1000) if e.kind == "slo.plot"]
+    assert Path(plot["path"]).read_bytes().startswith(b"\x89PNG")
 
     world.step(HEALTHY, minutes=30, times=16)  # eight healthy hours
     kinds = alerts(world.ctx)

@@ -306,4 +306,4 @@ def test_s3_that_is_down_or_not_s3_is_said_as_such(not_aws: str, moto: Any) -> N
     # S3 itself (moto) answering with its own error: the code and message as S3 sent them.
     assert failure(s3_at(moto.url)) == "ListObjectsV2 failed: NoSuchBucket: The specified bucket does not exist"
     # Nothing listening.
-    assert failure(s3_at("http://127.0.0.1:9")).startswith('Could not connect to the endpoint URL: "http://127.0.0.1:9/')
+    assert failure(s3_at("http://127.0.0.1:9")) == "cannot reach the AWS endpoint at http://127.0.0.1:9 (could not connect)"

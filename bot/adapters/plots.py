@@ -86,3 +86,30 @@ def plot_evaluation(
     ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def plot_slo(rows: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str, Any]:
+    """The last hours of one endpoint: each objective's bad share per reading beside its budget, KV cache and queue.
+
+    ``rows`` are readings oldest first: ``at`` (datetime), ``bad`` (objective → bad share or None), ``budget``
+    (objective → allowed share), ``kv`` and ``waiting``.
+    """
+    plt = _pyplot()
+    fig, (burn, load) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    times = [r["at"] for r in rows]
+    names = sorted({n for r in rows for n in r.get("bad", {})})
+    for name in names:
+        budget = next((r["budget"][name] for r in rows if name in r.get("budget", {})), None)
+        values = [(r["bad"].get(name) / budget) if budget and r["bad"].get(name) is not None else None for r in rows]
+        burn.plot(times, values, marker=".", label=name)
+    burn.axhline(1, color="grey", linestyle=":", label="burning exactly the budget")
+    burn.set_ylabel("burn rate (× budget)")
+    burn.legend(fontsize=7, ncol=3)
+    load.plot(times, [100 * r["kv"] if r.get("kv") is not None else None for r in rows], label="KV cache %")
+    load.plot(times, [r.get("waiting") for r in rows], label="requests waiting")
+    load.legend(fontsize=7)
+    for ax in (burn, load):
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.autofmt_xdate()
+    return _save(fig, path)

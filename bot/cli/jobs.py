@@ -166,8 +166,37 @@ def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")
     _run(body)
 
 
+def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all)."),
+        png: str = typer.Option(None, "--png", help="Also draw the last hours of ENDPOINT into this PNG file.")) -> None:
+    """Each endpoint's objectives: burn rate over the alert windows, error budget left, open watch alerts."""
+    from pathlib import Path
+
+    from bot.services.metrics_watch import slo_view
+    from bot.views.slo import burn_rows
+
+    def body() -> None:
+        ctx = context()
+        names = [endpoint] if endpoint else [e.name for e in ctx.settings.endpoints]
+        if not names:
+            output.info("no endpoints declared; add them under endpoints: in the KIMI_CONFIG file")
+        for name in names:
+            target = Path(png) if png and endpoint else None
+            view = slo_view(ctx, name, plot_dir=target.parent if target else None)
+            header, rows = burn_rows(view.burns)
+            output.table(f"Objectives of {name} over {view.window_days:g} days (last reading {_at(view.last_sample)})",
+                         header, [tuple(r) for r in rows], empty="no reading yet")
+            for kind, reason, opened in view.open_incidents:
+                output.info(f"{kind} since {_at(opened)}: {reason}")
+            if target is not None and view.plot is not None:
+                Path(view.plot["path"]).replace(target)
+                output.info(f"plot of the last hours written to {target}")
+
+    _run(body)
+
+
 def register(root: typer.Typer) -> None:
-    """Add ``jobs``, ``reservations`` and ``status`` to the root CLI."""
+    """Add ``jobs``, ``reservations``, ``status`` and ``slo`` to the root CLI."""
     root.add_typer(app, name="jobs")
     root.command("reservations")(reservations)
     root.command("status")(status)
+    root.command("slo")(slo)

@@ -353,13 +353,23 @@ class IncidentHandled(ChannelNotice):
     actor: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class SloPlot(ChannelNotice):
+    """``/kimi slo`` drew the last hours of an endpoint: the notifier uploads the PNG to ``channel``."""
+
+    KIND: ClassVar[str] = "slo.plot"
+    path: str
+    sha256: str
+    title: str
+
+
 EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     DeploymentRequested, StateChanged, GateWaiting, GateDecided, LimitsAccepted, GatePlot, RolloutProgress,
     ReadinessAlert, ReadinessRecovered,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
     AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack, RampSplit,
-    WatchAlert, WatchRecovered, IncidentHandled,
+    WatchAlert, WatchRecovered, IncidentHandled, SloPlot,
 )
 """Every event that may be stored, one per ``KIND``."""
 

@@ -153,7 +153,8 @@ def end(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, target: State, *, act
     * a deploy that may have reached the cluster ends and, in the same transaction, a restore of the live
       release's exact stored manifest starts (returned) — on a pair side it goes to ``reopening`` instead, which
       sends all the service's weight back to the other side, still running the release users had;
-    * a rollback or restore that ends while users are closed out pages: admission stays closed until a person acts.
+    * a rollback or restore that ends while users are closed out pages: admission stays closed until a person acts;
+    * so does any deployment whose reopening fails (the route may hold users out and nothing will retry).
     """
     state, kind = State(dep.state), path_kind(dep)
     if kind in ("deploy", "rollback") and state in BEFORE_APPLY_CLOSED:
@@ -172,6 +173,11 @@ def end(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, target: State, *, act
         return _start_restore(uow, ctx, dep, f"deployment #{dep.id} {target.value}")
     if kind in ("rollback", "restore") and (state in USERS_CLOSED_OUT or dep.endpoint.admission != "open"):
         open_stuck_incident(uow, ctx, dep.endpoint.name, f"{kind} #{dep.id} {target.value} while users were closed out: {reason}")
+    elif state == State.REOPENING:
+        # The reopening itself failed: the route may still hold users out (a close that half-happened counts too),
+        # and no deployment will try again. Nobody would know but from the thread, so page.
+        open_stuck_incident(uow, ctx, dep.endpoint.name,
+                            f"{kind} #{dep.id} {target.value} and could not reopen admission: {reason}")
     return None
 
 

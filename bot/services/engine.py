@@ -42,7 +42,7 @@ from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
 from bot.domain.states import NEEDS_STORED_MANIFEST, WAITING, State, next_state
 from bot.services.access import Identity, authorize
-from bot.services.admission import AdmissionFailed, apply_admission, record_admission, reopened
+from bot.services.admission import AdmissionFailed, apply_admission, open_stuck_incident, record_admission, reopened
 from bot.services.context import Context, require
 from bot.services.deployments import (
     _view,
@@ -586,7 +586,13 @@ class Engine:
         running = f"{(last.running or 0):.0f} running, {(last.waiting or 0):.0f} waiting" if last else "metrics unavailable"
         if snap.kind == "restore":
             # Users are closed out and the candidate is what runs: waiting is always safer than applying over requests.
+            # Nobody is asked to choose, so the wait pages (once: the incident stays open until users are back).
             self._progress(snap, RolloutProgress(f"still draining ({running}); a restore waits until nothing runs", "draining"))
+            with self.ctx.uow() as uow:
+                open_stuck_incident(uow, self.ctx, snap.endpoint.name,
+                                    f"restore #{snap.id} has not drained after {snap.endpoint.drain_seconds:.0f} s ({running}); "
+                                    "it applies nothing while requests may run and keeps waiting")
+                uow.commit()
             raise StateMoved("restore keeps draining")
         group = snap.endpoint.approver_group
         mention = f"<!subteam^{group}> " if group else ""

@@ -21,18 +21,22 @@ Incident kinds: ``burn-page:<objective>`` (fast burn, pages), ``burn-warn:<objec
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from bot.adapters.store.models import Endpoint, Incident, MetricSample
+from bot.adapters.plots import plot_slo
+from bot.adapters.store.models import Endpoint, MetricSample
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain import slo
+from bot.domain.events import SloPlot
 from bot.domain.health import (
     GpuReading,
     GpuSnapshot,
@@ -335,13 +339,26 @@ class SloView:
     endpoint: str
     window_days: float
     burns: list[slo.Burn]
-    samples: list[tuple[dt.datetime, float | None, float | None, float | None]]  # at, kv usage, waiting, gpu busy
-    open_incidents: list[Incident]
+    open_incidents: list[tuple[str, str, dt.datetime]]  # kind, reason, opened
     last_sample: dt.datetime | None
+    plot: dict[str, Any] | None = None  # the PNG of the last hours (path, bytes, sha256)
 
 
-def slo_view(ctx: Context, name: str, *, hours: float = 6) -> SloView:
-    """An endpoint's objectives now: burn rates, budget left, and the recent readings for a plot."""
+def _recent(rows: Sequence[MetricSample], objectives: Sequence[slo.Objective], since: dt.datetime) -> list[dict[str, Any]]:
+    """Per reading in the plot's hours: each objective's bad share since the reading before, and the gauges."""
+    found: list[dict[str, Any]] = []
+    budgets = {o.name: o.budget for o in objectives}
+    for earlier, later in itertools.pairwise(rows):
+        if later.at < since:
+            continue
+        delta = counts_of(later) - counts_of(earlier)
+        found.append({"at": later.at, "bad": {n: delta.ratio(n) for n in budgets}, "budget": budgets,
+                      "kv": later.kv_cache_usage, "waiting": later.waiting})
+    return found
+
+
+def slo_view(ctx: Context, name: str, *, hours: float = 6, plot_dir: Path | None = None) -> SloView:
+    """An endpoint's objectives now: burn rates and budget left; with ``plot_dir``, a PNG of the last ``hours``."""
     now = ctx.clock.now()
     with ctx.uow() as uow:
         row = uow.endpoints.get(name)
@@ -350,9 +367,25 @@ def slo_view(ctx: Context, name: str, *, hours: float = 6) -> SloView:
         spec = _spec(ctx, row)
         window = dt.timedelta(days=spec.slo.window_days)
         rows = list(uow.samples.since(row.id, now - max(slo.LONGEST, window)))
-        burns = slo.burns(samples_of(rows), now, endpoint_objectives(ctx, spec), objective_window=window,
-                          min_requests=spec.slo.min_requests)
-        recent = [(r.at, r.kv_cache_usage, r.waiting, r.gpu_utilisation) for r in rows
-                  if r.at >= now - dt.timedelta(hours=hours)]
-        incidents = uow.incidents.open_by_endpoint(KINDS).get(row.id, [])
-        return SloView(name, spec.slo.window_days, burns, recent, list(incidents), rows[-1].at if rows else None)
+        objectives = endpoint_objectives(ctx, spec)
+        burns = slo.burns(samples_of(rows), now, objectives, objective_window=window, min_requests=spec.slo.min_requests)
+        recent = _recent(rows, objectives, now - dt.timedelta(hours=hours))
+        incidents = [(i.kind, i.reason, i.opened_at) for i in uow.incidents.open_by_endpoint(KINDS).get(row.id, [])]
+        last = rows[-1].at if rows else None
+    plot = None
+    if plot_dir is not None and recent:
+        path = plot_dir / f"slo-{name}-{now:%Y%m%dT%H%M%S}.png"
+        plot = plot_slo(recent, path, f"{name}: error-budget burn and load, last {hours:g} h")
+    return SloView(name, spec.slo.window_days, burns, incidents, last, plot)
+
+
+def share_plot(ctx: Context, view: SloView, channel: str | None) -> bool:
+    """Ask the notifier to upload ``view``'s PNG to ``channel`` (the endpoint's when None); False without a plot."""
+    if view.plot is None:
+        return False
+    with ctx.uow() as uow:
+        uow.events.emit(SloPlot(endpoint_name=view.endpoint, channel=channel, text="", path=str(view.plot["path"]),
+                                sha256=str(view.plot["sha256"]), title=f"{view.endpoint}: objectives, last hours"),
+                        at=ctx.clock.now())
+        uow.commit()
+    return True

@@ -46,6 +46,7 @@ from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound
+from bot.services.metrics_watch import KINDS as WATCH_KINDS
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -59,8 +60,8 @@ log = logging.getLogger(__name__)
 ACTOR = "kimi-ops:readiness-probe"
 FAILING = "readiness"
 SLOW = "ttft"
-# Shown by ``/kimi status``: this module's incidents and the reservation watch's.
-INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT, MISSING_INCIDENT)
+# Shown by ``/kimi status``: this module's incidents, the reservation watch's and the metrics watch's.
+INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT, MISSING_INCIDENT, *WATCH_KINDS)
 
 
 # ---------------------------------------------------------------------------- values

@@ -44,6 +44,7 @@ from bot.slack.answers import sender_line
 from bot.slack.deps import SlackDeps, person
 from bot.slack.home_cache import HomeCache
 from bot.slack.http import Check, ReadinessProbe, WsgiApp, wsgi_app
+from bot.slack.lazy_runner import share_lazy_requests
 from bot.slack.listeners import register_listeners
 from bot.slack.middleware.metrics import MeteredApp, SlackMetrics, request_kind
 from bot.slack.middleware.origin import OnlyOurWorkspace, Origin, origin_of
@@ -202,6 +203,7 @@ def create_app(
         raise_error_for_unhandled_request=False,
         logger=logging.getLogger("kimi_ops.bolt"),
     )
+    share_lazy_requests(bolt)
     kimi = KimiApp(root, bolt, client, pool, command, origin)
     if outbox_seconds:
         kimi.start_delivery(outbox_seconds)

@@ -48,12 +48,12 @@ class SlackDeps:
     def follow(self, answer: Reply | None, tell: Tell, channel: str | None) -> None:
         """Post ``answer``, hand its slow follow-up to the engine pool, and send what changed to the threads."""
         if answer is None:
-            self.outbox.deliver()
+            self.outbox.deliver_if_written()
             return
         if answer.deployment_id is not None:
             self.notifier.remember_origin(answer.deployment_id, channel)
         tell(answer)
-        self.outbox.deliver()
+        self.outbox.deliver_if_written()
         follow_up = answer.then
         if follow_up is not None:
             # A rollout watch may take an hour: it must not hold a worker that answers people.

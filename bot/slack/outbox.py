@@ -1,4 +1,4 @@
-"""Delivery of the ``events`` outbox to Slack: after each request, and every few seconds from its own thread.
+"""Delivery of the ``events`` outbox to Slack: after each request that wrote to it, and every few seconds from its own thread.
 
 Rollout watches and scheduled jobs write the outbox while no request runs, so
 a periodic pass is needed too; each pass is followed by ``after`` (the App
@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from bot.adapters.slack.notifier import SlackNotifier
+from bot.adapters.store import outbox_writes
 
 log = logging.getLogger("kimi_ops.slack")
 
@@ -21,6 +22,11 @@ class Outbox:
         self._notifier = notifier
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def deliver_if_written(self) -> None:
+        """Deliver when this thread wrote an outbox row since it last looked (a request that only read does not)."""
+        if outbox_writes.take():
+            self.deliver()
 
     def deliver(self) -> None:
         try:

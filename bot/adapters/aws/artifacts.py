@@ -255,7 +255,8 @@ class S3EcrArtifactVerifier:
         try:
             return fn()
         except AWS_ERRORS as exc:
-            return [Check.errored(name, f"could not be checked: {aws_error_text(exc)}")]
+            service = "ECR" if name.startswith("image.") else "S3"
+            return [Check.errored(name, f"could not be checked: {aws_error_text(exc, service)}")]
 
 
 class RegionalArtifactVerifier:

@@ -349,6 +349,13 @@ class KubernetesCluster:
     # -- admission ------------------------------------------------------------------------------------
 
     def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
+        try:
+            self._set_admission(endpoint, open_, reason)
+        except Exception as exc:  # said in one line: the thread and the incident quote it
+            raise ClusterError(f"setting {endpoint.name}'s admission ConfigMap in {endpoint.namespace} failed: "
+                               f"{api_error(exc)}") from exc
+
+    def _set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
         now = self.clock.now().isoformat()
         configmap = {
             "apiVersion": "v1",

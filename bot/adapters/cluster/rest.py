@@ -16,6 +16,14 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import (
+    MaxRetryError,
+    NewConnectionError,
+    ProtocolError,
+)
+from urllib3.exceptions import (
+    TimeoutError as Urllib3Timeout,
+)
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_CONTENT_TYPE = "application/merge-patch+json"
@@ -149,11 +157,43 @@ def _conflicts(obj: dict[str, Any], exc: ApiException) -> list[str]:
 
 
 def api_error(exc: Exception) -> str:
-    """One line for an API failure: the server's own message when there is one."""
+    """One line for an API failure: the server's own message when there is one, else what the connection did.
+
+    Never the client's exception text: an ``ApiException`` prints its response headers, and urllib3 prints its
+    connection pool and retry state, neither of which tells a person what is wrong.
+    """
     if isinstance(exc, ApiException):
         try:
-            message = json.loads(exc.body or "{}").get("message")
+            body = json.loads(exc.body or "{}")
+            message = body.get("message") if isinstance(body, dict) else None
         except (TypeError, ValueError):
             message = None
         return f"HTTP {exc.status}: {message or exc.reason}"
+    if isinstance(exc, MaxRetryError):
+        pool = exc.pool
+        where = f" at {pool.scheme}://{pool.host}:{pool.port}" if pool is not None else ""
+        return f"the Kubernetes API{where} is unreachable ({_connection_words(exc.reason)})"
+    if isinstance(exc, (ProtocolError, Urllib3Timeout, OSError)):
+        return f"the Kubernetes API is unreachable ({_connection_words(exc)})"
     return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _connection_words(reason: BaseException | None) -> str:
+    """What a failed connection did, in words (urllib3 nests the socket's error one or two levels down)."""
+    seen: BaseException | None = reason
+    for _ in range(3):
+        if isinstance(seen, ConnectionRefusedError) or (isinstance(seen, NewConnectionError) and "refused" in str(seen)):
+            return "connection refused"
+        if isinstance(seen, ConnectionResetError):
+            return "connection reset"
+        if isinstance(seen, (TimeoutError, Urllib3Timeout)):
+            return "no answer within the timeout"
+        if isinstance(seen, ProtocolError):
+            seen = seen.args[1] if len(seen.args) > 1 and isinstance(seen.args[1], BaseException) else None
+            if seen is None:
+                return "the connection was closed before an answer"
+            continue
+        if isinstance(seen, NewConnectionError):
+            return "could not connect"
+        break
+    return "the connection failed" if seen is None else f"the connection failed: {type(seen).__name__}"

@@ -347,8 +347,10 @@ def apply_route(rest: Rest, endpoint: EndpointSettings, admission: Admission, re
         # force: this manager is the route's only writer by design; a hand edit of the weights is taken back.
         stored = rest.apply(obj, manager=ROUTE_MANAGER, force=True)
     except Exception as exc:
-        raise ClusterError(f"applying {ROUTE_KIND}/{endpoint.name} in {endpoint.namespace} failed: {api_error(exc)}"
-                           " (are the Gateway API CRDs installed?)") from exc
+        # Only a 404 says the kind is unknown to the API server; any other failure would be misdirected by the hint.
+        hint = " (are the Gateway API CRDs installed?)" if getattr(exc, "status", None) == 404 else ""
+        raise ClusterError(f"applying {ROUTE_KIND}/{endpoint.name} in {endpoint.namespace} failed: {api_error(exc)}{hint}"
+                           ) from exc
     return read_route_status(stored, endpoint)
 
 

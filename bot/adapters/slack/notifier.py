@@ -80,6 +80,7 @@ from bot.domain.events import (
     OutboxEvent,
     RampSplit,
     RolloutProgress,
+    SloPlot,
     StateChanged,
     WatchAlert,
     WatchRecovered,
@@ -411,6 +412,28 @@ class SlackNotifier:
         if incident is not None:
             self._refresh_alert(uow, incident)
 
+    def _slo_plot(self, uow: SqlUnitOfWork, event: SloPlot, key: str) -> None:
+        """Upload the PNG ``/kimi slo`` drew; one not readable on this replica (or changed) becomes a note."""
+        channel = event.channel or self._endpoint_channel(uow, event.endpoint_name)
+        if not channel:
+            return
+        try:
+            data: bytes | None = Path(event.path).read_bytes()
+        except OSError:
+            data = None
+        if data is None or hashlib.sha256(data).hexdigest() != event.sha256:
+            self._post(key, channel, f"The objectives plot of `{event.endpoint_name}` is not available on this kimi-ops "
+                                     "replica; `/kimi slo` again draws it anew.")
+            return
+
+        def upload() -> tuple[str, str]:
+            answer = self.poster.files_upload_v2(channel=channel, file=data, filename=Path(event.path).name,
+                                                 title=event.title, alt_txt=event.title)
+            return channel, f"file:{(answer.get('files') or [{}])[0].get('id', '')}"
+
+        self._once(key, channel, None, lambda message: any(f.get("title") == event.title
+                                                          for f in message.get("files") or []), upload)
+
     def _requested(self, uow: SqlUnitOfWork, dep: Deployment, event: DeploymentRequested, key: str) -> None:
         """The root message is the whole announcement, and ``_ensure_root`` posted it."""
 
@@ -603,5 +626,6 @@ class SlackNotifier:
         WatchAlert: _watch_alert,
         WatchRecovered: _watch_recovered,
         IncidentHandled: _incident_handled,
+        SloPlot: _slo_plot,
         ChannelNotice: _notice,
     }

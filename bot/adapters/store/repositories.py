@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, aliased, defer, joinedload
 from sqlalchemy.orm.interfaces import LoaderOption
 
-from bot.adapters.store import outbox
+from bot.adapters.store import outbox, outbox_writes
 from bot.adapters.store.models import (
     AuditEntry,
     Deployment,
@@ -155,10 +155,10 @@ class DeploymentRepository(_Repository):
         rows = self.session.scalars(
             select(Deployment)
             .where(Deployment.endpoint_id.in_(list(endpoint_ids)), Deployment.state == "live")
-            .order_by(Deployment.id)
             .options(*_listing(manifests))
-        )
-        return {d.endpoint_id: d for d in rows}  # ascending ids: the newest wins
+        ).all()
+        # Sorted here: an ORDER BY id makes SQLite walk the whole table in id order instead of the index.
+        return {d.endpoint_id: d for d in sorted(rows, key=lambda d: d.id)}  # the newest wins
 
     def in_states(self, endpoint_id: int, states: Sequence[str]) -> Sequence[Deployment]:
         return self.session.scalars(
@@ -360,6 +360,7 @@ class EventRepository(_Repository):
         """Store ``event`` in the outbox, in the caller's transaction (the notifier sends it after the commit)."""
         kind, payload = outbox.to_row(event)
         row = Event(at=at, kind=kind, deployment_id=event.deployment_id, endpoint_name=event.endpoint_name, payload=payload)
+        outbox_writes.note()
         return self._add(row)
 
     def undelivered(self, limit: int = 100) -> Sequence[Event]:

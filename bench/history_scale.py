@@ -1,0 +1,272 @@
+"""What people read, at the scale of years: status, history, gates, App Home and ``jobs list`` at 1k and 100k deployments.
+
+For each database (SQLite, and PostgreSQL when ``--postgres`` reaches one) and each size, a fresh database is
+migrated to head and filled in SQL (``INSERT … SELECT`` over a counter, so filling costs the database, not
+Python): 4 endpoints, 200 releases of 64 weight objects each, the deployments (each with an 8 KB applied
+manifest, four decided gate reports and twelve audit rows), one deployment per endpoint waiting at its model
+gate, 20 probes per endpoint and one ``job.run`` audit row per 10 deployments.
+
+Each call is timed in this process: server time, the command's whole work up to the reply it would send; the
+best of ``--repeat`` (on a shared machine the best is the code's cost, the rest is other people's load). Its
+SQL statements are counted. The baseline, in the same run, is the same call on the same data with migration
+0009's five indexes dropped. The goals (issue 19): each call under 50 ms at 100k deployments, and at most 2×
+from 1k to 100k.
+
+    .venv/bin/python bench/history_scale.py [--sizes 1000,100000] [--repeat 5] [--postgres URL | --no-postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
+from sqlalchemy.engine import make_url
+
+from bot.adapters.store import schema
+from bot.adapters.store.models import UTCDateTime
+from bot.bootstrap import build_context, build_root
+from bot.config import load_settings
+from bot.services.access import Identity
+from bot.services.context import Context
+from bot.services.scheduling import job_overview
+from commands import gates, history, home, status
+
+ENDPOINTS = 4
+RELEASES = 200
+OBJECTS = 64
+GATES = ("artifact", "infrastructure", "model", "traffic")
+AUDIT_PER_DEPLOYMENT = 12
+PROBES_PER_ENDPOINT = 20
+GOAL_MS = 50.0
+GOAL_GROWTH = 2.0
+ADMIN = Identity("U0BENCH")
+START = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+INDEXES = {  # migration 0009's: what the baseline runs without
+    "ix_deployments_endpoint_id_state": "deployments", "ix_deployments_in_flight": "deployments",
+    "ix_gate_results_undecided": "gate_results", "ix_readiness_checks_endpoint_id_at_id": "readiness_checks",
+    "ix_audit_log_subject_id": "audit_log",
+}
+DEFAULT_POSTGRES = os.environ.get("KIMI_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/root")
+
+
+# ---------------------------------------------------------------------------- filling
+
+
+def _report(gate: str) -> str:
+    checks = [{"name": f"{gate}.check{i}", "status": "pass", "reason": "fine " * 12, "details": {"n": i}} for i in range(8)]
+    return json.dumps({"gate": gate, "checks": checks, "summary": "all checks passed", "attachments": {}})
+
+
+def _counter(upto: int) -> str:
+    """A CTE ``n(i)`` of 1..upto, in SQL both databases run."""
+    return f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {upto}) "
+
+
+def fill(engine: Engine, deployments: int) -> None:
+    """The history described in the module's docstring, written in a handful of statements."""
+    pg = engine.dialect.name == "postgresql"
+    js = (lambda p: f"CAST({p} AS JSON)") if pg else (lambda p: p)
+    now = bindparam("now", START, type_=UTCDateTime())
+    objects = json.dumps([{"key": f"weights/model-{i:05d}.safetensors", "size": 5_000_000_000 + i, "sha256": "ab" * 32}
+                          for i in range(OBJECTS)])
+    manifest = "apiVersion: v1\nkind: List\nitems:\n" + "  - {kind: Filler, data: " + "x" * 8000 + "}\n"
+    with engine.begin() as conn:
+        def run(sql: str, **params: Any) -> None:
+            conn.execute(text(sql).bindparams(now, **params) if ":now" in sql else text(sql).bindparams(**params))
+
+        for e in range(1, ENDPOINTS + 1):
+            name = f"kimi-{e}"
+            run(f"INSERT INTO endpoints (id, name, kind, environment, namespace, url, admission_open, admission, settings, "
+                f"created_at) VALUES ({e}, :name, 'hyperpod', 'prod', 'ns', 'http://127.0.0.1:9', true, 'open', "
+                f"{js(':settings')}, :now)", name=name, settings=json.dumps({"name": name}))
+        run(_counter(RELEASES) + "INSERT INTO releases (id, name, model_repo, model_commit, weights_prefix, objects, image, "
+            "serving_args, serving_env, licence_version, licence_sha256, tuple_hash, registered_by, registered_at) "
+            f"SELECT i, 'rel-' || i, 'moonshotai/Kimi-K3', :commit, 's3://w/k3/', {js(':objects')}, :image, "
+            f"{js(':args')}, {js(':env')}, 'v1', :sha, :sha, 'U1', :now FROM n",
+            commit="0" * 40, objects=objects, image="r/vllm@sha256:" + "0" * 64, args="[]", env="{}", sha="a" * 64)
+        # Ended deployments round-robin over the endpoints; the newest of each endpoint is made live below.
+        run(_counter(deployments) + "INSERT INTO deployments (id, endpoint_id, release_id, kind, state, state_reason, "
+            "in_flight, requested_by, applied_manifest, manifest_hash, created_at, updated_at, finished_at, "
+            "rollback_offered, own_requests, own_uncertain) "
+            f"SELECT i, 1 + (i % {ENDPOINTS}), 1 + (i % {RELEASES}), 'deploy', 'superseded', 'superseded', NULL, 'U1', "
+            ":manifest, :hash, :now, :now, :now, false, 0, 0 FROM n", manifest=manifest, hash="b" * 64)
+        run("UPDATE deployments SET state = 'live' WHERE id IN (SELECT max(id) FROM deployments GROUP BY endpoint_id)")
+        for gate in GATES:
+            run("INSERT INTO gate_results (deployment_id, gate, report, status, report_hash, checked_at, decision, "
+                f"decided_by, decided_at) SELECT id, :gate, {js(':report')}, 'pass', :hash, :now, 'approved', 'U2', :now "
+                "FROM deployments", gate=gate, report=_report(gate), hash="c" * 64)
+        run(_counter(AUDIT_PER_DEPLOYMENT) + "INSERT INTO audit_log (at, actor, action, subject, details) "
+            f"SELECT :now, 'U1', 'deployment.step' || n.i, 'deployment:' || d.id, {js(':details')} "
+            "FROM deployments d CROSS JOIN n", details=json.dumps({"from": "a", "to": "b"}))
+        run(_counter(max(1, deployments // 10)) + "INSERT INTO audit_log (at, actor, action, subject, details) "
+            f"SELECT :now, 'kimi-ops:scheduler', 'job.run', 'job:readiness-probe', {js(':details')} FROM n",
+            details=json.dumps({"ok": True, "summary": "kimi-1: answered"}))
+        run(_counter(PROBES_PER_ENDPOINT * ENDPOINTS) + "INSERT INTO readiness_checks (endpoint_id, at, ok, http_status, "
+            f"ttft_ms, total_ms) SELECT 1 + (i % {ENDPOINTS}), :now, true, 200, 120.0, 900.0 FROM n")
+        # One deployment per endpoint waiting at its model gate (the gates /kimi gates lists).
+        for e in range(1, ENDPOINTS + 1):
+            dep = deployments + e
+            run("INSERT INTO deployments (id, endpoint_id, release_id, kind, state, in_flight, requested_by, "
+                "applied_manifest, manifest_hash, created_at, updated_at, rollback_offered, own_requests, own_uncertain) "
+                f"VALUES ({dep}, {e}, 1, 'deploy', 'model_gate', true, 'U1', :manifest, :hash, :now, :now, false, 0, 0)",
+                manifest=manifest, hash="b" * 64)
+            for gate in GATES[:2]:
+                run("INSERT INTO gate_results (deployment_id, gate, report, status, report_hash, checked_at, decision, "
+                    f"decided_by, decided_at) VALUES ({dep}, :gate, {js(':report')}, 'pass', :hash, :now, 'approved', "
+                    "'U2', :now)", gate=gate, report=_report(gate), hash="c" * 64)
+            run("INSERT INTO gate_results (deployment_id, gate, report, status, report_hash, checked_at) "
+                f"VALUES ({dep}, 'model', {js(':report')}, 'pass', :hash, :now)", report=_report("model"), hash="c" * 64)
+        if pg:
+            conn.execute(text("ANALYZE"))
+    if not pg:
+        with engine.begin() as conn:
+            conn.execute(text("ANALYZE"))
+
+
+def drop_indexes(engine: Engine) -> None:
+    with engine.begin() as conn:
+        for name in INDEXES:
+            conn.execute(text(f"DROP INDEX {name}"))
+        conn.execute(text("ANALYZE"))
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+def calls(ctx: Context) -> dict[str, Callable[[], object]]:
+    root = build_root(ctx)
+    return {
+        "status": lambda: status.run(root, ADMIN, None),
+        "history 50": lambda: history.run(root, ADMIN, history.Args("kimi-1", 50)),
+        "gates": lambda: gates.run(root, ADMIN, gates.Args()),
+        "App Home": lambda: home.parts(ctx, ADMIN),
+        "jobs list": lambda: job_overview(ctx, {}),
+    }
+
+
+def measure(engine: Engine, call: Callable[[], object], repeat: int) -> tuple[float, int]:
+    """Best milliseconds of ``call`` over ``repeat`` (after one warm-up) and the SQL statements one call sends."""
+    statements: list[str] = []
+
+    def count(conn: Connection, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    call()
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        call()
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    timings = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        call()
+        timings.append((time.perf_counter() - started) * 1000)
+    return min(timings), len(statements)
+
+
+def run_size(url: str, tmp: Path, deployments: int, repeat: int) -> dict[str, dict[str, tuple[float, int]]]:
+    """``{"indexed"|"baseline": {call: (ms, statements)}}`` for one database of ``deployments`` deployments."""
+    schema.upgrade(url)
+    filler = create_engine(url)
+    fill(filler, deployments)
+    settings = load_settings(database_url=url, data_dir=tmp, roles={"admin": [ADMIN.user_id]},
+                             endpoints=[{"name": f"kimi-{e}"} for e in range(1, ENDPOINTS + 1)])
+    found: dict[str, dict[str, tuple[float, int]]] = {}
+    for variant in ("indexed", "baseline"):
+        if variant == "baseline":
+            drop_indexes(filler)
+        ctx = build_context(settings)
+        try:
+            found[variant] = {name: measure(ctx.uow.engine, call, repeat) for name, call in calls(ctx).items()}
+        finally:
+            ctx.close()
+    filler.dispose()
+    return found
+
+
+@contextmanager
+def sqlite_url(tmp: Path, deployments: int) -> Iterator[str]:
+    yield f"sqlite:///{tmp / f'history-{deployments}.db'}"
+
+
+@contextmanager
+def postgres_url(admin: str, deployments: int) -> Iterator[str]:
+    name = f"kimi_bench_{deployments}_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+
+
+def reachable(admin: str) -> bool:
+    try:
+        engine = create_engine(admin, connect_args={"connect_timeout": 3})
+        with engine.connect():
+            pass
+        engine.dispose()
+        return True
+    except Exception:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,100000", help="deployment counts, comma-separated (first is the base)")
+    parser.add_argument("--repeat", type=int, default=7, help="timed calls per measurement (the best is shown)")
+    parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="an admin URL of a PostgreSQL server")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    backends = ["sqlite"] + ([] if args.no_postgres or not reachable(args.postgres) else ["postgresql"])
+    results: dict[tuple[str, int], dict[str, dict[str, tuple[float, int]]]] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for backend in backends:
+            for size in sizes:
+                started = time.perf_counter()
+                place = sqlite_url(tmp, size) if backend == "sqlite" else postgres_url(args.postgres, size)
+                with place as url:
+                    results[(backend, size)] = run_size(url, tmp, size, max(1, args.repeat))
+                print(f"# {backend} {size:,} deployments: filled and measured in {time.perf_counter() - started:.0f} s",
+                      file=sys.stderr)
+    base, top = sizes[0], sizes[-1]
+    print(f"{'database':<10} {'call':<11} {f'{base:,} ms':>10} {f'{top:,} ms':>11} {'growth':>7} {'stmts':>6} "
+          f"{'baseline ms':>12} {'baseline×':>10}  goal")
+    worst_ms, worst_growth = 0.0, 0.0
+    for backend in backends:
+        for call in results[(backend, base)]["indexed"]:
+            low_ms, _ = results[(backend, base)]["indexed"][call]
+            high_ms, stmts = results[(backend, top)]["indexed"][call]
+            baseline_ms, _ = results[(backend, top)]["baseline"][call]
+            growth = high_ms / low_ms if low_ms else float("nan")
+            worst_ms, worst_growth = max(worst_ms, high_ms), max(worst_growth, growth)
+            met = "ok" if high_ms < GOAL_MS and growth <= GOAL_GROWTH else "MISSED"
+            print(f"{backend:<10} {call:<11} {low_ms:>10.1f} {high_ms:>11.1f} {growth:>6.2f}× {stmts:>6} "
+                  f"{baseline_ms:>12.1f} {baseline_ms / high_ms if high_ms else float('nan'):>9.1f}×  "
+                  f"<{GOAL_MS:.0f} ms, ≤{GOAL_GROWTH:.0f}×: {met}")
+    print(f"\ngoals: each call under {GOAL_MS:.0f} ms at {top:,} deployments (worst {worst_ms:.1f} ms), "
+          f"growth from {base:,} under {GOAL_GROWTH:.0f}× (worst {worst_growth:.2f}×); baseline: the same data "
+          f"without migration 0009's indexes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Bolt's listener runner without its deep copy of every request handed to a lazy listener.
+
+Before it starts a lazy listener, Bolt deep-copies the whole request, the context's Web API client, logger
+and retry handlers included: a third of what an acknowledgement costs here, on the thread that should be
+answering the next request. Our lazy functions only read their request, so they get a new request over the
+same body (parsed again, as Bolt's copy is) with a shallow copy of the context: the same client (the SDK's
+``WebClient`` is safe across threads) and the same values, which nothing mutates.
+"""
+
+from __future__ import annotations
+
+from slack_bolt import App, BoltContext, BoltRequest
+from slack_bolt.listener.thread_runner import ThreadListenerRunner
+
+# Bolt's own per-thread plumbing, which it never copies either; the runner sets what the lazy thread needs.
+_NOT_SHARED = frozenset(BoltContext.non_copyable_standard_property_names)
+
+
+class SharedRequestRunner(ThreadListenerRunner):
+    def _build_lazy_request(self, request: BoltRequest, lazy_func_name: str) -> BoltRequest:
+        body = request.raw_body if request.mode == "http" else request.body
+        context = BoltContext({k: v for k, v in request.context.items() if k not in _NOT_SHARED})
+        lazy = BoltRequest(body=body, query=request.query, headers=request.headers, context=context, mode=request.mode)
+        lazy.lazy_only = True
+        lazy.lazy_function_name = lazy_func_name
+        lazy.context["listener_runner"] = self
+        if request.context.get_thread_context is not None:
+            lazy.context["get_thread_context"] = request.context.get_thread_context
+        if request.context.save_thread_context is not None:
+            lazy.context["save_thread_context"] = request.context.save_thread_context
+        return lazy
+
+
+def share_lazy_requests(app: App) -> None:
+    """Replace ``app``'s listener runner by a :class:`SharedRequestRunner` with the same settings."""
+    runner: ThreadListenerRunner = app.listener_runner
+    app._listener_runner = SharedRequestRunner(
+        logger=runner.logger,
+        process_before_response=runner.process_before_response,
+        listener_error_handler=runner.listener_error_handler,
+        listener_start_handler=runner.listener_start_handler,
+        listener_completion_handler=runner.listener_completion_handler,
+        listener_executor=runner.listener_executor,
+        lazy_listener_runner=runner.lazy_listener_runner,
+    )

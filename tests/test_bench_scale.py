@@ -1,0 +1,40 @@
+"""``bench/history_scale.py`` and ``bench/fleet_scale.py`` run as documented and print their tables with the goals.
+
+Tiny sizes only (CI time): the figures are not asserted, only that each call, baseline and goal is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _run(script: str, *args: str, cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "SLACK_"))}
+    run = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True, env=env,
+                         cwd=cwd, timeout=280)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return run.stdout
+
+
+def test_history_scale_prints_each_call_beside_its_baseline_and_the_goals(tmp_path: Path) -> None:
+    out = _run("history_scale.py", "--sizes", "10,20", "--repeat", "1", "--no-postgres", cwd=tmp_path)
+    rows = [line.split() for line in out.splitlines() if line.startswith("sqlite")]
+    assert [" ".join(r[1:-10]) for r in rows] == ["status", "history 50", "gates", "App Home", "jobs list"]
+    assert all(r[-1] in ("ok", "MISSED") and int(r[-7]) > 0 for r in rows)  # a verdict and the statements counted
+    assert "goals: each call under 50 ms at 20 deployments" in out
+
+
+def test_fleet_scale_prints_probe_watch_and_pages_beside_their_baselines(tmp_path: Path) -> None:
+    out = _run("fleet_scale.py", "--sizes", "1,2", "--completion-seconds", "0.01", "--repeat", "1", cwd=tmp_path)
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2] and all(len(r) == 11 for r in rows)
+    assert "goals at 2 endpoints: probe inside one period" in out and "status under 300 ms" in out
