@@ -80,6 +80,8 @@ def run(root: Root, identity: Identity, name: str | None) -> Reply:
             f"*reservation:* {s.reservation_left} left (ends {at(s.reservation.end)})" if s.reservation
             else "*reservation:* none seen",
         ]
+        if s.cold_start is not None:
+            lines.append(f"*last cold start:* {s.cold_start.words()} ({at(s.cold_start_at)})")
         lines += [f"*incident:* {i.kind} since {at(i.opened_at)} — {i.reason}" for i in s.incidents]
         dep = flying.get(s.name)
         if dep is not None:

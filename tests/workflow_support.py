@@ -16,6 +16,7 @@ import yaml
 
 from bot.config import EndpointSettings
 from bot.domain.checks import Check
+from bot.domain.coldstart import ColdStart
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
@@ -97,6 +98,11 @@ class FakeCluster:
     block: threading.Event | None = None
     # Rollouts of manifests containing any of these strings fail (a bad candidate; the restored release still rolls out).
     failing: set[str] = field(default_factory=set)
+
+
+    def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None:
+        """What the rollout's pod said about its start: 90 s pull, 800 s weights, 300 s load."""
+        return ColdStart(90.0, 800.0, 300.0, first_completion_s)
 
     def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
         return RenderedManifest.of([{

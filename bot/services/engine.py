@@ -33,6 +33,7 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, parse_admission
 from bot.domain.checks import Check, GateReport
+from bot.domain.coldstart import ColdStart
 from bot.domain.events import DrainStalled, RampSplit
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.own_requests import OwnRequests, Reach, reach_since
@@ -57,6 +58,7 @@ from bot.services.deployments import (
 from bot.services.errors import NotConfigured, NotFound, Refused, UserError
 from bot.services.gates import GateSubject, run_gate
 from bot.services.objectives import RampObjectives
+from bot.services.ports import StartupReader
 from bot.services.releases import manifest_from_row
 
 log = logging.getLogger(__name__)
@@ -537,15 +539,29 @@ class Engine:
         if not result.ok:
             raise StepFailed(f"readiness completion {result.summary}")
         baseline = self._metrics(snap) if snap.kind == "deploy" else None
+        cold = self._cold_start(snap, result)
         with self.ctx.uow() as uow:
             dep = self._locked(uow, snap)
             # From here on, every request the candidate finishes beyond kimi-ops's own is a user getting through.
             dep.closed_baseline = baseline.requests_finished if baseline is not None else None
             dep.own_requests = dep.own_uncertain = 0
+            if cold is not None:
+                uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
+                                                     message=f"cold start: {cold.words()}", state=State.READINESS.value),
+                                at=self.ctx.clock.now())
             transition(uow, self.ctx, dep, next_state(snap.kind, State.READINESS),
                        reason=f"readiness completion {result.summary}",
-                       details={"ttft_ms": result.ttft_ms, "total_ms": result.total_ms})
+                       details={"ttft_ms": result.ttft_ms, "total_ms": result.total_ms,
+                                **({"cold_start": cold.as_dict()} if cold is not None else {})})
             uow.commit()
+
+    def _cold_start(self, snap: Snapshot, result: ReadinessResult) -> ColdStart | None:
+        """Image pull, weight transfer, load and the first completion of this rollout, where the cluster says."""
+        cluster: object = self.ctx.ports.cluster
+        if not isinstance(cluster, StartupReader):
+            return None
+        first = result.total_ms / 1000 if result.total_ms is not None else None
+        return cluster.cold_start(snap.endpoint, first)
 
     def _record_readiness(self, snap: Snapshot, result: ReadinessResult) -> None:
         with self.ctx.uow() as uow:

@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
+from bot.domain.coldstart import ColdStart
 from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.health import GpuSnapshot, WorkloadHealth
@@ -165,3 +166,10 @@ class GpuTelemetry(Protocol):
     """Reads an NVIDIA DCGM exporter's ``/metrics``; raises with a one-line reason when it cannot."""
 
     def read(self, url: str) -> GpuSnapshot: ...
+
+
+@runtime_checkable
+class StartupReader(Protocol):
+    """A cluster adapter that can say how long the newest pod took to start (a rollout's cold start)."""
+
+    def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None: ...

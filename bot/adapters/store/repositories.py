@@ -368,6 +368,13 @@ class EventRepository(_Repository):
             select(Event).where(Event.delivered_at.is_(None)).order_by(Event.id).limit(limit)
         ).all()
 
+    def latest_with(self, endpoint_name: str, kind: str, key: str, scan: int = 200) -> tuple[dt.datetime, Any] | None:
+        """When and what the newest event of ``kind`` about the endpoint carried under ``key`` (its newest ``scan``)."""
+        rows = self.session.scalars(select(Event).where(Event.kind == kind, Event.endpoint_name == endpoint_name)
+                                    .order_by(Event.id.desc()).limit(scan)).all()
+        found = next((r for r in rows if (r.payload or {}).get(key) is not None), None)
+        return (found.at, found.payload[key]) if found is not None else None
+
     def for_endpoint_kind(self, endpoint_id: int, kind: str, incident_id: int) -> Sequence[Event]:
         """The events of ``kind`` about one incident (its alert), by the endpoint's name."""
         name = select(Endpoint.name).where(Endpoint.id == endpoint_id).scalar_subquery()
