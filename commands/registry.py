@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from bot.bootstrap import Root
+from bot.domain.names import did_you_mean
 from bot.services.access import Identity
 from bot.views.parts import Reply
 from commands import (
@@ -30,7 +31,7 @@ from commands import (
     slo,
     status,
 )
-from commands.base import Usage
+from commands.base import Usage, q
 
 COMMANDS: tuple[ModuleType, ...] = (
     help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
@@ -50,12 +51,13 @@ def _words(text: str) -> tuple[ModuleType, list[str]]:
     try:
         words = shlex.split(text or "")
     except ValueError:
-        raise Usage("unbalanced quotes; " + help.USAGE + " lists the sub-commands") from None
+        raise Usage(help.USAGE, "a quote is opened and never closed") from None
     if not words:
         return help, []
     module = BY_NAME.get(words[0].lower())
     if module is None:
-        raise Usage(f"unknown sub-command `{words[0]}`; try `{help.USAGE}`")
+        hint = did_you_mean(words[0], BY_NAME) or f"; `{help.USAGE}` lists them"
+        raise Usage(help.USAGE, f"there is no sub-command {q(words[0])}{hint}")
     return module, words[1:]
 
 

@@ -14,7 +14,7 @@ from bot.views.deployments import deployment_title
 from bot.views.icons import Icon
 from bot.views.parts import Divider, Heading, Part, Reply, Text, plain
 from bot.views.status import cluster_rows
-from commands.base import Usage, at
+from commands.base import Usage, at, extra
 
 NAME = "status"
 USAGE = "/kimi status [ENDPOINT|SERVICE]"
@@ -25,7 +25,7 @@ PROBES_SHOWN = 5
 
 def parse(args: list[str]) -> str | None:
     if len(args) > 1:
-        raise Usage(USAGE)
+        raise Usage(USAGE, extra(args[1:]) + " (one endpoint, or none for all)")
     return args[0] if args else None
 
 

@@ -208,7 +208,7 @@ def test_gate_report_prints_stored_reports_and_accept_limits_takes_the_proposal(
     assert "artifact gate checks: pass" in artifact.output and "PASS  weights.objects" in artifact.output
 
     for args, message in (
-        (("gate", "report", "99", "model"), "error: no deployment #99; `history` lists them"),
+        (("gate", "report", "99", "model"), "error: no deployment #99; `kimi-ops history` lists them"),
         (("gate", "report", str(dep.id), "canary"),
          "error: no gate named canary; the gates are artifact, infrastructure, model, traffic"),
     ):

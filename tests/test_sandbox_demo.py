@@ -48,7 +48,7 @@ def test_demo_ends_with_the_rejected_candidate_restored(demo_run: subprocess.Com
         assert f"→ *{step}*" in rollback
     # The rejected candidate: its thread says so and names the restore, which runs the rollback's steps by itself.
     rejected = out.split("once more;")[1]
-    assert "→ *rejected*: model gate rejected by U0APPROVER1: the refusal answers changed; not for production" in rejected
+    assert "→ *rejected*: model gate rejected by @U0APPROVER1: the refusal answers changed; not for production" in rejected
     assert "Restoring kimi-k3-2026-08-01 (deployment #5): users stay closed out" in rejected
     for step in ("closing", "draining", "applying", "rolling out", "readiness", "evaluation", "reopening"):
         assert f"→ *{step}*" in rejected.split("Restoring kimi-k3-2026-08-01")[1]

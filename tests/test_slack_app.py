@@ -66,9 +66,9 @@ def test_forged_stale_and_replayed_requests_get_401_and_do_nothing(bench) -> Non
 
 def test_unknown_or_malformed_input_gets_the_usage_line_in_the_ack(bench) -> None:
     answer = bench.slash("U0DEPLOYER", "deploy")
-    assert answer.status_code == 200 and "Usage: /kimi deploy RELEASE [to ENDPOINT]" in answer.text
+    assert answer.status_code == 200 and "Usage: `/kimi deploy RELEASE [to ENDPOINT]`" in answer.text
     answer = bench.slash("U0DEPLOYER", "frobnicate now")
-    assert "unknown sub-command `frobnicate`" in answer.text
+    assert "there is no sub-command `frobnicate`" in answer.text
     answer = bench.slash("U0DEPLOYER", "history kimi-prod many")
     assert "/kimi history [ENDPOINT] [N]" in answer.text
 

@@ -59,7 +59,7 @@ def test_reject_asks_for_the_reason_on_the_next_line(console) -> None:
 
 
 def test_malformed_input_gets_usage_and_help_is_local(console) -> None:
-    assert "Usage: /kimi cancel DEPLOYMENT [force]" in "\n".join(console.handle("/kimi cancel"))
+    assert "Usage: `/kimi cancel DEPLOYMENT [force]`" in "\n".join(console.handle("/kimi cancel"))
     assert console.handle("/as someone")[0].startswith("usage: /as")
     assert "no button [9]" in console.handle("9")[0]
 

@@ -19,7 +19,7 @@ from bot.services.deployments import (
     request_rollback,
 )
 from bot.services.engine import Engine
-from bot.services.errors import Forbidden, Refused
+from bot.services.errors import Forbidden, Invalid, Refused
 from bot.services.readiness import endpoint_status
 from bot.services.releases import register_release
 from tests.workflow_support import (
@@ -392,7 +392,7 @@ def test_an_admin_reopens_admission_by_hand_with_a_reason_and_the_page_ends(wf) 
         request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id).id).id).id)
     with pytest.raises(Forbidden):
         override_admission(ctx, "kimi-prod", "open", "users need it", APPROVER_1)
-    with pytest.raises(Refused, match="say why"):
+    with pytest.raises(Invalid, match="say why"):
         override_admission(ctx, "kimi-prod", "open", " ", ADMIN)
     view = override_admission(ctx, "kimi-prod", "open", "fallback overloaded", ADMIN)
     assert view.admission == "open" and ctx.ports.cluster.admission[-1] is True

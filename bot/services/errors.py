@@ -18,6 +18,16 @@ class NotFound(UserError):
     """The thing named does not exist."""
 
 
+class NoEndpoints(NotFound):
+    """No endpoint is declared at all (a listing shows nothing; an action needs one)."""
+
+
+class Invalid(UserError):
+    """The input is malformed in a way the command line could not see (a blank reason, say): a usage error."""
+
+    exit_code = 2
+
+
 class Refused(UserError):
     """The request is understood but not allowed in the current state."""
 

@@ -46,8 +46,7 @@ from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.context import Context, require
-from bot.services.deployments import live_deployment
-from bot.services.errors import NotFound
+from bot.services.deployments import endpoint_row, live_deployment
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
 from bot.services.reservations import (
     MISSING_INCIDENT,
@@ -321,10 +320,7 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
     records: dict[str, tuple[EndpointSettings, Recorded, int | None]] = {}
     with ctx.uow() as uow:
         # Every table is read once for the whole page, whatever the number of endpoints.
-        found = [uow.endpoints.get(name)] if name else list(uow.endpoints.list())
-        if name and found[0] is None:
-            raise NotFound(f"no endpoint named {name}; `kimi-ops status` lists them all")
-        rows = [row for row in found if row is not None]
+        rows = [endpoint_row(uow, name)] if name else list(uow.endpoints.list())
         ids = [row.id for row in rows]
         incidents = uow.incidents.open_by_endpoint(INCIDENT_KINDS)
         snapshot = RecordSnapshot.read(uow, ids)

@@ -531,7 +531,7 @@ def reservation_for(ctx: Context, endpoint: EndpointSettings | str, *, fresh: bo
     if isinstance(endpoint, str):
         spec = ctx.settings.endpoint(endpoint)
         if spec is None:
-            raise NotFound(f"no endpoint named {endpoint}; `kimi-ops reservations` lists what is watched")
+            raise NotFound(f"no endpoint named {endpoint}; `/kimi reservations` lists what is watched")
         endpoint = spec
     if fresh:
         source = require(ctx.ports.reservations, "AWS access", "to read reservations; give this process AWS credentials")

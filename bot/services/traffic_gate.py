@@ -267,7 +267,7 @@ def accept_proposed_limits(
 
         dep = uow.deployments.get(deployment_id)
         if dep is None:
-            raise NotFound(f"no deployment #{deployment_id}; list them with `kimi-ops history`")
+            raise NotFound(f"no deployment #{deployment_id}; `/kimi history` lists them")
         name = dep.endpoint.name
         if endpoint_name is not None and name != endpoint_name:
             raise Refused(f"deployment #{deployment_id} runs on {name}, not {endpoint_name}; name the right endpoint")

@@ -34,7 +34,7 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
         try:
             context[PARSED] = registry.parse(command.get("text") or "")
         except Usage as usage:
-            ack(text=f"Usage: {usage}")
+            ack(text=str(usage))
             return
         except Exception:
             # A parser bug must still answer the typist, in the acknowledgement, rather than Bolt's 500.
@@ -62,7 +62,7 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
             try:
                 parsed = registry.parse(value or "")
             except Usage as usage:
-                return reply(f"Usage: {usage}")
+                return reply(str(usage))
             return registry.run(deps.root, deps.identity(user), parsed)
 
         deps.follow(guard(run, tell), tell, channel)
