@@ -78,6 +78,7 @@ from bot.domain.events import (
     IncidentHandled,
     LimitsAccepted,
     OutboxEvent,
+    RampSplit,
     RolloutProgress,
     SloPlot,
     StateChanged,
@@ -96,6 +97,7 @@ from bot.views.deployments import deployment_title, state_words
 from bot.views.gates import decided_note, gate_parts, limits_parts
 from bot.views.incidents import alert_parts
 from bot.views.parts import Note, Part, Text, person
+from bot.views.ramp import ramp_text
 
 log = logging.getLogger(__name__)
 
@@ -438,6 +440,12 @@ class SlackNotifier:
     def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress, key: str) -> None:
         self._reply(dep, key, f":arrows_counterclockwise: {event.message}")
 
+    def _ramp_split(self, uow: SqlUnitOfWork, dep: Deployment, event: RampSplit, key: str) -> None:
+        """One message per ramp (key ``ramp:<deployment>``), posted once and edited in place by every later event."""
+        text = slack_text(ramp_text(event))
+        channel, ts = self._reply(dep, f"ramp:{dep.id}", text)
+        self.client.chat_update(channel=channel, ts=ts, text=text, blocks=render([Text(text)]).blocks)
+
     def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
         if event.text:
             self._reply(dep, key, slack_text(event.text))
@@ -610,6 +618,7 @@ class SlackNotifier:
         LimitsAccepted: _limits_accepted,
         GatePlot: _gate_plot,
         RolloutProgress: _progress,
+        RampSplit: _ramp_split,
         ChannelNotice: _thread_notice,
     }
     # Events with no deployment: one handler per class, the nearest base's otherwise (every ChannelNotice).
