@@ -119,6 +119,7 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
             release_hash=dep.release.tuple_hash,
             manifest_hash=dep.manifest_hash,
             baseline_reports=baseline,
+            requester=dep.requested_by,
         ),
         applied_manifest=dep.applied_manifest,
         entered_at_epoch=dep.updated_at.timestamp(),
