@@ -44,6 +44,7 @@ from bot.cli import output
 if TYPE_CHECKING:
     from bot.cli.shell import Shell
     from bot.sandbox.gateway import GatewayStandIn
+    from bot.sandbox.openai_server import OpenAIServer
     from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
@@ -56,10 +57,12 @@ class ScriptFailed(Exception):
 class Tour:
     """Types lines into the shell as named people and prints what each of them sees."""
 
-    def __init__(self, console: Shell, echo: Callable[[str], None], gateway: GatewayStandIn | None = None) -> None:
+    def __init__(self, console: Shell, echo: Callable[[str], None], gateway: GatewayStandIn | None = None,
+                 model: OpenAIServer | None = None) -> None:
         self.console = console
         self.echo = echo
         self.gateway = gateway  # the gateway stand-in, whose counts show what users got
+        self.model = model  # the model server stand-in, which can count a burst of errors (the burn-rate alert)
         self._seen: Counter[tuple[str, Any]] = Counter()
         self._sides_seen: Counter[Any] = Counter()
 
@@ -208,6 +211,15 @@ def tour(tour: Tour) -> None:
     tour.scheduler("readiness-probe")
     tour.say(APPROVER_1, f"/kimi status {ENDPOINT}")
 
+    if tour.model is not None:
+        tour.step("The metrics watch reads /metrics every minute; a burst of 5xx answers burns the error budget and pages")
+        tour.scheduler("metrics-watch")
+        tour.model.simulate(requests=600, errors=90, ttft=0.2, e2e=2.0)  # 15 % of a busy minute answered 5xx
+        tour.scheduler("metrics-watch")  # the alert: live release, last deployment, Acknowledge / Silence… / Roll back
+        tour.say(APPROVER_1, f"/kimi slo {ENDPOINT}")
+        tour.model.simulate(requests=100_000, ttft=0.2, e2e=2.0)  # healthy traffic: the budget stops burning
+        tour.scheduler("metrics-watch")
+
     tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked")
     tour.users(f"users while {first} serves", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {second}")
@@ -331,7 +343,8 @@ def demo(
                         "stand-in with background users, Slack stub, SQLite")
             sandbox, console = _start(Path(tmp), pair=pair)
             try:
-                (pair_tour if pair else tour)(Tour(console, typer.echo, sandbox.stand_ins["traffic"].gateway))
+                (pair_tour if pair else tour)(Tour(console, typer.echo, sandbox.stand_ins["traffic"].gateway,
+                                                   model=sandbox.stand_ins["openai"]))
             except ScriptFailed as exc:
                 output.error(f"the demo stopped: {exc}")
                 raise typer.Exit(1) from None
