@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from bot.domain.events import RampSplit
+from bot.views.actions import RUN_COMMAND
+from bot.views.parts import Button, Buttons, Part, Text
 
 
 def _side(side: dict[str, Any]) -> str:
@@ -33,3 +35,12 @@ def ramp_text(event: RampSplit) -> str:
     elif event.next_at is not None:
         lines.append(f"Soaking until {event.next_at:%H:%M:%S} UTC.")
     return "\n".join(lines)
+
+
+def ramp_parts(event: RampSplit, service: str | None) -> list[Part]:
+    """The ramp message; once a pair's ramp is done, with the one-click fast path back (``rollback SERVICE``)."""
+    parts: list[Part] = [Text(ramp_text(event))]
+    if service is not None and event.outcome == "live":
+        parts.append(Text(f"Fast path back: `/kimi rollback {service}` (one route change to the side kept warm)."))
+        parts.append(Buttons((Button(f"Roll back {service}", RUN_COMMAND, f"rollback {service}", style="danger"),)))
+    return parts

@@ -97,7 +97,7 @@ from bot.views.deployments import deployment_title, state_words
 from bot.views.gates import decided_note, gate_parts, limits_parts
 from bot.views.incidents import alert_parts
 from bot.views.parts import Note, Part, Text, person
-from bot.views.ramp import ramp_text
+from bot.views.ramp import ramp_parts
 
 log = logging.getLogger(__name__)
 
@@ -442,9 +442,10 @@ class SlackNotifier:
 
     def _ramp_split(self, uow: SqlUnitOfWork, dep: Deployment, event: RampSplit, key: str) -> None:
         """One message per ramp (key ``ramp:<deployment>``), posted once and edited in place by every later event."""
-        text = slack_text(ramp_text(event))
-        channel, ts = self._reply(dep, f"ramp:{dep.id}", text)
-        self.client.chat_update(channel=channel, ts=ts, text=text, blocks=render([Text(text)]).blocks)
+        service = ((dep.endpoint.settings or {}).get("pair") or {}).get("service")
+        rendered = render(ramp_parts(event, service))
+        channel, ts = self._reply(dep, f"ramp:{dep.id}", rendered.text, parts=ramp_parts(event, service))
+        self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
 
     def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
         if event.text:
