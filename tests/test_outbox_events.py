@@ -22,6 +22,7 @@ from bot.domain.events import (
     IncidentHandled,
     LimitsAccepted,
     OutboxEvent,
+    RampPlot,
     RampSplit,
     ReadinessAlert,
     ReadinessRecovered,
@@ -99,6 +100,7 @@ def samples(deployment_id: int) -> list[OutboxEvent]:
                                                  "ttft_p99_ms": 310.0, "error_rate": 0.0},
                                                 {"name": "kimi-blue", "weight": 75, "cohort": False}),
                   next_step="50%", next_at=AT, outcome="live"),
+        RampPlot(**common, path="/tmp/ramp.png", sha256="cd" * 32, title="Ramp of kimi-green · deployment #4"),
     ]
 
 

@@ -62,6 +62,13 @@ class PairWorld:
         assert len(found) == 1, [m.text for m in found]
         return found[0]
 
+    def ramp_plots(self, deployment_id: int) -> list[Any]:
+        """The PNGs uploaded into the deployment's thread for its ramp (after ``ramp_message`` delivered them)."""
+        with self.ctx.uow() as uow:
+            dep = uow.deployments.get(deployment_id)
+            channel, root = dep.slack_channel, dep.slack_thread_ts
+        return [u for _, u in self.slack.files_in(channel, root) if u.filename.startswith("ramp-")]
+
     @property
     def ctx(self) -> Any:
         return self.sandbox.ctx
@@ -235,6 +242,9 @@ def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_st
     assert ramp.updated >= len(world.ctx.settings.service(SERVICE).ramp.steps) + 2  # the cohort, each step, the end
     assert "Done" in ramp.text and f"{idle}: 100%" in ramp.text and f"{users}: 0%" in ramp.text
     assert "TTFT p99" in ramp.text or "no user requests" in ramp.text
+    assert f"rollback {SERVICE}" in str(ramp.blocks)  # the one-click fast path back, under the finished ramp
+    (plot,) = world.ramp_plots(dep.id)
+    assert plot.mimetype == "image/png" and plot.length > 0
 
 
 def test_the_split_at_the_gateway_matches_the_route_weights_within_the_conformance_tolerance(world: PairWorld) -> None:

@@ -301,6 +301,17 @@ class RampSplit(OutboxEvent):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RampPlot(OutboxEvent):
+    """The ramp ended (live or aborted): the PNG of its weights and latencies, uploaded into the thread."""
+
+    KIND: ClassVar[str] = "ramp.plot"
+    deployment_id: int
+    path: str
+    sha256: str
+    title: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServiceRolledBack(ChannelNotice):
     """``/kimi rollback SERVICE``: one route change moved every user back to the side kept warm."""
 
@@ -368,7 +379,7 @@ EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     ReadinessAlert, ReadinessRecovered,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
-    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack, RampSplit,
+    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack, RampSplit, RampPlot,
     WatchAlert, WatchRecovered, IncidentHandled, SloPlot,
 )
 """Every event that may be stored, one per ``KIND``."""

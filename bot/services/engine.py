@@ -28,13 +28,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.adapters.plots import plot_ramp
 from bot.adapters.store.models import Deployment, ReadinessCheck
+from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, parse_admission
 from bot.domain.checks import Check, GateReport
 from bot.domain.coldstart import ColdStart
-from bot.domain.events import DrainStalled, RampSplit
+from bot.domain.events import DrainStalled, RampPlot, RampSplit
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.own_requests import OwnRequests, Reach, reach_since
 from bot.domain.ramp import Window, next_step, ramp_steps, window_between, window_summary
@@ -715,6 +717,7 @@ class Engine:
                        if endpoint.pair is None else f"ramp complete: all of {endpoint.pair.service}'s weight is on "
                        f"{endpoint.name}", details={"admission": "open"})
             uow.commit()
+        self._ramp_plot(snap)
 
     def _split_event(self, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None = None,
                      next_at: dt.datetime | None = None, outcome: str | None = None) -> RampSplit:
@@ -735,6 +738,24 @@ class Engine:
             sides.append(side)
         return RampSplit(deployment_id=snap.id, endpoint_name=endpoint.name, step=step, sides=tuple(sides),
                          next_step=next_step, next_at=next_at, outcome=outcome)
+
+    def _ramp_plot(self, snap: Snapshot) -> None:
+        """The PNG of the ramp from its stored split messages (a resumed ramp's earlier steps included); best effort."""
+        try:
+            with self.ctx.uow() as uow:
+                points = [{"at": row.at, "sides": list(event.sides)} for row in uow.events.for_deployment(snap.id)
+                          if row.kind == RampSplit.KIND and isinstance(event := event_of(row), RampSplit)]
+            if len(points) < 2:
+                return
+            title = f"Ramp of {snap.endpoint.name} · deployment #{snap.id}"
+            path = self.ctx.settings.data_dir / "reports" / f"ramp-{snap.endpoint.name}-{snap.id}.png"
+            plot = plot_ramp(points, path, title)
+            with self.ctx.uow() as uow:
+                uow.events.emit(RampPlot(deployment_id=snap.id, endpoint_name=snap.endpoint.name, path=plot["path"],
+                                         sha256=plot["sha256"], title=title), at=self.ctx.clock.now())
+                uow.commit()
+        except Exception:  # the thread's message has the numbers; a missing picture never fails a ramp
+            log.warning("deployment #%s: the ramp's plot could not be drawn", snap.id, exc_info=True)
 
     def _show_split(self, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None) -> None:
         now = self.ctx.clock.now()
@@ -795,6 +816,7 @@ class Engine:
             with self.ctx.uow() as uow:
                 uow.events.emit(self._split_event(snap, step, windows, outcome=f"{why}; {back}"), at=self.ctx.clock.now())
                 uow.commit()
+            self._ramp_plot(snap)
             raise StepFailed(why)
         self._progress(snap, RolloutProgress(f"ramp step {step} held: {'; '.join(seen)}", "ramping"))
         return windows

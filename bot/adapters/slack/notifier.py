@@ -78,6 +78,7 @@ from bot.domain.events import (
     IncidentHandled,
     LimitsAccepted,
     OutboxEvent,
+    RampPlot,
     RampSplit,
     RolloutProgress,
     SloPlot,
@@ -447,6 +448,26 @@ class SlackNotifier:
         channel, ts = self._reply(dep, f"ramp:{dep.id}", rendered.text, parts=ramp_parts(event, service))
         self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
 
+    def _ramp_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: RampPlot, key: str) -> None:
+        """The ramp's PNG into its thread, once; one not readable on this replica (or changed) becomes a note."""
+        try:
+            data: bytes | None = Path(event.path).read_bytes()
+        except OSError:
+            data = None
+        if data is None or hashlib.sha256(data).hexdigest() != event.sha256:
+            self._reply(dep, key, "The ramp's plot is not available on this kimi-ops replica; the ramp message above "
+                                  "has its numbers.")
+            return
+        channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
+
+        def upload() -> tuple[str, str]:
+            answer = self.poster.files_upload_v2(channel=channel, thread_ts=thread_ts, file=data,
+                                                 filename=Path(event.path).name, title=event.title, alt_txt=event.title)
+            return channel, f"file:{(answer.get('files') or [{}])[0].get('id', '')}"
+
+        self._once(key, channel, thread_ts, lambda message: any(f.get("title") == event.title
+                                                                for f in message.get("files") or []), upload)
+
     def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
         if event.text:
             self._reply(dep, key, slack_text(event.text))
@@ -620,6 +641,7 @@ class SlackNotifier:
         GatePlot: _gate_plot,
         RolloutProgress: _progress,
         RampSplit: _ramp_split,
+        RampPlot: _ramp_plot,
         ChannelNotice: _thread_notice,
     }
     # Events with no deployment: one handler per class, the nearest base's otherwise (every ChannelNotice).
