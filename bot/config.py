@@ -177,6 +177,11 @@ class EndpointSettings(BaseModel):
         description="Who the endpoint serves: internal users, a third-party product, or Model-as-a-Service; a licence "
         "review holds only for the exposure it classified.",
     )
+    egress_cidrs: list[str] = Field(
+        default_factory=lambda: ["0.0.0.0/0"],
+        description="Where HyperPod model pods may connect on TCP 443 (weight storage, telemetry, control plane); "
+        "the instance metadata address is always excluded.",
+    )
     data_capture: DataCapture = Field(
         default_factory=DataCapture,
         description="What the endpoint captures of its traffic (default: the load balancer's access logs, no payloads).",
@@ -190,6 +195,18 @@ class EndpointSettings(BaseModel):
     slo: SloSettings = Field(default_factory=SloSettings)
     dcgm_url: str | None = Field(default=None, description="URL of the node's NVIDIA DCGM exporter /metrics.")
     gpus: int = Field(default=8, ge=1, le=64, description="GPUs the node should report to DCGM.")
+
+    @field_validator("egress_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError:
+                raise ValueError(f"{cidr[:60]!r} is not a CIDR block such as 10.0.0.0/16") from None
+        return value
 
     @model_validator(mode="after")
     def _route_backends(self) -> EndpointSettings:

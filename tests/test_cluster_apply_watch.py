@@ -206,7 +206,7 @@ def test_an_invalid_stored_manifest_is_refused_with_schema_paths_and_nothing_is_
         seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
     ep = endpoint()
     objects = copy.deepcopy(cluster.render(release, ep, release.tuple_hash()).objects)
-    objects[0]["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] = 0
+    objects[-1]["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] = 0
     broken = RenderedManifest.of(objects)
     with pytest.raises(InvalidManifest) as refused:
         cluster.apply(ep, broken)
@@ -258,7 +258,7 @@ def test_an_unreachable_api_server_fails_the_apply_with_one_line_and_applies_not
         with pytest.raises(ClusterError) as failed:
             cluster.apply(ep, cluster.render(release, ep, release.tuple_hash()))
     message = str(failed.value)
-    assert message.startswith("dry run of InferenceEndpointConfig/kimi-hyperpod failed, nothing was applied:")
+    assert message.startswith("dry run of NetworkPolicy/kimi-hyperpod-egress failed, nothing was applied:")
     assert "\n" not in message
 
 

@@ -38,7 +38,8 @@ def by_kind(manifest: RenderedManifest) -> dict[str, dict[str, Any]]:
 
 def test_hyperpod_rendering_follows_the_guide_with_s3_weights_a_pinned_image_and_request_limits(release: ReleaseManifest) -> None:
     manifest = render_manifest(release, endpoint(), release.tuple_hash())
-    [iec] = manifest.objects
+    [egress, iec] = manifest.objects  # the model pods' egress policy, then the endpoint
+    assert egress["kind"] == "NetworkPolicy" and egress["spec"]["policyTypes"] == ["Egress"]
     assert (iec["apiVersion"], iec["kind"]) == ("inference.sagemaker.aws.amazon.com/v1", "InferenceEndpointConfig")
     assert iec["metadata"]["name"] == "kimi-prod" and iec["metadata"]["namespace"] == "model-serving"
     spec = iec["spec"]
@@ -110,11 +111,11 @@ def test_rendering_is_deterministic_and_stored_text_rebuilds_byte_for_byte(relea
 
 def test_broken_request_limits_are_refused_with_the_schema_path_of_each_error(release: ReleaseManifest) -> None:
     objects = copy.deepcopy(render_manifest(release, endpoint(), release.tuple_hash()).objects)
-    limits = objects[0]["spec"]["worker"]["requestLimits"]
+    limits = objects[-1]["spec"]["worker"]["requestLimits"]
     limits["maxConcurrentRequests"] = 0
     limits["overflowStatusCode"] = 700
-    objects[0]["spec"]["worker"]["environmentVariables"].append({"name": "VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION", "value": "0"})
-    objects[0]["spec"]["replica"] = 2  # a typo the API server would silently prune
+    objects[-1]["spec"]["worker"]["environmentVariables"].append({"name": "VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION", "value": "0"})
+    objects[-1]["spec"]["replica"] = 2  # a typo the API server would silently prune
 
     errors = manifest_errors(objects)
     assert errors == [
@@ -151,7 +152,7 @@ def test_the_example_manifests_in_deploy_endpoints_are_current() -> None:
 
 def test_limits_accepted_from_a_traffic_gate_are_the_ones_rendered(release: ReleaseManifest) -> None:
     accepted = RequestLimits(max_concurrent_requests=9, max_queue_size=20, overflow_status_code=429)
-    [iec] = render_manifest(release, endpoint(accepted_request_limits=accepted), release.tuple_hash()).objects
+    [_, iec] = render_manifest(release, endpoint(accepted_request_limits=accepted), release.tuple_hash()).objects
     limits = iec["spec"]["worker"]["requestLimits"]
     assert (limits["maxConcurrentRequests"], limits["maxQueueSize"]) == (9, 20)
 

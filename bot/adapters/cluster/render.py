@@ -34,6 +34,7 @@ annotations, so ``kubectl`` shows which release is running.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -51,6 +52,7 @@ GPUS = 8
 PORT = 8000
 MODEL_MOUNT = "/opt/ml/model"
 CAPTURE_ANNOTATION = "kimi-ops.io/data-capture"
+INSTANCE_METADATA = "169.254.169.254/32"
 MOUNTPOINT_S3_DRIVER = "s3.csi.aws.com"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 MAX_NUM_SEQS = "--max-num-seqs"
@@ -220,12 +222,47 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
     affinity = _zone_affinity(endpoint)
     if affinity is not None:
         spec["nodeAffinity"] = affinity
-    return [{
-        "apiVersion": IEC_API_VERSION,
-        "kind": "InferenceEndpointConfig",
-        "metadata": _metadata(endpoint.name, endpoint.namespace, release, endpoint, release_hash),
-        "spec": spec,
-    }]
+    # The egress policy first: it holds before the operator starts a model pod.
+    return [
+        _hyperpod_egress_policy(release, endpoint, release_hash),
+        {
+            "apiVersion": IEC_API_VERSION,
+            "kind": "InferenceEndpointConfig",
+            "metadata": _metadata(endpoint.name, endpoint.namespace, release, endpoint, release_hash),
+            "spec": spec,
+        },
+    ]
+
+
+def _hyperpod_egress_policy(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> dict[str, Any]:
+    """The model pods (labelled ``app: <endpoint>`` by the operator) may reach DNS and HTTPS to ``egress_cidrs`` only.
+
+    Weight storage (S3), telemetry and the control plane all answer on 443; the instance metadata address is
+    excluded, so a pod cannot borrow the node's AWS credentials: the operator's own identity reads the weights.
+    The load balancer's way in is the operator's business, so only egress is limited.
+    """
+    https = []
+    for cidr in endpoint.egress_cidrs:
+        block: dict[str, Any] = {"cidr": cidr}
+        if ipaddress.ip_address(INSTANCE_METADATA.split("/")[0]) in ipaddress.ip_network(cidr, strict=False):
+            block["except"] = [INSTANCE_METADATA]
+        https.append({"ipBlock": block})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(f"{endpoint.name}-egress", endpoint.namespace, release, endpoint, release_hash),
+        "spec": {
+            "podSelector": {"matchLabels": {"app": endpoint.name}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                },
+                {"to": https, "ports": [{"protocol": "TCP", "port": 443}]},
+            ],
+        },
+    }
 
 
 def weights_volume_name(endpoint: EndpointSettings, release_hash: str) -> str:
