@@ -158,7 +158,7 @@ def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_the_rou
                               f"(reopened after rollback #{rb}: everyone reaches Kimi K3)")
     # The cluster runs the older release's exact manifest again, and the route is open after the readiness suite.
     running = _cluster_endpoint(cli)
-    stored = yaml.safe_load(applied_manifest(cli, first.id))
+    stored = next(o for o in yaml.safe_load_all(applied_manifest(cli, first.id)) if o["kind"] == "InferenceEndpointConfig")
     assert dict(running["metadata"]["annotations"]) == stored["metadata"]["annotations"]
     assert running["spec"] == stored["spec"]
     assert _route_admission(cli) == "open"
