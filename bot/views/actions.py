@@ -20,6 +20,8 @@ ACCEPT_LIMITS = "traffic_accept_limits"
 # run as the person who clicks, so it shows nothing they could not ask for by typing it.
 NEXT_PAGE = "page_next"
 APPROVE_ABOVE_LIMITS = "traffic_approve_above_limits"  # opens a reason form; the approval records the override
+# "Show all N checks" under a gate report whose passing checks are counted, not listed: the full list, to the clicker.
+SHOW_CHECKS = "gate_show_checks"
 
 
 @dataclass(frozen=True)
