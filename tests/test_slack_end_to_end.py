@@ -133,8 +133,9 @@ def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> No
     rollback_gate = bench.gate_message("artifact", 3)
     # Its passing checks are counted; "Show every check" gives the approver the whole report, them alone.
     assert "checks passed" in blocks_text(rollback_gate.blocks)
+    told = len(bench.stub.seen_by("U0APPROVER2"))
     bench.click("U0APPROVER2", rollback_gate, SHOW_CHECKS)
-    report = blocks_text(bench.replies_to("U0APPROVER2")[-1].blocks)
+    report = blocks_text(bench.replies_to("U0APPROVER2", told + 1)[-1].blocks)
     assert "manifest.restore" in report and "restores the exact manifest applied before" in report
     bench.click("U0APPROVER2", rollback_gate, APPROVE)
     rolled = wait_state(bench, 3, "— live")

@@ -49,6 +49,13 @@ def plot_sweep(
     levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str,
     knee_reasons: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """The sweep's figure (:func:`sweep_figure`) as a PNG at ``path``."""
+    return _save(sweep_figure(levels, knee, proposal, title, knee_reasons), path)
+
+
+def sweep_figure(
+    levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, title: str, knee_reasons: Sequence[str] = (),
+) -> Any:
     """Latency (TTFT p99, completion p99) and 429/error rate against concurrency, per prefix mode, knee and limit marked.
 
     Every measured level is a labelled tick (the bisection's 10 and 12 as much as 1, 2, 4, 8, 16).
@@ -105,13 +112,21 @@ def plot_sweep(
     err.minorticks_off()
     lat.set_title(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
 def plot_evaluation(
     kinds: Sequence[str], current: Sequence[tuple[int, int]], production: Sequence[tuple[int, int]] | None, path: Path,
     title: str, latency: dict[str, tuple[float | None, float | None]] | None = None,
 ) -> dict[str, Any]:
+    """The evaluation's figure (:func:`evaluation_figure`) as a PNG at ``path``."""
+    return _save(evaluation_figure(kinds, current, production, title, latency), path)
+
+
+def evaluation_figure(
+    kinds: Sequence[str], current: Sequence[tuple[int, int]], production: Sequence[tuple[int, int]] | None, title: str,
+    latency: dict[str, tuple[float | None, float | None]] | None = None,
+) -> Any:
     """Pass rate per kind with its counts (passed/total on each bar), this release beside production, and latency.
 
     ``current`` and ``production`` hold (passed, total) per kind; ``latency`` maps "this release" / "production" to
@@ -152,7 +167,7 @@ def plot_evaluation(
     top = max([v for pair in (latency or {}).values() for v in pair if v is not None] or [1.0])
     lat.set_ylim(0, top * 1.2)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
 def plot_slo(rows: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str, Any]:

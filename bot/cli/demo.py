@@ -282,6 +282,9 @@ def sandbox(
     database_url: str | None = typer.Option(
         None, "--database-url", help="With --headless: an empty PostgreSQL database for the sandbox instead of its "
         "SQLite file, so several `kimi-ops serve` replicas can share it."),
+    addresses: bool = typer.Option(
+        False, "--addresses", help="Console: also print where each stand-in listens, as the `export` lines --headless "
+        "prints (aim `kimi-ops release verify`, curl or boto3 at them)."),
 ) -> None:
     """An interactive Slack console on the local stand-ins: deploy, approve and roll back yourself."""
     from bot.cli.main import run_guarded
@@ -304,6 +307,12 @@ def sandbox(
         typer.echo(f"Users reach {ENDPOINT} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
                    f"(background users send {USERS_PER_SECOND:g} a second; the header "
                    f"'{DEFAULT_COHORT_HEADER}: {DEFAULT_COHORT_VALUE}' makes a request the internal cohort's).")
+        typer.echo(f"Gate plots are saved in {stack.ctx.settings.data_dir / 'reports'} "
+                   "(the console shows each upload as [file NAME, SIZE]).")
+        if addresses:
+            typer.echo("Stand-ins (the same exports `kimi-ops sandbox --headless` prints):")
+            for name, value in stack.environment(data_dir / "kubeconfig").items():
+                typer.echo(f"  export {name}={shlex.quote(value)}")
         try:
             repl(console)  # closes the console
         finally:
