@@ -42,6 +42,7 @@ HELP = ("Type /kimi COMMAND (e.g. /kimi help), a number to press that button, "
 def mrkdwn_to_text(text: str) -> str:
     for code, word in EMOJI.items():
         text = text.replace(code, word)
+    text = re.sub(r"<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>", r"@\1", text)  # a user group, as Slack names it
     return re.sub(r"<@([A-Z0-9]+)>", r"@\1", text)
 
 
