@@ -264,7 +264,7 @@ class FaultSandbox(Sandbox):
 
     database: str | None = None  # a PostgreSQL URL: kimi-ops then reaches its database through a proxy too
     proxies: dict[str, FaultProxy] = field(default_factory=dict)
-    endpoint_timeout: float = 2.0  # a hung model is noticed in seconds, not in the production default's minute
+    endpoint_timeout: float = 3.0  # a hung model is noticed in seconds, not in the production default's minute
 
     def _start_stand_ins(self) -> None:
         super()._start_stand_ins()

@@ -145,6 +145,9 @@ def test_preflight_is_an_error_not_a_pass_when_the_api_server_is_unreachable() -
         checks = KubernetesCluster(api).preflight(endpoint())
     assert {c.status for c in checks} == {"error"}
     assert all("could not ask the Kubernetes API" in c.reason for c in checks)
+    # In words, not urllib3's repr of its connection pool and retry state.
+    assert all("at http://127.0.0.1:9 is unreachable (connection refused)" in c.reason for c in checks), checks
+    assert not any("HTTPConnectionPool" in c.reason or "MaxRetryError" in c.reason for c in checks)
 
 
 # -- apply -------------------------------------------------------------------------------------------------

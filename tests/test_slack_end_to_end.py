@@ -23,6 +23,7 @@ from bot.config import EndpointSettings
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import seed_good_release, start_moto
 from bot.sandbox.capacity import CapacityStandIn
+from bot.sandbox.governance import seed_governance
 from bot.sandbox.kube import seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.operator import OperatorSimulator
@@ -71,6 +72,7 @@ def bench(make_ctx, stand_ins):
     second = first.model_dump(mode="json")
     second["name"] = "kimi-k3-2026-09-01"
     second["serving"]["env"]["VLLM_LOGGING_LEVEL"] = "INFO"
+    second["trust_remote_code_exception"] = "SEC-EXC-2026-0157"  # each release its own reviewed exception
     endpoint = endpoint_config(channel=CHANNEL, url=openai.url, namespace=NS)
     capacity = CapacityStandIn()
     capacity.cover(EndpointSettings(**endpoint), START - dt.timedelta(days=1), START + dt.timedelta(days=20))
@@ -82,6 +84,7 @@ def bench(make_ctx, stand_ins):
     ))
     register_release(ctx, first.model_dump(mode="json"), "U0DEPLOYER")
     register_release(ctx, second, "U0DEPLOYER")
+    seed_governance(ctx, [first, ReleaseManifest.model_validate(second)], ctx.settings.endpoints)
     # U0APPROVER2 is an approver only through the S0APPROVERS user group.
     b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
     yield b
@@ -115,7 +118,9 @@ def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> No
     thread = bench.stub.thread(CHANNEL, root.ts)
     # A quiet thread: its root, one message per gate and one progress message, edited in place.
     posts = [m for m in thread if not m.files]  # the gate plots are uploads beside their gate messages
-    assert len(posts) == 1 + len(GATES) + 1, [m.text[:60] for m in posts]
+    keys = sorted(((m.metadata or {}).get("event_payload") or {}).get("key", "") for m in posts)
+    # The ramp has one message of its own, edited in place by each step, as the progress message is.
+    assert keys == sorted(["deployment:1", "progress:1", "ramp:1", *(f"gate:{i}" for i in range(1, 5))]), keys
     texts = "\n".join(progress_texts(bench.stub, 1))
     assert "readiness completion answered" in texts and "*Progress:* ended: live" in progress_texts(bench.stub, 1)[-1]
     # The single-node procedure: users are closed out and drained before apply, and meet it only after the gates.
