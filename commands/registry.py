@@ -22,9 +22,11 @@ from commands import (
     deploy,
     diff,
     drain,
+    exceptions,
     gates,
     help,
     history,
+    licence,
     release,
     reservations,
     rollback,
@@ -34,7 +36,8 @@ from commands import (
 from commands.base import Usage, q
 
 COMMANDS: tuple[ModuleType, ...] = (
-    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
+    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, admission, reservations, licence,
+    exceptions,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 

@@ -171,3 +171,11 @@ def test_without_the_sandbox_extra_the_command_says_how_to_install_it(command: s
     assert result.stdout == ""
     assert result.stderr.strip() == "error: the sandbox is not installed: pip install 'kimi-ops[sandbox]'"
     assert not (tmp_path / ".kimi-ops" / "sandbox").exists()  # nothing was started
+
+
+def test_demo_shows_a_burn_rate_page_with_its_buttons_and_its_recovery(demo_run: subprocess.CompletedProcess[str]) -> None:
+    out = demo_run.stdout
+    assert "metrics-watch: kimi-prod: sampled; burn-page:errors opened" in out
+    alert = out[out.index("burn-page:errors: error rate (5xx)"):]
+    assert re.search(r"\[\d+\] Acknowledge  \[\d+\] Silence…  \[\d+\] Roll back", alert[:1000])
+    assert "burn-page:errors recovered" in out and "[file slo-kimi-prod-" in out

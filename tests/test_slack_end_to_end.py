@@ -23,6 +23,7 @@ from bot.config import EndpointSettings
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import seed_good_release, start_moto
 from bot.sandbox.capacity import CapacityStandIn
+from bot.sandbox.governance import seed_governance
 from bot.sandbox.kube import seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.operator import OperatorSimulator
@@ -69,6 +70,7 @@ def bench(make_ctx, stand_ins):
     second = first.model_dump(mode="json")
     second["name"] = "kimi-k3-2026-09-01"
     second["serving"]["env"]["VLLM_LOGGING_LEVEL"] = "INFO"
+    second["trust_remote_code_exception"] = "SEC-EXC-2026-0157"  # each release its own reviewed exception
     endpoint = endpoint_config(channel=CHANNEL, url=openai.url, namespace=NS)
     capacity = CapacityStandIn()
     capacity.cover(EndpointSettings(**endpoint), START - dt.timedelta(days=1), START + dt.timedelta(days=20))
@@ -80,6 +82,7 @@ def bench(make_ctx, stand_ins):
     ))
     register_release(ctx, first.model_dump(mode="json"), "U0DEPLOYER")
     register_release(ctx, second, "U0DEPLOYER")
+    seed_governance(ctx, [first, ReleaseManifest.model_validate(second)], ctx.settings.endpoints)
     # U0APPROVER2 is an approver only through the S0APPROVERS user group.
     b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
     yield b

@@ -113,3 +113,28 @@ def plot_slo(rows: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str
     fig.suptitle(title, fontsize=10)
     fig.autofmt_xdate()
     return _save(fig, path)
+
+
+def plot_ramp(points: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str, Any]:
+    """A ramp as it went: each backend's share of the weight per step, and each side's first-token p99 per soak.
+
+    ``points`` are the ramp's messages oldest first: ``at`` (datetime) and ``sides`` (``name``, ``weight``, and from
+    the last soak ``ttft_p99_ms``).
+    """
+    plt = _pyplot()
+    fig, (weights, latency) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    times = [p["at"] for p in points]
+    names = list(dict.fromkeys(s["name"] for p in points for s in p["sides"]))
+    for name in names:
+        sides: list[dict[str, Any]] = [next((s for s in p["sides"] if s["name"] == name), {}) for p in points]
+        weights.step(times, [s.get("weight") for s in sides], where="post", marker="o", label=name)
+        latency.plot(times, [s.get("ttft_p99_ms") for s in sides], marker=".", label=f"{name} TTFT p99")
+    weights.set_ylabel("% of the weight")
+    weights.set_ylim(-5, 105)
+    latency.set_ylabel("ms")
+    for ax in (weights, latency):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.autofmt_xdate()
+    return _save(fig, path)

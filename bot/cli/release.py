@@ -150,6 +150,19 @@ class _ByteProgress:
         self.bars.update(self.tasks[key], completed=done, total=total)
 
 
+def _provenance(base_image: str | None, cuda: str | None, driver: str | None, vllm_commit: str | None) -> dict[str, str] | None:
+    """All four provenance options, or none (the artifact gate then says what is missing)."""
+    from bot.services.errors import Refused
+
+    given = {"base_image": base_image, "cuda": cuda, "driver": driver, "vllm_commit": vllm_commit}
+    if not any(given.values()):
+        return None
+    missing = [f"--{k.replace('_', '-')}" for k, v in given.items() if not v]
+    if missing:
+        raise Refused(f"provenance needs all of --base-image, --cuda, --driver and --vllm-commit; missing {', '.join(missing)}")
+    return {k: str(v) for k, v in given.items()}
+
+
 @app.command()
 def build(
     weights: str = typer.Option(..., "--weights", help="Versioned S3 prefix of the weights: s3://bucket/prefix/."),
@@ -167,12 +180,17 @@ def build(
     trust_remote_code_exception: str = typer.Option(
         None, "--trust-remote-code-exception", help="Security exception allowing --trust-remote-code.",
     ),
+    base_image: str = typer.Option(None, "--base-image", help="Provenance: base image of the serving image, by digest."),
+    cuda: str = typer.Option(None, "--cuda", help="Provenance: CUDA version in the image, e.g. 12.9.1."),
+    driver: str = typer.Option(None, "--driver", help="Provenance: NVIDIA driver versions it runs on, e.g. '>=575.57'."),
+    vllm_commit: str = typer.Option(None, "--vllm-commit", help="Provenance: full 40-hex vLLM commit of the image."),
     out: Path = typer.Option(None, "--output", "-o", help="Manifest file to write (default: ./<name>.yaml)."),
 ) -> None:
     """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
     from bot.cli.main import run_guarded
     from bot.services.release_build import (
         DEFAULT_SERVING_ARGS,
+        DEFAULT_SERVING_ENV,
         BuildRequest,
         build_manifest,
         read_serving_file,
@@ -180,11 +198,12 @@ def build(
     )
 
     def body() -> None:
-        args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), {})
+        args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), dict(DEFAULT_SERVING_ENV))
         request = BuildRequest(
             weights=weights, image=image, model_repo=model_repo, model_commit=model_commit, licence_version=licence_version,
             licence=licence, name=name, serving_args=args, serving_env=env, evaluation_report=evaluation_report,
             trust_remote_code_exception=trust_remote_code_exception,
+            provenance=_provenance(base_image, cuda, driver, vllm_commit),
         )
         with _ByteProgress() as progress:
             manifest = build_manifest(request, progress=progress)
@@ -213,14 +232,19 @@ def diff(
 
 
 @app.command()
-def verify(name: str = typer.Argument(..., metavar="NAME", help="Release name.")) -> None:
+def verify(
+    name: str = typer.Argument(..., metavar="NAME", help="Release name."),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="Endpoint the release is judged for (default: the only one configured)."
+    ),
+) -> None:
     """Run the artifact gate's checks against S3 and ECR; exits 1 when the report blocks approval."""
     from bot.cli.main import run_guarded
     from bot.services.artifact_gate import verify_release
 
     def body() -> None:
         with _ByteProgress() as progress:
-            report = verify_release(context(), name, progress=progress)
+            report = verify_release(context(), name, progress=progress, endpoint=endpoint)
         output.table(f"Artifact checks: {name}", ["check", "status", "reason"],
                      [(c.name, c.status, c.reason) for c in report.checks])
         output.info(report.summary)

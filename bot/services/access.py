@@ -28,6 +28,7 @@ REQUIRED_ROLE: dict[str, str] = {
     "break_lock": "admin",
     "admission": "admin",
     "drain": "approver",
+    "review": "approver",
     "incident": "deployer",  # acknowledge or silence a metrics-watch incident (the on-call people deploy)
 }
 

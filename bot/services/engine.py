@@ -28,17 +28,19 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.adapters.plots import plot_ramp
 from bot.adapters.store.errors import store_unavailable
 from bot.adapters.store.models import Deployment, ReadinessCheck
+from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, parse_admission
 from bot.domain.checks import Check, GateReport
 from bot.domain.coldstart import ColdStart
-from bot.domain.events import DrainStalled
+from bot.domain.events import DrainStalled, RampPlot, RampSplit
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.own_requests import OwnRequests, Reach, reach_since
-from bot.domain.ramp import next_step, ramp_steps, window_between, window_summary
+from bot.domain.ramp import Window, next_step, ramp_steps, window_between, window_summary
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
@@ -120,6 +122,7 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
             release_hash=dep.release.tuple_hash,
             manifest_hash=dep.manifest_hash,
             baseline_reports=baseline,
+            requester=dep.requested_by,
         ),
         applied_manifest=dep.applied_manifest,
         entered_at_epoch=dep.updated_at.timestamp(),
@@ -696,6 +699,7 @@ class Engine:
                 raise StepFailed(f"{reach.users:.0f} requests besides kimi-ops's own {_own_words(reach.own)} reached "
                                  "the candidate while users were closed out")
         step = current if current in steps else next_step(steps, None)
+        last: dict[str, Window] = {}
         while step is not None:
             admission = parse_admission(step)
             reason = f"{snap.kind} #{snap.id} ramp: {step}"
@@ -710,10 +714,12 @@ class Engine:
                 uow.commit()
             if step == "open":
                 break
-            self._soak(snap, step)
+            self._show_split(snap, step, last, next_step=next_step(steps, step))
+            last = self._soak(snap, step, admission)
             step = next_step(steps, step)
         with self.ctx.uow() as uow:
             dep = self._locked(uow, snap)
+            uow.events.emit(self._split_event(snap, "open", last, outcome="live"), at=self.ctx.clock.now())
             if endpoint.pair is not None:
                 # The other side keeps its release warm with no users: `/kimi rollback SERVICE` moves them back.
                 record_admission(uow, self.ctx, endpoint.pair.partner, Admission.closed(),
@@ -724,8 +730,55 @@ class Engine:
                        if endpoint.pair is None else f"ramp complete: all of {endpoint.pair.service}'s weight is on "
                        f"{endpoint.name}", details={"admission": "open"})
             uow.commit()
+        self._ramp_plot(snap)
 
-    def _soak(self, snap: Snapshot, step: str) -> None:
+    def _split_event(self, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None = None,
+                     next_at: dt.datetime | None = None, outcome: str | None = None) -> RampSplit:
+        """The route's backends at ``step`` (the candidate first) with each one's last soak window."""
+        endpoint, admission = snap.endpoint, parse_admission(step)
+        route = endpoint.route
+        rest = (snap.partner.name if snap.partner is not None else route.fallback.name
+                if route is not None and route.fallback is not None else "nobody (the gateway's 500)")
+        percent = admission.percent_for(cohort=False)
+        sides = []
+        for name, weight, cohort in ((endpoint.name, percent, admission.cohort_admitted),
+                                     (rest, 100 - percent, not admission.cohort_admitted)):
+            side: dict[str, Any] = {"name": name, "weight": weight, "cohort": cohort}
+            window = windows.get(name)
+            if window is not None:
+                side |= {"requests": window.requests, "ttft_p99_ms": window.ttft_p99_ms,
+                         "error_rate": window.errors / window.requests if window.requests else 0.0}
+            sides.append(side)
+        return RampSplit(deployment_id=snap.id, endpoint_name=endpoint.name, step=step, sides=tuple(sides),
+                         next_step=next_step, next_at=next_at, outcome=outcome)
+
+    def _ramp_plot(self, snap: Snapshot) -> None:
+        """The PNG of the ramp from its stored split messages (a resumed ramp's earlier steps included); best effort."""
+        try:
+            with self.ctx.uow() as uow:
+                points = [{"at": row.at, "sides": list(event.sides)} for row in uow.events.for_deployment(snap.id)
+                          if row.kind == RampSplit.KIND and isinstance(event := event_of(row), RampSplit)]
+            if len(points) < 2:
+                return
+            title = f"Ramp of {snap.endpoint.name} · deployment #{snap.id}"
+            path = self.ctx.settings.data_dir / "reports" / f"ramp-{snap.endpoint.name}-{snap.id}.png"
+            plot = plot_ramp(points, path, title)
+            with self.ctx.uow() as uow:
+                uow.events.emit(RampPlot(deployment_id=snap.id, endpoint_name=snap.endpoint.name, path=plot["path"],
+                                         sha256=plot["sha256"], title=title), at=self.ctx.clock.now())
+                uow.commit()
+        except Exception:  # the thread's message has the numbers; a missing picture never fails a ramp
+            log.warning("deployment #%s: the ramp's plot could not be drawn", snap.id, exc_info=True)
+
+    def _show_split(self, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None) -> None:
+        now = self.ctx.clock.now()
+        event = self._split_event(snap, step, windows, next_step=next_step,
+                                  next_at=now + dt.timedelta(seconds=snap.endpoint.ramp.soak_seconds))
+        with self.ctx.uow() as uow:
+            uow.events.emit(event, at=now)
+            uow.commit()
+
+    def _soak(self, snap: Snapshot, step: str, admission: Admission) -> dict[str, Window]:
         """Hold one step for its soak while /metrics is sampled on each side users are on; any breach fails it."""
         ramp = snap.endpoint.ramp
         sides = [snap.endpoint] + ([snap.partner] if snap.partner is not None else [])
@@ -760,16 +813,26 @@ class Engine:
         checker = self.ctx.ports.objectives or RampObjectives()
         broken: list[str] = []
         seen: list[str] = []
+        windows: dict[str, Window] = {}
         for side in sides:
             final = self._metrics(snap, side) or after[side.name]
-            window = window_between(first[side.name], final, own_requests=0, seconds=time.monotonic() - started,
-                                    peak_waiting=peaks[side.name][0], peak_kv_cache_usage=peaks[side.name][1])
+            window = windows[side.name] = window_between(
+                first[side.name], final, own_requests=0, seconds=time.monotonic() - started,
+                peak_waiting=peaks[side.name][0], peak_kv_cache_usage=peaks[side.name][1])
             label = f"{side.name}: " if len(sides) > 1 else ""
             broken += [f"{label}{b}" for b in checker.breaches(side, window)]
             seen.append(f"{label}{window_summary(window)}")
         if broken:
-            raise StepFailed(f"ramp step {step} broke its objectives: {'; '.join(broken)} ({'; '.join(seen)})")
+            why = f"ramp step {step} broke its objectives: {'; '.join(broken)} ({'; '.join(seen)})"
+            back = (f"all weight goes back to {snap.partner.name}" if snap.partner is not None
+                    else "the previous release is restored")
+            with self.ctx.uow() as uow:
+                uow.events.emit(self._split_event(snap, step, windows, outcome=f"{why}; {back}"), at=self.ctx.clock.now())
+                uow.commit()
+            self._ramp_plot(snap)
+            raise StepFailed(why)
         self._progress(snap, RolloutProgress(f"ramp step {step} held: {'; '.join(seen)}", "ramping"))
+        return windows
 
     def recheck(self, deployment_id: int, gate: str, actor: Identity) -> DeploymentView:
         """Run a waiting gate's checks again (the only way past a failed or errored check besides rejecting)."""

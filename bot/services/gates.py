@@ -19,6 +19,7 @@ from bot.domain.release import ReleaseManifest
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
+from bot.services.governance import artifact_policy
 from bot.services.model_gate import run_model_gate
 from bot.services.reservations import reservation_for
 from bot.services.traffic_gate import run_traffic_gate
@@ -37,6 +38,7 @@ class GateSubject:
     release_hash: str
     manifest_hash: str | None
     baseline_reports: dict[str, Any]
+    requester: str | None = None
 
 
 def guarded(name: str, fn: Callable[[], list[Check]]) -> list[Check]:
@@ -67,7 +69,7 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
             else Check.failed("manifest.restore", "no stored manifest for the target release; it cannot be restored exactly")
         )
         return GateReport(gate="artifact", checks=checks, summary=f"rollback to {subject.release.name}: weights re-verified")
-    return run_artifact_checks(verifier, subject.release)
+    return run_artifact_checks(verifier, subject.release, artifact_policy(ctx, subject.endpoint, subject.requester))
 
 
 def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) -> GateReport:

@@ -17,6 +17,7 @@ from bot.domain.checks import Check
 from bot.domain.coldstart import ColdStart
 from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
+from bot.domain.governance import ArtifactPolicy
 from bot.domain.health import GpuSnapshot, WorkloadHealth
 from bot.domain.ramp import Window
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
@@ -46,7 +47,9 @@ class ObjectiveCheck(Protocol):
 class ArtifactVerifier(Protocol):
     """Checks a release tuple against S3 and the image registry (artifact gate)."""
 
-    def verify(self, release: ReleaseManifest) -> list[Check]: ...
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
+        """Every artifact check, judged for the endpoint ``policy`` describes (``None``: no endpoint, nothing recorded)."""
+        ...
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
         """Only the per-object size and SHA-256 checks (re-run before a rollback)."""

@@ -48,6 +48,7 @@ from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row, live_deployment
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
+from bot.services.pairs import fast_path
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -268,6 +269,7 @@ class _Incidents:
             text = f":red_circle: {self._mention()}Endpoint `{self.spec.name}` is not answering: {reason}."
         else:
             text = f":large_orange_circle: Endpoint `{self.spec.name}` is slow: {reason}."
+        text += fast_path(self.spec)
         self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "reason": reason})
         self.uow.events.emit(ReadinessAlert(endpoint_name=self.spec.name, text=text, channel=self.spec.channel, incident=kind,

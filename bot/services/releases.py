@@ -53,6 +53,7 @@ def manifest_from_row(row: Release) -> ReleaseManifest:
             "licence": {"version": row.licence_version, "document": row.licence_uri, "sha256": row.licence_sha256},
             "evaluation_report": row.evaluation_report,
             "trust_remote_code_exception": row.trust_remote_code_exception,
+            "provenance": row.provenance,
         }
     )
 
@@ -139,6 +140,7 @@ def _add_release(uow: SqlUnitOfWork, manifest: ReleaseManifest, digest: str, act
             licence_sha256=manifest.licence.sha256,
             evaluation_report=manifest.evaluation_report,
             trust_remote_code_exception=manifest.trust_remote_code_exception,
+            provenance=manifest.provenance.model_dump(mode="json") if manifest.provenance is not None else None,
             tuple_hash=digest,
             registered_by=actor,
             registered_at=now,

@@ -411,9 +411,12 @@ def consistency_errors(release: ReleaseManifest, endpoint: EndpointSettings) -> 
             f"serving.args --served-model-name: the release serves {served!r} but endpoint {endpoint.name} "
             f"expects {endpoint.served_model_name!r}; align served_model_name in the endpoint settings"
         )
+    args = release.serving.args
     model_arg = release.serving.arg_value("--model")
+    if model_arg is None and args and not args[0].startswith("-"):
+        model_arg = args[0]  # vLLM's positional model path
     if model_arg is not None and model_arg != MODEL_MOUNT:
-        errors.append(f"serving.args --model: must be {MODEL_MOUNT} (where the S3 weights are mounted), not {model_arg!r}")
+        errors.append(f"serving.args model: must be {MODEL_MOUNT} (where the S3 weights are mounted), not {model_arg!r}")
     return errors
 
 

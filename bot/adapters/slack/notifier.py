@@ -78,6 +78,8 @@ from bot.domain.events import (
     IncidentHandled,
     LimitsAccepted,
     OutboxEvent,
+    RampPlot,
+    RampSplit,
     RolloutProgress,
     SloPlot,
     StateChanged,
@@ -96,6 +98,7 @@ from bot.views.deployments import deployment_title, state_words
 from bot.views.gates import decided_note, gate_parts, limits_parts
 from bot.views.incidents import alert_parts
 from bot.views.parts import Note, Part, Text, person
+from bot.views.ramp import ramp_parts
 
 log = logging.getLogger(__name__)
 
@@ -438,6 +441,33 @@ class SlackNotifier:
     def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress, key: str) -> None:
         self._reply(dep, key, f":arrows_counterclockwise: {event.message}")
 
+    def _ramp_split(self, uow: SqlUnitOfWork, dep: Deployment, event: RampSplit, key: str) -> None:
+        """One message per ramp (key ``ramp:<deployment>``), posted once and edited in place by every later event."""
+        service = ((dep.endpoint.settings or {}).get("pair") or {}).get("service")
+        rendered = render(ramp_parts(event, service))
+        channel, ts = self._reply(dep, f"ramp:{dep.id}", rendered.text, parts=ramp_parts(event, service))
+        self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
+
+    def _ramp_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: RampPlot, key: str) -> None:
+        """The ramp's PNG into its thread, once; one not readable on this replica (or changed) becomes a note."""
+        try:
+            data: bytes | None = Path(event.path).read_bytes()
+        except OSError:
+            data = None
+        if data is None or hashlib.sha256(data).hexdigest() != event.sha256:
+            self._reply(dep, key, "The ramp's plot is not available on this kimi-ops replica; the ramp message above "
+                                  "has its numbers.")
+            return
+        channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
+
+        def upload() -> tuple[str, str]:
+            answer = self.poster.files_upload_v2(channel=channel, thread_ts=thread_ts, file=data,
+                                                 filename=Path(event.path).name, title=event.title, alt_txt=event.title)
+            return channel, f"file:{(answer.get('files') or [{}])[0].get('id', '')}"
+
+        self._once(key, channel, thread_ts, lambda message: any(f.get("title") == event.title
+                                                                for f in message.get("files") or []), upload)
+
     def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
         if event.text:
             self._reply(dep, key, slack_text(event.text))
@@ -610,6 +640,8 @@ class SlackNotifier:
         LimitsAccepted: _limits_accepted,
         GatePlot: _gate_plot,
         RolloutProgress: _progress,
+        RampSplit: _ramp_split,
+        RampPlot: _ramp_plot,
         ChannelNotice: _thread_notice,
     }
     # Events with no deployment: one handler per class, the nearest base's otherwise (every ChannelNotice).

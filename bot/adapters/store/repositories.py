@@ -294,6 +294,10 @@ class IncidentRepository(_Repository):
         _write_lock_on_sqlite(self.session, Incident, Incident.id == incident_id)
         return self.session.scalar(select(Incident).where(Incident.id == incident_id).with_for_update())
 
+    def open_of(self, endpoint_id: int, kinds: Sequence[str]) -> Sequence[Incident]:
+        return self.session.scalars(select(Incident).where(Incident.endpoint_id == endpoint_id,
+                                                           Incident.kind.in_(list(kinds)), Incident.open.is_(True))).all()
+
     def silence_of(self, endpoint_id: int, kind: str, now: dt.datetime) -> Incident | None:
         """The latest incident of ``kind`` on the endpoint whose silence still holds at ``now``."""
         return self.session.scalar(select(Incident).where(Incident.endpoint_id == endpoint_id, Incident.kind == kind,

@@ -19,7 +19,7 @@ from bot.slack.answers import clicker, guard, responder
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
 from bot.slack.listeners.gate_actions import click
-from bot.views.actions import NEXT_PAGE
+from bot.views.actions import NEXT_PAGE, RUN_COMMAND
 from bot.views.parts import Reply, reply
 from commands import registry
 from commands.base import Usage
@@ -69,3 +69,4 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
 
     app.command(command)(ack=ack_command, lazy=[run_command])
     app.action(NEXT_PAGE)(ack=ack_now, lazy=[next_page])
+    app.action(RUN_COMMAND)(ack=ack_now, lazy=[next_page])  # the same: a command's text, run for the clicker
