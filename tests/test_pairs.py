@@ -220,6 +220,8 @@ def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_st
     wait_until("users on the live side", lambda: world.users_at(users) > 0)
     before_idle = world.users_at(idle)
 
+    with pytest.raises(Refused, match=f"is a side of service {SERVICE}"):
+        request_deploy(world.ctx, release, users, Identity(DEPLOYER))  # named at a side: refused, nothing opened
     dep = request_deploy(world.ctx, release, SERVICE, Identity(DEPLOYER))
     assert dep.endpoint == idle
     view = world.approve(dep.id, until="traffic_gate")

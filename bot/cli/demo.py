@@ -364,6 +364,8 @@ def sandbox(
     database_url: str | None = typer.Option(
         None, "--database-url", help="With --headless: an empty PostgreSQL database for the sandbox instead of its "
         "SQLite file, so several `kimi-ops serve` replicas can share it."),
+    pair: bool = typer.Option(False, "--pair", help="The console on a service of two endpoints (kimi-blue, "
+                              "kimi-green) behind one route: try /kimi deploy RELEASE to kimi, /kimi rollback kimi."),
 ) -> None:
     """An interactive Slack console on the local stand-ins: deploy, approve and roll back yourself."""
     from bot.cli.main import run_guarded
@@ -372,7 +374,7 @@ def sandbox(
 
     require_sandbox()
     from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
-    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, USERS_PER_SECOND
+    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, SERVICE, USERS_PER_SECOND
 
     def body() -> None:
         data_dir = load_settings().data_dir / "sandbox"
@@ -380,10 +382,11 @@ def sandbox(
             _headless(data_dir, database_url)
             return
         output.info(f"starting the sandbox in {data_dir} (a fresh database each time)")
-        stack, console = _start(data_dir)
+        stack, console = _start(data_dir, pair=pair)
         typer.echo(f"People: {DEPLOYER} deploys; {APPROVER_1} and {APPROVER_2} approve. "
                    "Try: /kimi help · /kimi deploy kimi-k3-2026-08-01 · /as U0APPROVER1 · a button's number")
-        typer.echo(f"Users reach {ENDPOINT} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
+        called = SERVICE if pair else ENDPOINT
+        typer.echo(f"Users reach {called} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
                    f"(background users send {USERS_PER_SECOND:g} a second; the header "
                    f"'{DEFAULT_COHORT_HEADER}: {DEFAULT_COHORT_VALUE}' makes a request the internal cohort's).")
         try:

@@ -320,6 +320,11 @@ def request_deploy(ctx: Context, release_name: str, endpoint_name: str | None, a
     if service is not None:
         authorize(ctx, actor, "deploy", f"service:{service.name}")
     name = deploy_side(ctx, service) if service is not None else resolve_endpoint(ctx, endpoint_name)
+    pair = endpoint_settings(ctx, name).pair if service is None else None
+    if pair is not None:
+        # Only the service knows which side users are on: a deploy named at a side could close them out.
+        raise Refused(f"{name} is a side of service {pair.service}: `deploy {release_name} to {pair.service}` "
+                      "goes to the side users are not on")
     authorize(ctx, actor, "deploy", f"endpoint:{name}")
     with ctx.uow() as uow:
         endpoint = endpoint_row(uow, name)
