@@ -43,6 +43,7 @@ from pydantic_settings import (
 )
 
 from bot.config_error import ConfigError as ConfigError  # re-exported: callers import it from here
+from bot.domain.capture import DataCapture
 from bot.domain.evaluation import EvalSetError, parse_eval_set
 from bot.domain.slo import SloSettings
 from bot.domain.sweep import Objectives, SweepPlan
@@ -56,6 +57,7 @@ EndpointKind = Literal["hyperpod", "eks"]
 CONFIG_MAX_BYTES = 1024 * 1024
 EVALUATION_SET_MAX_BYTES = 4 * 1024 * 1024
 AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}$")
+IAM_ROLE_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]+$"
 PositiveHours = Annotated[float, Field(gt=0, le=24 * 366)]
 # What a good value looks like, appended to every message about the setting.
 EXAMPLES: dict[str, str] = {
@@ -165,6 +167,24 @@ class EndpointSettings(BaseModel):
                                                  description="A gate waits this long once users are closed out.")
     approver_group: str | None = Field(default=None, pattern=r"^S[A-Z0-9]+$",
                                        description="Slack user group reminded of waiting gates.")
+    inference_roles: list[Annotated[str, Field(pattern=IAM_ROLE_ARN)]] = Field(
+        default_factory=list,
+        description="IAM role ARN(s) the model pods read the weights with; the weights bucket's policy may let only "
+        "these read (artifact gate, bucket.policy).",
+    )
+    exposure: Literal["internal", "third-party", "maas"] = Field(
+        default="internal",
+        description="Who the endpoint serves: internal users, a third-party product, or Model-as-a-Service; a licence "
+        "review holds only for the exposure it classified.",
+    )
+    data_capture: DataCapture = Field(
+        default_factory=DataCapture,
+        description="What the endpoint captures of its traffic (default: the load balancer's access logs, no payloads).",
+    )
+    max_model_len: int = Field(
+        default=262_144, ge=1, le=1_048_576,
+        description="Longest context (tokens) a release may offer on this endpoint: its --max-model-len must be at most this.",
+    )
     pair: PairSide | None = Field(default=None, description="Derived from services: (never set by hand).")
     # After go-live (the metrics watch): objectives and budgets, and the node's DCGM exporter if it has one.
     slo: SloSettings = Field(default_factory=SloSettings)
@@ -324,6 +344,10 @@ class Settings(BaseSettings):
         default=2000, ge=1, le=40_000, description="Longest `/kimi` text read; longer is refused before it is parsed."
     )
     endpoints: list[EndpointSettings] = Field(default_factory=list)
+    capture_max_sampling_percent: int = Field(
+        default=5, ge=1, le=100,
+        description="Highest share of requests whose payloads an endpoint may capture (with a payload-capture exception).",
+    )
     services: list[ServiceSettings] = Field(default_factory=list, description="Pairs of endpoints behind one route.")
     roles: Roles = Field(default_factory=Roles)
     evaluation_set: Path | None = Field(

@@ -8,7 +8,7 @@ from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.services.admission import override_admission
 from bot.views.parts import Reply, reply
-from commands.base import Usage
+from commands.base import Usage, q
 
 NAME = "admission"
 USAGE = "/kimi admission open|close ENDPOINT --reason TEXT"
@@ -23,12 +23,16 @@ class Args:
 
 
 def parse(args: list[str]) -> Args:
-    if len(args) < 2 or args[0].lower() not in ("open", "close", "closed"):
-        raise Usage(USAGE)
+    if not args:
+        raise Usage(USAGE, "say `open` or `close`, the endpoint and `--reason`")
+    if args[0].lower() not in ("open", "close", "closed"):
+        raise Usage(USAGE, f"{q(args[0])} is not `open` or `close`")
+    if len(args) < 2:
+        raise Usage(USAGE, "name the endpoint")
     word = "open" if args[0].lower() == "open" else "closed"
     rest = args[2:]
     if not rest or rest[0] != "--reason" or not " ".join(rest[1:]).strip():
-        raise Usage(f"say why with --reason: {USAGE}")
+        raise Usage(USAGE, "say why with `--reason …`")
     return Args(word, args[1].lower(), " ".join(rest[1:]).strip())
 
 

@@ -11,18 +11,32 @@ from __future__ import annotations
 
 
 class Usage(Exception):
-    """Malformed input: the message is the sub-command's usage line."""
+    """Malformed input: what is wrong (``problem``, naming the word at fault) and the sub-command's usage line."""
+
+    def __init__(self, usage: str, problem: str | None = None) -> None:
+        self.usage, self.problem = usage, problem
+        super().__init__(f"{problem}. Usage: `{usage}`" if problem else f"Usage: `{usage}`")
 
 
 # Deployment ids are database integers: a longer number is no deployment, and would overflow the query.
 MAX_DEPLOYMENT_DIGITS = 9
 
 
+def q(word: str, limit: int = 40) -> str:
+    """``word`` quoted as code for a usage error, cut short: a 2,000-character word is not echoed back whole."""
+    return f"`{word if len(word) <= limit else word[:limit] + '…'}`"
+
+
 def deployment_number(text: str, usage: str) -> int:
     digits = text.removeprefix("#")
     if not (digits.isascii() and digits.isdigit()) or len(digits) > MAX_DEPLOYMENT_DIGITS or int(digits) < 1:
-        raise Usage(usage)
+        raise Usage(usage, f"{q(text)} is not a deployment number (say `5` or `#5`)")
     return int(digits)
+
+
+def extra(words: list[str]) -> str:
+    """The words nobody asked for, quoted: ``"`a b` is extra"``."""
+    return f"{q(' '.join(words))} {'is' if len(words) == 1 else 'are'} more than this command takes"
 
 
 def at(when: object) -> str:

@@ -9,7 +9,7 @@ from bot.services.access import Identity
 from bot.services.deployments import cancel
 from bot.views.deployments import state_words
 from bot.views.parts import Reply, reply
-from commands.base import Usage, deployment_number
+from commands.base import Usage, deployment_number, extra, q
 
 NAME = "cancel"
 USAGE = "/kimi cancel DEPLOYMENT [force]"
@@ -23,11 +23,16 @@ class Args:
 
 
 def parse(args: list[str]) -> Args:
+    if not args:
+        raise Usage(USAGE, "name the deployment to cancel by its number")
+    number = deployment_number(args[0], USAGE)
     if len(args) == 1:
-        return Args(deployment_number(args[0], USAGE), False)
-    if len(args) == 2 and args[1] == "force":
-        return Args(deployment_number(args[0], USAGE), True)
-    raise Usage(USAGE)
+        return Args(number, False)
+    if args[1].lower() != "force":
+        raise Usage(USAGE, f"{q(args[1])}: the only word after the number is `force`")
+    if len(args) > 2:
+        raise Usage(USAGE, extra(args[2:]))
+    return Args(number, True)
 
 
 def run(root: Root, identity: Identity, parsed: Args) -> Reply:

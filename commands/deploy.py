@@ -8,7 +8,7 @@ from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.services.deployments import request_deploy
 from bot.views.parts import Reply, reply
-from commands.base import Usage
+from commands.base import Usage, extra, q
 
 NAME = "deploy"
 USAGE = "/kimi deploy RELEASE [to ENDPOINT]"
@@ -22,11 +22,19 @@ class Args:
 
 
 def parse(args: list[str]) -> Args:
+    if not args:
+        raise Usage(USAGE, "name the release to deploy (`/kimi release list` shows them)")
     if len(args) == 1:
         return Args(args[0], None)
-    if len(args) == 3 and args[1] == "to":
-        return Args(args[0], args[2])
-    raise Usage(USAGE)
+    if len(args) == 2 and args[1].lower() != "to":
+        raise Usage(USAGE, f"say `to` before the endpoint: `/kimi deploy {args[0]} to {args[1]}`")
+    if len(args) >= 2 and args[1].lower() != "to":
+        raise Usage(USAGE, f"{q(args[1])} stands where `to` goes")
+    if len(args) == 2:
+        raise Usage(USAGE, "name the endpoint after `to`")
+    if len(args) > 3:
+        raise Usage(USAGE, extra(args[3:]))
+    return Args(args[0], args[2])
 
 
 def run(root: Root, identity: Identity, parsed: Args) -> Reply:

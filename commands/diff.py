@@ -7,7 +7,7 @@ from bot.domain.release_diff import render_diff
 from bot.services.access import Identity, authorize
 from bot.services.releases import diff_releases
 from bot.views.parts import Heading, Reply, Text, plain
-from commands.base import Usage
+from commands.base import Usage, extra
 
 NAME = "diff"
 USAGE = "/kimi diff RELEASE_A RELEASE_B"
@@ -15,8 +15,10 @@ HELP = "Compare two release tuples (weights, image, serving args and env, licenc
 
 
 def parse(args: list[str]) -> tuple[str, str]:
-    if len(args) != 2:
-        raise Usage(USAGE)
+    if len(args) < 2:
+        raise Usage(USAGE, "name two releases: the one to compare from, then the one to compare to")
+    if len(args) > 2:
+        raise Usage(USAGE, extra(args[2:]))
     return args[0], args[1]
 
 

@@ -9,7 +9,7 @@ from bot.services.access import Identity
 from bot.services.deployments import decide_drain
 from bot.views.deployments import state_words
 from bot.views.parts import Reply, reply
-from commands.base import Usage, deployment_number
+from commands.base import Usage, deployment_number, extra, q
 
 NAME = "drain"
 USAGE = "/kimi drain wait|abort DEPLOYMENT"
@@ -23,8 +23,14 @@ class Args:
 
 
 def parse(args: list[str]) -> Args:
-    if len(args) != 2 or args[0].lower() not in ("wait", "abort"):
-        raise Usage(USAGE)
+    if not args:
+        raise Usage(USAGE, "say `wait` or `abort`, then the deployment number")
+    if args[0].lower() not in ("wait", "abort"):
+        raise Usage(USAGE, f"{q(args[0])} is not `wait` or `abort`")
+    if len(args) == 1:
+        raise Usage(USAGE, "name the deployment by its number")
+    if len(args) > 2:
+        raise Usage(USAGE, extra(args[2:]))
     return Args(args[0].lower(), deployment_number(args[1], USAGE))
 
 

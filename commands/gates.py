@@ -17,7 +17,7 @@ from bot.services.deployments import pending_gates
 from bot.views.actions import GateTicket
 from bot.views.gates import gate_parts
 from bot.views.parts import Buttons, Note, Part, Reply, Text, plain
-from commands.base import Usage
+from commands.base import Usage, extra
 from commands.paging import next_button, take_page
 
 NAME = "gates"
@@ -34,7 +34,7 @@ class Args:
 def parse(args: list[str]) -> Args:
     rest, page = take_page(list(args), USAGE)
     if rest:
-        raise Usage(USAGE)
+        raise Usage(USAGE, extra(rest))
     return Args(page)
 
 

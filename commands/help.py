@@ -5,7 +5,7 @@ from __future__ import annotations
 from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.views.parts import Heading, Reply, Text
-from commands.base import Usage
+from commands.base import Usage, extra
 
 NAME = "help"
 USAGE = "/kimi help"
@@ -14,7 +14,7 @@ HELP = "List the sub-commands."
 
 def parse(args: list[str]) -> None:
     if args:
-        raise Usage(USAGE)
+        raise Usage(USAGE, extra(args))
 
 
 def run(root: Root, identity: Identity, parsed: None) -> Reply:

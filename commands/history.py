@@ -9,17 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
+from bot.domain.states import State
 from bot.services.access import Identity, authorize
 from bot.services.deployments import history, resolve_endpoint
 from bot.views.deployments import state_words
 from bot.views.parts import Heading, Note, Part, Reply, Text, plain
-from commands.base import Usage, at
+from commands.base import Usage, at, extra
 from commands.paging import next_button, number, take_page
 
 NAME = "history"
 USAGE = "/kimi history [ENDPOINT] [N] [--page P]"
 HELP = "List an endpoint's last N deployments (default 10), 10 a page: release, outcome, requester, approvers."
 MAX = 50
+QUIET_ENDS = (State.LIVE, State.SUPERSEDED)
 PAGE_ROWS = 10
 
 
@@ -37,10 +39,10 @@ def parse(args: list[str]) -> Args:
         endpoint = rest.pop(0)
     if rest:
         if len(rest) > 1:
-            raise Usage(USAGE)
+            raise Usage(USAGE, extra(rest[1:]))
         limit = min(number(rest[0], USAGE), MAX)
     if (page - 1) * PAGE_ROWS >= limit:
-        raise Usage(USAGE)
+        raise Usage(USAGE, f"page {page} is past the last {limit} deployments")
     return Args(endpoint, limit, page)
 
 
@@ -55,8 +57,10 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     lines = []
     for v in views[first:last]:
         approvers = ", ".join(f"{g.gate} <@{g.decided_by}>" for g in v.gates if g.decision == "approved" and g.decided_by)
+        # Why it ended (a rejection's reason, a failure, a cancel) stays beside it; live and superseded need no why.
+        why = f"\n>{v.state_reason}" if v.state_reason and v.state.terminal and v.state not in QUIET_ENDS else ""
         lines.append(f"*#{v.id}* {v.kind} of *{v.release}* — {state_words(v.state)} · {at(v.created_at)} · "
-                     f"by <@{v.requested_by}>" + (f" · approved: {approvers}" if approvers else ""))
+                     f"by <@{v.requested_by}>" + (f" · approved: {approvers}" if approvers else "") + why)
     parts: list[Part] = [Heading(f"History of {name}"), Text("\n".join(lines) or "No deployments yet.")]
     more = len(views) > last
     if parsed.page > 1 or more:

@@ -11,7 +11,7 @@ import re
 
 from bot.views.actions import NEXT_PAGE
 from bot.views.parts import Button, Buttons
-from commands.base import Usage
+from commands.base import Usage, q
 
 # Small, plain numbers only: Python's int() refuses 4,300+ digits with a ValueError, and no listing is that long.
 NUMBER = re.compile(r"[0-9]{1,4}")
@@ -21,7 +21,7 @@ MAX_PAGE = 1000
 def number(word: str, usage: str, *, low: int = 1) -> int:
     """``word`` as a positive count, or :class:`Usage` (never a ValueError, however many digits)."""
     if not NUMBER.fullmatch(word) or int(word) < low:
-        raise Usage(usage)
+        raise Usage(usage, f"{q(word)} is not a number from {low} to 9999")
     return int(word)
 
 
@@ -30,10 +30,10 @@ def take_page(args: list[str], usage: str) -> tuple[list[str], int]:
     if len(args) >= 2 and args[-2] == "--page":
         page = number(args[-1], usage)
         if page > MAX_PAGE:
-            raise Usage(usage)
+            raise Usage(usage, f"page {page} is past the last ({MAX_PAGE})")
         return args[:-2], page
     if "--page" in args:
-        raise Usage(usage)
+        raise Usage(usage, "`--page` goes last, with its number")
     return args, 1
 
 

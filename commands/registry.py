@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from bot.bootstrap import Root
+from bot.domain.names import did_you_mean
 from bot.services.access import Identity
 from bot.views.parts import Reply
 from commands import (
@@ -21,19 +22,22 @@ from commands import (
     deploy,
     diff,
     drain,
+    exceptions,
     gates,
     help,
     history,
+    licence,
     release,
     reservations,
     rollback,
     slo,
     status,
 )
-from commands.base import Usage
+from commands.base import Usage, q
 
 COMMANDS: tuple[ModuleType, ...] = (
-    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, admission, reservations,
+    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, admission, reservations, licence,
+    exceptions,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 
@@ -50,12 +54,13 @@ def _words(text: str) -> tuple[ModuleType, list[str]]:
     try:
         words = shlex.split(text or "")
     except ValueError:
-        raise Usage("unbalanced quotes; " + help.USAGE + " lists the sub-commands") from None
+        raise Usage(help.USAGE, "a quote is opened and never closed") from None
     if not words:
         return help, []
     module = BY_NAME.get(words[0].lower())
     if module is None:
-        raise Usage(f"unknown sub-command `{words[0]}`; try `{help.USAGE}`")
+        hint = did_you_mean(words[0], BY_NAME) or f"; `{help.USAGE}` lists them"
+        raise Usage(help.USAGE, f"there is no sub-command {q(words[0])}{hint}")
     return module, words[1:]
 
 

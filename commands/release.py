@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
+from bot.domain.names import did_you_mean
 from bot.services.access import Identity, authorize
 from bot.services.releases import get_release, list_releases
 from bot.views.parts import Heading, Reply, Text, plain
-from commands.base import Usage, at
+from commands.base import Usage, at, extra, q
 
 NAME = "release"
 USAGE = "/kimi release list | /kimi release show NAME"
@@ -22,11 +23,20 @@ class Args:
 
 
 def parse(args: list[str]) -> Args:
-    if args == ["list"]:
+    action = args[0].lower() if args else ""
+    if not args:
+        raise Usage(USAGE, "say `list` or `show NAME`")
+    if action not in ("list", "show"):
+        raise Usage(USAGE, f"{q(args[0])} is not `list` or `show`{did_you_mean(action, ('list', 'show'))}")
+    if action == "list":
+        if len(args) > 1:
+            raise Usage(USAGE, extra(args[1:]))
         return Args("list", None)
-    if len(args) == 2 and args[0] == "show":
-        return Args("show", args[1])
-    raise Usage(USAGE)
+    if len(args) == 1:
+        raise Usage(USAGE, "name the release to show (`/kimi release list` shows them)")
+    if len(args) > 2:
+        raise Usage(USAGE, extra(args[2:]))
+    return Args("show", args[1])
 
 
 def run(root: Root, identity: Identity, parsed: Args) -> Reply:

@@ -7,7 +7,7 @@ from bot.domain.expiry import format_remaining
 from bot.services.access import Identity, authorize
 from bot.services.reservations import reservation_overview
 from bot.views.parts import Heading, Reply, Text, plain
-from commands.base import Usage, at
+from commands.base import Usage, at, extra
 
 NAME = "reservations"
 USAGE = "/kimi reservations"
@@ -16,7 +16,7 @@ HELP = "Show reserved capacity behind each endpoint and how long it lasts."
 
 def parse(args: list[str]) -> None:
     if args:
-        raise Usage(USAGE)
+        raise Usage(USAGE, extra(args))
 
 
 def run(root: Root, identity: Identity, parsed: None) -> Reply:

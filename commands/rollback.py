@@ -12,7 +12,7 @@ from bot.services.access import Identity
 from bot.services.deployments import request_rollback
 from bot.services.pairs import rollback_service, service_settings
 from bot.views.parts import Reply, reply
-from commands.base import Usage
+from commands.base import Usage, extra, q
 
 NAME = "rollback"
 USAGE = "/kimi rollback [ENDPOINT|SERVICE] [to RELEASE]"
@@ -27,15 +27,25 @@ class Args:
 
 
 def parse(args: list[str]) -> Args:
+    words = [w.lower() for w in args]
     if not args:
         return Args(None, None)
-    if len(args) == 1 and args[0] != "to":
-        return Args(args[0], None)
-    if len(args) == 2 and args[0] == "to":
+    if words[0] == "to":
+        if len(args) == 1:
+            raise Usage(USAGE, "name the release after `to`")
+        if len(args) > 2:
+            raise Usage(USAGE, extra(args[2:]))
         return Args(None, args[1])
-    if len(args) == 3 and args[1] == "to":
-        return Args(args[0], args[2])
-    raise Usage(USAGE)
+    if len(args) == 1:
+        return Args(args[0], None)
+    if words[1] != "to":
+        raise Usage(USAGE, f"say `to` before the release: `/kimi rollback {args[0]} to {args[1]}`"
+                    if len(args) == 2 else f"{q(args[1])} stands where `to` goes")
+    if len(args) == 2:
+        raise Usage(USAGE, "name the release after `to`")
+    if len(args) > 3:
+        raise Usage(USAGE, extra(args[3:]))
+    return Args(args[0], args[2])
 
 
 def run(root: Root, identity: Identity, parsed: Args) -> Reply:

@@ -10,7 +10,7 @@ from bot.services.access import Identity, authorize
 from bot.services.metrics_watch import share_plot, slo_view
 from bot.views.parts import Note, Part, Reply, plain
 from bot.views.slo import slo_parts
-from commands.base import Usage
+from commands.base import Usage, extra
 
 NAME = "slo"
 USAGE = "/kimi slo [ENDPOINT]"
@@ -19,7 +19,7 @@ HELP = "Show an endpoint's service objectives: burn rates over the alert windows
 
 def parse(args: list[str]) -> str | None:
     if len(args) > 1:
-        raise Usage(USAGE)
+        raise Usage(USAGE, extra(args[1:]) + " (one endpoint, or none for all)")
     return args[0] if args else None
 
 

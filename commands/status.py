@@ -14,7 +14,7 @@ from bot.views.deployments import deployment_title
 from bot.views.icons import Icon
 from bot.views.parts import Divider, Heading, Part, Reply, Text, plain
 from bot.views.status import cluster_rows
-from commands.base import Usage, at
+from commands.base import Usage, at, extra
 
 NAME = "status"
 USAGE = "/kimi status [ENDPOINT|SERVICE]"
@@ -25,7 +25,7 @@ PROBES_SHOWN = 5
 
 def parse(args: list[str]) -> str | None:
     if len(args) > 1:
-        raise Usage(USAGE)
+        raise Usage(USAGE, extra(args[1:]) + " (one endpoint, or none for all)")
     return args[0] if args else None
 
 
@@ -80,6 +80,8 @@ def run(root: Root, identity: Identity, name: str | None) -> Reply:
             f"*reservation:* {s.reservation_left} left (ends {at(s.reservation.end)})" if s.reservation
             else "*reservation:* none seen",
         ]
+        if s.cold_start is not None:
+            lines.append(f"*last cold start:* {s.cold_start.words()} ({at(s.cold_start_at)})")
         lines += [f"*incident:* {i.kind} since {at(i.opened_at)} — {i.reason}" for i in s.incidents]
         dep = flying.get(s.name)
         if dep is not None:

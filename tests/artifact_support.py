@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,24 @@ import pytest
 import yaml
 
 from bot.adapters.aws.artifacts import S3EcrArtifactVerifier
+from bot.config import EndpointSettings
 from bot.domain.checks import Check
+from bot.domain.governance import ArtifactPolicy
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import MotoStandIn, seed_good_release, start_moto
+from bot.sandbox.aws import INFERENCE_ROLE
+from bot.sandbox.governance import governance_records
 
 # The first example release tuple; conftest re-exports it (it imports this module for the moto fixtures).
 EXAMPLE_RELEASE = Path(__file__).resolve().parents[1] / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml"
+
+
+POLICY = ArtifactPolicy(
+    endpoint="kimi-prod", inference_roles=(INFERENCE_ROLE,), max_model_len=262_144, exposure="internal",
+    requester="U0DEPLOYER",
+)
+ENDPOINT = EndpointSettings(name="kimi-prod", inference_roles=[INFERENCE_ROLE])
+NOW = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 
 
 def example_manifest() -> ReleaseManifest:
@@ -36,6 +49,17 @@ class Seeded:
 
     def verifier(self, **kwargs: Any) -> S3EcrArtifactVerifier:
         return S3EcrArtifactVerifier(self.s3, self.ecr, progress=lambda *a: self.progress.append(a), **kwargs)
+
+    def verify(self, release: ReleaseManifest | None = None, **policy: Any) -> list[Check]:
+        """Every artifact check of ``release`` (default: the seeded one) for the sandbox's kind of endpoint."""
+        return self.verifier().verify(release or self.release, self.policy(**policy))
+
+    def policy(self, **changes: Any) -> ArtifactPolicy:
+        """What an endpoint configured like the sandbox's holds the seeded release to, with the sandbox's
+        governance records; ``changes`` replace fields."""
+        reviews, exceptions = governance_records([self.release], [ENDPOINT], NOW)
+        base = replace(POLICY, licence_reviews=tuple(reviews), exceptions=tuple(exceptions), now=NOW)
+        return replace(base, **changes)
 
     def variant(self, **changes: Any) -> ReleaseManifest:
         """The seeded release with some fields replaced, without validation (checks must judge it)."""

@@ -93,6 +93,7 @@ class FaultProxy:
         self._open: set[socket.socket] = set()
         self._closed = False
         self.seen: list[str] = []  # request lines, in order (for the tests' own curiosity)
+        self.met = 0  # requests answered with a fault and open connections cut: proof the fault was felt
         self._listen()
 
     @property
@@ -154,6 +155,7 @@ class FaultProxy:
     def _sever(self) -> None:
         with self._lock:
             dropped, self._open = self._open, set()
+            self.met += len(dropped)
         for s in dropped:
             with suppress(OSError):
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, as a dead host's
@@ -217,6 +219,8 @@ class FaultProxy:
                     s.shutdown(socket.SHUT_RDWR)
 
     def _misbehave(self, conn: socket.socket, fault: Misbehaviour, data: bytes) -> None:
+        with self._lock:
+            self.met += 1
         self._read_request(conn, data)
         if fault.kind == "hang":
             while not self._healed.wait(0.2) and not self._closed:
@@ -260,7 +264,7 @@ class FaultSandbox(Sandbox):
 
     database: str | None = None  # a PostgreSQL URL: kimi-ops then reaches its database through a proxy too
     proxies: dict[str, FaultProxy] = field(default_factory=dict)
-    endpoint_timeout: float = 2.0  # a hung model is noticed in seconds, not in the production default's minute
+    endpoint_timeout: float = 3.0  # a hung model is noticed in seconds, not in the production default's minute
 
     def _start_stand_ins(self) -> None:
         super()._start_stand_ins()

@@ -38,3 +38,11 @@ def test_fleet_scale_prints_probe_watch_and_pages_beside_their_baselines(tmp_pat
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [int(r[0]) for r in rows] == [1, 2] and all(len(r) == 11 for r in rows)
     assert "goals at 2 endpoints: probe inside one period" in out and "status under 300 ms" in out
+
+
+def test_metrics_watch_bench_prints_each_run_beside_the_bare_scrapes(tmp_path: Path) -> None:
+    out = _run("metrics_watch.py", "--endpoints", "3", "--runs", "1", cwd=tmp_path)
+    lines = out.splitlines()
+    assert lines[0].split()[-2:] == ["×", "baseline"]
+    assert lines[1].startswith("baseline: scrapes only") and lines[2].startswith("watch run 1")
+    assert "3 endpoints, 1 runs, 3 samples stored" in out

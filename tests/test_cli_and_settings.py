@@ -140,7 +140,8 @@ def test_the_cli_honours_a_role_granted_through_a_slack_user_group(tmp_path: Pat
         assert without_token.exit_code != 0 and "you need the deployer role" in without_token.output
         with_token = runner.invoke(app, ["deploy", "kimi-k3-2026-08-01", "--as", "U0GROUPIE"],
                                    env=_cli_env(tmp_path, config, SLACK_BOT_TOKEN="xoxb-cli", KIMI_SLACK_API_URL=stub.api_url))
-        assert with_token.exit_code == 0, with_token.output
+        # Let in, and its first gate blocked (AWS cannot be reached): exit 1, as for any check that fails.
+        assert with_token.exit_code == 1, with_token.output
         assert "deployment #1: deploy of kimi-k3-2026-08-01 to kimi-dev — artifact gate" in with_token.output
         # The CLI's production S3/ECR verifier really asked (and could not reach) AWS: an error, never a pass.
         assert "ERROR weights.objects: could not be checked" in with_token.output

@@ -36,6 +36,7 @@ from tests.cli_support import (
     start_cli_sandbox,
     stop_cli_sandbox,
 )
+from tests.readme_support import read_examples
 
 # Whole-stack: every stand-in plus many kimi-ops subprocesses per test.
 pytestmark = pytest.mark.timeout(300)
@@ -89,6 +90,8 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     dep = _deployment_id(out)
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — artifact gate"
     assert "PASS  weights.objects" in out and f"→ approve: kimi-ops gate approve {dep} artifact" in out
+    # The governance records the sandbox seeded are what let it pass; the image's provenance is shown.
+    assert "PASS  licence.review" in out and "PASS  bucket.policy" in out and "PASS  image.provenance" in out
 
     # Separation of duties on a prod endpoint: the requester (an admin, so an approver too) may not approve.
     refused = cli.run("gate", "approve", dep, "artifact", "--as", ADMIN)
@@ -101,13 +104,17 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — infrastructure gate"
     # The subprocess read the training plan itself (over HTTP) and the cluster's nodes.
     assert "PASS  reservation.window" in out and "PASS  cluster.gpu_nodes" in out
+    assert "PASS  capture.policy" in out and "no payloads" in out
     assert "ListTrainingPlans" in cli.face.calls
 
     out = cli.ok("gate", "approve", dep, "infrastructure", "--as", APPROVER_2)
     assert _headline(out).startswith(
         f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
     assert f"→ approve: kimi-ops gate approve {dep} model" in out
+    # The release's own evaluation report, read from S3, beside the fresh run.
+    assert "PASS  model.release_report" in out and "15/15 cases passed, 100%; this run:" in out
     assert _cluster_endpoint(cli)["metadata"]["annotations"]["kimi-ops.io/release"] == release
+    assert _cluster_endpoint(cli)["spec"]["dataCapture"] == {"loadBalancer": {"enabled": True}}
     assert _route_admission(cli) == "closed"  # the candidate runs, and users are on the fallback while it is judged
 
     out = cli.ok("gate", "approve", dep, "model", "--as", APPROVER_1)
@@ -166,6 +173,12 @@ def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_the_rou
     assert all(word in second_row for word in ("deploy", newer, "superseded"))
     assert all(word in first_row for word in ("deploy", older, "superseded"))
 
+    # The README's read-only terminal examples, as written there, against this sandbox.
+    examples = read_examples()
+    assert ["history", ENDPOINT] in examples and ["release", "show", older] in examples
+    for words in examples:
+        cli.ok(*words)
+
 
 def applied_manifest(cli: CliSandbox, deployment_id: int) -> str:
     """The manifest stored (and applied) for a deployment: what a rollback to it must restore."""
@@ -208,7 +221,7 @@ def test_gate_report_prints_stored_reports_and_accept_limits_takes_the_proposal(
     assert "artifact gate checks: pass" in artifact.output and "PASS  weights.objects" in artifact.output
 
     for args, message in (
-        (("gate", "report", "99", "model"), "error: no deployment #99; `history` lists them"),
+        (("gate", "report", "99", "model"), "error: no deployment #99; `kimi-ops history` lists them"),
         (("gate", "report", str(dep.id), "canary"),
          "error: no gate named canary; the gates are artifact, infrastructure, model, traffic"),
     ):

@@ -26,6 +26,7 @@ from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.cluster.rollout import read_hyperpod
 from bot.config import EndpointSettings
+from bot.domain.coldstart import breakdown, go_duration
 from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import RenderedManifest, RolloutProgress
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
@@ -144,6 +145,9 @@ def test_preflight_is_an_error_not_a_pass_when_the_api_server_is_unreachable() -
         checks = KubernetesCluster(api).preflight(endpoint())
     assert {c.status for c in checks} == {"error"}
     assert all("could not ask the Kubernetes API" in c.reason for c in checks)
+    # In words, not urllib3's repr of its connection pool and retry state.
+    assert all("at http://127.0.0.1:9 is unreachable (connection refused)" in c.reason for c in checks), checks
+    assert not any("HTTPConnectionPool" in c.reason or "MaxRetryError" in c.reason for c in checks)
 
 
 # -- apply -------------------------------------------------------------------------------------------------
@@ -277,6 +281,22 @@ def test_a_rollout_is_followed_to_success_with_pods_and_events(
         assert [p.state for p in progress if p.message.startswith("kimi-hyperpod:")][-1] == "DeploymentComplete"
         assert "DeploymentInProgress" in [p.state for p in progress]
     assert all(p.at == START.isoformat() for p in progress)
+    # The cold start, from the pod's status times and the kubelet's Pulled event (the simulator's 95/840/380 s).
+    cold = cluster.cold_start(ep, first_completion_s=1.4)
+    assert cold is not None and cold.image_pull_s == 95 and cold.weight_transfer_s == 840
+    assert cold.load_s is not None and abs(cold.load_s - 380) <= 1 and cold.first_completion_s == 1.4
+    assert "image pull 1 min 35 s · weight transfer 14 min 00 s" in cold.words()
+
+
+def test_a_cold_start_part_kubernetes_did_not_record_is_said_so_never_guessed() -> None:
+    pod = {"status": {"containerStatuses": [{"name": "vllm", "state": {"running": {"startedAt": "2026-12-01T09:00:00Z"}}}],
+                      "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T09:06:20Z"}]}}
+    events = [{"reason": "Pulling", "firstTimestamp": "2026-12-01T08:40:00Z"},
+              {"reason": "Pulled", "message": 'Successfully pulled image "vllm"', "lastTimestamp": "2026-12-01T08:41:05Z"}]
+    cold = breakdown(pod, events, container="vllm", first_completion_s=None)
+    assert (cold.image_pull_s, cold.weight_transfer_s, cold.load_s) == (65.0, None, 380.0)
+    assert "weight transfer not recorded" in cold.words() and "first completion not recorded" in cold.words()
+    assert go_duration("2m3.5s") == 123.5 and go_duration("850ms") == 0.85 and go_duration("soon") is None
 
 
 @pytest.mark.parametrize("kind", ["hyperpod", "eks"])

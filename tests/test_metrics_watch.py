@@ -11,19 +11,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from bot.adapters.cluster.kube import KubernetesCluster
 from bot.adapters.endpoint.dcgm import HttpGpuTelemetry
 from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.adapters.store.models import Endpoint, MetricSample
 from bot.bootstrap import build_root
+from bot.cli.main import app
 from bot.config import EndpointSettings
 from bot.sandbox import cluster_faults
 from bot.sandbox.dcgm import DcgmExporter
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
+from bot.services import incidents
 from bot.services.access import Identity
 from bot.services.context import Ports
+from bot.services.errors import Refused
 from bot.services.metrics_watch import MINUTES_KEPT, retention, slo_view, watch_metrics
 from commands import slo as slo_command
 from tests.conftest import START
@@ -51,7 +55,7 @@ def world(make_ctx, clock, kube, request):
         ctx = make_ctx(
             endpoints=[eks_endpoint("kimi-prod", url=server.url, namespace=namespace, dcgm_url=dcgm.url,
                                     ttft_objective_ms=2000)],
-            oncall_group="S0ONCALL", roles={"viewer": ["U0VIEWER"]},
+            oncall_group="S0ONCALL", roles={"viewer": ["U0VIEWER"], "deployer": ["U0ONCALL"]},
             ports=Ports(endpoint=HttpEndpointClient(timeout=10), gpus=HttpGpuTelemetry(),
                         cluster=KubernetesCluster(kube.api_client(), clock=clock)),
         )
@@ -123,11 +127,18 @@ def test_error_burn_pages_once_warns_once_and_recovers_once(world) -> None:
     assert not [k for k in kinds if k[1].startswith("burn") and not k[1].endswith("errors")]
 
 
-def test_slow_first_tokens_burn_the_latency_budget(world) -> None:
+def test_slow_first_tokens_burn_the_latency_budget(world, monkeypatch, tmp_path) -> None:
     world.step(HEALTHY, times=12)
     world.step({**HEALTHY, "ttft": 3.0}, times=6)  # every request above the 2 s p99 bound
     assert ("watch.alert", "burn-page:ttft") in alerts(world.ctx)
     assert ("watch.alert", "burn-page:errors") not in alerts(world.ctx)
+
+    # kimi-ops slo: the same table in the terminal, and the PNG where asked
+    monkeypatch.setattr("bot.cli.jobs.context", lambda: world.ctx)
+    shown = CliRunner().invoke(app, ["slo", "kimi-prod", "--png", str(tmp_path / "slo.png")])
+    assert shown.exit_code == 0, shown.output
+    assert "time to first token p99" in shown.output and "page" in shown.output and "burn-page:ttft since" in shown.output
+    assert (tmp_path / "slo.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_kv_pressure_with_rejects_pages_then_recovers(world) -> None:
@@ -170,6 +181,32 @@ def test_node_not_ready_pages_once_and_recovers_once(world) -> None:
     cluster_faults.node_condition(world.rest, world.node, "Ready", "True")
     world.step(HEALTHY, times=2)
     assert alerts(world.ctx) == [("watch.alert", "node"), ("watch.recovered", "node")]
+
+
+def test_a_silenced_kind_opens_and_recovers_quietly_until_the_silence_ends(world) -> None:
+    cluster_faults.node_condition(world.rest, world.node, "Ready", "False")
+    world.step(HEALTHY)
+    with world.ctx.uow() as uow:
+        [incident] = uow.incidents.open_of(uow.endpoints.get("kimi-prod").id, ["node"])
+        incident_id = incident.id
+    with pytest.raises(Refused, match="reason"):
+        incidents.silence(world.ctx, Identity("U0ONCALL"), incident_id, 4, "  ")
+    incidents.silence(world.ctx, Identity("U0ONCALL"), incident_id, 4, "AWS replaces the node, OPS-123")
+    for ready in ("True", "False"):  # recovers, breaks again: both recorded, neither posted
+        cluster_faults.node_condition(world.rest, world.node, "Ready", ready)
+        world.step(HEALTHY)
+    world.step(HEALTHY, minutes=60, times=4)  # the silence ends while the node is still down: nothing new
+    cluster_faults.node_condition(world.rest, world.node, "Ready", "True")
+    world.step(HEALTHY)
+    cluster_faults.node_condition(world.rest, world.node, "Ready", "False")
+    world.step(HEALTHY)
+    with world.ctx.uow() as uow:
+        said = [(e.kind, e.payload["silenced"]) for e in uow.events.undelivered(limit=1000)
+                if e.kind in ("watch.alert", "watch.recovered")]
+        audit = [a.action for a in uow.audit.list(subject="endpoint:kimi-prod")]
+    assert said == [("watch.alert", False), ("watch.recovered", True), ("watch.alert", True),
+                    ("watch.recovered", False), ("watch.alert", False)]
+    assert "incident.silenced" in audit
 
 
 def test_crash_looping_and_oom_killed_pods_page(world) -> None:

@@ -22,6 +22,8 @@ from bot.domain.events import (
     IncidentHandled,
     LimitsAccepted,
     OutboxEvent,
+    RampPlot,
+    RampSplit,
     ReadinessAlert,
     ReadinessRecovered,
     ReservationAlert,
@@ -94,6 +96,11 @@ def samples(deployment_id: int) -> list[OutboxEvent]:
         ServiceRolledBack(**common, text="back to blue", service="kimi", to_side="blue", from_side="green",
                           release="rel-a", actor="U0DEPLOYER"),
         SloPlot(**common, text="", path="/tmp/slo.png", sha256="ab" * 32, title="kimi-prod: objectives, last hours"),
+        RampSplit(**common, step="25%", sides=({"name": "kimi-green", "weight": 25, "cohort": True, "requests": 40.0,
+                                                 "ttft_p99_ms": 310.0, "error_rate": 0.0},
+                                                {"name": "kimi-blue", "weight": 75, "cohort": False}),
+                  next_step="50%", next_at=AT, outcome="live"),
+        RampPlot(**common, path="/tmp/ramp.png", sha256="cd" * 32, title="Ramp of kimi-green · deployment #4"),
     ]
 
 

@@ -18,10 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
+from slack_sdk import WebClient
 
 from bot.adapters.cluster.rest import object_path
+from bot.adapters.slack.notifier import SlackNotifier
 from bot.domain.admission import Admission
 from bot.sandbox.gateway import GatewayStandIn
+from bot.sandbox.slack_stub import SlackStub
 from bot.sandbox.stack import APPROVER_1, BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
 from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
@@ -30,7 +33,7 @@ from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.pairs import rollback_service, service_status
-from bot.services.reservations import watch_reservations
+from bot.services.reservations import endpoints_with_tested_release, watch_reservations
 from bot.services.traffic_gate import accept_proposed_limits
 
 pytestmark = pytest.mark.timeout(600)
@@ -46,6 +49,25 @@ HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16))
 class PairWorld:
     sandbox: Sandbox
     engine: Engine
+    slack: SlackStub
+
+    def ramp_message(self, deployment_id: int) -> Any:
+        """The one ramp message in the deployment's thread, after the outbox is delivered to the Slack stub."""
+        notifier = SlackNotifier(WebClient(token="xoxb-t", base_url=self.slack.api_url), self.ctx.uow, self.ctx.clock)
+        notifier.deliver_pending()
+        with self.ctx.uow() as uow:
+            dep = uow.deployments.get(deployment_id)
+            channel, root = dep.slack_channel, dep.slack_thread_ts
+        found = [m for m in self.slack.thread(channel, root) if m.text.startswith(":bar_chart:")]
+        assert len(found) == 1, [m.text for m in found]
+        return found[0]
+
+    def ramp_plots(self, deployment_id: int) -> list[Any]:
+        """The PNGs uploaded into the deployment's thread for its ramp (after ``ramp_message`` delivered them)."""
+        with self.ctx.uow() as uow:
+            dep = uow.deployments.get(deployment_id)
+            channel, root = dep.slack_channel, dep.slack_thread_ts
+        return [u for _, u in self.slack.files_in(channel, root) if u.filename.startswith("ramp-")]
 
     @property
     def ctx(self) -> Any:
@@ -124,6 +146,11 @@ class PairWorld:
     def deploy(self, release: str, *, until: str = "live") -> Any:
         return self.approve(request_deploy(self.ctx, release, SERVICE, Identity(DEPLOYER)).id, until=until)
 
+    def tested(self) -> set[str]:
+        """The sides the reservation watch counts as tested replacements (a release that passed its gates runs)."""
+        with self.ctx.uow() as uow:
+            return endpoints_with_tested_release(uow, self.ctx.settings.endpoints)
+
     def users_on(self) -> str:
         return next(s.endpoint for s in service_status(self.ctx, SERVICE).sides if s.users)
 
@@ -173,13 +200,15 @@ def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Coun
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
     sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
                       endpoint_overrides={"ttft_objective_ms": 1000}).start()
-    w = PairWorld(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
+    slack = SlackStub().start()
+    w = PairWorld(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2), slack=slack)
     try:
         watch_reservations(sandbox.ctx)
         w.deploy(w.releases[0])  # the first deploy goes to the first side: users start on BLUE with the older release
         yield w
     finally:
         sandbox.stop()
+        slack.stop()
         HTTP.close()
 
 
@@ -191,6 +220,8 @@ def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_st
     wait_until("users on the live side", lambda: world.users_at(users) > 0)
     before_idle = world.users_at(idle)
 
+    with pytest.raises(Refused, match=f"is a side of service {SERVICE}"):
+        request_deploy(world.ctx, release, users, Identity(DEPLOYER))  # named at a side: refused, nothing opened
     dep = request_deploy(world.ctx, release, SERVICE, Identity(DEPLOYER))
     assert dep.endpoint == idle
     view = world.approve(dep.id, until="traffic_gate")
@@ -208,6 +239,14 @@ def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_st
     assert status[users].release is not None and not status[users].users  # kept warm
     assert status[idle].reservation_left and status[users].reservation_left
     wait_until("users on the new side", lambda: world.users_at(idle) > before_idle)
+    # One thread message followed the ramp, edited in place at each step and soak: its last text is the end.
+    ramp = world.ramp_message(dep.id)
+    assert ramp.updated >= len(world.ctx.settings.service(SERVICE).ramp.steps) + 2  # the cohort, each step, the end
+    assert "Done" in ramp.text and f"{idle}: 100%" in ramp.text and f"{users}: 0%" in ramp.text
+    assert "TTFT p99" in ramp.text or "no user requests" in ramp.text
+    assert f"rollback {SERVICE}" in str(ramp.blocks)  # the one-click fast path back, under the finished ramp
+    (plot,) = world.ramp_plots(dep.id)
+    assert plot.mimetype == "image/png" and plot.length > 0
 
 
 def test_the_split_at_the_gateway_matches_the_route_weights_within_the_conformance_tolerance(world: PairWorld) -> None:
@@ -237,6 +276,7 @@ def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: 
     warm = GREEN if users == BLUE else BLUE
     warm_release = world.live_release(warm)
     assert warm_release is not None
+    assert world.tested() == {BLUE, GREEN}  # the warm side runs a release that passed its gates
     writes, workload = world.route_writes(), world.workload_writes()
 
     done = rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
@@ -310,6 +350,8 @@ def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_t
     for (label, routed), n in (world.gateway.counts_by_admission() - before).items():
         after[(label, routed.target)] += n
     assert after.get(("closed", idle), 0) == 0 and after.get(("closed", users), 0) >= 40
-    # The side that failed runs a release that did not pass: it is no warm side to roll back to.
+    # The side that failed runs a release that did not pass: no warm side to roll back to, no tested replacement.
+    assert world.tested() == {users}
+    assert "Aborted: ramp step" in world.ramp_message(dep).text
     with pytest.raises(Refused, match="does not run a release that passed its gates"):
         rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))

@@ -118,3 +118,14 @@ def test_finished_requests_within_kimi_ops_own_broken_ones_are_unproven_not_clos
     assert reach_since(snapshot(0.0), MetricsSnapshot(None, None, None, None, None, None), own) is None  # no counter
     restarted = reach_since(snapshot(500.0), snapshot(71.0), own)  # the server restarted: its counter began at zero
     assert restarted is not None and restarted.users == 0 and restarted.beyond_answered == 1
+
+
+def test_a_soak_holds_the_candidate_to_the_endpoints_service_objectives_where_it_declares_them() -> None:
+    from bot.config import EndpointSettings
+    from bot.domain.ramp import Window
+    from bot.services.objectives import RampObjectives
+
+    window = Window(requests=40, errors=0, ttft_p99_ms=800, peak_waiting=0, peak_kv_cache_usage=0.2, seconds=10)
+    declared = EndpointSettings(name="kimi-prod", ttft_objective_ms=2000, slo={"ttft_p99_ms": 500})
+    assert RampObjectives().breaches(declared, window) == ["first-token p99 800 ms above 500 ms"]
+    assert RampObjectives().breaches(EndpointSettings(name="kimi-prod", ttft_objective_ms=2000), window) == []

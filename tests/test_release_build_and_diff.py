@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from bot.domain.release_diff import diff_releases as diff_tuples
 from bot.domain.release_diff import group_args, render_diff
 from bot.sandbox import MotoStandIn
 from bot.sandbox.aws import seed_image
+from bot.sandbox.governance import governance_records
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused, ValidationFailed
@@ -32,7 +34,7 @@ from bot.services.release_build import (
     write_manifest,
 )
 from bot.services.releases import diff_releases, list_releases, register_release
-from tests.artifact_support import example_manifest, not_passing
+from tests.artifact_support import ENDPOINT, NOW, POLICY, example_manifest, not_passing
 from tests.conftest import EXAMPLE_RELEASE
 
 BUCKET = "acme-model-weights"
@@ -86,7 +88,11 @@ def test_build_reads_checksums_or_streams_and_the_result_registers(s3: Any, ctx:
     # The shard uploaded with a SHA-256 checksum is not downloaded; the others (and the licence) are streamed.
     streamed = {key for key, _, _ in progress}
     assert streamed == {PREFIX + "config.json", PREFIX + "model-00002-of-00002.safetensors", "licences/kimi-k3-license.txt"}
-    assert "--tensor-parallel-size" in manifest.serving.args  # the guide's launch args by default
+    # The guide's launch by default: its args (model positional, all eight GPUs, a context within the ceiling), its env.
+    args = manifest.serving.args
+    assert args[0] == "/opt/ml/model" and "--model" not in args
+    assert args[args.index("--tensor-parallel-size") + 1] == "8" and args[args.index("--max-model-len") + 1] == "262144"
+    assert manifest.serving.env == {"VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION": "1"}
 
     target = tmp_path / "out" / "release.yaml"
     write_manifest(manifest, target)
@@ -222,13 +228,13 @@ def test_diff_reports_args_env_objects_and_fields() -> None:
     objects.append({"key": "generation_config.json", "size": 120, "sha256": "1" * 64})
     b = _variant(
         a, name="kimi-k3-2026-09-01", image=a.image[:-4] + "ffff", model__commit="a" * 40,
-        serving__args=[*args, "--max-model-len", "131072"],
+        serving__args=[*args, "--max-num-batched-tokens", "8192"],
         serving__env={"VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION": "0", "HF_TOKEN": "hf_" + "z" * 34},
         weights__objects=objects,
     )
     d = diff_tuples(a, b)
     assert [c.field for c in d.fields] == ["model.commit", "image"]
-    assert d.args_added == ["--max-model-len 131072"] and d.args_removed == ["--enable-prefix-caching"]
+    assert d.args_added == ["--max-num-batched-tokens 8192"] and d.args_removed == ["--enable-prefix-caching"]
     assert [(c.field, c.before, c.after) for c in d.args_changed] == [("--tensor-parallel-size", "8", "4")]
     assert d.objects_added == ["generation_config.json"] and d.objects_removed == ["model-00002-of-00064.safetensors"]
     assert [o.key for o in d.objects_changed] == ["config.json"]
@@ -334,7 +340,13 @@ def test_build_then_verify_end_to_end(moto: MotoStandIn, s3: Any) -> None:
     ecr = moto.client("ecr")
     seed_image(ecr, IMAGE)
     s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
-    manifest = build_manifest(_request(), S3Objects(s3))
-    checks = run_artifact_checks(S3EcrArtifactVerifier(s3, ecr), manifest).checks
+    provenance = {"base_image": "nvcr.io/nvidia/cuda@sha256:" + "a" * 64, "cuda": "12.9.1", "driver": ">=575.57",
+                  "vllm_commit": "b" * 40}
+    manifest = build_manifest(_request(provenance=provenance), S3Objects(s3))
+    reviews, exceptions = governance_records([manifest], [ENDPOINT], NOW)
+    policy = replace(POLICY, licence_reviews=tuple(reviews), exceptions=tuple(exceptions), now=NOW)
+    checks = run_artifact_checks(S3EcrArtifactVerifier(s3, ecr), manifest, policy).checks
     # The bucket was created bare: its missing protections are what the gate reports, nothing else.
-    assert not_passing(checks) == {"bucket.public_access_block": "fail", "bucket.encryption": "fail", "bucket.logging": "fail"}
+    assert not_passing(checks) == {
+        "bucket.public_access_block": "fail", "bucket.encryption": "fail", "bucket.logging": "fail", "bucket.policy": "fail",
+    }

@@ -33,8 +33,9 @@ def test_deploy_shows_the_thread_and_numbered_buttons(console) -> None:
     text = "\n".join(out)
     assert "Deployment #1 of *rel-a* to *kimi-prod* requested" in text
     assert "== Artifact gate · deployment #1 ==" in text
-    assert "[ok] *image.pinned* (pass): pinned" in text
+    assert "[ok] *image.pinned* (pass)" not in text and "[ok] 1 check passed" in text
     assert number_of(out, "Approve") and number_of(out, "Reject")
+    assert "[ok] *image.pinned* (pass): pinned" in "\n".join(console.handle(number_of(out, r"Show every check")))
 
 
 def test_separation_of_duties_by_switching_user_and_pressing_numbers(console) -> None:
@@ -59,7 +60,7 @@ def test_reject_asks_for_the_reason_on_the_next_line(console) -> None:
 
 
 def test_malformed_input_gets_usage_and_help_is_local(console) -> None:
-    assert "Usage: /kimi cancel DEPLOYMENT [force]" in "\n".join(console.handle("/kimi cancel"))
+    assert "Usage: `/kimi cancel DEPLOYMENT [force]`" in "\n".join(console.handle("/kimi cancel"))
     assert console.handle("/as someone")[0].startswith("usage: /as")
     assert "no button [9]" in console.handle("9")[0]
 

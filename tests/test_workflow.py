@@ -19,7 +19,8 @@ from bot.services.deployments import (
     request_rollback,
 )
 from bot.services.engine import Engine
-from bot.services.errors import Forbidden, Refused
+from bot.services.errors import Forbidden, Invalid, Refused
+from bot.services.readiness import endpoint_status
 from bot.services.releases import register_release
 from tests.workflow_support import (
     ADMIN,
@@ -73,6 +74,12 @@ def test_deploy_runs_four_gates_to_live_with_audit_and_events(wf) -> None:
     assert kinds.count("deployment.state") == len(expected_states)
     assert kinds.count("gate.waiting") == 4 and kinds.count("gate.decided") == 4
     assert "rollout.progress" in kinds
+    # The rollout's cold start: in the thread, and the last one in the endpoint's status.
+    with ctx.uow() as uow:
+        said = [e.payload.get("message", "") for e in uow.events.for_deployment(view.id) if e.kind == "rollout.progress"]
+    assert any(m.startswith("cold start: image pull 1 min 30 s · weight transfer 13 min 20 s") for m in said)
+    [status] = endpoint_status(ctx, "kimi-prod", observe=False)
+    assert status.cold_start is not None and status.cold_start.load_s == 300.0
 
 
 @pytest.mark.parametrize("gate_index", [0, 1, 2, 3])
@@ -385,7 +392,7 @@ def test_an_admin_reopens_admission_by_hand_with_a_reason_and_the_page_ends(wf) 
         request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id).id).id).id)
     with pytest.raises(Forbidden):
         override_admission(ctx, "kimi-prod", "open", "users need it", APPROVER_1)
-    with pytest.raises(Refused, match="say why"):
+    with pytest.raises(Invalid, match="say why"):
         override_admission(ctx, "kimi-prod", "open", " ", ADMIN)
     view = override_admission(ctx, "kimi-prod", "open", "fallback overloaded", ADMIN)
     assert view.admission == "open" and ctx.ports.cluster.admission[-1] is True

@@ -16,6 +16,8 @@ import yaml
 
 from bot.config import EndpointSettings
 from bot.domain.checks import Check
+from bot.domain.coldstart import ColdStart
+from bot.domain.governance import ArtifactPolicy
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
 from bot.domain.reservations import ReservationInfo
@@ -25,6 +27,7 @@ from bot.domain.rollout import (
     RolloutOutcome,
     RolloutProgress,
 )
+from bot.sandbox.aws import INFERENCE_ROLE
 from bot.services.access import Identity
 from bot.services.context import Ports
 from tests.conftest import EXAMPLE_RELEASE, START
@@ -48,6 +51,7 @@ def endpoint_config(name: str = "kimi-prod", **overrides: object) -> dict:
         "name": name, "kind": "hyperpod", "environment": "prod", "namespace": "model-serving",
         "url": "http://127.0.0.1:9", "availability_zone": "us-east-1a",
         "reservation_id": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi",
+        "inference_roles": [INFERENCE_ROLE],
     }
     data.update(overrides)
     return data
@@ -65,7 +69,7 @@ class FakeVerifier:
     extra: list[Check] = field(default_factory=list)
     calls: int = 0
 
-    def verify(self, release: ReleaseManifest) -> list[Check]:
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
         self.calls += 1
         return [Check.passed("image.pinned", "pinned"), *self.extra]
 
@@ -97,6 +101,11 @@ class FakeCluster:
     block: threading.Event | None = None
     # Rollouts of manifests containing any of these strings fail (a bad candidate; the restored release still rolls out).
     failing: set[str] = field(default_factory=set)
+
+
+    def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None:
+        """What the rollout's pod said about its start: 90 s pull, 800 s weights, 300 s load."""
+        return ColdStart(90.0, 800.0, 300.0, first_completion_s)
 
     def render(self, release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> RenderedManifest:
         return RenderedManifest.of([{

@@ -5,8 +5,9 @@ from __future__ import annotations
 import typer
 
 from bot.cli import output
+from bot.cli.conventions import typer_app
 
-app = typer.Typer(help="Manage the database schema (Alembic migrations).", no_args_is_help=True)
+app = typer_app(help="Manage the database schema (Alembic migrations).")
 
 
 def _url() -> str:
@@ -36,7 +37,7 @@ def upgrade(revision: str = typer.Argument("head", help="Target revision (defaul
 
 
 @app.command()
-def downgrade(revision: str = typer.Argument(..., help="Target revision, e.g. -1 or base.")) -> None:
+def downgrade(revision: str = typer.Argument(..., metavar="REVISION", help="Target revision, e.g. -1 or base.")) -> None:
     """Downgrade the database schema to REVISION."""
     from bot.adapters.store import schema
     from bot.cli.main import run_guarded

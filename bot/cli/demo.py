@@ -44,6 +44,7 @@ from bot.cli import output
 if TYPE_CHECKING:
     from bot.cli.shell import Shell
     from bot.sandbox.gateway import GatewayStandIn
+    from bot.sandbox.openai_server import OpenAIServer
     from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
@@ -56,11 +57,14 @@ class ScriptFailed(Exception):
 class Tour:
     """Types lines into the shell as named people and prints what each of them sees."""
 
-    def __init__(self, console: Shell, echo: Callable[[str], None], gateway: GatewayStandIn | None = None) -> None:
+    def __init__(self, console: Shell, echo: Callable[[str], None], gateway: GatewayStandIn | None = None,
+                 model: OpenAIServer | None = None) -> None:
         self.console = console
         self.echo = echo
         self.gateway = gateway  # the gateway stand-in, whose counts show what users got
+        self.model = model  # the model server stand-in, which can count a burst of errors (the burn-rate alert)
         self._seen: Counter[tuple[str, Any]] = Counter()
+        self._sides_seen: Counter[Any] = Counter()
 
     def step(self, title: str) -> None:
         self.echo("")
@@ -95,6 +99,27 @@ class Tour:
             if element["text"]["text"] == label and header in _text(message.blocks):
                 return self.say(user, str(number))
         raise ScriptFailed(f"no {label} button on the {gate} gate of deployment #{deployment}; see the messages above")
+
+    def click(self, user: str, label: str) -> list[str]:
+        """Press the newest button labelled ``label`` as ``user``."""
+        for number in range(len(self.console.buttons), 0, -1):
+            _message, element = self.console.buttons[number - 1]
+            if element["text"]["text"] == label:
+                return self.say(user, str(number))
+        raise ScriptFailed(f"no {label!r} button; see the messages above")
+
+    def sides(self, title: str) -> Counter[str]:
+        """Print how many user requests the gateway sent to each side of the pair since the last call."""
+        if self.gateway is None:
+            return Counter()
+        now = self.gateway.counts()
+        new = now - self._sides_seen
+        self._sides_seen = now
+        got: Counter[str] = Counter()
+        for routed, count in new.items():
+            got[routed.target] += count
+        self.echo(f"(gateway) {title}: " + ", ".join(f"{n} → {side}" for side, n in sorted(got.items())))
+        return got
 
     def expect_live(self, deployment: int) -> None:
         self.expect(deployment, "live")
@@ -186,6 +211,15 @@ def tour(tour: Tour) -> None:
     tour.scheduler("readiness-probe")
     tour.say(APPROVER_1, f"/kimi status {ENDPOINT}")
 
+    if tour.model is not None:
+        tour.step("The metrics watch reads /metrics every minute; a burst of 5xx answers burns the error budget and pages")
+        tour.scheduler("metrics-watch")
+        tour.model.simulate(requests=600, errors=90, ttft=0.2, e2e=2.0)  # 15 % of a busy minute answered 5xx
+        tour.scheduler("metrics-watch")  # the alert: live release, last deployment, Acknowledge / Silence… / Roll back
+        tour.say(APPROVER_1, f"/kimi slo {ENDPOINT}")
+        tour.model.simulate(requests=100_000, ttft=0.2, e2e=2.0)  # healthy traffic: the budget stops burning
+        tour.scheduler("metrics-watch")
+
     tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked")
     tour.users(f"users while {first} serves", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {second}")
@@ -212,7 +246,50 @@ def tour(tour: Tour) -> None:
     tour.say(DEPLOYER, f"/kimi history {ENDPOINT}")
 
 
-def _through_model_gate(tour: Tour, deployment: int, approvers: tuple[str, ...]) -> None:
+def pair_tour(tour: Tour) -> None:
+    """The blue/green scenario: a service of two endpoints, a ramp between them, and a one-click rollback."""
+    from bot.sandbox.stack import APPROVER_1, APPROVER_2, BLUE, DEPLOYER, GREEN, SERVICE
+
+    first, second = "kimi-k3-2026-08-01", "kimi-k3-2026-09-01"
+    tour.step(f"A service `{SERVICE}` of two endpoints, {BLUE} and {GREEN}: each its own node and reservation")
+    tour.scheduler("reservation-watch")
+    tour.say(DEPLOYER, f"/kimi status {SERVICE}")
+
+    tour.step(f"{first} goes to {BLUE} (no side has users yet) and is ramped in")
+    tour.say(DEPLOYER, f"/kimi deploy {first} to {SERVICE}")
+    _through_model_gate(tour, 1, (APPROVER_1, APPROVER_2, APPROVER_1), pair=True)
+    tour.press(APPROVER_2, "Accept proposed limits", "traffic", 1)
+    tour.press(APPROVER_2, "Approve", "traffic", 1)
+    tour.expect_live(1)
+    tour.sides("users' requests up to now, per side")
+
+    tour.step(f"{second} goes to the idle side, {GREEN}, while every user stays on {BLUE}: no downtime")
+    tour.say(DEPLOYER, f"/kimi deploy {second} to {SERVICE}")
+    _through_model_gate(tour, 2, (APPROVER_2, APPROVER_1, APPROVER_2), pair=True)
+    during = tour.sides(f"users while {GREEN} was applied and its gates ran")
+    if during[GREEN]:
+        raise ScriptFailed(f"{during[GREEN]} user requests reached {GREEN} before its ramp")
+    tour.press(APPROVER_1, "Accept proposed limits", "traffic", 2)
+    tour.press(APPROVER_1, "Approve", "traffic", 2)
+    tour.expect_live(2)
+    tour.sides("users during the ramp: the cohort, then 5 %, 25 %, 50 % of the weight, then all on " + GREEN)
+    tour.say(APPROVER_1, f"/kimi status {SERVICE}")
+
+    tour.step(f"One click on the ramp message: every user back on {BLUE}, still warm with {first}")
+    tour.click(DEPLOYER, f"Roll back {SERVICE}")
+    tour.console.app.deliver()
+    for text in tour.console.new_output():
+        tour.echo(text)
+    tour.sides("users since the ramp ended")
+    tour.say(APPROVER_1, f"/kimi status {SERVICE}")
+    from bot.services.pairs import service_status
+
+    on = [s.endpoint for s in service_status(tour.console.ctx, SERVICE).sides if s.users]
+    if on != [BLUE]:
+        raise ScriptFailed(f"after the rollback users are on {on}, not {BLUE}")
+
+
+def _through_model_gate(tour: Tour, deployment: int, approvers: tuple[str, ...], *, pair: bool = False) -> None:
     """Approve the artifact and infrastructure gates (and the model gate when a third approver is given).
 
     Between the infrastructure gate and the model gate the deploy closes the route and drains, so the
@@ -220,17 +297,18 @@ def _through_model_gate(tour: Tour, deployment: int, approvers: tuple[str, ...])
     """
     tour.press(approvers[0], "Approve", "artifact", deployment)
     tour.press(approvers[1], "Approve", "infrastructure", deployment)
-    closed = tour.users("users while the candidate is applied and its model gate runs", CLOSING)
-    tour.expect_no_user_reached_kimi(closed, "closed")
+    if not pair:
+        closed = tour.users("users while the candidate is applied and its model gate runs", CLOSING)
+        tour.expect_no_user_reached_kimi(closed, "closed")
     if len(approvers) > 2:
         tour.press(approvers[2], "Approve", "model", deployment)
 
 
-def _start(data_dir: Path) -> tuple[Sandbox, Shell]:
+def _start(data_dir: Path, *, pair: bool = False) -> tuple[Sandbox, Shell]:
     from bot.cli.shell import Shell
     from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, USERS_PER_SECOND, Sandbox
 
-    sandbox = Sandbox(data_dir, users_per_second=USERS_PER_SECOND).start()
+    sandbox = Sandbox(data_dir, users_per_second=USERS_PER_SECOND, pair=pair).start()
     try:
         return sandbox, Shell(sandbox.ctx, user=DEPLOYER, channel=CHANNEL, groups=GROUPS)
     except BaseException:
@@ -249,7 +327,10 @@ def require_sandbox() -> None:
         raise typer.Exit(2) from None
 
 
-def demo() -> None:
+def demo(
+    pair: bool = typer.Option(False, "--pair", help="The blue/green scenario: a service of two endpoints, a ramp "
+                              "between them and a one-click rollback."),
+) -> None:
     """Deploy, approve and roll back Kimi K3 on local stand-ins, printing the Slack conversation."""
     from bot.cli.main import run_guarded
 
@@ -260,9 +341,10 @@ def demo() -> None:
             output.info("starting the sandbox: moto (S3, ECR), Kubernetes emulator + HyperPod operator simulator, "
                         "capacity stand-in, OpenAI-compatible endpoint and fallback behind a Gateway API gateway "
                         "stand-in with background users, Slack stub, SQLite")
-            sandbox, console = _start(Path(tmp))
+            sandbox, console = _start(Path(tmp), pair=pair)
             try:
-                tour(Tour(console, typer.echo, sandbox.stand_ins["traffic"].gateway))
+                (pair_tour if pair else tour)(Tour(console, typer.echo, sandbox.stand_ins["traffic"].gateway,
+                                                   model=sandbox.stand_ins["openai"]))
             except ScriptFailed as exc:
                 output.error(f"the demo stopped: {exc}")
                 raise typer.Exit(1) from None
@@ -282,6 +364,11 @@ def sandbox(
     database_url: str | None = typer.Option(
         None, "--database-url", help="With --headless: an empty PostgreSQL database for the sandbox instead of its "
         "SQLite file, so several `kimi-ops serve` replicas can share it."),
+    addresses: bool = typer.Option(
+        False, "--addresses", help="Console: also print where each stand-in listens, as the `export` lines --headless "
+        "prints (aim `kimi-ops release verify`, curl or boto3 at them)."),
+    pair: bool = typer.Option(False, "--pair", help="The console on a service of two endpoints (kimi-blue, "
+                              "kimi-green) behind one route: try /kimi deploy RELEASE to kimi, /kimi rollback kimi."),
 ) -> None:
     """An interactive Slack console on the local stand-ins: deploy, approve and roll back yourself."""
     from bot.cli.main import run_guarded
@@ -290,7 +377,7 @@ def sandbox(
 
     require_sandbox()
     from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
-    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, USERS_PER_SECOND
+    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, SERVICE, USERS_PER_SECOND
 
     def body() -> None:
         data_dir = load_settings().data_dir / "sandbox"
@@ -298,12 +385,19 @@ def sandbox(
             _headless(data_dir, database_url)
             return
         output.info(f"starting the sandbox in {data_dir} (a fresh database each time)")
-        stack, console = _start(data_dir)
+        stack, console = _start(data_dir, pair=pair)
         typer.echo(f"People: {DEPLOYER} deploys; {APPROVER_1} and {APPROVER_2} approve. "
                    "Try: /kimi help · /kimi deploy kimi-k3-2026-08-01 · /as U0APPROVER1 · a button's number")
-        typer.echo(f"Users reach {ENDPOINT} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
+        called = SERVICE if pair else ENDPOINT
+        typer.echo(f"Users reach {called} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
                    f"(background users send {USERS_PER_SECOND:g} a second; the header "
                    f"'{DEFAULT_COHORT_HEADER}: {DEFAULT_COHORT_VALUE}' makes a request the internal cohort's).")
+        typer.echo(f"Gate plots are saved in {stack.ctx.settings.data_dir / 'reports'} "
+                   "(the console shows each upload as [file NAME, SIZE]).")
+        if addresses:
+            typer.echo("Stand-ins (the same exports `kimi-ops sandbox --headless` prints):")
+            for name, value in stack.environment(data_dir / "kubeconfig").items():
+                typer.echo(f"  export {name}={shlex.quote(value)}")
         try:
             repl(console)  # closes the console
         finally:

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 
 from bot.cli import output
 from bot.cli.common import context, default_actor
+from bot.cli.conventions import OUTPUT_OPTION, Format, typer_app
 
-app = typer.Typer(help="Scheduled jobs: the reservation watch, readiness probes and gate expiry.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from bot.services.readiness import EndpointStatus
+
+app = typer_app(help="Scheduled jobs: the reservation watch, readiness probes and gate expiry.")
 
 
 def _run(body: Callable[[], None]) -> None:
@@ -31,7 +36,7 @@ def _at(value: dt.datetime | None) -> str:
 
 
 @app.command("list")
-def list_() -> None:
+def list_(fmt: Format = OUTPUT_OPTION) -> None:
     """Each job: schedule, next run, last run and its outcome."""
     from bot.scheduler import next_runs
     from bot.services.scheduling import job_overview
@@ -39,7 +44,7 @@ def list_() -> None:
     def body() -> None:
         ctx = context()
         jobs = job_overview(ctx, next_runs(ctx))
-        output.table(
+        output.emit(fmt, jobs, lambda: output.table(
             "Scheduled jobs",
             ["name", "every", "next run", "last run", "last outcome"],
             [
@@ -52,13 +57,13 @@ def list_() -> None:
                 )
                 for j in jobs
             ],
-        )
+        ))
 
     _run(body)
 
 
 @app.command("run")
-def run(name: str = typer.Argument(..., help="Job name, as `jobs list` shows it.")) -> None:
+def run(name: str = typer.Argument(..., metavar="JOB", help="Job name, as `kimi-ops jobs list` shows it.")) -> None:
     """Run one job now, in this process, and print what it did."""
     from bot.bootstrap import build_root
     from bot.services.scheduling import run_job
@@ -98,14 +103,15 @@ def start() -> None:
     _run(body)
 
 
-def reservations(all_: bool = typer.Option(False, "--all", help="Also show reservations that are gone.")) -> None:
+def reservations(all_: bool = typer.Option(False, "--all", help="Also show reservations that are gone."),
+                 fmt: Format = OUTPUT_OPTION) -> None:
     """What the reservation watch last saw: each reservation, its endpoint and the time left."""
     from bot.domain.expiry import format_remaining
     from bot.services.reservations import reservation_overview
 
     def body() -> None:
         views = reservation_overview(context(), include_gone=all_)
-        output.table(
+        output.emit(fmt, views, lambda: output.table(
             "Reservations",
             ["id", "kind", "instance type", "zone", "state", "endpoint", "ends", "left", "alerts sent (h)", "last seen"],
             [
@@ -118,52 +124,59 @@ def reservations(all_: bool = typer.Option(False, "--all", help="Also show reser
                 for v in views
             ],
             empty="none seen yet; `kimi-ops jobs run reservation-watch` reads AWS now",
-        )
+        ))
 
     _run(body)
 
 
-def status(endpoint: str = typer.Argument(None, help="Endpoint (default: all).")) -> None:
+def status(endpoint: str = typer.Argument(None, metavar="ENDPOINT", help="Endpoint (default: all)."),
+           fmt: Format = OUTPUT_OPTION) -> None:
     """Each endpoint: live release, what the cluster runs and users get, drift, last probe, incidents, reservation left."""
     from bot.services.readiness import endpoint_status
-    from bot.views.status import cluster_rows
 
     def body() -> None:
         statuses = endpoint_status(context(), endpoint)
-        if not statuses:
-            output.info("no endpoints declared; add them under endpoints: in the KIMI_CONFIG file")
-        for s in statuses:
-            last = s.last_probe
-            output.table(
-                f"Endpoint {s.name}",
-                ["field", "value"],
-                [
-                    ("live release", f"{s.live_release} since {_at(s.live_since)}" if s.live_release else "none"),
-                    ("admission", f"{s.cluster.recorded.admission if s.cluster else 'open' if s.admission_open else 'closed'}"
-                                  " (kimi-ops's record)"),
-                    *cluster_rows(s.cluster, configured=s.request_limits.model_dump(mode="json"),
-                                  accepted_source=s.limits_accepted),
-                    ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
-                    ("first-token objective", f"{s.ttft_objective_ms} ms"),
-                    ("open incidents",
-                     "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
-                    ("reservation",
-                     f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
-                     if s.reservation else "none seen"),
-                ],
-            )
-            output.table(
-                f"Probes of {s.name} (newest first)",
-                ["at", "result", "HTTP", "first token (ms)", "total (ms)"],
-                [
-                    (_at(p.at), "ok" if p.ok else f"failed ({p.failure_kind}): {p.error}", p.http_status or "-",
-                     f"{p.ttft_ms:.0f}" if p.ttft_ms is not None else "-", f"{p.total_ms:.0f}" if p.total_ms is not None else "-")
-                    for p in s.recent_probes
-                ],
-                empty="none yet",
-            )
+        output.emit(fmt, statuses, lambda: _show_status(statuses))
 
     _run(body)
+
+
+def _show_status(statuses: list[EndpointStatus]) -> None:
+    from bot.views.status import cluster_rows
+
+    if not statuses:
+        output.info("no endpoints declared; add them under endpoints: in the KIMI_CONFIG file")
+    for s in statuses:
+        last = s.last_probe
+        output.table(
+            f"Endpoint {s.name}",
+            ["field", "value"],
+            [
+                ("live release", f"{s.live_release} since {_at(s.live_since)}" if s.live_release else "none"),
+                ("admission", f"{s.cluster.recorded.admission if s.cluster else 'open' if s.admission_open else 'closed'}"
+                              " (kimi-ops's record)"),
+                *cluster_rows(s.cluster, configured=s.request_limits.model_dump(mode="json"),
+                              accepted_source=s.limits_accepted),
+                ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
+                ("first-token objective", f"{s.ttft_objective_ms} ms"),
+                ("last cold start", f"{s.cold_start.words()} ({_at(s.cold_start_at)})" if s.cold_start else "-"),
+                ("open incidents",
+                 "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),
+                ("reservation",
+                 f"{s.reservation.id.rsplit('/', 1)[-1]} ends {_at(s.reservation.end)} ({s.reservation_left} left)"
+                 if s.reservation else "none seen"),
+            ],
+        )
+        output.table(
+            f"Probes of {s.name} (newest first)",
+            ["at", "result", "HTTP", "first token (ms)", "total (ms)"],
+            [
+                (_at(p.at), "ok" if p.ok else f"failed ({p.failure_kind}): {p.error}", p.http_status or "-",
+                 f"{p.ttft_ms:.0f}" if p.ttft_ms is not None else "-", f"{p.total_ms:.0f}" if p.total_ms is not None else "-")
+                for p in s.recent_probes
+            ],
+            empty="none yet",
+        )
 
 
 def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all)."),

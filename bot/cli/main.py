@@ -17,16 +17,15 @@ from typing import Any
 import typer
 
 from bot.cli import output
+from bot.cli.conventions import EXIT_BUG, EXIT_CODES_HELP, EXIT_SCHEMA, EXIT_USAGE, typer_app
 from bot.config_error import ConfigError
 
 log = logging.getLogger("kimi_ops.cli")
 
-app = typer.Typer(
+app = typer_app(
     name="kimi-ops",
     help="Gated, reversible Kimi K3 deployments on SageMaker HyperPod and EKS.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+    epilog=EXIT_CODES_HELP,
 )
 
 
@@ -48,6 +47,7 @@ def _root(
 # Sub-command groups register themselves here; one line each, in help order.
 from bot.cli import db as _db  # noqa: E402
 from bot.cli import demo as _demo  # noqa: E402
+from bot.cli import governance as _governance  # noqa: E402
 from bot.cli import jobs as _jobs  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
 from bot.cli import serve as _serve  # noqa: E402
@@ -58,6 +58,7 @@ app.add_typer(_db.app, name="db")
 app.add_typer(_release.app, name="release")
 _demo.register(app)
 _workflow.register(app)
+_governance.register(app)
 _jobs.register(app)
 _serve.register(app)
 _shell.register(app)
@@ -74,10 +75,10 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
         raise
     except ConfigError as exc:
         output.error(str(exc))
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
     except SchemaMismatch as exc:
         output.error(str(exc))
-        raise typer.Exit(3) from None
+        raise typer.Exit(EXIT_SCHEMA) from None
     except ValidationFailed as exc:
         output.error(f"{len(exc.problems)} problem(s); nothing was stored:")
         for problem in exc.problems:
@@ -91,7 +92,7 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
         log.exception("unexpected error", extra={"correlation_id": correlation})
         output.error("kimi-ops hit an unexpected error; kimi-ops.log in the data directory has the details "
                      f"under correlation id {correlation}")
-        raise typer.Exit(70) from None
+        raise typer.Exit(EXIT_BUG) from None
 
 
 def _only_help(args: list[str]) -> bool:
@@ -112,4 +113,4 @@ def main(argv: list[str] | None = None) -> None:
         app(args=args, prog_name="kimi-ops")
     except ConfigError as exc:  # raised while Typer builds defaults
         output.error(str(exc))
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)

@@ -9,22 +9,26 @@ import typer
 
 from bot.cli import output
 from bot.cli.common import context, default_actor
+from bot.cli.conventions import OUTPUT_OPTION, Format, typer_app
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
 
-app = typer.Typer(help="Release tuples: the immutable rollback units.", no_args_is_help=True)
+    from bot.services.releases import ReleaseView
+
+app = typer_app(help="Release tuples: the immutable rollback units.")
 
 
 @app.command("list")
-def list_(limit: int = typer.Option(50, "--limit", "-n", min=1, help="Show at most N releases.")) -> None:
+def list_(limit: int = typer.Option(50, "--limit", "-n", min=1, metavar="N", help="Show at most N releases."),
+          fmt: Format = OUTPUT_OPTION) -> None:
     """List registered releases, newest first."""
     from bot.cli.main import run_guarded
     from bot.services.releases import list_releases
 
     def body() -> None:
         releases = list_releases(context(), limit)
-        output.table(
+        output.emit(fmt, [_release_data(r) for r in releases], lambda: output.table(
             "Releases",
             ["name", "model commit", "image digest", "licence", "registered by", "registered at (UTC)"],
             [
@@ -39,46 +43,56 @@ def list_(limit: int = typer.Option(50, "--limit", "-n", min=1, help="Show at mo
                 for r in releases
             ],
             empty="no releases registered yet; `kimi-ops release register FILE` adds one",
-        )
+        ))
 
     run_guarded(body)
 
 
+def _release_data(r: ReleaseView) -> dict[str, object]:
+    """A release as ``-o json|yaml`` prints it: its name, hash, who registered it and when, and the whole manifest."""
+    return {"name": r.name, "tuple_hash": r.tuple_hash, "registered_by": r.registered_by,
+            "registered_at": r.registered_at, "manifest": r.manifest}
+
+
 @app.command()
-def show(name: str = typer.Argument(..., help="Release name.")) -> None:
+def show(name: str = typer.Argument(..., metavar="NAME", help="Release name."), fmt: Format = OUTPUT_OPTION) -> None:
     """Show every field of one release tuple."""
     from bot.cli.main import run_guarded
     from bot.services.releases import get_release
 
     def body() -> None:
         r = get_release(context(), name)
-        m = r.manifest
-        output.table(
-            f"Release {m.name}",
-            ["field", "value"],
-            [
-                ("model", f"{m.model.repo} @ {m.model.commit}"),
-                ("weights", f"{m.weights.prefix} ({len(m.weights.objects)} objects, "
-                            f"{sum(o.size for o in m.weights.objects):,} bytes)"),
-                ("image", m.image),
-                ("serving args", " ".join(m.serving.args)),
-                ("serving env", ", ".join(f"{k}={v if isinstance(v, str) else v.describe()}" for k, v in m.serving.env.items())
-                 or "-"),
-                ("licence", f"{m.licence.version} sha256:{m.licence.sha256[:16]}… {m.licence.document or ''}"),
-                ("evaluation report", m.evaluation_report or "-"),
-                ("trust-remote-code exception", m.trust_remote_code_exception or "-"),
-                ("tuple hash", r.tuple_hash),
-                ("registered", f"{r.registered_by} at {r.registered_at:%Y-%m-%d %H:%M:%S} UTC"),
-            ],
-        )
+        output.emit(fmt, _release_data(r), lambda: _show_release(r))
 
     run_guarded(body)
 
 
+def _show_release(r: ReleaseView) -> None:
+    m = r.manifest
+    output.table(
+        f"Release {m.name}",
+        ["field", "value"],
+        [
+            ("model", f"{m.model.repo} @ {m.model.commit}"),
+            ("weights", f"{m.weights.prefix} ({len(m.weights.objects)} objects, "
+                        f"{sum(o.size for o in m.weights.objects):,} bytes)"),
+            ("image", m.image),
+            ("serving args", " ".join(m.serving.args)),
+            ("serving env", ", ".join(f"{k}={v if isinstance(v, str) else v.describe()}" for k, v in m.serving.env.items())
+             or "-"),
+            ("licence", f"{m.licence.version} sha256:{m.licence.sha256[:16]}… {m.licence.document or ''}"),
+            ("evaluation report", m.evaluation_report or "-"),
+            ("trust-remote-code exception", m.trust_remote_code_exception or "-"),
+            ("tuple hash", r.tuple_hash),
+            ("registered", f"{r.registered_by} at {r.registered_at:%Y-%m-%d %H:%M:%S} UTC"),
+        ],
+    )
+
+
 @app.command()
 def register(
-    file: Path = typer.Argument(..., help="Release manifest (YAML)."),
-    actor: str = typer.Option(None, "--as", help="Identity to record (default: cli:<login>)."),
+    file: Path = typer.Argument(..., metavar="FILE", help="Release manifest (YAML)."),
+    actor: str = typer.Option(None, "--as", metavar="USER", help="Identity to record (default: cli:<login>)."),
 ) -> None:
     """Validate and register a release manifest; nothing is stored if any field is wrong."""
     from bot.cli.main import run_guarded
@@ -136,6 +150,19 @@ class _ByteProgress:
         self.bars.update(self.tasks[key], completed=done, total=total)
 
 
+def _provenance(base_image: str | None, cuda: str | None, driver: str | None, vllm_commit: str | None) -> dict[str, str] | None:
+    """All four provenance options, or none (the artifact gate then says what is missing)."""
+    from bot.services.errors import Refused
+
+    given = {"base_image": base_image, "cuda": cuda, "driver": driver, "vllm_commit": vllm_commit}
+    if not any(given.values()):
+        return None
+    missing = [f"--{k.replace('_', '-')}" for k, v in given.items() if not v]
+    if missing:
+        raise Refused(f"provenance needs all of --base-image, --cuda, --driver and --vllm-commit; missing {', '.join(missing)}")
+    return {k: str(v) for k, v in given.items()}
+
+
 @app.command()
 def build(
     weights: str = typer.Option(..., "--weights", help="Versioned S3 prefix of the weights: s3://bucket/prefix/."),
@@ -153,12 +180,17 @@ def build(
     trust_remote_code_exception: str = typer.Option(
         None, "--trust-remote-code-exception", help="Security exception allowing --trust-remote-code.",
     ),
+    base_image: str = typer.Option(None, "--base-image", help="Provenance: base image of the serving image, by digest."),
+    cuda: str = typer.Option(None, "--cuda", help="Provenance: CUDA version in the image, e.g. 12.9.1."),
+    driver: str = typer.Option(None, "--driver", help="Provenance: NVIDIA driver versions it runs on, e.g. '>=575.57'."),
+    vllm_commit: str = typer.Option(None, "--vllm-commit", help="Provenance: full 40-hex vLLM commit of the image."),
     out: Path = typer.Option(None, "--output", "-o", help="Manifest file to write (default: ./<name>.yaml)."),
 ) -> None:
     """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
     from bot.cli.main import run_guarded
     from bot.services.release_build import (
         DEFAULT_SERVING_ARGS,
+        DEFAULT_SERVING_ENV,
         BuildRequest,
         build_manifest,
         read_serving_file,
@@ -166,11 +198,12 @@ def build(
     )
 
     def body() -> None:
-        args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), {})
+        args, env = read_serving_file(serving_args) if serving_args else (list(DEFAULT_SERVING_ARGS), dict(DEFAULT_SERVING_ENV))
         request = BuildRequest(
             weights=weights, image=image, model_repo=model_repo, model_commit=model_commit, licence_version=licence_version,
             licence=licence, name=name, serving_args=args, serving_env=env, evaluation_report=evaluation_report,
             trust_remote_code_exception=trust_remote_code_exception,
+            provenance=_provenance(base_image, cuda, driver, vllm_commit),
         )
         with _ByteProgress() as progress:
             manifest = build_manifest(request, progress=progress)
@@ -184,8 +217,8 @@ def build(
 
 @app.command()
 def diff(
-    a: str = typer.Argument(..., help="Release to compare from (e.g. the one running)."),
-    b: str = typer.Argument(..., help="Release to compare to (e.g. the candidate)."),
+    a: str = typer.Argument(..., metavar="FROM", help="Release to compare from (e.g. the one running)."),
+    b: str = typer.Argument(..., metavar="TO", help="Release to compare to (e.g. the candidate)."),
 ) -> None:
     """Field-by-field difference of two release tuples."""
     from bot.cli.main import run_guarded
@@ -199,14 +232,19 @@ def diff(
 
 
 @app.command()
-def verify(name: str = typer.Argument(..., help="Release name.")) -> None:
+def verify(
+    name: str = typer.Argument(..., metavar="NAME", help="Release name."),
+    endpoint: str | None = typer.Option(
+        None, "--endpoint", help="Endpoint the release is judged for (default: the only one configured)."
+    ),
+) -> None:
     """Run the artifact gate's checks against S3 and ECR; exits 1 when the report blocks approval."""
     from bot.cli.main import run_guarded
     from bot.services.artifact_gate import verify_release
 
     def body() -> None:
         with _ByteProgress() as progress:
-            report = verify_release(context(), name, progress=progress)
+            report = verify_release(context(), name, progress=progress, endpoint=endpoint)
         output.table(f"Artifact checks: {name}", ["check", "status", "reason"],
                      [(c.name, c.status, c.reason) for c in report.checks])
         output.info(report.summary)

@@ -50,5 +50,6 @@ def history_rows(views: Iterable[DeploymentView]) -> list[tuple[object, ...]]:
     for v in views:
         gates = ", ".join(f"{g.gate[:5]}:{g.decided_by or '-'}" for g in v.gates)
         started = f"{v.created_at:%Y-%m-%d %H:%M}"
-        rows.append((v.id, v.kind, v.release, v.state, v.requested_by, gates, started, _took(v.duration)))
+        rows.append((v.id, v.kind, v.release, v.state.value, v.requested_by, gates, started, _took(v.duration),
+                     v.state_reason or ""))
     return rows

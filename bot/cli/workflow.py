@@ -18,15 +18,20 @@ import typer
 
 from bot.cli import output
 from bot.cli.common import context, root
+from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format, typer_app
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
     from bot.services.access import Identity
     from bot.services.context import Context
+    from bot.services.deployments import StoredGateReport
 
-gate_app = typer.Typer(help="Decide or re-run a deployment's gates.", no_args_is_help=True)
+gate_app = typer_app(help="Decide or re-run a deployment's gates.")
 
-AS_OPTION = typer.Option(None, "--as", help="Slack user ID to act as (default: KIMI_CLI_USER).")
+AS_OPTION = typer.Option(None, "--as", metavar="USER", help="Slack user ID to act as (default: KIMI_CLI_USER).")
+# The gates' names are spelled out (bot.domain.checks.GATES): importing the domain would slow every --help.
+GATE_ARGUMENT = typer.Argument(..., metavar="GATE", help="artifact | infrastructure | model | traffic")
+DEPLOYMENT_ARGUMENT = typer.Argument(..., metavar="DEPLOYMENT", help="Deployment number.")
 
 
 def _identity(ctx: Context, user: str | None) -> Identity:
@@ -46,6 +51,26 @@ def _show(view: DeploymentView) -> None:
         output.info(line)
 
 
+def _gate(name: str) -> str:
+    """A gate's name in any case; anything else is a usage error (exit 2) naming the gates, before anything is read."""
+    from bot.domain.checks import GATES
+    from bot.services.errors import Invalid
+
+    if name.lower() not in GATES:
+        raise Invalid(f"no gate named {name}; the gates are {', '.join(GATES)}")
+    return name.lower()
+
+
+def _outcome(view: DeploymentView) -> None:
+    """Exit 1 when what was asked for cannot go on: the deployment ended without going live, or its gate is blocked."""
+    from bot.domain.states import State
+
+    if view.state.terminal and view.state is not State.LIVE:
+        raise typer.Exit(EXIT_REFUSED)
+    if view.pending is not None and not view.pending.approvable:
+        raise typer.Exit(EXIT_REFUSED)
+
+
 def _run(body: Callable[[], None]) -> None:
     from bot.cli.main import run_guarded
 
@@ -53,8 +78,8 @@ def _run(body: Callable[[], None]) -> None:
 
 
 def deploy(
-    release: str = typer.Argument(..., help="Release name."),
-    to: str = typer.Option(None, "--to", help="Endpoint (optional when only one is configured)."),
+    release: str = typer.Argument(..., metavar="RELEASE", help="Release name."),
+    to: str = typer.Option(None, "--to", metavar="ENDPOINT", help="Endpoint (optional when only one is configured)."),
     user: str = AS_OPTION,
 ) -> None:
     """Request a deployment of RELEASE and run it up to its first gate."""
@@ -62,15 +87,17 @@ def deploy(
 
     def body() -> None:
         here = root()
-        view = request_deploy(here.ctx, release, to, _identity(here.ctx, user))
-        _show(here.engine.advance(view.id))
+        view = here.engine.advance(request_deploy(here.ctx, release, to, _identity(here.ctx, user)).id)
+        _show(view)
+        _outcome(view)
 
     _run(body)
 
 
 def rollback(
-    endpoint: str = typer.Argument(None, help="Endpoint (optional when only one is configured)."),
-    to: str = typer.Option(None, "--to", help="Release to restore (default: the one live before the current)."),
+    endpoint: str = typer.Argument(None, metavar="ENDPOINT", help="Endpoint (optional when only one is configured)."),
+    to: str = typer.Option(None, "--to", metavar="RELEASE",
+                           help="Release to restore (default: the one live before the current)."),
     user: str = AS_OPTION,
 ) -> None:
     """Roll back to the complete previous release tuple and its exact manifest."""
@@ -78,14 +105,15 @@ def rollback(
 
     def body() -> None:
         here = root()
-        view = request_rollback(here.ctx, endpoint, _identity(here.ctx, user), to)
-        _show(here.engine.advance(view.id))
+        view = here.engine.advance(request_rollback(here.ctx, endpoint, _identity(here.ctx, user), to).id)
+        _show(view)
+        _outcome(view)
 
     _run(body)
 
 
 def cancel(
-    deployment: int = typer.Argument(..., help="Deployment number."),
+    deployment: int = DEPLOYMENT_ARGUMENT,
     force: bool = typer.Option(False, "--force", help="Admins: break a stuck deployment's hold on its endpoint."),
     user: str = AS_OPTION,
 ) -> None:
@@ -102,8 +130,8 @@ def cancel(
 
 
 def drain(
-    choice: str = typer.Argument(..., help="wait | abort"),
-    deployment: int = typer.Argument(..., help="Deployment number."),
+    choice: str = typer.Argument(..., metavar="wait|abort", help="wait longer, or abort (users get the running release back)."),
+    deployment: int = DEPLOYMENT_ARGUMENT,
     user: str = AS_OPTION,
 ) -> None:
     """Answer a drain that passed its deadline: wait longer, or abort (users get the running release back)."""
@@ -112,15 +140,17 @@ def drain(
     def body() -> None:
         here = root()
         decide_drain(here.ctx, deployment, choice, _identity(here.ctx, user))
-        _show(here.engine.advance(deployment))
+        view = here.engine.advance(deployment)
+        _show(view)
+        _outcome(view)
 
     _run(body)
 
 
 def admission(
-    word: str = typer.Argument(..., help="open | close"),
-    endpoint: str = typer.Argument(..., help="Endpoint."),
-    reason: str = typer.Option(..., "--reason", help="Why; recorded in the audit log and said in the channel."),
+    word: str = typer.Argument(..., metavar="open|close", help="What users reach: Kimi K3, or the fallback."),
+    endpoint: str = typer.Argument(..., metavar="ENDPOINT", help="Endpoint."),
+    reason: str = typer.Option(..., "--reason", metavar="TEXT", help="Why; recorded in the audit log and said in the channel."),
     user: str = AS_OPTION,
 ) -> None:
     """Admins: open or close what users reach of ENDPOINT by hand (after a failed restore, say)."""
@@ -147,35 +177,53 @@ def resume() -> None:
 
 
 def history(
-    endpoint: str = typer.Argument(None, help="Endpoint (optional when only one is configured)."),
-    limit: int = typer.Option(20, "--limit", "-n", min=1),
+    endpoint: str = typer.Argument(None, metavar="ENDPOINT", help="Endpoint (optional when only one is configured)."),
+    limit: int = typer.Option(20, "--limit", "-n", min=1, metavar="N", help="Show at most N deployments."),
+    fmt: Format = OUTPUT_OPTION,
 ) -> None:
-    """Deployments of an endpoint: release, kind, outcome, who requested and approved, durations."""
+    """Deployments of an endpoint: release, kind, outcome and why, who requested and decided, durations."""
     from bot.cli.render import history_rows
     from bot.services.deployments import history as deployment_history
+    from bot.services.errors import NoEndpoints
 
     def body() -> None:
-        views = deployment_history(context(), endpoint, limit)
-        columns = ["#", "kind", "release", "outcome", "requested by", "gates (decided by)", "started (UTC)", "took"]
-        output.table("History", columns, history_rows(views), empty="no deployments yet")
+        try:
+            views = deployment_history(context(), endpoint, limit)
+        except NoEndpoints as nothing:
+            if endpoint:
+                raise
+            # Like `status`: nothing declared is an empty listing, not a failure.
+            said = str(nothing)
+            output.emit(fmt, [], lambda: output.info(said))
+            return
+        columns = ["#", "kind", "release", "outcome", "requested by", "gates (decided by)", "started (UTC)", "took",
+                   "why"]
+        output.emit(fmt, views, lambda: output.table("History", columns, history_rows(views), empty="no deployments yet"))
 
     _run(body)
 
 
 @gate_app.command("show")
-def gate_show(deployment: int = typer.Argument(..., help="Deployment number.")) -> None:
+def gate_show(deployment: int = DEPLOYMENT_ARGUMENT, fmt: Format = OUTPUT_OPTION) -> None:
     """Show a deployment, its gates and the report of the gate waiting for a decision."""
     from bot.services.deployments import get_deployment
 
-    _run(lambda: _show(get_deployment(context(), deployment)))
+    def body() -> None:
+        view = get_deployment(context(), deployment)
+        output.emit(fmt, view, lambda: _show(view))
+
+    _run(body)
 
 
-def _decide(deployment: int, gate: str, decision: str, user: str | None, reason: str | None,
+def _decide(deployment: int, named: str, decision: str, user: str | None, reason: str | None,
             override_reason: str | None = None) -> None:
     from bot.services.deployments import decide_gate, get_deployment
-    from bot.services.errors import Refused
+    from bot.services.errors import Invalid, Refused
 
     def body() -> None:
+        gate = _gate(named)
+        if decision == "rejected" and not (reason or "").strip():
+            raise Invalid("say why the gate is rejected: --reason \"…\" is recorded and shown in the thread and the history")
         here = root()
         ctx = here.ctx
         who = _identity(ctx, user)
@@ -186,16 +234,20 @@ def _decide(deployment: int, gate: str, decision: str, user: str | None, reason:
         _show(get_deployment(ctx, deployment))
         decide_gate(ctx, deployment, gate, decision, who, seen_report_hash=seen.report_hash,
                     seen_release_hash=seen.release_hash, reason=reason, override_reason=override_reason)
-        _show(here.engine.advance(deployment))
+        view = here.engine.advance(deployment)
+        _show(view)
+        if decision == "approved":
+            _outcome(view)
 
     _run(body)
 
 
 @gate_app.command("approve")
 def gate_approve(
-    deployment: int = typer.Argument(..., help="Deployment number."),
-    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
-    override_limits: str = typer.Option(None, "--override-limits", help="Traffic gate: approve although the endpoint "
+    deployment: int = DEPLOYMENT_ARGUMENT,
+    gate: str = GATE_ARGUMENT,
+    override_limits: str = typer.Option(None, "--override-limits", metavar="REASON",
+                                        help="Traffic gate: approve although the endpoint "
                                         "admits more than the sweep measured safe; say why (recorded)."),
     user: str = AS_OPTION,
 ) -> None:
@@ -205,9 +257,10 @@ def gate_approve(
 
 @gate_app.command("reject")
 def gate_reject(
-    deployment: int = typer.Argument(..., help="Deployment number."),
-    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
-    reason: str = typer.Option(..., "--reason", help="Why; recorded and shown in the thread."),
+    deployment: int = DEPLOYMENT_ARGUMENT,
+    gate: str = GATE_ARGUMENT,
+    reason: str = typer.Option(..., "--reason", metavar="TEXT", help="Why, in words (not blank); recorded and shown in "
+                               "the thread and the history."),
     user: str = AS_OPTION,
 ) -> None:
     """Reject the waiting GATE of DEPLOYMENT; the deployment ends."""
@@ -216,55 +269,65 @@ def gate_reject(
 
 @gate_app.command("recheck")
 def gate_recheck(
-    deployment: int = typer.Argument(..., help="Deployment number."),
-    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
+    deployment: int = DEPLOYMENT_ARGUMENT,
+    gate: str = GATE_ARGUMENT,
     user: str = AS_OPTION,
 ) -> None:
     """Run the waiting GATE's automated checks again."""
     def body() -> None:
         here = root()
-        _show(here.engine.recheck(deployment, gate, _identity(here.ctx, user)))
+        view = here.engine.recheck(deployment, _gate(gate), _identity(here.ctx, user))
+        _show(view)
+        _outcome(view)
 
     _run(body)
 
 
 @gate_app.command("report")
 def gate_report(
-    deployment: int = typer.Argument(..., help="Deployment number."),
-    gate: str = typer.Argument(..., help="artifact | infrastructure | model | traffic"),
+    deployment: int = DEPLOYMENT_ARGUMENT,
+    gate: str = GATE_ARGUMENT,
+    fmt: Format = OUTPUT_OPTION,
 ) -> None:
     """Print the stored report of GATE of DEPLOYMENT (the newest one, decided or waiting)."""
-    from bot.cli.render import report_lines
     from bot.services.deployments import stored_gate_report
-    from bot.views.gate_text import render_model_report, render_traffic_report
 
     def body() -> None:
-        stored = stored_gate_report(context(), deployment, gate)
-        if stored.decision:
-            verdict = f"{stored.decision} by {stored.decided_by} at {stored.decided_at:%Y-%m-%d %H:%M} UTC" + (
-                f" — {stored.decision_reason}" if stored.decision_reason else "")
-        else:
-            verdict = "waiting for a decision"
-        rechecks = f" (check run {stored.checks_run})" if stored.checks_run > 1 else ""
-        output.info(f"deployment #{stored.deployment_id} ({stored.kind} of {stored.release}), {gate} gate: {verdict}")
-        output.info(f"checked {stored.checked_at:%Y-%m-%d %H:%M} UTC{rechecks}, report {stored.report_hash[:12]}")
-        output.info("")
-        # The model and traffic gates carry tables (evaluation, sweep); the others are their check list.
-        if gate == "model":
-            output.info(render_model_report(stored.report))
-        elif gate == "traffic":
-            output.info(render_traffic_report(stored.report))
-        else:
-            for line in report_lines(stored.report):
-                output.info(line)
+        stored = stored_gate_report(context(), deployment, _gate(gate))
+        output.emit(fmt, stored, lambda: _print_report(stored))
 
     _run(body)
 
 
+def _print_report(stored: StoredGateReport) -> None:
+    from bot.cli.render import report_lines
+    from bot.views.gate_text import render_model_report, render_traffic_report
+
+    gate = stored.gate
+    if stored.decision:
+        verdict = f"{stored.decision} by {stored.decided_by} at {stored.decided_at:%Y-%m-%d %H:%M} UTC" + (
+            f" — {stored.decision_reason}" if stored.decision_reason else "")
+    else:
+        verdict = "waiting for a decision"
+    rechecks = f" (check run {stored.checks_run})" if stored.checks_run > 1 else ""
+    output.info(f"deployment #{stored.deployment_id} ({stored.kind} of {stored.release}), {gate} gate: {verdict}")
+    output.info(f"checked {stored.checked_at:%Y-%m-%d %H:%M} UTC{rechecks}, report {stored.report_hash[:12]}")
+    output.info("")
+    # The model and traffic gates carry tables (evaluation, sweep); the others are their check list.
+    if gate == "model":
+        output.info(render_model_report(stored.report))
+    elif gate == "traffic":
+        output.info(render_traffic_report(stored.report))
+    else:
+        for line in report_lines(stored.report):
+            output.info(line)
+
+
 @gate_app.command("accept-limits")
 def gate_accept_limits(
-    deployment: int = typer.Argument(..., help="Deployment number whose traffic gate proposed the limits."),
-    report: str = typer.Option(None, "--report", help="Hash (or its first characters) of the traffic report you read, "
+    deployment: int = typer.Argument(..., metavar="DEPLOYMENT", help="Deployment number whose traffic gate proposed the limits."),
+    report: str = typer.Option(None, "--report", metavar="HASH",
+                               help="Hash (or its first characters) of the traffic report you read, "
                                                       "as `gate report` prints it; refused if the report changed since."),
     user: str = AS_OPTION,
 ) -> None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.domain.checks import Check
-from bot.domain.release import COMMIT_HEX, DIGEST_REF, WeightObject
+from bot.domain.governance import NODE_GPUS, ArtifactPolicy, allowed_by
+from bot.domain.release import COMMIT_HEX, DIGEST_REF, Provenance, WeightObject
 from bot.domain.secrets import EnvValue, secret_locations
 
-NODE_GPUS = 8
 ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 READ_ACTIONS = ("s3:getobject", "s3:getobjectversion", "s3:listbucket", "s3:get*", "s3:list*", "s3:*", "*")
 BPA_FLAGS = ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets")
@@ -66,6 +66,23 @@ def check_image_pinned(image: str) -> Check:
     )
 
 
+def check_provenance(provenance: Provenance | None) -> Check:
+    """The guide: rebuild the serving image from reviewed inputs; the manifest says which inputs."""
+    if provenance is None:
+        return Check.failed(
+            "image.provenance",
+            "the manifest does not record where the image comes from; add provenance: base_image, cuda, driver "
+            "and vllm_commit",
+        )
+    return Check.passed(
+        "image.provenance",
+        f"built on {provenance.base_image} · CUDA {provenance.cuda} · driver {provenance.driver} · "
+        f"vLLM {provenance.vllm_commit[:12]}",
+        base_image=provenance.base_image, cuda=provenance.cuda, driver=provenance.driver,
+        vllm_commit=provenance.vllm_commit,
+    )
+
+
 def check_model_commit(commit: str) -> Check:
     if COMMIT_HEX.match(commit or ""):
         return Check.passed("model.commit", "model commit is a full 40-hex revision")
@@ -86,18 +103,75 @@ def _has_flag(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
-def check_tensor_parallel(args: Sequence[str], gpus: int = NODE_GPUS) -> Check:
+def check_tensor_parallel(
+    args: Sequence[str], gpus: int = NODE_GPUS, policy: ArtifactPolicy | None = None, release: str | None = None
+) -> Check:
+    """The guide's launch shards the model over all of the node's GPUs; anything else needs a recorded exception."""
     raw = _flag_value(args, "--tensor-parallel-size", "-tp")
     if raw is None:
-        return Check.warned(
-            "serving.tensor_parallel", f"--tensor-parallel-size is not set; vLLM would use 1 of the node's {gpus} GPUs"
+        return Check.failed(
+            "serving.tensor_parallel",
+            f"--tensor-parallel-size is not set (vLLM would use 1 GPU); add --tensor-parallel-size {gpus}, "
+            f"the node's {gpus} GPUs",
         )
     if not raw.isdigit() or int(raw) < 1:
         return Check.failed("serving.tensor_parallel", f"--tensor-parallel-size {raw!r} is not a positive whole number")
     size = int(raw)
-    if gpus % size:
-        return Check.failed("serving.tensor_parallel", f"--tensor-parallel-size {size} does not divide the node's {gpus} GPUs")
-    return Check.passed("serving.tensor_parallel", f"--tensor-parallel-size {size} divides the node's {gpus} GPUs")
+    if size != gpus:
+        exception, why = (policy or ArtifactPolicy()).exception("tensor-parallel", release)
+        if exception is not None:
+            return Check.passed(
+                "serving.tensor_parallel", f"--tensor-parallel-size {size} instead of {gpus}: allowed by {allowed_by(exception)}"
+            )
+        return Check.failed(
+            "serving.tensor_parallel",
+            f"--tensor-parallel-size {size} is not the guide's {gpus} (all of the node's GPUs); use {gpus}, or record a "
+            f"tensor-parallel security exception ({why})",
+            size=size,
+        )
+    return Check.passed("serving.tensor_parallel", f"--tensor-parallel-size {size} uses all of the node's {gpus} GPUs")
+
+
+def check_model_argument(args: Sequence[str]) -> Check:
+    """The model path is vLLM's positional argument: ``--model`` is deprecated in recent vLLM."""
+    if _has_flag(args, "--model"):
+        where = _flag_value(args, "--model") or "PATH"
+        return Check.failed(
+            "serving.model",
+            f"--model is deprecated in recent vLLM; give the model as the first, positional argument ({where})",
+        )
+    if not args or args[0].startswith("-"):
+        return Check.failed("serving.model", "no model path: make the first serving arg the model path (e.g. /opt/ml/model)")
+    return Check.passed("serving.model", f"model path {args[0]} given as vLLM's positional argument")
+
+
+def check_max_model_len(args: Sequence[str], ceiling: int | None) -> Check:
+    """A million-token window is a capability, not a free entitlement: the release states its window, within bounds."""
+    raw = _flag_value(args, "--max-model-len")
+    if ceiling is None:
+        return Check.failed(
+            "serving.max_model_len", "no endpoint ceiling to check --max-model-len against; name the endpoint it is for"
+        )
+    if raw is None:
+        return Check.failed(
+            "serving.max_model_len",
+            f"--max-model-len is not set, so vLLM offers the model's whole window; set it to at most {ceiling:,}",
+        )
+    value = raw.replace("_", "")
+    # vLLM's own reading: k/m/g are powers of 1000, K/M/G of 1024.
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}.get(value[-1:], 1) if value else 1
+    number = value[:-1] if scale != 1 else value
+    if not number.isdigit() or int(number) < 1:
+        return Check.failed("serving.max_model_len", f"--max-model-len {raw!r} is not a positive whole number of tokens")
+    tokens = int(number) * scale
+    if tokens > ceiling:
+        return Check.failed(
+            "serving.max_model_len",
+            f"--max-model-len {tokens:,} is above the endpoint's ceiling of {ceiling:,} tokens; lower it or raise "
+            "the endpoint's max_model_len after a capacity review",
+            tokens=tokens, ceiling=ceiling,
+        )
+    return Check.passed("serving.max_model_len", f"--max-model-len {tokens:,} is within the endpoint's {ceiling:,}")
 
 
 def check_served_model_name(args: Sequence[str]) -> Check:
@@ -109,14 +183,22 @@ def check_served_model_name(args: Sequence[str]) -> Check:
     return Check.passed("serving.served_model_name", f"served as {name}")
 
 
-def check_trust_remote_code(args: Sequence[str], exception: str | None) -> Check:
+def check_trust_remote_code(
+    args: Sequence[str], exception: str | None, policy: ArtifactPolicy | None = None, release: str = ""
+) -> Check:
+    """``--trust-remote-code`` runs the model repo's Python: only under a recorded, current security exception."""
     if not _has_flag(args, "--trust-remote-code"):
         return Check.passed("serving.trust_remote_code", "--trust-remote-code is not requested")
-    if exception and exception.strip():
-        return Check.passed("serving.trust_remote_code", f"--trust-remote-code allowed by security exception {exception.strip()}")
-    return Check.failed(
-        "serving.trust_remote_code", "--trust-remote-code runs code from the model repo; record trust_remote_code_exception first"
-    )
+    if not exception or not exception.strip():
+        return Check.failed(
+            "serving.trust_remote_code",
+            "--trust-remote-code runs code from the model repo; record a security exception and name it in "
+            "trust_remote_code_exception",
+        )
+    found, why = (policy or ArtifactPolicy()).named_exception(exception.strip(), "trust-remote-code", release)
+    if found is None:
+        return Check.failed("serving.trust_remote_code", f"--trust-remote-code: {why}")
+    return Check.passed("serving.trust_remote_code", f"--trust-remote-code allowed by {allowed_by(found)}")
 
 
 def check_no_secrets(args: Sequence[str], env: Mapping[str, EnvValue]) -> Check:
@@ -131,11 +213,20 @@ def check_no_secrets(args: Sequence[str], env: Mapping[str, EnvValue]) -> Check:
     return Check.passed("serving.no_secrets", "no secret values in serving args or env")
 
 
-def serving_checks(args: Sequence[str], env: Mapping[str, EnvValue], trust_remote_code_exception: str | None) -> list[Check]:
+def serving_checks(
+    args: Sequence[str],
+    env: Mapping[str, EnvValue],
+    trust_remote_code_exception: str | None,
+    policy: ArtifactPolicy | None = None,
+    release: str = "",
+) -> list[Check]:
+    policy = policy or ArtifactPolicy()
     return [
-        check_tensor_parallel(args),
+        check_tensor_parallel(args, policy.gpus, policy, release),
+        check_model_argument(args),
+        check_max_model_len(args, policy.max_model_len),
         check_served_model_name(args),
-        check_trust_remote_code(args, trust_remote_code_exception),
+        check_trust_remote_code(args, trust_remote_code_exception, policy, release),
         check_no_secrets(args, env),
     ]
 
@@ -234,22 +325,121 @@ def _grants_read(actions: Any) -> bool:
     return any(str(a).lower() in READ_ACTIONS for a in actions)
 
 
-def public_read_statements(policy_text: str) -> tuple[list[str], list[str]]:
-    """``(unconditional, conditional)`` statement ids that allow ``Principal: *`` to read."""
+def _statements(policy_text: str) -> list[Mapping[str, Any]]:
     document = json.loads(policy_text)
     statements = document.get("Statement", [])
     statements = statements if isinstance(statements, list) else [statements]
+    return [st for st in statements if isinstance(st, Mapping)]
+
+
+def _sid(st: Mapping[str, Any], index: int) -> str:
+    return str(st.get("Sid") or f"#{index}")
+
+
+def public_read_statements(policy_text: str) -> tuple[list[str], list[str]]:
+    """``(unconditional, conditional)`` statement ids that allow ``Principal: *`` to read."""
     unconditional: list[str] = []
     conditional: list[str] = []
-    for index, st in enumerate(statements):
-        if not isinstance(st, Mapping) or st.get("Effect") != "Allow":
+    for index, st in enumerate(_statements(policy_text)):
+        if st.get("Effect") != "Allow":
             continue
         if _principal_is_everyone(st.get("Principal")) and _grants_read(st.get("Action", [])):
-            (conditional if st.get("Condition") else unconditional).append(str(st.get("Sid") or f"#{index}"))
+            (conditional if st.get("Condition") else unconditional).append(_sid(st, index))
     return unconditional, conditional
 
 
-def bucket_checks(posture: BucketPosture) -> list[Check]:
+def _named_principals(principal: Any) -> list[str]:
+    """Every principal a statement names (``AWS`` ARNs, services, canonical users), ``*`` excluded."""
+    if not isinstance(principal, Mapping):
+        return []
+    names: list[str] = []
+    for values in principal.values():
+        for value in values if isinstance(values, list) else [values]:
+            if str(value) != "*":
+                names.append(str(value))
+    return names
+
+
+def _condition_values(condition: Any) -> list[str]:
+    values: list[str] = []
+    for operator in condition.values() if isinstance(condition, Mapping) else ():
+        for raw in operator.values() if isinstance(operator, Mapping) else ():
+            values += [str(v) for v in (raw if isinstance(raw, list) else [raw])]
+    return values
+
+
+def inference_role_readers(policy_text: str, roles: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(strangers, limited_by)``: principals besides ``roles`` allowed to read, and statements limiting reads to them.
+
+    A statement limits reads to the roles when it allows a role to read, or denies reads to everyone whose
+    ``aws:PrincipalArn`` is not a role (the pattern that also shuts out the account's other IAM principals).
+    """
+    wanted = set(roles)
+    strangers: list[str] = []
+    limited_by: list[str] = []
+    for index, st in enumerate(_statements(policy_text)):
+        if not _grants_read(st.get("Action", [])):
+            continue
+        named = _named_principals(st.get("Principal"))
+        if st.get("Effect") == "Allow":
+            strangers += [p for p in named if p not in wanted and p not in strangers]
+            if any(p in wanted for p in named):
+                limited_by.append(_sid(st, index))
+        elif (
+            st.get("Effect") == "Deny"
+            and _principal_is_everyone(st.get("Principal"))
+            and wanted
+            and wanted <= set(_condition_values(st.get("Condition")))
+        ):
+            limited_by.append(_sid(st, index))
+    return strangers, limited_by
+
+
+def bucket_policy_check(bucket: str, policy: str | None, inference_roles: Sequence[str]) -> Check:
+    """The guide: a bucket policy that permits reads only from the inference role."""
+    roles = ", ".join(inference_roles)
+    if not inference_roles:
+        return Check.failed(
+            "bucket.policy",
+            "no inference role is configured for this endpoint; set endpoints[].inference_roles to the IAM role(s) "
+            "the model pods read the weights with",
+        )
+    if not policy:
+        return Check.failed(
+            "bucket.policy",
+            f"{bucket} has no bucket policy, so any principal of the account with S3 rights may read the weights; "
+            f"add one allowing s3:GetObject only to {roles}",
+        )
+    try:
+        unconditional, conditional = public_read_statements(policy)
+        strangers, limited_by = inference_role_readers(policy, inference_roles)
+    except (ValueError, AttributeError):
+        return Check.errored("bucket.policy", f"the bucket policy of {bucket} is not readable JSON")
+    if unconditional:
+        return Check.failed(
+            "bucket.policy", f"bucket policy lets anyone (Principal *) read: statement {', '.join(unconditional)}"
+        )
+    if strangers:
+        return Check.failed(
+            "bucket.policy",
+            f"bucket policy lets principals other than the inference role read: {_sample(strangers)}; allow reads only "
+            f"to {roles}",
+            strangers=strangers,
+        )
+    if not limited_by:
+        return Check.failed(
+            "bucket.policy",
+            f"bucket policy does not limit reads to the inference role; add a statement allowing s3:GetObject to {roles}",
+        )
+    if conditional:
+        return Check.warned(
+            "bucket.policy",
+            f"bucket policy lets Principal * read under conditions: statement {', '.join(conditional)}; review them",
+        )
+    return Check.passed("bucket.policy", f"bucket policy limits reads to {roles}")
+
+
+def bucket_checks(posture: BucketPosture, inference_roles: Sequence[str] = ()) -> list[Check]:
     b = posture.bucket
     checks = [
         Check.passed("bucket.versioning", f"versioning is enabled on {b}")
@@ -275,27 +465,7 @@ def bucket_checks(posture: BucketPosture) -> list[Check]:
         if posture.logging_target
         else Check.failed("bucket.logging", f"{b} has no server access logging; reads of the weights would leave no trace")
     )
-    if not posture.policy:
-        checks.append(Check.passed("bucket.policy", "no bucket policy; access comes only from IAM"))
-        return checks
-    try:
-        unconditional, conditional = public_read_statements(posture.policy)
-    except (ValueError, AttributeError):
-        checks.append(Check.errored("bucket.policy", f"the bucket policy of {b} is not readable JSON"))
-        return checks
-    if unconditional:
-        checks.append(
-            Check.failed("bucket.policy", f"bucket policy lets anyone (Principal *) read: statement {', '.join(unconditional)}")
-        )
-    elif conditional:
-        checks.append(
-            Check.warned(
-                "bucket.policy",
-                f"bucket policy lets Principal * read under conditions: statement {', '.join(conditional)}; review them",
-            )
-        )
-    else:
-        checks.append(Check.passed("bucket.policy", "bucket policy grants no public read"))
+    checks.append(bucket_policy_check(b, posture.policy, inference_roles))
     return checks
 
 
@@ -311,21 +481,43 @@ def check_licence(expected_sha256: str, actual_sha256: str | None, document: str
 
 @dataclass(frozen=True)
 class ImageScan:
-    """What the registry knows about a digest: whether it exists and its scan's severity counts."""
+    """What the registry knows about a digest: whether it exists, its scan's status and severity counts.
+
+    ``severity_counts`` is ``None`` when no scan exists; ``status`` is the scan's (``COMPLETE``, ``IN_PROGRESS``,
+    ``FAILED``…) when one does.
+    """
 
     exists: bool
     severity_counts: Mapping[str, int] | None = None
+    status: str | None = None
 
 
-def image_registry_checks(ref: ImageRef, scan: ImageScan | None) -> list[Check]:
-    """Existence of the digest and absence of CRITICAL findings (ECR images only)."""
+def _unscanned(reason: str, policy: ArtifactPolicy | None, release: str | None) -> Check:
+    """An image without a completed scan fails, unless a current ``unscanned-image`` exception allows it."""
+    exception, why = (policy or ArtifactPolicy()).exception("unscanned-image", release)
+    if exception is not None:
+        return Check.passed("image.scan", f"{reason}; allowed by {allowed_by(exception)}")
+    return Check.failed(
+        "image.scan", f"{reason}; scan it (ECR basic or enhanced scanning) or record an unscanned-image exception ({why})"
+    )
+
+
+def image_registry_checks(
+    ref: ImageRef, scan: ImageScan | None, policy: ArtifactPolicy | None = None, release: str | None = None
+) -> list[Check]:
+    """Existence of the digest, a completed scan and no CRITICAL findings (ECR); elsewhere nothing is scanned."""
     if not ref.is_ecr or scan is None:
-        return [Check.warned("image.exists", f"{ref.registry or 'Docker Hub'} is not ECR; the digest's existence is not checked")]
+        where = ref.registry or "Docker Hub"
+        return [
+            Check.warned("image.exists", f"{where} is not ECR; the digest's existence is not checked"),
+            _unscanned(f"{where} is not ECR, so kimi-ops reads no scan of this image", policy, release),
+        ]
     if not scan.exists:
         return [Check.failed("image.exists", f"digest {ref.digest} does not exist in ECR repository {ref.ecr_repository}")]
     checks = [Check.passed("image.exists", f"digest exists in ECR repository {ref.ecr_repository}")]
-    if scan.severity_counts is None:
-        checks.append(Check.passed("image.scan", "no scan findings recorded for this digest"))
+    if scan.severity_counts is None or (scan.status or "COMPLETE") != "COMPLETE":
+        state = "no scan exists" if scan.severity_counts is None else f"its scan is {str(scan.status).lower()}"
+        checks.append(_unscanned(f"{state} for this digest", policy, release))
         return checks
     critical = int(scan.severity_counts.get("CRITICAL", 0))
     if critical:

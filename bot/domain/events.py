@@ -283,6 +283,35 @@ class GateReminder(ChannelNotice):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RampSplit(OutboxEvent):
+    """The ramp as it happens: one thread message, edited in place at each step, soak and end.
+
+    ``sides`` are the backends of the route, the candidate first: ``{"name", "weight"`` (percent of ordinary
+    traffic), ``"cohort"`` (the internal cohort goes there), and from the last soak window ``"ttft_p99_ms"``,
+    ``"error_rate"``, ``"requests"}``. ``outcome`` is None while ramping, then ``live`` or the abort's reason.
+    """
+
+    KIND: ClassVar[str] = "ramp.split"
+    deployment_id: int
+    step: str
+    sides: tuple[dict[str, Any], ...]
+    next_step: str | None = None
+    next_at: dt.datetime | None = None
+    outcome: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RampPlot(OutboxEvent):
+    """The ramp ended (live or aborted): the PNG of its weights and latencies, uploaded into the thread."""
+
+    KIND: ClassVar[str] = "ramp.plot"
+    deployment_id: int
+    path: str
+    sha256: str
+    title: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServiceRolledBack(ChannelNotice):
     """``/kimi rollback SERVICE``: one route change moved every user back to the side kept warm."""
 
@@ -350,7 +379,7 @@ EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     ReadinessAlert, ReadinessRecovered,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
-    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack,
+    AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack, RampSplit, RampPlot,
     WatchAlert, WatchRecovered, IncidentHandled, SloPlot,
 )
 """Every event that may be stored, one per ``KIND``."""

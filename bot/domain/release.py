@@ -241,6 +241,24 @@ class Licence(BaseModel):
         return value
 
 
+class Provenance(BaseModel):
+    """Where the serving image comes from: what the guide asks to rebuild from reviewed inputs and record."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_image: str = Field(min_length=1, max_length=512, description="Base image the vLLM image was built on, by digest.")
+    cuda: str = Field(pattern=r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$", description="CUDA version in the image, e.g. 12.9.1.")
+    driver: str = Field(min_length=1, max_length=64, description="NVIDIA driver versions it runs on, e.g. >=575.57.")
+    vllm_commit: str = Field(description="Full 40-hex vLLM commit the image was built from.")
+
+    @field_validator("vllm_commit")
+    @classmethod
+    def _full_commit(cls, value: str) -> str:
+        if not COMMIT_HEX.match(value):
+            raise ValueError("must be the full 40-hex vLLM commit")
+        return value
+
+
 class ReleaseManifest(BaseModel):
     """A release manifest file (YAML) and the release tuple it describes."""
 
@@ -256,6 +274,9 @@ class ReleaseManifest(BaseModel):
     trust_remote_code_exception: str | None = Field(
         default=None, description="Reference of the security exception that allows --trust-remote-code."
     )
+    provenance: Provenance | None = Field(
+        default=None, description="Base image, CUDA, driver compatibility and vLLM commit of the serving image."
+    )
 
     @field_validator("image")
     @classmethod
@@ -270,7 +291,10 @@ class ReleaseManifest(BaseModel):
 
     def tuple_dict(self) -> dict[str, Any]:
         """The tuple without its name: what makes two releases the same deployment."""
-        return self.model_dump(mode="json", exclude={"name"})
+        data = self.model_dump(mode="json", exclude={"name"})
+        if data.get("provenance") is None:  # releases registered before provenance was recorded keep their hash
+            data.pop("provenance", None)
+        return data
 
     def tuple_hash(self) -> str:
         """SHA-256 of the canonical JSON of the tuple (name excluded)."""

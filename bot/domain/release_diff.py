@@ -133,6 +133,10 @@ def _diff_env(a: dict[str, EnvValue], b: dict[str, EnvValue]) -> list[Change]:
     return [Change(n, _masked(n, a.get(n)), _masked(n, b.get(n))) for n in names if a.get(n) != b.get(n)]
 
 
+def _provenance(release: ReleaseManifest, key: str) -> str | None:
+    return None if release.provenance is None else str(getattr(release.provenance, key))
+
+
 def diff_releases(a: ReleaseManifest, b: ReleaseManifest) -> ReleaseDiff:
     """Difference from ``a`` (usually the running release) to ``b`` (the candidate)."""
     scalar = {
@@ -145,6 +149,10 @@ def diff_releases(a: ReleaseManifest, b: ReleaseManifest) -> ReleaseDiff:
         "licence.sha256": (a.licence.sha256, b.licence.sha256),
         "evaluation_report": (a.evaluation_report, b.evaluation_report),
         "trust_remote_code_exception": (a.trust_remote_code_exception, b.trust_remote_code_exception),
+        **{
+            f"provenance.{key}": (_provenance(a, key), _provenance(b, key))
+            for key in ("base_image", "cuda", "driver", "vllm_commit")
+        },
     }
     fields = [Change(name, before, after) for name, (before, after) in scalar.items() if before != after]
     added, removed, changed, reordered = _diff_args(a.serving.args, b.serving.args)

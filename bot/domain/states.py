@@ -60,6 +60,16 @@ class State(StrEnum):
         return self.value.replace("_", " ")
 
     @property
+    def during(self) -> str:
+        """When something happened, in a sentence: ``at the artifact gate``, ``while rolling out``."""
+        gate = GATE_OF_STATE.get(self)
+        if gate is not None:
+            return f"at the {gate} gate"
+        if self is State.REQUESTED:
+            return "before its checks started"
+        return f"while {self.words}"
+
+    @property
     def terminal(self) -> bool:
         """The deployment no longer holds its endpoint (it went live or ended)."""
         return self in TERMINAL

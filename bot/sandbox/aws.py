@@ -24,6 +24,8 @@ from bot.domain.release import ReleaseManifest, parse_s3_uri
 
 DUMMY_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
+INFERENCE_ROLE = "arn:aws:iam::123456789012:role/kimi-k3-inference"
+"""The role the sandbox's model pods read weights with: the one the weights bucket's policy lets read."""
 
 
 @dataclass
@@ -78,6 +80,7 @@ def seed_good_release(
     licence: bytes = b"Kimi K3 licence (sandbox copy)\n",
     with_checksum: Callable[[str], bool] = _shards_carry_checksums,
     tag: str = "kimi-k3",
+    inference_roles: tuple[str, ...] = (INFERENCE_ROLE,),
 ) -> ReleaseManifest:
     """Create the template's bucket, objects, licence and ECR image so every artifact check passes.
 
@@ -106,6 +109,7 @@ def seed_good_release(
     s3.put_bucket_logging(
         Bucket=bucket, BucketLoggingStatus={"LoggingEnabled": {"TargetBucket": log_bucket, "TargetPrefix": f"{bucket}/"}}
     )
+    s3.put_bucket_policy(Bucket=bucket, Policy=inference_read_policy(bucket, inference_roles))
     objects = []
     for key, body in files.items():
         extra = {"ChecksumAlgorithm": "SHA256"} if with_checksum(key) else {}
@@ -116,13 +120,27 @@ def seed_good_release(
     _ensure_bucket(s3, lic_bucket)
     s3.put_object(Bucket=lic_bucket, Key=lic_key, Body=licence)
     seed_image(ecr, template.image, tag)  # one tag per release: moving a tag would untag the other image
+    if template.evaluation_report and template.evaluation_report.startswith("s3://"):
+        # The evaluation made when the release was built, which the model gate shows beside its own run.
+        report_bucket, report_key = parse_s3_uri(template.evaluation_report)
+        _ensure_bucket(s3, report_bucket)
+        report = {"release": template.name, "summary": {"cases": 15, "passed": 15}}
+        s3.put_object(Bucket=report_bucket, Key=report_key, Body=json.dumps(report).encode())
     data = template.model_dump(mode="json")
     data["weights"]["objects"] = objects
     data["licence"].update(document=licence_uri, sha256=hashlib.sha256(licence).hexdigest())
     return ReleaseManifest.model_validate(data)
 
 
-def seed_image(ecr: Any, image: str, tag: str = "kimi-k3") -> None:
+def inference_read_policy(bucket: str, roles: tuple[str, ...]) -> str:
+    """The guide's bucket policy: reads of the weights only by the inference role(s)."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Sid": "InferenceRoleReadsWeights", "Effect": "Allow", "Principal": {"AWS": list(roles)},
+        "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+    }]})
+
+
+def seed_image(ecr: Any, image: str, tag: str = "kimi-k3", *, scan: bool = True) -> None:
     """Push an image manifest to ECR under the exact digest ``image`` is pinned to."""
     ref = parse_image(image)
     if not ref.is_ecr or not ref.digest:
@@ -130,7 +148,12 @@ def seed_image(ecr: Any, image: str, tag: str = "kimi-k3") -> None:
     with contextlib.suppress(ecr.exceptions.RepositoryAlreadyExistsException):  # several releases share a repository
         ecr.create_repository(repositoryName=ref.ecr_repository)
     manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE, "config": {"digest": ref.digest}, "layers": []}
-    ecr.put_image(repositoryName=ref.ecr_repository, imageManifest=json.dumps(manifest), imageDigest=ref.digest, imageTag=tag)
+    with contextlib.suppress(ecr.exceptions.ImageAlreadyExistsException):  # seeded again (a second world on one moto)
+        ecr.put_image(
+            repositoryName=ref.ecr_repository, imageManifest=json.dumps(manifest), imageDigest=ref.digest, imageTag=tag
+        )
+    if scan:  # the artifact gate wants a completed scan (moto's completes at once, with one HIGH finding)
+        ecr.start_image_scan(repositoryName=ref.ecr_repository, imageId={"imageDigest": ref.digest})
 
 
 def set_scan_findings(stand_in: MotoStandIn, image: str, severity_counts: Mapping[str, int]) -> None:
@@ -149,9 +172,11 @@ def set_scan_findings(stand_in: MotoStandIn, image: str, severity_counts: Mappin
         timeout=10,
     )
     response.raise_for_status()
-    stand_in.client("ecr", ref.ecr_region or "us-east-1").start_image_scan(
-        registryId=ref.ecr_account, repositoryName=ref.ecr_repository, imageId={"imageDigest": ref.digest}
-    )
+    ecr = stand_in.client("ecr", ref.ecr_region or "us-east-1")
+    # A seeded image was scanned already, and ECR (moto too) allows one scan per image a day: the next read of the
+    # findings returns the result posted above either way.
+    with contextlib.suppress(ecr.exceptions.LimitExceededException):
+        ecr.start_image_scan(registryId=ref.ecr_account, repositoryName=ref.ecr_repository, imageId={"imageDigest": ref.digest})
 
 
 def _ensure_bucket(s3: Any, bucket: str) -> None:

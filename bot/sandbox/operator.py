@@ -38,7 +38,7 @@ class OperatorSimulator:
 
     def __init__(self, rest: Rest, namespace: str, *, kind: Literal["hyperpod", "eks"] = "hyperpod",
                  behaviour: Behaviour = "succeed", step_seconds: float = 0.05, failure_reason: str = DEFAULT_FAILURE,
-                 emit_events: bool = True) -> None:
+                 emit_events: bool = True, startup: tuple[float, float, float] = (95.0, 840.0, 380.0)) -> None:
         self.rest = rest
         self.namespace = namespace
         self.kind = kind
@@ -50,6 +50,8 @@ class OperatorSimulator:
         self._progress: dict[str, tuple[int, int]] = {}  # name -> (generation, step)
         self.errors: list[str] = []
         self.emit_events = emit_events  # False plays a cluster whose events the bot may not read
+        # Seconds of image pull, weight transfer and model load a ready pod reports (its status times, its events).
+        self.startup = startup
 
     def __enter__(self) -> OperatorSimulator:
         self._thread.start()
@@ -178,9 +180,36 @@ class OperatorSimulator:
                 },
             )
 
+    def _started(self, pod: str) -> dict[str, Any]:
+        """What a pod that just became ready reports about its start: pull, weights, load, backdated from now."""
+        pull, weights, load = self.startup
+        now = dt.datetime.now(dt.UTC)
+        started = now - dt.timedelta(seconds=load)
+        weights_from = started - dt.timedelta(seconds=weights)
+
+        def stamp(at: dt.datetime) -> str:
+            return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        self._event(pod, "Pod", "Normal", "Pulling", 'Pulling image "vllm"')
+        minutes, seconds = divmod(pull, 60)
+        took = f"{int(minutes)}m{seconds:g}s"  # a Go duration, as the kubelet writes it
+        self._event(pod, "Pod", "Normal", "Pulled", f'Successfully pulled image "vllm" in {took} ({took} including waiting)')
+        return {
+            "initContainerStatuses": [{
+                "name": "weights", "ready": True, "restartCount": 0, "image": "s5cmd", "imageID": "",
+                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": stamp(weights_from),
+                                         "finishedAt": stamp(started)}},
+            }],
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": stamp(now)}],
+            "running_since": stamp(started),
+        }
+
     def _pod(self, pod: str, owner: str, phase: str, *, ready: bool = False, waiting: str | None = None) -> None:
-        state: dict[str, Any] = {"running": {"startedAt": _ts()}} if waiting is None else {"waiting": {"reason": waiting}}
+        extra = self._started(pod) if ready else {}
+        running_since = extra.pop("running_since", _ts())
+        state: dict[str, Any] = {"running": {"startedAt": running_since}} if waiting is None else {"waiting": {"reason": waiting}}
         status = {
+            **extra,
             "phase": phase,
             "containerStatuses": [
                 {

@@ -36,6 +36,7 @@ import yaml
 from bot.adapters.clock import Clock, SystemClock
 from bot.config import EndpointSettings, Settings, load_settings
 from bot.domain.release import ReleaseManifest
+from bot.sandbox.aws import INFERENCE_ROLE
 
 if TYPE_CHECKING:
     from bot.sandbox.users import UserTraffic
@@ -87,6 +88,7 @@ def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, 
         "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
         "request_limits": {"max_concurrent_requests": 32, "max_queue_size": 64},
+        "inference_roles": [INFERENCE_ROLE],
     }
 
 
@@ -240,6 +242,7 @@ class Sandbox:
     def _seed(self, settings: Settings) -> list[ReleaseManifest]:
         """Weights and images in moto, the reservation in the capacity stand-in, the releases registered."""
         from bot.sandbox.aws import seed_good_release
+        from bot.sandbox.governance import seed_governance
         from bot.services.releases import register_release
 
         moto = self.stand_ins["moto"]
@@ -251,6 +254,7 @@ class Sandbox:
         seeded = [seed_good_release(s3, ecr, release, tag=release.name) for release in example_releases()]
         for release in seeded:
             register_release(self.ctx, release.model_dump(mode="json"), "sandbox")
+        seed_governance(self.ctx, seeded, [EndpointSettings(**c) for c in self._endpoints_config()["endpoints"]])
         return seeded
 
     def side_server(self, name: str) -> Any:

@@ -28,8 +28,34 @@ REQUIRED_ROLE: dict[str, str] = {
     "break_lock": "admin",
     "admission": "admin",
     "drain": "approver",
+    "review": "approver",
     "incident": "deployer",  # acknowledge or silence a metrics-watch incident (the on-call people deploy)
 }
+
+# What each action is, in the words of a refusal ("you need the approver role to approve or reject gates").
+ACTION_WORDS: dict[str, str] = {
+    "view": "see endpoints and deployments",
+    "register": "register releases",
+    "deploy": "deploy",
+    "rollback": "roll back",
+    "cancel": "cancel deployments",
+    "recheck": "re-run a gate's checks",
+    "resume": "resume deployments",
+    "decide": "approve or reject gates",
+    "accept_limits": "accept proposed request limits",
+    "break_lock": "break a stuck deployment's hold on its endpoint",
+    "admission": "open or close an endpoint to users by hand",
+    "drain": "answer a stalled drain",
+}
+
+
+def subject_words(subject: str) -> str:
+    """``deployment:5`` → ``deployment #5``, ``endpoint:kimi-prod`` → ``kimi-prod``; ``endpoint:*`` says nothing."""
+    kind, _, name = subject.partition(":")
+    if not name or name == "*":
+        return ""
+    return f"deployment #{name}" if kind == "deployment" else name
+
 
 # A role includes the roles listed for it.
 IMPLIES: dict[str, frozenset[str]] = {
@@ -90,7 +116,9 @@ def authorize(ctx: Context, identity: Identity, action: str, subject: str) -> No
             details={"wanted": action, "needs": needed, "groups": sorted(identity.groups)},
         )
         uow.commit()
-    raise Forbidden(f"you need the {needed} role to {action.replace('_', ' ')} ({subject}); ask a kimi-ops admin")
+    where = subject_words(subject)
+    doing = ACTION_WORDS.get(action, action.replace("_", " ")) + (f" ({where})" if where else "")
+    raise Forbidden(f"you need the {needed} role to {doing}; ask a kimi-ops admin for it")
 
 
 def refuse_foreign_request(ctx: Context, *, user: str | None, kind: str, why: str, origin: dict[str, str | None]) -> None:

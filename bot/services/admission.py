@@ -24,9 +24,10 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, AdmissionError, AdmissionState, parse_admission
 from bot.domain.events import AdmissionChanged, AdmissionStuck
+from bot.domain.names import did_you_mean, match
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
-from bot.services.errors import NotFound, Refused
+from bot.services.errors import Invalid, NotFound, Refused
 
 STUCK = "admission-stuck"
 ROUTE_POLL_SECONDS = 0.2
@@ -153,7 +154,7 @@ def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str,
     """An admin opens or closes an endpoint's admission by hand (audited), e.g. after a failed restore."""
     authorize(ctx, actor, "admission", f"endpoint:{endpoint_name}")
     if not reason.strip():
-        raise Refused("say why: `--reason …` is required to change admission by hand")
+        raise Invalid("say why: `--reason …` is required to change admission by hand")
     try:
         admission = parse_admission("closed" if word.strip().lower() == "close" else word)
     except AdmissionError as exc:
@@ -161,10 +162,14 @@ def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str,
     if admission.state not in (AdmissionState.OPEN, AdmissionState.CLOSED):
         raise Refused("by hand, admission is `open` or `close`; the internal cohort and shares belong to a deployment's ramp")
     with ctx.uow() as uow:
-        row = uow.endpoints.get(endpoint_name)
+        names = [e.name for e in uow.endpoints.list()]
+        declared = match(endpoint_name, names)
+        row = uow.endpoints.get(declared) if declared is not None else None
         if row is None:
-            known = ", ".join(e.name for e in uow.endpoints.list()) or "none"
-            raise NotFound(f"no endpoint named {endpoint_name}; known endpoints: {known}")
+            known = ", ".join(names) or "none"
+            hint = did_you_mean(endpoint_name, names) or ";"
+            raise NotFound(f"no endpoint named {endpoint_name}{hint} known endpoints: {known}")
+        endpoint_name = row.name
         endpoint = EndpointSettings.model_validate(row.settings)
         holder = uow.deployments.in_flight(row.id)
         if holder is not None:

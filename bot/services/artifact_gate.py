@@ -13,10 +13,14 @@ import logging
 from collections import Counter
 
 from bot.adapters.aws.artifacts import Progress
+from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
+from bot.domain.governance import ArtifactPolicy
 from bot.domain.release import ReleaseManifest
 from bot.services import ports
 from bot.services.context import Context, require
+from bot.services.errors import NotFound
+from bot.services.governance import artifact_policy
 from bot.services.releases import get_release
 
 log = logging.getLogger(__name__)
@@ -27,10 +31,12 @@ def summarise(checks: list[Check]) -> str:
     return ", ".join(f"{counts.get(s, 0)} {s}" for s in ("pass", "warn", "fail", "error"))
 
 
-def run_artifact_checks(verifier: ports.ArtifactVerifier, release: ReleaseManifest) -> GateReport:
-    """Every artifact check of ``release``; an exception or an empty answer becomes an ``error``."""
+def run_artifact_checks(
+    verifier: ports.ArtifactVerifier, release: ReleaseManifest, policy: ArtifactPolicy | None = None
+) -> GateReport:
+    """Every artifact check of ``release`` for ``policy``'s endpoint; an exception or an empty answer is an ``error``."""
     try:
-        checks = list(verifier.verify(release))
+        checks = list(verifier.verify(release, policy))
     except Exception as exc:  # the verifier could not answer: that is an error, never a pass
         log.warning("artifact checks for %s could not run: %s", release.name, exc, exc_info=True)
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -48,7 +54,23 @@ def verifier_for(ctx: Context, progress: Progress | None = None) -> ports.Artifa
     return configured
 
 
-def verify_release(ctx: Context, name: str, progress: Progress | None = None) -> GateReport:
-    """Run the artifact gate's checks for a registered release; reads only, stores nothing."""
+def verify_release(
+    ctx: Context, name: str, progress: Progress | None = None, endpoint: str | None = None
+) -> GateReport:
+    """Run the artifact gate's checks for a registered release on ``endpoint`` (default: the only one configured).
+
+    Reads only, stores nothing.
+    """
     release = get_release(ctx, name).manifest
-    return run_artifact_checks(verifier_for(ctx, progress), release)
+    return run_artifact_checks(verifier_for(ctx, progress), release, artifact_policy(ctx, _endpoint(ctx, endpoint)))
+
+
+def _endpoint(ctx: Context, name: str | None) -> EndpointSettings | None:
+    if name is None:
+        endpoints = ctx.settings.endpoints
+        return endpoints[0] if len(endpoints) == 1 else None
+    found = ctx.settings.endpoint(name)
+    if found is None:
+        known = ", ".join(e.name for e in ctx.settings.endpoints) or "none configured"
+        raise NotFound(f"no endpoint named {name} (known: {known})")
+    return found

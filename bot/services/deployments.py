@@ -17,7 +17,7 @@ from bot.adapters.store.models import Deployment, Endpoint, GateResult
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
-from bot.domain.checks import GateReport
+from bot.domain.checks import GATES, GateReport
 from bot.domain.events import (
     DeploymentRequested,
     GateDecided,
@@ -26,13 +26,15 @@ from bot.domain.events import (
     StateChanged,
 )
 from bot.domain.limits import limits_above, proposed_limits
+from bot.domain.names import did_you_mean, match
 from bot.domain.read_models import DeploymentView, GateSummary, PendingGate
 from bot.domain.states import BEFORE_APPLY_CLOSED, STATE_OF_GATE, USERS_CLOSED_OUT, State, check_transition, is_past_apply
 from bot.services.access import Identity, authorize
 from bot.services.admission import open_stuck_incident
 from bot.services.context import Context
-from bot.services.errors import NotFound, Refused
+from bot.services.errors import Invalid, NoEndpoints, NotFound, Refused
 from bot.services.pairs import deploy_side, service_settings, users_side
+from bot.services.releases import release_row
 
 KIMI_OPS = Identity("kimi-ops")
 
@@ -102,7 +104,7 @@ def get_deployment(ctx: Context, deployment_id: int) -> DeploymentView:
     with ctx.uow() as uow:
         dep = uow.deployments.get(deployment_id)
         if dep is None:
-            raise NotFound(f"no deployment #{deployment_id}; `history` lists them")
+            raise NotFound(f"no deployment #{deployment_id}; `/kimi history` lists them")
         return _view(uow, dep)
 
 
@@ -228,34 +230,41 @@ def store_gate_report(
 
 
 def endpoint_settings(ctx: Context, name: str) -> EndpointSettings:
-    """Settings of an endpoint as stored (the YAML file plus limits accepted since)."""
+    """Settings of an endpoint as stored (the YAML file plus limits accepted since); its name in any case."""
     with ctx.uow() as uow:
-        row = uow.endpoints.get(name)
-        if row is None:
-            known = ", ".join(e.name for e in uow.endpoints.list()) or "none are configured (KIMI_CONFIG)"
-            raise NotFound(f"no endpoint named {name}; known endpoints: {known}")
-        return EndpointSettings.model_validate(row.settings)
+        return EndpointSettings.model_validate(endpoint_row(uow, name).settings)
 
 
 def endpoint_row(uow: SqlUnitOfWork, name: str) -> Endpoint:
-    """The endpoint's row, or :class:`NotFound` naming the ones there are (settings may change under a running bot)."""
+    """The endpoint's row (its name typed in any case), or :class:`NotFound` with the closest names and all there are."""
     row = uow.endpoints.get(name)
     if row is None:
-        known = ", ".join(e.name for e in uow.endpoints.list()) or "none are configured (KIMI_CONFIG)"
-        raise NotFound(f"no endpoint named {name}; known endpoints: {known}")
+        names = [e.name for e in uow.endpoints.list()]
+        same = match(name, names)
+        if same is not None:
+            found = uow.endpoints.get(same)
+            assert found is not None
+            return found
+        known = ", ".join(names) or "none are configured (KIMI_CONFIG)"
+        hint = did_you_mean(name, names)
+        listed = f"{hint} Known endpoints: {known}" if hint else f"; known endpoints: {known}"
+        raise NotFound(f"no endpoint named {name}{listed}")
     return row
 
 
 def resolve_endpoint(ctx: Context, name: str | None) -> str:
+    """The endpoint's name as declared (typed in any case), or the only one when none is named."""
     if name:
-        endpoint_settings(ctx, name)
-        return name
+        with ctx.uow() as uow:
+            row = endpoint_row(uow, name)
+            EndpointSettings.model_validate(row.settings)  # settings no code can read fail here, before any work
+            return row.name
     with ctx.uow() as uow:
         names = [e.name for e in uow.endpoints.list()]
     if len(names) == 1:
         return names[0]
     if not names:
-        raise NotFound("no endpoints are configured; declare them in the KIMI_CONFIG file")
+        raise NoEndpoints("no endpoints are configured; declare them in the KIMI_CONFIG file")
     raise Refused(f"name the endpoint: one of {', '.join(names)}")
 
 
@@ -264,9 +273,10 @@ def _busy_message(uow: SqlUnitOfWork, endpoint: Endpoint) -> str:
     if holder is None:
         return f"{endpoint.name} is busy with another deployment; try again"
     return (
-        f"{endpoint.name} already has deployment #{holder.id} ({holder.kind} of {holder.release.name}, {holder.state}) "
+        f"{endpoint.name} already has deployment #{holder.id} "
+        f"({holder.kind} of {holder.release.name}, {State(holder.state).words}) "
         f"in flight, requested by {holder.requested_by} since {holder.created_at:%Y-%m-%d %H:%M} UTC; "
-        f"wait for it or `cancel {holder.id}`"
+        f"wait for it or `/kimi cancel {holder.id}`"
     )
 
 
@@ -310,12 +320,15 @@ def request_deploy(ctx: Context, release_name: str, endpoint_name: str | None, a
     if service is not None:
         authorize(ctx, actor, "deploy", f"service:{service.name}")
     name = deploy_side(ctx, service) if service is not None else resolve_endpoint(ctx, endpoint_name)
+    pair = endpoint_settings(ctx, name).pair if service is None else None
+    if pair is not None:
+        # Only the service knows which side users are on: a deploy named at a side could close them out.
+        raise Refused(f"{name} is a side of service {pair.service}: `deploy {release_name} to {pair.service}` "
+                      "goes to the side users are not on")
     authorize(ctx, actor, "deploy", f"endpoint:{name}")
     with ctx.uow() as uow:
         endpoint = endpoint_row(uow, name)
-        release = uow.releases.get(release_name)
-        if release is None:
-            raise NotFound(f"no release named {release_name}; `release list` shows the registered ones")
+        release = release_row(uow, release_name)
         live = live_deployment(uow, endpoint.id)
         if service is not None:
             # The idle side may still hold this release warm; only the side users are on makes it "already live".
@@ -355,7 +368,7 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
         if to_release is None and current.kind == "rollback":
             raise Refused(
                 f"the current release on {name} is itself a rollback (deployment #{current.id}); "
-                f"name the release to restore: `rollback {name} to RELEASE`"
+                f"name the release to restore: `/kimi rollback {name} to RELEASE`"
             )
         # Candidates: releases that were live before, newest first, with the manifest that made them live.
         previous = [d for d in history if State(d.state).was_live and d.applied_manifest and d.id != current.id]
@@ -399,6 +412,12 @@ def decide_gate(
     """
     if decision not in ("approved", "rejected"):
         raise Refused("a decision is approved or rejected")
+    if gate not in GATES:
+        raise Invalid(f"there is no {gate!r} gate; the gates are {', '.join(GATES)}")
+    # One rule for Slack's reason form and the CLI's --reason: a rejection says why, in words.
+    if decision == "rejected" and not (reason or "").strip():
+        raise Invalid("say why the gate is rejected: the reason is recorded and shown in the thread and the history")
+    reason = reason.strip() if reason else reason
     authorize(ctx, actor, "decide", f"deployment:{deployment_id}")
     now = ctx.clock.now()
 
@@ -437,7 +456,7 @@ def decide_gate(
             if not report.approvable:
                 names = ", ".join(c.name for c in report.blocking)
                 raise refuse(uow, f"the {gate} gate has failed or errored checks ({names}); "
-                                  f"reject it or `gate recheck {dep.id}`", "blocking_checks")
+                                  "reject it, or re-run its checks once the cause is fixed", "blocking_checks")
             above = limits_above(proposed_limits(report), endpoint.effective_request_limits.model_dump(mode="json")) \
                 if gate == "traffic" else None
             if above is not None and not (override_reason or "").strip():
@@ -483,12 +502,12 @@ def cancel(ctx: Context, deployment_id: int, actor: Identity, *, force: bool = F
             raise Refused(f"deployment #{dep.id} already ended ({state.words})")
         if force:
             end(uow, ctx, dep, State.INTERRUPTED, actor=actor.user_id,
-                reason=f"lock broken by admin {actor.user_id} while {state.words}", details={"forced": True})
+                reason=f"lock broken by admin {actor.user_id} {state.during}", details={"forced": True})
         elif path_kind(dep) == "restore":
             raise Refused(f"deployment #{dep.id} restores the release that passed its gates and cannot be cancelled; "
-                          f"an admin can break it with `cancel {dep.id} --force` (users then stay closed out)")
+                          f"an admin can break it with `/kimi cancel {dep.id} force` (users then stay closed out)")
         else:
-            end(uow, ctx, dep, State.CANCELLED, actor=actor.user_id, reason=f"cancelled by {actor.user_id} while {state.words}")
+            end(uow, ctx, dep, State.CANCELLED, actor=actor.user_id, reason=f"cancelled by {actor.user_id} {state.during}")
         view = _view(uow, dep)
         uow.commit()
         return view
@@ -581,7 +600,7 @@ def stored_gate_report(ctx: Context, deployment_id: int, gate: str) -> StoredGat
     with ctx.uow() as uow:
         dep = uow.deployments.get(deployment_id)
         if dep is None:
-            raise NotFound(f"no deployment #{deployment_id}; `history` lists them")
+            raise NotFound(f"no deployment #{deployment_id}; `/kimi history` lists them")
         rows = [r for r in uow.gates.for_deployment(dep.id) if r.gate == gate]
         if not rows:
             why = ("a rollback has only an artifact gate (and its evaluation)" if dep.kind == "rollback"

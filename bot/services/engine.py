@@ -28,15 +28,19 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from bot.adapters.plots import plot_ramp
+from bot.adapters.store.errors import store_unavailable
 from bot.adapters.store.models import Deployment, ReadinessCheck
+from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, parse_admission
 from bot.domain.checks import Check, GateReport
-from bot.domain.events import DrainStalled
+from bot.domain.coldstart import ColdStart
+from bot.domain.events import DrainStalled, RampPlot, RampSplit
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.own_requests import OwnRequests, Reach, reach_since
-from bot.domain.ramp import next_step, ramp_steps, window_between, window_summary
+from bot.domain.ramp import Window, next_step, ramp_steps, window_between, window_summary
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
@@ -54,9 +58,10 @@ from bot.services.deployments import (
     store_gate_report,
     transition,
 )
-from bot.services.errors import NotConfigured, NotFound, Refused, UserError
+from bot.services.errors import NotConfigured, NotFound, Refused, Unavailable, UserError
 from bot.services.gates import GateSubject, run_gate
 from bot.services.objectives import RampObjectives
+from bot.services.ports import StartupReader
 from bot.services.releases import manifest_from_row
 
 log = logging.getLogger(__name__)
@@ -117,6 +122,7 @@ def _snapshot(uow: SqlUnitOfWork, dep: Deployment) -> Snapshot:
             release_hash=dep.release.tuple_hash,
             manifest_hash=dep.manifest_hash,
             baseline_reports=baseline,
+            requester=dep.requested_by,
         ),
         applied_manifest=dep.applied_manifest,
         entered_at_epoch=dep.updated_at.timestamp(),
@@ -309,6 +315,14 @@ class Engine:
             return get_deployment(self.ctx, deployment_id)
         try:
             return self._drive(deployment_id, hold)
+        except Exception as exc:
+            if not store_unavailable(exc):
+                raise
+            # Whatever step was under way rolled back with its transaction: the deployment stays in flight and is
+            # driven again once the database answers (its lease lapses and a replica's takeover round resumes it).
+            log.warning("deployment #%s: the database is unreachable; left in flight", deployment_id)
+            raise Unavailable(f"the database is unreachable while deployment #{deployment_id} runs; it stays where it "
+                              "is and carries on once the database answers") from exc
         finally:
             self._release(hold)
 
@@ -355,6 +369,10 @@ class Engine:
             except (StepFailed, NotConfigured) as exc:
                 self._fail(snap, str(exc))
             except Exception as exc:
+                if store_unavailable(exc):
+                    # A database outage is not the deployment's failure (the rollout may well have succeeded):
+                    # nothing was recorded, so it stays where it is (see advance).
+                    raise
                 correlation = uuid.uuid4().hex[:12]
                 log.exception("deployment step crashed", extra={"correlation_id": correlation, "deployment": snap.id})
                 self._fail(snap, f"unexpected error in {snap.state} ({type(exc).__name__}; correlation id {correlation})")
@@ -537,15 +555,29 @@ class Engine:
         if not result.ok:
             raise StepFailed(f"readiness completion {result.summary}")
         baseline = self._metrics(snap) if snap.kind == "deploy" else None
+        cold = self._cold_start(snap, result)
         with self.ctx.uow() as uow:
             dep = self._locked(uow, snap)
             # From here on, every request the candidate finishes beyond kimi-ops's own is a user getting through.
             dep.closed_baseline = baseline.requests_finished if baseline is not None else None
             dep.own_requests = dep.own_uncertain = 0
+            if cold is not None:
+                uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
+                                                     message=f"cold start: {cold.words()}", state=State.READINESS.value),
+                                at=self.ctx.clock.now())
             transition(uow, self.ctx, dep, next_state(snap.kind, State.READINESS),
                        reason=f"readiness completion {result.summary}",
-                       details={"ttft_ms": result.ttft_ms, "total_ms": result.total_ms})
+                       details={"ttft_ms": result.ttft_ms, "total_ms": result.total_ms,
+                                **({"cold_start": cold.as_dict()} if cold is not None else {})})
             uow.commit()
+
+    def _cold_start(self, snap: Snapshot, result: ReadinessResult) -> ColdStart | None:
+        """Image pull, weight transfer, load and the first completion of this rollout, where the cluster says."""
+        cluster: object = self.ctx.ports.cluster
+        if not isinstance(cluster, StartupReader):
+            return None
+        first = result.total_ms / 1000 if result.total_ms is not None else None
+        return cluster.cold_start(snap.endpoint, first)
 
     def _record_readiness(self, snap: Snapshot, result: ReadinessResult) -> None:
         with self.ctx.uow() as uow:
@@ -667,6 +699,7 @@ class Engine:
                 raise StepFailed(f"{reach.users:.0f} requests besides kimi-ops's own {_own_words(reach.own)} reached "
                                  "the candidate while users were closed out")
         step = current if current in steps else next_step(steps, None)
+        last: dict[str, Window] = {}
         while step is not None:
             admission = parse_admission(step)
             reason = f"{snap.kind} #{snap.id} ramp: {step}"
@@ -681,10 +714,12 @@ class Engine:
                 uow.commit()
             if step == "open":
                 break
-            self._soak(snap, step)
+            self._show_split(snap, step, last, next_step=next_step(steps, step))
+            last = self._soak(snap, step, admission)
             step = next_step(steps, step)
         with self.ctx.uow() as uow:
             dep = self._locked(uow, snap)
+            uow.events.emit(self._split_event(snap, "open", last, outcome="live"), at=self.ctx.clock.now())
             if endpoint.pair is not None:
                 # The other side keeps its release warm with no users: `/kimi rollback SERVICE` moves them back.
                 record_admission(uow, self.ctx, endpoint.pair.partner, Admission.closed(),
@@ -695,8 +730,55 @@ class Engine:
                        if endpoint.pair is None else f"ramp complete: all of {endpoint.pair.service}'s weight is on "
                        f"{endpoint.name}", details={"admission": "open"})
             uow.commit()
+        self._ramp_plot(snap)
 
-    def _soak(self, snap: Snapshot, step: str) -> None:
+    def _split_event(self, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None = None,
+                     next_at: dt.datetime | None = None, outcome: str | None = None) -> RampSplit:
+        """The route's backends at ``step`` (the candidate first) with each one's last soak window."""
+        endpoint, admission = snap.endpoint, parse_admission(step)
+        route = endpoint.route
+        rest = (snap.partner.name if snap.partner is not None else route.fallback.name
+                if route is not None and route.fallback is not None else "nobody (the gateway's 500)")
+        percent = admission.percent_for(cohort=False)
+        sides = []
+        for name, weight, cohort in ((endpoint.name, percent, admission.cohort_admitted),
+                                     (rest, 100 - percent, not admission.cohort_admitted)):
+            side: dict[str, Any] = {"name": name, "weight": weight, "cohort": cohort}
+            window = windows.get(name)
+            if window is not None:
+                side |= {"requests": window.requests, "ttft_p99_ms": window.ttft_p99_ms,
+                         "error_rate": window.errors / window.requests if window.requests else 0.0}
+            sides.append(side)
+        return RampSplit(deployment_id=snap.id, endpoint_name=endpoint.name, step=step, sides=tuple(sides),
+                         next_step=next_step, next_at=next_at, outcome=outcome)
+
+    def _ramp_plot(self, snap: Snapshot) -> None:
+        """The PNG of the ramp from its stored split messages (a resumed ramp's earlier steps included); best effort."""
+        try:
+            with self.ctx.uow() as uow:
+                points = [{"at": row.at, "sides": list(event.sides)} for row in uow.events.for_deployment(snap.id)
+                          if row.kind == RampSplit.KIND and isinstance(event := event_of(row), RampSplit)]
+            if len(points) < 2:
+                return
+            title = f"Ramp of {snap.endpoint.name} · deployment #{snap.id}"
+            path = self.ctx.settings.data_dir / "reports" / f"ramp-{snap.endpoint.name}-{snap.id}.png"
+            plot = plot_ramp(points, path, title)
+            with self.ctx.uow() as uow:
+                uow.events.emit(RampPlot(deployment_id=snap.id, endpoint_name=snap.endpoint.name, path=plot["path"],
+                                         sha256=plot["sha256"], title=title), at=self.ctx.clock.now())
+                uow.commit()
+        except Exception:  # the thread's message has the numbers; a missing picture never fails a ramp
+            log.warning("deployment #%s: the ramp's plot could not be drawn", snap.id, exc_info=True)
+
+    def _show_split(self, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None) -> None:
+        now = self.ctx.clock.now()
+        event = self._split_event(snap, step, windows, next_step=next_step,
+                                  next_at=now + dt.timedelta(seconds=snap.endpoint.ramp.soak_seconds))
+        with self.ctx.uow() as uow:
+            uow.events.emit(event, at=now)
+            uow.commit()
+
+    def _soak(self, snap: Snapshot, step: str, admission: Admission) -> dict[str, Window]:
         """Hold one step for its soak while /metrics is sampled on each side users are on; any breach fails it."""
         ramp = snap.endpoint.ramp
         sides = [snap.endpoint] + ([snap.partner] if snap.partner is not None else [])
@@ -731,16 +813,26 @@ class Engine:
         checker = self.ctx.ports.objectives or RampObjectives()
         broken: list[str] = []
         seen: list[str] = []
+        windows: dict[str, Window] = {}
         for side in sides:
             final = self._metrics(snap, side) or after[side.name]
-            window = window_between(first[side.name], final, own_requests=0, seconds=time.monotonic() - started,
-                                    peak_waiting=peaks[side.name][0], peak_kv_cache_usage=peaks[side.name][1])
+            window = windows[side.name] = window_between(
+                first[side.name], final, own_requests=0, seconds=time.monotonic() - started,
+                peak_waiting=peaks[side.name][0], peak_kv_cache_usage=peaks[side.name][1])
             label = f"{side.name}: " if len(sides) > 1 else ""
             broken += [f"{label}{b}" for b in checker.breaches(side, window)]
             seen.append(f"{label}{window_summary(window)}")
         if broken:
-            raise StepFailed(f"ramp step {step} broke its objectives: {'; '.join(broken)} ({'; '.join(seen)})")
+            why = f"ramp step {step} broke its objectives: {'; '.join(broken)} ({'; '.join(seen)})"
+            back = (f"all weight goes back to {snap.partner.name}" if snap.partner is not None
+                    else "the previous release is restored")
+            with self.ctx.uow() as uow:
+                uow.events.emit(self._split_event(snap, step, windows, outcome=f"{why}; {back}"), at=self.ctx.clock.now())
+                uow.commit()
+            self._ramp_plot(snap)
+            raise StepFailed(why)
         self._progress(snap, RolloutProgress(f"ramp step {step} held: {'; '.join(seen)}", "ramping"))
+        return windows
 
     def recheck(self, deployment_id: int, gate: str, actor: Identity) -> DeploymentView:
         """Run a waiting gate's checks again (the only way past a failed or errored check besides rejecting)."""
@@ -827,6 +919,8 @@ class Engine:
             try:
                 snap = _snapshot(uow, dep)
             except Exception as exc:  # e.g. a release stored by a version whose tuple this one refuses
+                if store_unavailable(exc):
+                    raise  # the database went away while reading: nothing is known to be wrong with the state
                 log.warning("deployment #%s: stored state unreadable", deployment_id, exc_info=True)
                 return f"its stored release or endpoint settings can no longer be read ({type(exc).__name__})"
         needs_manifest = snap.state in NEEDS_STORED_MANIFEST.get(snap.kind, frozenset())

@@ -18,12 +18,26 @@ class NotFound(UserError):
     """The thing named does not exist."""
 
 
+class NoEndpoints(NotFound):
+    """No endpoint is declared at all (a listing shows nothing; an action needs one)."""
+
+
+class Invalid(UserError):
+    """The input is malformed in a way the command line could not see (a blank reason, say): a usage error."""
+
+    exit_code = 2
+
+
 class Refused(UserError):
     """The request is understood but not allowed in the current state."""
 
 
 class Forbidden(UserError):
     """The actor lacks the role the action needs."""
+
+
+class Unavailable(UserError):
+    """Something kimi-ops needs (its database) cannot be reached right now; nothing changed, try again later."""
 
 
 class NotConfigured(UserError):

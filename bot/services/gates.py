@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.config import EndpointSettings
+from bot.domain.capture import capture_check
 from bot.domain.checks import Check, GateReport
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
-from bot.services.model_gate import run_model_gate
+from bot.services.governance import artifact_policy
+from bot.services.model_gate import run_model_gate, with_release_report
 from bot.services.reservations import reservation_for
 from bot.services.traffic_gate import run_traffic_gate
 
@@ -37,6 +39,7 @@ class GateSubject:
     release_hash: str
     manifest_hash: str | None
     baseline_reports: dict[str, Any]
+    requester: str | None = None
 
 
 def guarded(name: str, fn: Callable[[], list[Check]]) -> list[Check]:
@@ -67,7 +70,7 @@ def artifact_report(ctx: Context, subject: GateSubject) -> GateReport:
             else Check.failed("manifest.restore", "no stored manifest for the target release; it cannot be restored exactly")
         )
         return GateReport(gate="artifact", checks=checks, summary=f"rollback to {subject.release.name}: weights re-verified")
-    return run_artifact_checks(verifier, subject.release)
+    return run_artifact_checks(verifier, subject.release, artifact_policy(ctx, subject.endpoint, subject.requester))
 
 
 def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) -> GateReport:
@@ -96,6 +99,10 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
             rollout_window=dt.timedelta(minutes=endpoint.rollout_window_minutes),
         )))
     checks.extend(preflight)
+    checks.extend(guarded("capture.policy", lambda: [capture_check(
+        endpoint.data_capture, endpoint.kind, ctx.settings.capture_max_sampling_percent,
+        artifact_policy(ctx, endpoint, subject.requester),
+    )]))
     return GateReport(gate="infrastructure", checks=checks)
 
 
@@ -117,13 +124,14 @@ HUMAN_STEP = {
 def model_report(ctx: Context, subject: GateSubject) -> GateReport:
     if ctx.ports.evaluator is None:
         return _human_decides("model", "model.evaluation", "evaluation")
-    return run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
+    report = run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
+    return with_release_report(ctx, report, subject.release.evaluation_report)
 
 
 def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:
     if ctx.ports.loadgen is None:
         return _human_decides("traffic", "traffic.sweep", "load sweep")
-    return run_traffic_gate(ctx, subject.endpoint)
+    return run_traffic_gate(ctx, subject.endpoint, subject.release.name)
 
 
 def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:

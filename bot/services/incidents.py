@@ -23,6 +23,7 @@ from bot.services.access import Identity, authorize
 from bot.services.context import Context
 from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound, Refused
+from bot.services.pairs import fast_path
 
 ACTOR = "kimi-ops:metrics-watch"
 SILENCE_CHOICES_HOURS = (1, 4, 24)
@@ -66,7 +67,7 @@ class Incidents:
             self._context = deployment_context(self.uow, self.row)
         icon = ":rotating_light:" if severity == "page" else ":warning:"
         mention = self._mention() if severity == "page" else ""
-        text = f"{icon} {mention}`{self.spec.name}` {kind}: {reason}."
+        text = f"{icon} {mention}`{self.spec.name}` {kind}: {reason}.{fast_path(self.spec)}"
         self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "severity": severity, "reason": reason, "incident_id": incident.id,
                                        "silenced_by": silence.silenced_by if silence else None})

@@ -33,7 +33,6 @@ from typing import Any
 from bot.adapters.plots import plot_slo
 from bot.adapters.store.models import Endpoint, MetricSample
 from bot.adapters.store.repositories import Conflict
-from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain import slo
 from bot.domain.events import SloPlot
@@ -154,7 +153,8 @@ def increments(before: Mapping[str, Any] | None, now: MetricsSnapshot,
     return events, bad
 
 
-def counts_of(row: MetricSample | None) -> slo.Counts:
+def counts_of(row: Any) -> slo.Counts:
+    """The cumulative counts of a stored sample (a ``MetricSample`` or a plain row of its columns)."""
     if row is None:
         return slo.ZERO
     return slo.Counts(
@@ -176,7 +176,7 @@ def sample_row(endpoint_id: int, at: dt.datetime, counts: slo.Counts, reading: R
     )
 
 
-def samples_of(rows: Sequence[MetricSample]) -> list[slo.Sample]:
+def samples_of(rows: Sequence[Any]) -> list[slo.Sample]:
     return [slo.Sample(r.at, counts_of(r)) for r in rows]
 
 
@@ -264,10 +264,14 @@ def _record(ctx: Context, spec: EndpointSettings, reading: Reading) -> WatchOutc
         cursor = uow.samples.cursor(row.id)
         before = dict(cursor.raw) if cursor is not None else None
         raw: dict[str, Any] = dict(before or {})
+        window = dt.timedelta(days=spec.slo.window_days)
+        # The rows the alert windows and the budget need, as plain columns; the newest is where counting goes on.
+        history = samples_of(uow.samples.window_rows(row.id, now - max(slo.LONGEST, window)))
         if reading.metrics is not None:
             events, bad = increments(before.get("metrics") if before else None, reading.metrics, objectives)
-            counts = counts_of(uow.samples.latest(row.id)).plus(events, bad)
+            counts = (history[-1].counts if history else slo.ZERO).plus(events, bad)
             uow.samples.add(sample_row(row.id, now, counts, reading))
+            history.append(slo.Sample(now, counts))
             raw["metrics"] = _raw(reading.metrics)
         else:
             notes.append(f"/metrics unreadable ({reading.metrics_error})")
@@ -281,14 +285,14 @@ def _record(ctx: Context, spec: EndpointSettings, reading: Reading) -> WatchOutc
             notes.append("pods and nodes unreadable")
         uow.samples.set_cursor(row.id, now, raw)
 
-        open_now = {i.kind: i for i in uow.incidents.open_by_endpoint(KINDS).get(row.id, [])}
+        open_now = {i.kind: i for i in uow.incidents.open_of(row.id, KINDS)}
         incidents = Incidents(ctx, uow, row, spec, now, open_now)
-        opened, closed = _alerts(uow, row, spec, reading, before, objectives, incidents, now)
+        opened, closed = _alerts(history, spec, reading, before, objectives, incidents, now)
         uow.commit()
     return WatchOutcome(spec.name, watched=True, opened=tuple(opened), closed=tuple(closed), notes=tuple(notes))
 
 
-def _alerts(uow: SqlUnitOfWork, row: Endpoint, spec: EndpointSettings, reading: Reading, before: Mapping[str, Any] | None,
+def _alerts(history: Sequence[slo.Sample], spec: EndpointSettings, reading: Reading, before: Mapping[str, Any] | None,
             objectives: Sequence[slo.Objective], incidents: Incidents, now: dt.datetime) -> tuple[list[str], list[str]]:
     opened: list[str] = []
     closed: list[str] = []
@@ -303,8 +307,7 @@ def _alerts(uow: SqlUnitOfWork, row: Endpoint, spec: EndpointSettings, reading: 
 
     if reading.metrics is not None:
         window = dt.timedelta(days=spec.slo.window_days)
-        rows = uow.samples.since(row.id, now - max(slo.LONGEST, window))
-        for burn in slo.burns(samples_of(rows), now, objectives, objective_window=window,
+        for burn in slo.burns(history, now, objectives, objective_window=window,
                               min_requests=spec.slo.min_requests):
             name = burn.objective.name
             for severity, pair in (("page", burn.page), ("warn", burn.warn)):

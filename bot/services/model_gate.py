@@ -8,6 +8,7 @@ so the next release's gate compares against them.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from bot.domain.evaluation import (
     summarise,
 )
 from bot.domain.own_requests import own_requests_of
+from bot.domain.release_report import MAX_REPORT_BYTES, pass_rate_of, release_report_check
+from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
 
@@ -108,18 +111,39 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
     return GateReport(gate="model", checks=[_check(v) for v in verdicts], summary=text, attachments=attachments)
 
 
+def with_release_report(ctx: Context, report: GateReport, uri: str | None) -> GateReport:
+    """``report`` with the release's own evaluation report (read from where the release names it) shown beside it."""
+    fresh = pass_rate_of(json.dumps({"attachments": report.attachments}).encode())
+    document, problem = None, None
+    reader: object = ctx.ports.artifacts  # the fakes' verifier reads no documents
+    if uri and isinstance(reader, ports.ReadsDocuments):
+        try:
+            document = reader.read_document(uri, MAX_REPORT_BYTES)
+        except Exception as exc:  # shown as a warning: the fresh run is what the gate judges
+            problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    elif uri:
+        problem = "this process has no S3 access"
+    check = release_report_check(uri, document, problem, fresh)
+    return report.model_copy(update={"checks": [*report.checks, check]})
+
+
 def _plot(
     ctx: Context, endpoint: EndpointSettings, release: str, summary: Summary, production: Summary | None,
 ) -> dict[str, Any] | None:
     kinds = sorted(summary.kinds)
     path = ctx.settings.data_dir / "reports" / f"model-{endpoint.name}-{release}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
     try:
+        latency = {"this release": (summary.latency_p50_ms, summary.latency_p95_ms)}
+        if production is not None:
+            latency["production"] = (production.latency_p50_ms, production.latency_p95_ms)
         return plot_evaluation(
             kinds,
-            [summary.kinds[k].pass_rate for k in kinds],
-            [production.kinds[k].pass_rate if k in production.kinds else 0.0 for k in kinds] if production else None,
+            [(summary.kinds[k].passed, summary.kinds[k].total) for k in kinds],
+            [(production.kinds[k].passed, production.kinds[k].total) if k in production.kinds else (0, 0) for k in kinds]
+            if production else None,
             path,
-            f"{release} on {endpoint.name}: pass rate per kind",
+            f"Model gate · {release} on {endpoint.name}",
+            latency=latency,
         )
     except OSError as exc:  # a plot is a convenience: the report stands without it
         log.warning("model gate plot not written to %s: %s", path, exc)

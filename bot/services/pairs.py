@@ -32,6 +32,13 @@ from bot.services.errors import NotFound, Refused
 log = logging.getLogger(__name__)
 
 
+def fast_path(endpoint: EndpointSettings) -> str:
+    """What every alert about a pair side ends with: the rollback that takes seconds ("" for a single node)."""
+    if endpoint.pair is None:
+        return ""
+    return (f" Fast path back: `/kimi rollback {endpoint.pair.service}` (one route change to the side kept warm).")
+
+
 def service_settings(ctx: Context, name: str | None) -> ServiceSettings | None:
     """The service called ``name``, or None when it names no service (an endpoint, or nothing)."""
     return ctx.settings.service(name) if name else None

@@ -14,8 +14,10 @@ from typing import Protocol, runtime_checkable
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
+from bot.domain.coldstart import ColdStart
 from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
+from bot.domain.governance import ArtifactPolicy
 from bot.domain.health import GpuSnapshot, WorkloadHealth
 from bot.domain.ramp import Window
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
@@ -45,10 +47,21 @@ class ObjectiveCheck(Protocol):
 class ArtifactVerifier(Protocol):
     """Checks a release tuple against S3 and the image registry (artifact gate)."""
 
-    def verify(self, release: ReleaseManifest) -> list[Check]: ...
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
+        """Every artifact check, judged for the endpoint ``policy`` describes (``None``: no endpoint, nothing recorded)."""
+        ...
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
         """Only the per-object size and SHA-256 checks (re-run before a rollback)."""
+        ...
+
+
+@runtime_checkable
+class ReadsDocuments(Protocol):
+    """A verifier that can read a small document the release names (its evaluation report) from S3."""
+
+    def read_document(self, uri: str, max_bytes: int) -> bytes | None:
+        """The object's bytes (at most ``max_bytes``, else an error), or ``None`` when it does not exist."""
         ...
 
 
@@ -165,3 +178,10 @@ class GpuTelemetry(Protocol):
     """Reads an NVIDIA DCGM exporter's ``/metrics``; raises with a one-line reason when it cannot."""
 
     def read(self, url: str) -> GpuSnapshot: ...
+
+
+@runtime_checkable
+class StartupReader(Protocol):
+    """A cluster adapter that can say how long the newest pod took to start (a rollout's cold start)."""
+
+    def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None: ...

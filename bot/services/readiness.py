@@ -33,20 +33,22 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from bot.adapters.store.models import Deployment, Endpoint, Incident, ReadinessCheck
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
+from bot.domain.coldstart import ColdStart
 from bot.domain.drift import ClusterTruth, Recorded
-from bot.domain.events import ReadinessAlert, ReadinessRecovered
+from bot.domain.events import ReadinessAlert, ReadinessRecovered, StateChanged
 from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
 from bot.services import ports
 from bot.services.context import Context, require
-from bot.services.deployments import live_deployment
-from bot.services.errors import NotFound
+from bot.services.deployments import endpoint_row, live_deployment
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
+from bot.services.pairs import fast_path
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -130,6 +132,8 @@ class EndpointStatus:
     incidents: list[IncidentView] = field(default_factory=list)
     reservation: ReservationView | None = None
     cluster: ClusterTruth | None = None  # None when the cluster was not asked (``observe=False``)
+    cold_start: ColdStart | None = None  # the last rollout's, with when it went ready
+    cold_start_at: dt.datetime | None = None
 
     @property
     def reservation_left(self) -> str:
@@ -265,6 +269,7 @@ class _Incidents:
             text = f":red_circle: {self._mention()}Endpoint `{self.spec.name}` is not answering: {reason}."
         else:
             text = f":large_orange_circle: Endpoint `{self.spec.name}` is slow: {reason}."
+        text += fast_path(self.spec)
         self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "reason": reason})
         self.uow.events.emit(ReadinessAlert(endpoint_name=self.spec.name, text=text, channel=self.spec.channel, incident=kind,
@@ -292,7 +297,7 @@ class _Incidents:
 
 
 def _status(ctx: Context, row: Endpoint, live: Deployment | None, checks: list[ReadinessCheck],
-            open_incidents: list[Incident]) -> EndpointStatus:
+            open_incidents: list[Incident], cold: tuple[dt.datetime, Any] | None = None) -> EndpointStatus:
     spec = _spec(ctx, row)
     stored = EndpointSettings.model_validate(row.settings)  # holds limits accepted from a traffic gate
     probes = [_probe_view(r) for r in checks]
@@ -303,6 +308,8 @@ def _status(ctx: Context, row: Endpoint, live: Deployment | None, checks: list[R
         ttft_objective_ms=spec.ttft_objective_ms, last_probe=probes[0] if probes else None, recent_probes=probes,
         incidents=incidents, request_limits=stored.effective_request_limits,
         limits_accepted=stored.accepted_request_limits is not None,
+        cold_start=ColdStart.from_dict(cold[1]) if cold and isinstance(cold[1], dict) else None,
+        cold_start_at=cold[0] if cold else None,
     )
 
 
@@ -315,15 +322,15 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
     records: dict[str, tuple[EndpointSettings, Recorded, int | None]] = {}
     with ctx.uow() as uow:
         # Every table is read once for the whole page, whatever the number of endpoints.
-        found = [uow.endpoints.get(name)] if name else list(uow.endpoints.list())
-        if name and found[0] is None:
-            raise NotFound(f"no endpoint named {name}; `kimi-ops status` lists them all")
-        rows = [row for row in found if row is not None]
+        rows = [endpoint_row(uow, name)] if name else list(uow.endpoints.list())
         ids = [row.id for row in rows]
         incidents = uow.incidents.open_by_endpoint(INCIDENT_KINDS)
         snapshot = RecordSnapshot.read(uow, ids)
         checks = uow.readiness.recent_by_endpoint(ids, history)
-        statuses = [_status(ctx, row, snapshot.live.get(row.id), checks[row.id], incidents.get(row.id, [])) for row in rows]
+        # The last rollout's cold start, from its readiness step's event (one short read per endpoint shown).
+        colds = {row.id: uow.events.latest_with(row.name, StateChanged.KIND, "cold_start") for row in rows}
+        statuses = [_status(ctx, row, snapshot.live.get(row.id), checks[row.id], incidents.get(row.id, []), colds[row.id])
+                    for row in rows]
         if observe:
             for row in rows:
                 # The stored settings: they hold the limits accepted at a traffic gate.

@@ -33,9 +33,10 @@ from bot.safe_yaml import load_yaml_file as load_yaml
 from bot.services.errors import Refused, ValidationFailed
 from bot.services.releases import parse_manifest
 
-# The guide's launch configuration for Kimi K3 on one 8-GPU node.
+# The guide's launch configuration for Kimi K3 on one 8-GPU node: the model path positional (``--model`` is
+# deprecated in recent vLLM), and a context window the endpoint's ceiling allows (the default endpoint's).
 DEFAULT_SERVING_ARGS: tuple[str, ...] = (
-    "--model", "/opt/ml/model",
+    "/opt/ml/model",
     "--trust-remote-code",
     "--load-format", "fastsafetensors",
     "--enable-prefix-caching",
@@ -46,7 +47,9 @@ DEFAULT_SERVING_ARGS: tuple[str, ...] = (
     "--moe-backend", "auto",
     "--tensor-parallel-size", "8",
     "--no-enable-flashinfer-autotune",
+    "--max-model-len", "262144",
 )
+DEFAULT_SERVING_ENV: dict[str, str] = {"VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION": "1"}
 _PLACEHOLDER_OBJECT = {"key": "placeholder", "size": 0, "sha256": "0" * 64}
 
 
@@ -70,9 +73,10 @@ class BuildRequest:
     licence: str
     name: str | None = None
     serving_args: Sequence[str] = DEFAULT_SERVING_ARGS
-    serving_env: dict[str, Any] = field(default_factory=dict)  # plain values, or secret references as mappings
+    serving_env: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SERVING_ENV))  # plain, or secret references
     evaluation_report: str | None = None
     trust_remote_code_exception: str | None = None
+    provenance: dict[str, str] | None = None  # base_image, cuda, driver, vllm_commit of the serving image
 
     def default_name(self) -> str:
         stem = self.model_repo.rsplit("/", 1)[-1].lower().replace("_", "-")
@@ -90,6 +94,7 @@ def _data(request: BuildRequest, objects: list[dict[str, Any]], licence_sha256: 
         "licence": {"version": request.licence_version, "document": request.licence, "sha256": licence_sha256},
         "evaluation_report": request.evaluation_report,
         "trust_remote_code_exception": request.trust_remote_code_exception,
+        "provenance": request.provenance,
     }
 
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from bot.adapters.store.models import Release
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
+from bot.domain.names import did_you_mean, match
 from bot.domain.release import ReleaseManifest
 from bot.domain.release_diff import ReleaseDiff
 from bot.domain.release_diff import diff_releases as diff_tuples
@@ -52,6 +53,7 @@ def manifest_from_row(row: Release) -> ReleaseManifest:
             "licence": {"version": row.licence_version, "document": row.licence_uri, "sha256": row.licence_sha256},
             "evaluation_report": row.evaluation_report,
             "trust_remote_code_exception": row.trust_remote_code_exception,
+            "provenance": row.provenance,
         }
     )
 
@@ -138,11 +140,25 @@ def _add_release(uow: SqlUnitOfWork, manifest: ReleaseManifest, digest: str, act
             licence_sha256=manifest.licence.sha256,
             evaluation_report=manifest.evaluation_report,
             trust_remote_code_exception=manifest.trust_remote_code_exception,
+            provenance=manifest.provenance.model_dump(mode="json") if manifest.provenance is not None else None,
             tuple_hash=digest,
             registered_by=actor,
             registered_at=now,
         )
     )
+
+
+def release_row(uow: SqlUnitOfWork, name: str) -> Release:
+    """The registered release ``name`` (in any case), or :class:`NotFound` with the closest names."""
+    row = uow.releases.get(name)
+    if row is not None:
+        return row
+    names = [r.name for r in uow.releases.list()]
+    same = match(name, names)
+    found = uow.releases.get(same) if same is not None else None
+    if found is not None:
+        return found
+    raise NotFound(f"no release named {name}{did_you_mean(name, names) or ';'} `/kimi release list` shows the registered ones")
 
 
 def list_releases(ctx: Context, limit: int | None = None) -> list[ReleaseView]:
@@ -152,10 +168,7 @@ def list_releases(ctx: Context, limit: int | None = None) -> list[ReleaseView]:
 
 def get_release(ctx: Context, name: str) -> ReleaseView:
     with ctx.uow() as uow:
-        row = uow.releases.get(name)
-        if row is None:
-            raise NotFound(f"no release named {name}; `release list` shows the registered ones")
-        return view_of(row)
+        return view_of(release_row(uow, name))
 
 
 def diff_releases(ctx: Context, a: str, b: str) -> ReleaseDiff:

@@ -213,12 +213,7 @@ class _Watch:
         return replace(_info(row), target_resources=fresh.target_resources, platform=fresh.platform) if fresh else _info(row)
 
     def _live_endpoints(self) -> set[str]:
-        live: set[str] = set()
-        for endpoint in self.endpoints:
-            row = self.uow.endpoints.get(endpoint.name)
-            if row is not None and live_deployment(self.uow, row.id) is not None:
-                live.add(endpoint.name)
-        return live
+        return endpoints_with_tested_release(self.uow, self.endpoints)
 
     # -- outbox and audit, always together
     def _say(self, kind: type[ReservationNotice], row: Reservation, text: str, **details: Any) -> None:
@@ -468,6 +463,23 @@ class _Watch:
             )
 
 
+def endpoints_with_tested_release(uow: SqlUnitOfWork, endpoints: Sequence[EndpointSettings]) -> set[str]:
+    """Endpoints running a release that passed its gates: a live deployment, and on a side of a pair nothing newer
+    stored for the cluster since (a side whose deploy failed after its apply keeps the failed release: it is
+    no tested replacement, though its earlier deployment is still the one recorded live)."""
+    found: set[str] = set()
+    for endpoint in endpoints:
+        row = uow.endpoints.get(endpoint.name)
+        live = live_deployment(uow, row.id) if row is not None else None
+        if row is None or live is None:
+            continue
+        if endpoint.pair is not None and any(
+                d.id > live.id and d.applied_manifest is not None for d in uow.deployments.for_endpoint(row.id, 10)):
+            continue
+        found.add(endpoint.name)
+    return found
+
+
 def watch_reservations(ctx: Context) -> WatchReport:
     """One run of the reservation watch; returns what it saw and announced."""
     report = WatchReport()
@@ -519,7 +531,7 @@ def reservation_for(ctx: Context, endpoint: EndpointSettings | str, *, fresh: bo
     if isinstance(endpoint, str):
         spec = ctx.settings.endpoint(endpoint)
         if spec is None:
-            raise NotFound(f"no endpoint named {endpoint}; `kimi-ops reservations` lists what is watched")
+            raise NotFound(f"no endpoint named {endpoint}; `/kimi reservations` lists what is watched")
         endpoint = spec
     if fresh:
         source = require(ctx.ports.reservations, "AWS access", "to read reservations; give this process AWS credentials")

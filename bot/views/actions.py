@@ -19,7 +19,12 @@ ACCEPT_LIMITS = "traffic_accept_limits"
 # "Next" under a paged answer; its value is the command text of the next page (e.g. ``history kimi-prod 50 --page 2``),
 # run as the person who clicks, so it shows nothing they could not ask for by typing it.
 NEXT_PAGE = "page_next"
+# A button that runs one command for the clicker (parsed and authorised like typed text), e.g. ``rollback kimi``
+# under a pair's ramp message: the one-click fast path back.
+RUN_COMMAND = "command_run"
 APPROVE_ABOVE_LIMITS = "traffic_approve_above_limits"  # opens a reason form; the approval records the override
+# "Show all N checks" under a gate report whose passing checks are counted, not listed: the full list, to the clicker.
+SHOW_CHECKS = "gate_show_checks"
 
 
 @dataclass(frozen=True)

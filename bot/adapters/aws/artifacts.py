@@ -27,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from bot.adapters.aws.errors import aws_error_text as aws_error_text  # re-exported: callers import it from here
 from bot.domain import artifact_checks as rules
 from bot.domain.checks import Check
+from bot.domain.governance import ArtifactPolicy, licence_review_check
 from bot.domain.release import ReleaseManifest, parse_s3_uri
 
 Progress = Callable[[str, int, int], None]
@@ -120,6 +121,21 @@ class S3Objects:
             return None
         return full_object_sha256(head) or self.stream_sha256(bucket, key, progress)[0]
 
+    def read(self, uri: str, max_bytes: int) -> bytes | None:
+        """A small object's bytes; ``None`` when it does not exist, ``ValueError`` when it is larger than ``max_bytes``."""
+        bucket, key = parse_s3_uri(uri)
+        head = self.head(bucket, key)
+        if head is None:
+            return None
+        if int(head.get("ContentLength") or 0) > max_bytes:
+            raise ValueError(f"{uri} is larger than {max_bytes:,} bytes")
+        body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            data: bytes = body.read(max_bytes + 1)
+        finally:
+            body.close()
+        return data
+
     def sha256_uri(self, uri: str, progress: Progress | None = None) -> str | None:
         bucket, key = parse_s3_uri(uri)
         return self.sha256(bucket, key, progress)
@@ -194,7 +210,8 @@ class EcrImages:
                 return rules.ImageScan(exists=True, severity_counts=None)
             raise
         counts = found.get("imageScanFindings", {}).get("findingSeverityCounts", {})
-        return rules.ImageScan(exists=True, severity_counts={k: int(v) for k, v in counts.items()})
+        status = found.get("imageScanStatus", {}).get("status")
+        return rules.ImageScan(exists=True, severity_counts={k: int(v) for k, v in counts.items()}, status=status)
 
 
 class S3EcrArtifactVerifier:
@@ -207,13 +224,24 @@ class S3EcrArtifactVerifier:
         self.ecr = EcrImages(ecr_client)
         self.progress = progress
 
-    def verify(self, release: ReleaseManifest) -> list[Check]:
-        checks = [rules.check_image_pinned(release.image), rules.check_model_commit(release.model.commit)]
-        checks += self._guarded("image.exists", lambda: self.image_checks(release.image))
-        checks += rules.serving_checks(release.serving.args, release.serving.env, release.trust_remote_code_exception)
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
+        policy = policy or ArtifactPolicy()
+        checks = [
+            rules.check_image_pinned(release.image),
+            rules.check_provenance(release.provenance),
+            rules.check_model_commit(release.model.commit),
+        ]
+        checks += self._guarded("image.exists", lambda: self.image_checks(release.image, policy, release.name))
+        checks += rules.serving_checks(
+            release.serving.args, release.serving.env, release.trust_remote_code_exception, policy, release.name
+        )
         checks += self.verify_weights(release)
-        checks += self._guarded("bucket.posture", lambda: rules.bucket_checks(self.s3.posture(release.weights.bucket)))
+        checks += self._guarded(
+            "bucket.posture",
+            lambda: rules.bucket_checks(self.s3.posture(release.weights.bucket), policy.inference_roles),
+        )
         checks += self._guarded("licence.sha256", lambda: [self.licence_check(release)])
+        checks.append(licence_review_check(policy, release.licence.version))
         return checks
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
@@ -236,19 +264,19 @@ class S3EcrArtifactVerifier:
         actual = self.s3.sha256_uri(doc, self.progress) if doc else None
         return rules.check_licence(release.licence.sha256, actual, doc)
 
-    def image_checks(self, image: str) -> list[Check]:
+    def image_checks(self, image: str, policy: ArtifactPolicy | None = None, release: str | None = None) -> list[Check]:
         ref = rules.parse_image(image)
         if ref.is_ecr and ref.digest is None:
             return [Check.failed("image.exists", "no digest to look up in ECR; pin the image by digest")]
         if not ref.is_ecr:
-            return rules.image_registry_checks(ref, None)
+            return rules.image_registry_checks(ref, None, policy, release)
         if ref.ecr_region != self.ecr.region:
             return [
                 Check.errored(
                     "image.exists", f"image is in ECR region {ref.ecr_region}; this process reads ECR in {self.ecr.region}"
                 )
             ]
-        return rules.image_registry_checks(ref, self.ecr.scan(ref))
+        return rules.image_registry_checks(ref, self.ecr.scan(ref), policy, release)
 
     @staticmethod
     def _guarded(name: str, fn: Callable[[], list[Check]]) -> list[Check]:
@@ -292,8 +320,15 @@ class RegionalArtifactVerifier:
         ecr_region = rules.parse_image(release.image).ecr_region or self.region
         return S3EcrArtifactVerifier(self._client("s3", self.region), self._client("ecr", ecr_region), progress=self.progress)
 
-    def verify(self, release: ReleaseManifest) -> list[Check]:
-        return self.for_release(release).verify(release)
+    def verify(self, release: ReleaseManifest, policy: ArtifactPolicy | None = None) -> list[Check]:
+        return self.for_release(release).verify(release, policy)
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
         return self.for_release(release).verify_weights(release)
+
+    def read_document(self, uri: str, max_bytes: int) -> bytes | None:
+        """A small S3 object (the release's evaluation report), read in this verifier's region."""
+        try:
+            return S3Objects(self._client("s3", self.region)).read(uri, max_bytes)
+        except AWS_ERRORS as exc:
+            raise RuntimeError(aws_error_text(exc, "S3")) from None

@@ -19,6 +19,7 @@ from bot.adapters.cluster.kube import KubernetesCluster, render_manifest
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
+from bot.domain.coldstart import ColdStart
 from bot.domain.drift import Observed
 from bot.domain.health import WorkloadHealth
 from bot.domain.release import ReleaseManifest
@@ -125,3 +126,11 @@ class ContextClusters:
                         endpoint.cluster_context or "(default)", exc)
             return None
         return cluster.health(endpoint)
+
+    def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None:
+        try:
+            cluster = self.cluster(endpoint)
+        except Exception as exc:  # no kubeconfig: the rollout's timings are simply not recorded
+            log.warning("could not read the cold start of %s: %s", endpoint.name, exc)
+            return None
+        return cluster.cold_start(endpoint, first_completion_s)

@@ -1,4 +1,4 @@
-"""The endpoint's pods and the nodes they run on, read for the metrics watch (``WorkloadReader.health``).
+"""The endpoint's pods and nodes for the metrics watch (``WorkloadReader.health``), and a rollout's cold start.
 
 Pods are the endpoint's by name (``<endpoint>`` or ``<endpoint>-…``, as the rollout watch finds them); a
 node is read when a pod names it in ``spec.nodeName``, and one the API server no longer has is simply
@@ -13,6 +13,7 @@ from typing import Any
 from bot.adapters.cluster.rest import Rest, api_error, collection_path, object_path
 from bot.adapters.cluster.rollout import belongs_to
 from bot.config import EndpointSettings
+from bot.domain.coldstart import ColdStart, breakdown
 from bot.domain.health import ContainerHealth, NodeHealth, PodHealth, WorkloadHealth
 
 log = logging.getLogger(__name__)
@@ -55,3 +56,22 @@ def read_health(rest: Rest, endpoint: EndpointSettings) -> WorkloadHealth | None
         log.warning("cannot read the pods and nodes of %s: %s", endpoint.name, api_error(exc))
         return None
     return WorkloadHealth(pods=tuple(pods), nodes=tuple(nodes))
+
+
+def read_cold_start(rest: Rest, endpoint: EndpointSettings, first_completion_s: float | None,
+                    container: str = "vllm") -> ColdStart | None:
+    """The newest ready pod's cold start (its status and events); None when the cluster cannot be read or has none."""
+    try:
+        pods = [p for p in rest.items(collection_path("Pod", endpoint.namespace))
+                if belongs_to(str((p.get("metadata") or {}).get("name", "")), endpoint.name)]
+        if not pods:
+            return None
+        pod = max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+        name = str((pod.get("metadata") or {}).get("name", ""))
+        events = [e for e in rest.items(collection_path("Event", endpoint.namespace))
+                  if (e.get("involvedObject") or {}).get("name") == name]
+    except Exception as exc:  # a rollout that went live must not fail because its timings cannot be read
+        log.warning("cannot read the cold start of %s: %s", endpoint.name, api_error(exc))
+        return None
+    events.sort(key=lambda e: str(e.get("firstTimestamp") or e.get("eventTime") or ""))
+    return breakdown(pod, events, container=container, first_completion_s=first_completion_s)

@@ -37,7 +37,7 @@ from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
-from bot.adapters.cluster.health import read_health
+from bot.adapters.cluster.health import read_cold_start, read_health
 from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
 from bot.adapters.cluster.rollout import (
     Reading,
@@ -53,6 +53,7 @@ from bot.adapters.cluster.validate import crd_schema_document, manifest_errors
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
+from bot.domain.coldstart import ColdStart
 from bot.domain.drift import Observed
 from bot.domain.health import WorkloadHealth
 from bot.domain.release import ReleaseManifest
@@ -410,3 +411,7 @@ class KubernetesCluster:
     def health(self, endpoint: EndpointSettings) -> WorkloadHealth | None:
         """The endpoint's pods and their nodes now (the metrics watch); None when the cluster cannot be read."""
         return read_health(self.rest, endpoint)
+
+    def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None:
+        """Image pull, weight transfer and load times of the newest pod (``StartupReader``); None when unreadable."""
+        return read_cold_start(self.rest, endpoint, first_completion_s, container=observation.VLLM_CONTAINER)

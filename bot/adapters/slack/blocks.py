@@ -17,6 +17,7 @@ Slack's emoji names, which the workspace shows the same on every client.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,12 +69,26 @@ EMOJI: dict[Icon, str] = {
 }
 
 
-def slack_text(text: str) -> str:
-    """``text`` with every icon as its Slack emoji name."""
+# A Slack user ID written bare in a sentence ("rejected by U0APPROVER1"): letters and digits, at least one digit.
+_PERSON = re.compile(r"(?<![<@\w/:=-])([UW](?=[A-Z0-9]*[0-9])[A-Z0-9]{6,})(?![\w>-])")
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
+
+
+def mention_people(text: str) -> str:
+    """Every bare Slack user ID in ``text`` as a mention (``<@U…>``), which Slack shows as the person's name.
+
+    Code (fenced or inline) is left as written: a table or a command keeps its IDs.
+    """
+    pieces = _CODE.split(text)
+    return "".join(piece if i % 2 else _PERSON.sub(r"<@\1>", piece) for i, piece in enumerate(pieces))
+
+
+def slack_text(text: str, *, people: bool = True) -> str:
+    """``text`` with every icon as its Slack emoji name and (``people``) every user ID as a mention."""
     for icon, name in EMOJI.items():
         if icon.value in text:
             text = text.replace(icon.value, name)
-    return text
+    return mention_people(text) if people else text
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,7 @@ def _slack_part(part: Part) -> list[Part]:
     if isinstance(part, Table):
         return [q for p in fenced_parts(part) for q in _slack_part(p)]
     if isinstance(part, Heading):
-        return [Heading(slack_text(part.text))]
+        return [Heading(slack_text(part.text, people=False))]  # plain text in Slack: a mention would show raw
     if isinstance(part, Text):
         return [Text(slack_text(part.text))]
     if isinstance(part, Note):

@@ -297,6 +297,10 @@ class IncidentRepository(_Repository):
         _write_lock_on_sqlite(self.session, Incident, Incident.id == incident_id)
         return self.session.scalar(select(Incident).where(Incident.id == incident_id).with_for_update())
 
+    def open_of(self, endpoint_id: int, kinds: Sequence[str]) -> Sequence[Incident]:
+        return self.session.scalars(select(Incident).where(Incident.endpoint_id == endpoint_id,
+                                                           Incident.kind.in_(list(kinds)), Incident.open.is_(True))).all()
+
     def silence_of(self, endpoint_id: int, kind: str, now: dt.datetime) -> Incident | None:
         """The latest incident of ``kind`` on the endpoint whose silence still holds at ``now``."""
         return self.session.scalar(select(Incident).where(Incident.endpoint_id == endpoint_id, Incident.kind == kind,
@@ -370,6 +374,13 @@ class EventRepository(_Repository):
         return self.session.scalars(
             select(Event).where(Event.delivered_at.is_(None)).order_by(Event.id).limit(limit)
         ).all()
+
+    def latest_with(self, endpoint_name: str, kind: str, key: str, scan: int = 200) -> tuple[dt.datetime, Any] | None:
+        """When and what the newest event of ``kind`` about the endpoint carried under ``key`` (its newest ``scan``)."""
+        rows = self.session.scalars(select(Event).where(Event.kind == kind, Event.endpoint_name == endpoint_name)
+                                    .order_by(Event.id.desc()).limit(scan)).all()
+        found = next((r for r in rows if (r.payload or {}).get(key) is not None), None)
+        return (found.at, found.payload[key]) if found is not None else None
 
     def for_endpoint_kind(self, endpoint_id: int, kind: str, incident_id: int) -> Sequence[Event]:
         """The events of ``kind`` about one incident (its alert), by the endpoint's name."""

@@ -47,6 +47,16 @@ class SampleRepository:
                                     .where(MetricSample.endpoint_id == endpoint_id, MetricSample.at >= lower)
                                     .order_by(MetricSample.at, MetricSample.id)).all()
 
+    def window_rows(self, endpoint_id: int, start: dt.datetime) -> Sequence[Any]:
+        """Like :meth:`since`, as plain rows of the columns (``at``, the counts, the gauges): no ORM objects to build."""
+        first = self.session.scalar(select(func.max(MetricSample.at))
+                                    .where(MetricSample.endpoint_id == endpoint_id, MetricSample.at <= start))
+        lower = first if first is not None else start
+        columns = [c for c in MetricSample.__table__.columns if c.name not in ("id", "endpoint_id", "hour", "step")]
+        return self.session.execute(select(*columns)
+                                    .where(MetricSample.endpoint_id == endpoint_id, MetricSample.at >= lower)
+                                    .order_by(MetricSample.at, MetricSample.id)).all()
+
     def thin(self, now: dt.datetime, *, minutes_kept: dt.timedelta, retention: dt.timedelta) -> int:
         """Keep the first minute row of each hour older than ``minutes_kept``, drop the rest and all past ``retention``."""
         cutoff = now - minutes_kept

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
 from bot.adapters.store.deliveries import DeliveryRepository
+from bot.adapters.store.governance import GovernanceRepository
 from bot.adapters.store.leases import LeaseRepository
 from bot.adapters.store.posts import SlackPostRepository
 from bot.adapters.store.repositories import (
@@ -47,6 +48,7 @@ class SqlUnitOfWork:
     deliveries: DeliveryRepository
     leases: LeaseRepository
     posts: SlackPostRepository
+    governance: GovernanceRepository
     samples: SampleRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
@@ -69,6 +71,7 @@ class SqlUnitOfWork:
         self.deliveries = DeliveryRepository(session)
         self.leases = LeaseRepository(session)
         self.posts = SlackPostRepository(session)
+        self.governance = GovernanceRepository(session)
         self.samples = SampleRepository(session)
         return self
 

@@ -19,7 +19,7 @@ from bot.slack.answers import clicker, guard, responder
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
 from bot.slack.listeners.gate_actions import click
-from bot.views.actions import NEXT_PAGE
+from bot.views.actions import NEXT_PAGE, RUN_COMMAND
 from bot.views.parts import Reply, reply
 from commands import registry
 from commands.base import Usage
@@ -34,7 +34,7 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
         try:
             context[PARSED] = registry.parse(command.get("text") or "")
         except Usage as usage:
-            ack(text=f"Usage: {usage}")
+            ack(text=str(usage))
             return
         except Exception:
             # A parser bug must still answer the typist, in the acknowledgement, rather than Bolt's 500.
@@ -62,10 +62,11 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
             try:
                 parsed = registry.parse(value or "")
             except Usage as usage:
-                return reply(f"Usage: {usage}")
+                return reply(str(usage))
             return registry.run(deps.root, deps.identity(user), parsed)
 
         deps.follow(guard(run, tell), tell, channel)
 
     app.command(command)(ack=ack_command, lazy=[run_command])
     app.action(NEXT_PAGE)(ack=ack_now, lazy=[next_page])
+    app.action(RUN_COMMAND)(ack=ack_now, lazy=[next_page])  # the same: a command's text, run for the clicker
