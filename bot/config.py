@@ -43,6 +43,7 @@ from pydantic_settings import (
 )
 
 from bot.config_error import ConfigError as ConfigError  # re-exported: callers import it from here
+from bot.domain.capture import DataCapture
 from bot.domain.evaluation import EvalSetError, parse_eval_set
 from bot.domain.slo import SloSettings
 from bot.domain.sweep import Objectives, SweepPlan
@@ -184,6 +185,10 @@ class EndpointSettings(BaseModel):
         default="internal",
         description="Who the endpoint serves: internal users, a third-party product, or Model-as-a-Service; a licence "
         "review holds only for the exposure it classified.",
+    )
+    data_capture: DataCapture = Field(
+        default_factory=DataCapture,
+        description="What the endpoint captures of its traffic (default: the load balancer's access logs, no payloads).",
     )
     max_model_len: int = Field(
         default=262_144, ge=1, le=1_048_576,
@@ -348,6 +353,10 @@ class Settings(BaseSettings):
         default=2000, ge=1, le=40_000, description="Longest `/kimi` text read; longer is refused before it is parsed."
     )
     endpoints: list[EndpointSettings] = Field(default_factory=list)
+    capture_max_sampling_percent: int = Field(
+        default=5, ge=1, le=100,
+        description="Highest share of requests whose payloads an endpoint may capture (with a payload-capture exception).",
+    )
     services: list[ServiceSettings] = Field(default_factory=list, description="Pairs of endpoints behind one route.")
     roles: Roles = Field(default_factory=Roles)
     evaluation_set: Path | None = Field(

@@ -89,6 +89,8 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     dep = _deployment_id(out)
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — artifact gate"
     assert "PASS  weights.objects" in out and f"→ approve: kimi-ops gate approve {dep} artifact" in out
+    # The governance records the sandbox seeded are what let it pass; the image's provenance is shown.
+    assert "PASS  licence.review" in out and "PASS  bucket.policy" in out and "PASS  image.provenance" in out
 
     # Separation of duties on a prod endpoint: the requester (an admin, so an approver too) may not approve.
     refused = cli.run("gate", "approve", dep, "artifact", "--as", ADMIN)
@@ -101,13 +103,17 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — infrastructure gate"
     # The subprocess read the training plan itself (over HTTP) and the cluster's nodes.
     assert "PASS  reservation.window" in out and "PASS  cluster.gpu_nodes" in out
+    assert "PASS  capture.policy" in out and "no payloads" in out
     assert "ListTrainingPlans" in cli.face.calls
 
     out = cli.ok("gate", "approve", dep, "infrastructure", "--as", APPROVER_2)
     assert _headline(out).startswith(
         f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
     assert f"→ approve: kimi-ops gate approve {dep} model" in out
+    # The release's own evaluation report, read from S3, beside the fresh run.
+    assert "PASS  model.release_report" in out and "15/15 cases passed, 100%; this run:" in out
     assert _cluster_endpoint(cli)["metadata"]["annotations"]["kimi-ops.io/release"] == release
+    assert _cluster_endpoint(cli)["spec"]["dataCapture"] == {"loadBalancer": {"enabled": True}}
     assert _route_admission(cli) == "closed"  # the candidate runs, and users are on the fallback while it is judged
 
     out = cli.ok("gate", "approve", dep, "model", "--as", APPROVER_1)

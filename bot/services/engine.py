@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.adapters.plots import plot_ramp
+from bot.adapters.store.errors import store_unavailable
 from bot.adapters.store.models import Deployment, ReadinessCheck
 from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
@@ -59,7 +60,7 @@ from bot.services.deployments import (
     store_gate_report,
     transition,
 )
-from bot.services.errors import NotConfigured, NotFound, Refused, UserError
+from bot.services.errors import NotConfigured, NotFound, Refused, Unavailable, UserError
 from bot.services.gates import GateSubject, run_gate
 from bot.services.objectives import RampObjectives
 from bot.services.ports import StartupReader
@@ -320,6 +321,14 @@ class Engine:
             return get_deployment(self.ctx, deployment_id)
         try:
             return self._drive(deployment_id, hold)
+        except Exception as exc:
+            if not store_unavailable(exc):
+                raise
+            # Whatever step was under way rolled back with its transaction: the deployment stays in flight and is
+            # driven again once the database answers (its lease lapses and a replica's takeover round resumes it).
+            log.warning("deployment #%s: the database is unreachable; left in flight", deployment_id)
+            raise Unavailable(f"the database is unreachable while deployment #{deployment_id} runs; it stays where it "
+                              "is and carries on once the database answers") from exc
         finally:
             self._release(hold)
 
@@ -368,6 +377,10 @@ class Engine:
             except (StepFailed, NotConfigured) as exc:
                 self._fail(snap, str(exc))
             except Exception as exc:
+                if store_unavailable(exc):
+                    # A database outage is not the deployment's failure (the rollout may well have succeeded):
+                    # nothing was recorded, so it stays where it is (see advance).
+                    raise
                 correlation = uuid.uuid4().hex[:12]
                 log.exception("deployment step crashed", extra={"correlation_id": correlation, "deployment": snap.id})
                 self._fail(snap, f"unexpected error in {snap.state} ({type(exc).__name__}; correlation id {correlation})")
@@ -936,6 +949,8 @@ class Engine:
             try:
                 snap = _snapshot(uow, dep)
             except Exception as exc:  # e.g. a release stored by a version whose tuple this one refuses
+                if store_unavailable(exc):
+                    raise  # the database went away while reading: nothing is known to be wrong with the state
                 log.warning("deployment #%s: stored state unreadable", deployment_id, exc_info=True)
                 return f"its stored release or endpoint settings can no longer be read ({type(exc).__name__})"
         needs_manifest = snap.state in NEEDS_STORED_MANIFEST.get(snap.kind, frozenset())

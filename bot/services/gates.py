@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.config import EndpointSettings
+from bot.domain.capture import capture_check
 from bot.domain.checks import Check, GateReport
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
@@ -20,7 +21,7 @@ from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
 from bot.services.governance import artifact_policy
-from bot.services.model_gate import run_model_gate
+from bot.services.model_gate import run_model_gate, with_release_report
 from bot.services.reservations import reservation_for
 from bot.services.traffic_gate import run_traffic_gate
 
@@ -98,6 +99,10 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
             rollout_window=dt.timedelta(minutes=endpoint.rollout_window_minutes),
         )))
     checks.extend(preflight)
+    checks.extend(guarded("capture.policy", lambda: [capture_check(
+        endpoint.data_capture, endpoint.kind, ctx.settings.capture_max_sampling_percent,
+        artifact_policy(ctx, endpoint, subject.requester),
+    )]))
     return GateReport(gate="infrastructure", checks=checks)
 
 
@@ -119,7 +124,8 @@ HUMAN_STEP = {
 def model_report(ctx: Context, subject: GateSubject) -> GateReport:
     if ctx.ports.evaluator is None:
         return _human_decides("model", "model.evaluation", "evaluation")
-    return run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
+    report = run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
+    return with_release_report(ctx, report, subject.release.evaluation_report)
 
 
 def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:

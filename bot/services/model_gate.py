@@ -8,6 +8,7 @@ so the next release's gate compares against them.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from bot.domain.evaluation import (
     summarise,
 )
 from bot.domain.own_requests import own_requests_of
+from bot.domain.release_report import MAX_REPORT_BYTES, pass_rate_of, release_report_check
+from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
 
@@ -106,6 +109,22 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
     text = (f"{len(results) - failed}/{len(results)} cases passed; "
             f"p50 {_ms(summary.latency_p50_ms)}, p95 {_ms(summary.latency_p95_ms)}{versus}")
     return GateReport(gate="model", checks=[_check(v) for v in verdicts], summary=text, attachments=attachments)
+
+
+def with_release_report(ctx: Context, report: GateReport, uri: str | None) -> GateReport:
+    """``report`` with the release's own evaluation report (read from where the release names it) shown beside it."""
+    fresh = pass_rate_of(json.dumps({"attachments": report.attachments}).encode())
+    document, problem = None, None
+    reader: object = ctx.ports.artifacts  # the fakes' verifier reads no documents
+    if uri and isinstance(reader, ports.ReadsDocuments):
+        try:
+            document = reader.read_document(uri, MAX_REPORT_BYTES)
+        except Exception as exc:  # shown as a warning: the fresh run is what the gate judges
+            problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    elif uri:
+        problem = "this process has no S3 access"
+    check = release_report_check(uri, document, problem, fresh)
+    return report.model_copy(update={"checks": [*report.checks, check]})
 
 
 def _plot(

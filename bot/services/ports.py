@@ -57,6 +57,15 @@ class ArtifactVerifier(Protocol):
 
 
 @runtime_checkable
+class ReadsDocuments(Protocol):
+    """A verifier that can read a small document the release names (its evaluation report) from S3."""
+
+    def read_document(self, uri: str, max_bytes: int) -> bytes | None:
+        """The object's bytes (at most ``max_bytes``, else an error), or ``None`` when it does not exist."""
+        ...
+
+
+@runtime_checkable
 class ReportsProgress(Protocol):
     """A verifier that can report streaming progress (``kimi-ops release verify`` prints it)."""
 

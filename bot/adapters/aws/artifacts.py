@@ -121,6 +121,21 @@ class S3Objects:
             return None
         return full_object_sha256(head) or self.stream_sha256(bucket, key, progress)[0]
 
+    def read(self, uri: str, max_bytes: int) -> bytes | None:
+        """A small object's bytes; ``None`` when it does not exist, ``ValueError`` when it is larger than ``max_bytes``."""
+        bucket, key = parse_s3_uri(uri)
+        head = self.head(bucket, key)
+        if head is None:
+            return None
+        if int(head.get("ContentLength") or 0) > max_bytes:
+            raise ValueError(f"{uri} is larger than {max_bytes:,} bytes")
+        body = self.client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            data: bytes = body.read(max_bytes + 1)
+        finally:
+            body.close()
+        return data
+
     def sha256_uri(self, uri: str, progress: Progress | None = None) -> str | None:
         bucket, key = parse_s3_uri(uri)
         return self.sha256(bucket, key, progress)
@@ -310,3 +325,10 @@ class RegionalArtifactVerifier:
 
     def verify_weights(self, release: ReleaseManifest) -> list[Check]:
         return self.for_release(release).verify_weights(release)
+
+    def read_document(self, uri: str, max_bytes: int) -> bytes | None:
+        """A small S3 object (the release's evaluation report), read in this verifier's region."""
+        try:
+            return S3Objects(self._client("s3", self.region)).read(uri, max_bytes)
+        except AWS_ERRORS as exc:
+            raise RuntimeError(aws_error_text(exc, "S3")) from None

@@ -38,6 +38,7 @@ import json
 from typing import Any
 
 from bot.config import EndpointSettings, RequestLimits
+from bot.domain.capture import hyperpod_data_capture
 from bot.domain.release import ReleaseManifest
 from bot.domain.secrets import SecretRef
 
@@ -49,6 +50,7 @@ APP = "kimi-k3"
 GPUS = 8
 PORT = 8000
 MODEL_MOUNT = "/opt/ml/model"
+CAPTURE_ANNOTATION = "kimi-ops.io/data-capture"
 MOUNTPOINT_S3_DRIVER = "s3.csi.aws.com"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 MAX_NUM_SEQS = "--max-num-seqs"
@@ -79,6 +81,8 @@ def _annotations(release: ReleaseManifest, endpoint: EndpointSettings, release_h
     }
     if endpoint.reservation_id:
         annotations["kimi-ops.io/reservation"] = endpoint.reservation_id
+    # What the endpoint captures of its traffic, stated on both paths (EKS renders no capture at all).
+    annotations[CAPTURE_ANNOTATION] = json.dumps(endpoint.data_capture.summary(), separators=(",", ":"))
     annotations.update(secret_sources(release))
     return annotations
 
@@ -193,6 +197,7 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
             "prefetchEnabled": True,
         },
         "loadBalancer": {"healthCheckPath": "/health"},
+        "dataCapture": hyperpod_data_capture(endpoint.data_capture),
         "metrics": {"enabled": True, "modelMetrics": {"port": PORT, "path": "/metrics"}},
         "tags": [
             {"name": RELEASE_LABEL, "value": release.name},
