@@ -69,9 +69,10 @@ def seed_live(ctx: Context, names: list[str]) -> None:
         for name in names:
             endpoint = uow.endpoints.get(name)
             assert endpoint is not None
-            uow.deployments.add(Deployment(endpoint_id=endpoint.id, release_id=release.id, kind="deploy", state="live",
-                                           in_flight=None, requested_by="U1", created_at=now, updated_at=now,
-                                           finished_at=now, applied_manifest="x" * 4000))
+            live = uow.deployments.add(Deployment(endpoint_id=endpoint.id, release_id=release.id, kind="deploy",
+                                                  state="live", requested_by="U1", created_at=now, updated_at=now,
+                                                  finished_at=now, applied_manifest="x" * 4000))
+            live.in_flight = None  # no longer holding its endpoint (None at construction means the default, True)
         uow.commit()
 
 
@@ -165,8 +166,12 @@ def run_size(count: int, completion_seconds: float, repeat: int, server: OpenAIS
                 for name in names:
                     endpoint_status(ctx, name, history=5)
 
-            found["page baseline"] = (best_ms(one_at_a_time, max(1, repeat if count <= 50 else 1)),
-                                      statements_of(engine, one_at_a_time))
+            if count <= BASELINE_MEASURED_UP_TO:
+                found["page baseline"] = (best_ms(one_at_a_time, repeat), statements_of(engine, one_at_a_time))
+            else:  # minutes at 500 endpoints: one pass, timed and counted at once
+                started = time.perf_counter()
+                statements = statements_of(engine, one_at_a_time)
+                found["page baseline"] = ((time.perf_counter() - started) * 1000, statements)
             return found
         finally:
             client.close()

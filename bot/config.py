@@ -106,6 +106,15 @@ class RampSettings(BaseModel):
     error_rate: float = Field(default=0.01, ge=0, le=1, description="5xx share of user requests a step may see.")
     queue_depth: float = Field(default=8, ge=0, description="Requests waiting in vLLM a step may see.")
     kv_cache_usage: float = Field(default=0.95, gt=0, le=1)
+    approval_steps: list[int] = Field(default_factory=list, description="Shares (1-100 %; 100 = everyone) the ramp "
+                                      "moves to only once an approver says so (`/kimi ramp approve N STEP`).")
+
+    @field_validator("approval_steps")
+    @classmethod
+    def _approval_shares(cls, steps: list[int]) -> list[int]:
+        if any(not 1 <= s <= 100 for s in steps):
+            raise ValueError("ramp approval steps are shares from 1 to 100 (100: before everyone reaches the candidate)")
+        return sorted(set(steps))
 
     @field_validator("steps")
     @classmethod

@@ -8,15 +8,18 @@ way. The refusal's sentence goes back to the clicker only.
 
 from __future__ import annotations
 
+import json
+
 from bot.bootstrap import Root
 from bot.domain.limits import limits_words
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
-from bot.services.deployments import decide_gate
+from bot.services.deployments import decide_gate, stored_gate_report
 from bot.services.errors import Refused
 from bot.services.traffic_gate import accept_proposed_limits
 from bot.views.actions import GateTicket
-from bot.views.parts import Reply, reply
+from bot.views.gates import all_checks_parts
+from bot.views.parts import Reply, plain, reply
 
 
 def ticket(value: str | None) -> GateTicket:
@@ -59,6 +62,19 @@ def decide(root: Root, identity: Identity, value: str | None, decision: str, rea
     # A rejection after apply started a restore of the previous release (and one while closed reopens first):
     # advancing the ended deployment drives that, so the endpoint never stays on the rejected candidate.
     return reply(f"You rejected the {seen.gate} gate of deployment #{view.id}; the deployment ended.", then=advance)
+
+
+def show_checks(ctx: Context, identity: Identity, value: str | None) -> Reply:
+    """Every check of the gate's newest report, for the clicker alone (the message counts the passing ones)."""
+    try:
+        data = json.loads(value or "")
+        deployment_id, gate = int(data["d"]), str(data["g"])
+    except (ValueError, KeyError, TypeError):
+        raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits") from None
+    authorize(ctx, identity, "view", f"deployment:{deployment_id}")
+    stored = stored_gate_report(ctx, deployment_id, gate)
+    parts = all_checks_parts(stored.report, deployment_id)
+    return Reply(parts=parts, text=plain(parts))
 
 
 def accept_limits(ctx: Context, identity: Identity, value: str | None) -> Reply:

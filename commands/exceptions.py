@@ -6,7 +6,7 @@ from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.services.governance import list_exceptions
 from bot.views.parts import Heading, Reply, Text, plain
-from commands.base import Usage
+from commands.base import Usage, q
 
 NAME = "exceptions"
 USAGE = "/kimi exceptions [all]"
@@ -15,7 +15,7 @@ HELP = "List the security exceptions in force (trust-remote-code, unscanned imag
 
 def parse(args: list[str]) -> bool:
     if args and [a.lower() for a in args] != ["all"]:
-        raise Usage(USAGE)
+        raise Usage(USAGE, f"{q(' '.join(args))}: the only word this takes is `all`")
     return bool(args)
 
 

@@ -9,7 +9,7 @@ from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.services.governance import ReviewRequest, list_reviews, record_licence_review
 from bot.views.parts import Heading, Reply, Text, plain, reply
-from commands.base import Usage
+from commands.base import Usage, extra, q
 
 NAME = "licence"
 USAGE = ("/kimi licence review ENDPOINT version=V class=internal|third-party|maas third-party=yes|no "
@@ -36,15 +36,15 @@ def _flag(value: str, key: str) -> bool:
 def parse(args: list[str]) -> Args:
     if not args or args[0].lower() != "review":
         if len(args) > 1:
-            raise Usage(USAGE)
+            raise Usage(USAGE, extra(args[1:]) + " (one endpoint, or `review ENDPOINT key=value …`)")
         return Args(args[0].lower() if args else None)
     if len(args) < 2 or "=" in args[1]:
-        raise Usage(USAGE)
+        raise Usage(USAGE, "name the endpoint after `review`, then its `key=value` pairs")
     pairs: dict[str, str] = {}
     for word in args[2:]:
         key, sep, value = word.partition("=")
         if not sep or key.lower() not in KEYS:
-            raise Usage(f"unknown `{word[:40]}`: {USAGE}")
+            raise Usage(USAGE, f"{q(word)} is not one of {', '.join(f'`{k}=…`' for k in sorted(KEYS))}")
         pairs[key.lower()] = value
     missing = sorted(KEYS - {"agreement"} - pairs.keys())
     if missing:

@@ -27,6 +27,7 @@ from commands import (
     help,
     history,
     licence,
+    ramp,
     release,
     reservations,
     rollback,
@@ -36,8 +37,8 @@ from commands import (
 from commands.base import Usage, q
 
 COMMANDS: tuple[ModuleType, ...] = (
-    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, admission, reservations, licence,
-    exceptions,
+    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, ramp, admission, reservations,
+    licence, exceptions,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 

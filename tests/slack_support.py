@@ -7,6 +7,7 @@ person would see from the stub's recorded calls.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,3 +104,25 @@ def stop_bench(bench: SlackBench) -> None:
     bench.http.stop()
     bench.app.close()
     bench.stub.stop()
+
+
+def progress_texts(stub: SlackStub, deployment_id: int) -> list[str]:
+    """The deployment's one progress message as it read after each post and edit, in order (the stub keeps only the last)."""
+    key = f"progress:{deployment_id}"
+    posted = [c for c in stub.calls_to("chat.postMessage")
+              if ((c.params.get("metadata") or {}).get("event_payload") or {}).get("key") == key]
+    if not posted:
+        return []
+    message = next(m for m in stub.messages if ((m.metadata or {}).get("event_payload") or {}).get("key") == key)
+    edits = [c.params.get("text", "") for c in stub.calls_to("chat.update") if c.params.get("ts") == message.ts]
+    return [posted[0].params.get("text", ""), *edits]
+
+
+def moves(stub: SlackStub, deployment_id: int) -> list[str]:
+    """The states the progress message announced (``→ *state*``), in order, each once."""
+    seen: list[str] = []
+    for text in progress_texts(stub, deployment_id):
+        found = re.search(r"\*last:\* → \*([^*]+)\*", text)
+        if found and (not seen or seen[-1] != found.group(1)):
+            seen.append(found.group(1))
+    return seen

@@ -36,6 +36,7 @@ from tests.cli_support import (
     start_cli_sandbox,
     stop_cli_sandbox,
 )
+from tests.readme_support import read_examples
 
 # Whole-stack: every stand-in plus many kimi-ops subprocesses per test.
 pytestmark = pytest.mark.timeout(300)
@@ -171,6 +172,12 @@ def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_the_rou
     assert all(word in rollback_row for word in ("rollback", older, "live", DEPLOYER, f"artif:{APPROVER_1}"))
     assert all(word in second_row for word in ("deploy", newer, "superseded"))
     assert all(word in first_row for word in ("deploy", older, "superseded"))
+
+    # The README's read-only terminal examples, as written there, against this sandbox.
+    examples = read_examples()
+    assert ["history", ENDPOINT] in examples and ["release", "show", older] in examples
+    for words in examples:
+        cli.ok(*words)
 
 
 def applied_manifest(cli: CliSandbox, deployment_id: int) -> str:

@@ -145,7 +145,7 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
     # The dead process still holds the endpoint: the stored state, not the process, is what counts.
     view = get_deployment(cli.ctx, dep)
     assert view.state == "rolling_out" and view.in_flight
-    with pytest.raises(Refused, match=rf"already has deployment #{dep} .*rolling_out"):
+    with pytest.raises(Refused, match=rf"already has deployment #{dep} .*rolling out"):
         request_deploy(cli.ctx, other, None, Identity(DEPLOYER))
 
     # While the dead process's lease is alive, a start-up leaves the deployment alone (it might still be driving) …

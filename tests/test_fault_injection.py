@@ -30,7 +30,7 @@ from bot.services.access import Identity
 from bot.services.admission import STUCK
 from bot.services.deployments import cancel, decide_gate, get_deployment, history, request_deploy
 from bot.services.engine import Engine
-from bot.services.errors import Refused
+from bot.services.errors import Refused, Unavailable
 from bot.services.traffic_gate import accept_proposed_limits
 from tests.fault_support import (
     ECR_503,
@@ -297,7 +297,8 @@ def during_the_fault(world: World, dep: int, case: Case, running: Background, he
     if case.ends == State.MODEL_GATE:
         try:
             view = running.join()
-        except OperationalError:  # the step's own write met the outage: the lease lapses and a replica takes over
+        except Unavailable as exc:  # the step's own write met the outage: left in flight, never failed for it
+            assert "carries on once the database answers" in str(exc)
             view = taken_over(world, dep)
         assert view.state == State.MODEL_GATE, (view.state, view.state_reason)
         return view, world.incident() is not None
@@ -319,7 +320,7 @@ def taken_over(world: World, dep: int) -> Any:
             view = world.engine.resume(dep)
             if view.state != State.ROLLING_OUT:
                 return view
-        except OperationalError:  # the database is not back yet: the next round tries again
+        except (OperationalError, Unavailable):  # the database is not back yet: the next round tries again
             pass
         assert time.monotonic() < deadline, "the deployment was never taken over"
         time.sleep(0.2)

@@ -29,7 +29,7 @@ from bot.sandbox.stack import APPROVER_1, BLUE, DEPLOYER, GREEN, NAMESPACE, SERV
 from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
 from bot.services.admission import apply_admission
-from bot.services.deployments import decide_gate, get_deployment, request_deploy
+from bot.services.deployments import approve_ramp_step, decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.pairs import rollback_service, service_status
@@ -355,3 +355,30 @@ def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_t
     assert "Aborted: ramp step" in world.ramp_message(dep).text
     with pytest.raises(Refused, match="does not run a release that passed its gates"):
         rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
+
+
+def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_it_go_on(world: PairWorld) -> None:
+    users = world.users_on()
+    idle = GREEN if users == BLUE else BLUE
+    with world.ctx.uow() as uow:
+        row = uow.endpoints.get(idle)
+        saved = dict(row.settings)
+        row.settings = {**saved, "ramp": {**saved["ramp"], "approval_steps": [25]}}
+        uow.commit()
+    try:
+        dep, users, idle = _to_the_traffic_gate(world)
+        held = world.engine.advance(dep)
+        assert held.state == "ramping" and world.admission(idle) == "5%"  # it stopped before 25%
+        assert dep not in world.engine.lapsed()  # a person is to act: no replica takes it over meanwhile
+        with pytest.raises(Refused, match="someone else must approve"):
+            approve_ramp_step(world.ctx, dep, "25%", Identity(DEPLOYER))
+        with pytest.raises(Refused, match="does not hold before 50%"):
+            approve_ramp_step(world.ctx, dep, "50%", APPROVER)
+        approve_ramp_step(world.ctx, dep, "25%", APPROVER)
+        live = world.engine.advance(dep)
+        assert live.state == "live", live.state_reason
+        assert world.weights() == {users: 0, idle: 100}
+    finally:
+        with world.ctx.uow() as uow:
+            uow.endpoints.get(idle).settings = saved
+            uow.commit()

@@ -231,6 +231,8 @@ def assert_one_message_per_event(pool: Pool, deployment_id: int) -> None:
             wanted.add(f"gate:{payload['gate_result_id']}")  # the gate message
         elif kind in ("gate.plot", "ramp.plot"):
             plots += 1  # an upload into the thread
+        elif kind in ("deployment.state", "rollout.progress", "admission.changed"):
+            wanted.add(f"progress:{deployment_id}")  # the one progress message, posted once and edited in place
         elif kind == "ramp.split":
             wanted.add(f"ramp:{deployment_id}")  # the ramp's one message, edited in place by every later split
         elif kind not in ("gate.decided", "limits.accepted"):  # those edit the gate message in place

@@ -13,7 +13,7 @@ import pytest
 from bot.sandbox.slack_stub import sign
 from bot.services.context import Ports
 from bot.services.releases import register_release
-from bot.views.actions import APPROVE, REJECT
+from bot.views.actions import APPROVE, REJECT, SHOW_CHECKS
 from tests.slack_support import (
     CHANNEL,
     blocks_text,
@@ -106,7 +106,12 @@ def test_deploy_opens_a_thread_with_a_gate_message_and_buttons(bench) -> None:
     assert gate.channel == CHANNEL and gate.thread_ts is not None and has_buttons(gate)
     root = next(m for m in bench.stub.messages if m.ts == gate.thread_ts)
     assert "Deployment #1: deploy of *rel-a* to *kimi-prod*" in root.text
-    assert "image.pinned" in blocks_text(gate.blocks)
+    shown = blocks_text(gate.blocks)
+    assert "*image.pinned* (pass)" not in shown and "1 check passed" in shown  # passing checks are counted, not listed
+    # The approvers are told once, in the message; the requester reads who may decide.
+    assert "Waiting for someone with the approver role to approve or reject. <@U0DEPLOYER>: they can decide" in shown
+    assert bench.click("U0VIEWER", gate, SHOW_CHECKS).status_code == 200
+    assert "*image.pinned* (pass)" in blocks_text(bench.replies_to("U0VIEWER")[0].blocks)  # to the clicker alone
 
 
 def test_approve_updates_the_message_in_place_and_a_double_click_is_refused(bench) -> None:
@@ -116,6 +121,10 @@ def test_approve_updates_the_message_in_place_and_a_double_click_is_refused(benc
     assert bench.click("U0APPROVER1", gate, APPROVE).status_code == 200
     bench.stub.wait_for(lambda s: not has_buttons(gate) and "Approved by <@U0APPROVER1>" in blocks_text(gate.blocks))
     bench.gate_message("infrastructure", 1)
+    # The click changed the message at once (before the engine's next step and the outbox): no buttons, what runs now.
+    first = next(c for c in bench.stub.calls_to("chat.update") if c.params["ts"] == gate.ts)
+    assert first.params["text"].startswith(":hourglass_flowing_sand: Approved by <@U0APPROVER1>: the next step is starting")
+    assert not [b for b in first.params["blocks"] if b["type"] == "actions"]
     assert bench.click("U0APPROVER2", as_seen_before, APPROVE).status_code == 200  # the old message, clicked
     refusal = bench.replies_to("U0APPROVER2")[0].text
     assert "is not waiting for a decision" in refusal

@@ -16,18 +16,20 @@ from bot.adapters.slack.blocks import (
 from bot.domain.checks import Check, GateReport
 from bot.domain.read_models import DeploymentView
 from bot.domain.states import State
-from bot.views.actions import APPROVE, RECHECK, REJECT, GateTicket
+from bot.views.actions import APPROVE, RECHECK, REJECT, SHOW_CHECKS, GateTicket
 from bot.views.deployments import deployment_parts
-from bot.views.gates import decided_note, gate_parts
+from bot.views.gates import all_checks_parts, decided_note, gate_parts
 from bot.views.icons import Icon
 from bot.views.parts import Button, Buttons, Text
 from tests.conftest import START
+from tests.slack_support import blocks_text
 
 TICKET = GateTicket(7, "artifact", "a" * 64, "b" * 64)
 
 
 def long_report(n: int, reason_chars: int = 400) -> GateReport:
-    checks = [Check.passed(f"weights.object.{i:03d}", "x" * reason_chars) for i in range(n)]
+    # Warnings: a passing check is only counted in the message, so a long report is one of findings.
+    checks = [Check.warned(f"weights.object.{i:03d}", "x" * reason_chars) for i in range(n)]
     checks.append(Check.failed("image.scan", "2 critical findings"))
     return GateReport(gate="artifact", checks=checks)
 
@@ -53,6 +55,22 @@ def test_the_worst_check_is_shown_first_and_the_rest_goes_to_the_thread() -> Non
     everything = shown + "".join(rendered.overflow)
     assert all(f"weights.object.{i:03d}" in everything for i in range(200))
     assert all(len(piece) <= SECTION_CHARS for piece in rendered.overflow)
+
+
+def test_passing_checks_are_counted_with_a_show_all_button_and_failures_come_first() -> None:
+    report = GateReport(gate="artifact", checks=[*(Check.passed(f"check.{i:02d}", "fine") for i in range(16)),
+                                                 Check.warned("image.scan", "1 high finding"),
+                                                 Check.failed("weights.objects", "config.json: sha256 differs")])
+    rendered = render(gate_parts(report, deployment_id=7, release="r", endpoint="e", ticket=TICKET))
+    shown = blocks_text(rendered.blocks)
+    assert "check.00" not in shown and ":white_check_mark: 16 checks passed" in shown
+    assert shown.index("weights.objects") < shown.index("image.scan") < shown.index("16 checks passed")
+    buttons = {e["action_id"]: e for b in rendered.blocks if b["type"] == "actions" for e in b["elements"]}
+    assert list(buttons) == [RECHECK, REJECT, SHOW_CHECKS] and buttons[SHOW_CHECKS]["text"]["text"] == "Show every check (18)"
+    everything = blocks_text(render(all_checks_parts(report, 7)).blocks)
+    assert all(f"check.{i:02d}" in everything for i in range(16)) and "weights.objects" in everything
+    decided = render(gate_parts(report, deployment_id=7, release="r", endpoint="e"))
+    assert "16 checks passed" in blocks_text(decided.blocks) and not [b for b in decided.blocks if b["type"] == "actions"]
 
 
 def test_a_single_over_long_paragraph_is_split_not_refused() -> None:

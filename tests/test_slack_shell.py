@@ -33,8 +33,9 @@ def test_deploy_shows_the_thread_and_numbered_buttons(console) -> None:
     text = "\n".join(out)
     assert "Deployment #1 of *rel-a* to *kimi-prod* requested" in text
     assert "== Artifact gate · deployment #1 ==" in text
-    assert "[ok] *image.pinned* (pass): pinned" in text
+    assert "[ok] *image.pinned* (pass)" not in text and "[ok] 1 check passed" in text
     assert number_of(out, "Approve") and number_of(out, "Reject")
+    assert "[ok] *image.pinned* (pass): pinned" in "\n".join(console.handle(number_of(out, r"Show every check")))
 
 
 def test_separation_of_duties_by_switching_user_and_pressing_numbers(console) -> None:

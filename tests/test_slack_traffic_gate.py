@@ -268,7 +268,8 @@ def test_each_gate_plot_is_uploaded_once_and_a_missing_one_becomes_a_note(make_c
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     view = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
-    plot = plot_evaluation(["coding", "refusal"], [1.0, 0.5], [1.0, 1.0], tmp_path / "model.png", "pass rate per kind")
+    plot = plot_evaluation(["coding", "refusal"], [(2, 2), (1, 2)], [(2, 2), (2, 2)], tmp_path / "model.png",
+                           "pass rate per kind")
     with ctx.uow() as uow:
         dep = uow.deployments.get(view.id)
         store_gate_report(uow, ctx, dep, GateReport(gate="model", checks=[Check.passed("model.coding", "2/2")],

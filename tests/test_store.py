@@ -376,7 +376,7 @@ def test_history_gates_and_status_read_the_same_few_statements_however_long_the_
         stop()
     assert gates_statements <= 6
     assert {s.name: s.live_release for s in statuses} == {"few": None, "many": None}
-    assert status_statements <= 8
+    assert status_statements <= 12  # a fixed handful: one per table a page reads
 
 
 def test_the_quick_schema_check_finds_alembics_head(db_url: str) -> None:

@@ -364,6 +364,9 @@ def sandbox(
     database_url: str | None = typer.Option(
         None, "--database-url", help="With --headless: an empty PostgreSQL database for the sandbox instead of its "
         "SQLite file, so several `kimi-ops serve` replicas can share it."),
+    addresses: bool = typer.Option(
+        False, "--addresses", help="Console: also print where each stand-in listens, as the `export` lines --headless "
+        "prints (aim `kimi-ops release verify`, curl or boto3 at them)."),
     pair: bool = typer.Option(False, "--pair", help="The console on a service of two endpoints (kimi-blue, "
                               "kimi-green) behind one route: try /kimi deploy RELEASE to kimi, /kimi rollback kimi."),
 ) -> None:
@@ -389,6 +392,12 @@ def sandbox(
         typer.echo(f"Users reach {called} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
                    f"(background users send {USERS_PER_SECOND:g} a second; the header "
                    f"'{DEFAULT_COHORT_HEADER}: {DEFAULT_COHORT_VALUE}' makes a request the internal cohort's).")
+        typer.echo(f"Gate plots are saved in {stack.ctx.settings.data_dir / 'reports'} "
+                   "(the console shows each upload as [file NAME, SIZE]).")
+        if addresses:
+            typer.echo("Stand-ins (the same exports `kimi-ops sandbox --headless` prints):")
+            for name, value in stack.environment(data_dir / "kubeconfig").items():
+                typer.echo(f"  export {name}={shlex.quote(value)}")
         try:
             repl(console)  # closes the console
         finally:

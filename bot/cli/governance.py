@@ -12,10 +12,11 @@ import typer
 
 from bot.cli import output
 from bot.cli.common import context
+from bot.cli.conventions import typer_app
 from bot.cli.workflow import AS_OPTION, _identity, _run
 
-licence_app = typer.Typer(help="Licence reviews per endpoint and licence version.", no_args_is_help=True)
-exception_app = typer.Typer(help="Security exceptions (trust-remote-code, unscanned image, …).", no_args_is_help=True)
+licence_app = typer_app(help="Licence reviews per endpoint and licence version.")
+exception_app = typer_app(help="Security exceptions (trust-remote-code, unscanned image, …).")
 EXPIRES = typer.Option(..., "--expires", help="Last day the record holds (YYYY-MM-DD, UTC), at most a year ahead.")
 
 

@@ -42,6 +42,7 @@ HELP = ("Type /kimi COMMAND (e.g. /kimi help), a number to press that button, "
 def mrkdwn_to_text(text: str) -> str:
     for code, word in EMOJI.items():
         text = text.replace(code, word)
+    text = re.sub(r"<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>", r"@\1", text)  # a user group, as Slack names it
     return re.sub(r"<@([A-Z0-9]+)>", r"@\1", text)
 
 
@@ -153,6 +154,11 @@ class Shell:
 
         return number
 
+    def _edits_between(self, key: tuple[str, str], shown: int, now: int) -> list[dict[str, Any]]:
+        """The ``chat.update`` calls of message ``key`` after the version shown (its ``shown``-th) and before ``now``."""
+        edits = [c.params for c in self.stub.calls_to("chat.update") if (c.params.get("channel"), c.params.get("ts")) == key]
+        return edits[shown:now - 1]
+
     def new_output(self) -> list[str]:
         """Messages this user can see that are new or changed since last time."""
         out: list[str] = []
@@ -163,6 +169,7 @@ class Shell:
             if m.ephemeral_to not in (None, self.user, "requester"):
                 continue
             first = key not in self._shown
+            shown = self._shown.get(key, m.updated)
             self._shown[key] = m.updated
             if m.ephemeral_to is not None:
                 where = "only you see"
@@ -170,6 +177,13 @@ class Shell:
                 where = f"thread {m.thread_ts}"
             else:
                 where = f"#{m.channel} {m.ts}"
+            if not first:
+                # Edits made since this console last looked (a progress message moves on several steps between two
+                # commands): each as it read, so the console tells the story a person watching Slack would have seen.
+                for edit in self._edits_between(key, shown, m.updated):
+                    out.append(f"[{where}] (updated)")
+                    out += ["  " + line for line in render_blocks(edit.get("blocks") or [], str(edit.get("text") or ""),
+                                                                    lambda _element: 0)]
             out.append(f"[{where}]" + ("" if first else " (updated)"))
             if m.blocks or m.text or not m.files:
                 out += ["  " + line for line in render_blocks(m.blocks, m.text, self._number(m))]

@@ -39,6 +39,20 @@ def next_step(steps: Sequence[str], current: str | None) -> str | None:
     return steps[index + 1] if index + 1 < len(steps) else None
 
 
+def step_percent(step: str) -> int:
+    """The share of ordinary traffic a step sends to the candidate: 0 for the cohort, 100 for ``open``."""
+    if step == INTERNAL:
+        return 0
+    if step == OPEN:
+        return 100
+    return int(step.removesuffix("%"))
+
+
+def needs_approval(step: str, approval_steps: Sequence[int]) -> bool:
+    """Whether the ramp may move to ``step`` only once a person approved it (the cohort step never waits)."""
+    return step != INTERNAL and step_percent(step) in approval_steps
+
+
 @dataclass(frozen=True)
 class WindowObjectives:
     """What one soak window must stay inside (from the endpoint's objectives and its traffic gate)."""

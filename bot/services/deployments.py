@@ -23,6 +23,7 @@ from bot.domain.events import (
     GateDecided,
     GateWaiting,
     RestoreStarted,
+    RolloutProgress,
     StateChanged,
 )
 from bot.domain.limits import limits_above, proposed_limits
@@ -37,6 +38,7 @@ from bot.services.pairs import deploy_side, service_settings, users_side
 from bot.services.releases import release_row
 
 KIMI_OPS = Identity("kimi-ops")
+RAMP_ASKED, RAMP_APPROVED = "ramp.approval_asked", "ramp.step_approved"
 
 
 def path_kind(dep: Deployment) -> str:
@@ -508,6 +510,36 @@ def cancel(ctx: Context, deployment_id: int, actor: Identity, *, force: bool = F
                           f"an admin can break it with `/kimi cancel {dep.id} force` (users then stay closed out)")
         else:
             end(uow, ctx, dep, State.CANCELLED, actor=actor.user_id, reason=f"cancelled by {actor.user_id} {state.during}")
+        view = _view(uow, dep)
+        uow.commit()
+        return view
+
+
+def ramp_steps_approved(uow: SqlUnitOfWork, deployment_id: int) -> set[str]:
+    return {str(d.get("step")) for _, _, _, d in uow.audit.actions(f"deployment:{deployment_id}", RAMP_APPROVED)}
+
+
+def approve_ramp_step(ctx: Context, deployment_id: int, step: str, actor: Identity) -> DeploymentView:
+    """An approver lets a ramp that holds before ``step`` (``ramp.approval_steps``) go on; audited."""
+    authorize(ctx, actor, "decide", f"deployment:{deployment_id}")
+    with ctx.uow() as uow:
+        dep = uow.deployments.get_for_update(deployment_id)
+        if dep is None:
+            raise NotFound(f"no deployment #{deployment_id}")
+        if dep.state != State.RAMPING:
+            raise Refused(f"deployment #{dep.id} is not ramping (it is {State(dep.state).words})")
+        asked = {str(d.get("step")) for _, _, _, d in uow.audit.actions(f"deployment:{dep.id}", RAMP_ASKED)}
+        if step not in asked - ramp_steps_approved(uow, dep.id):
+            waiting = ", ".join(sorted(asked - ramp_steps_approved(uow, dep.id))) or "none"
+            raise Refused(f"the ramp of deployment #{dep.id} does not hold before {step} (waiting: {waiting})")
+        endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
+        if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
+            raise Refused(f"you requested deployment #{dep.id}; someone else must approve its ramp on {endpoint.name}")
+        now = ctx.clock.now()
+        uow.audit.record(at=now, actor=actor.user_id, action=RAMP_APPROVED, subject=f"deployment:{dep.id}",
+                         details={"step": step})
+        uow.events.emit(RolloutProgress(deployment_id=dep.id, endpoint_name=dep.endpoint.name, state=dep.state,
+                                        message=f"{actor.user_id} approved the ramp's step {step}"), at=now)
         view = _view(uow, dep)
         uow.commit()
         return view

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.adapters.plots import plot_ramp
+from bot.adapters.store.errors import store_unavailable
 from bot.adapters.store.models import Deployment, ReadinessCheck
 from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
@@ -39,7 +40,7 @@ from bot.domain.coldstart import ColdStart
 from bot.domain.events import DrainStalled, RampPlot, RampSplit
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.own_requests import OwnRequests, Reach, reach_since
-from bot.domain.ramp import Window, next_step, ramp_steps, window_between, window_summary
+from bot.domain.ramp import Window, needs_approval, next_step, ramp_steps, window_between, window_summary
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
@@ -48,16 +49,18 @@ from bot.services.access import Identity, authorize
 from bot.services.admission import AdmissionFailed, apply_admission, open_stuck_incident, record_admission, reopened
 from bot.services.context import Context, require
 from bot.services.deployments import (
+    RAMP_ASKED,
     _view,
     end,
     endpoint_row,
     get_deployment,
     live_deployment,
     path_kind,
+    ramp_steps_approved,
     store_gate_report,
     transition,
 )
-from bot.services.errors import NotConfigured, NotFound, Refused, UserError
+from bot.services.errors import NotConfigured, NotFound, Refused, Unavailable, UserError
 from bot.services.gates import GateSubject, run_gate
 from bot.services.objectives import RampObjectives
 from bot.services.ports import StartupReader
@@ -75,6 +78,10 @@ class StateMoved(Exception):
 
 class LeaseLost(StateMoved):
     """Another replica holds this deployment's lease now (this one stalled past its lapse): stop driving."""
+
+
+class WaitingForPerson(Exception):
+    """The ramp reached a step that needs an approval: nothing to drive until a person answers."""
 
 
 class StepFailed(Exception):
@@ -314,6 +321,14 @@ class Engine:
             return get_deployment(self.ctx, deployment_id)
         try:
             return self._drive(deployment_id, hold)
+        except Exception as exc:
+            if not store_unavailable(exc):
+                raise
+            # Whatever step was under way rolled back with its transaction: the deployment stays in flight and is
+            # driven again once the database answers (its lease lapses and a replica's takeover round resumes it).
+            log.warning("deployment #%s: the database is unreachable; left in flight", deployment_id)
+            raise Unavailable(f"the database is unreachable while deployment #{deployment_id} runs; it stays where it "
+                              "is and carries on once the database answers") from exc
         finally:
             self._release(hold)
 
@@ -351,6 +366,8 @@ class Engine:
                 decision, has_report = (latest.decision if latest else None), latest is not None
             try:
                 self._step(snap, latest_decision=decision, has_report=has_report)
+            except WaitingForPerson:
+                return get_deployment(self.ctx, deployment_id)
             except LeaseLost as lost:
                 log.warning("%s; stopped driving", lost)
                 hold.lost.set()
@@ -360,6 +377,10 @@ class Engine:
             except (StepFailed, NotConfigured) as exc:
                 self._fail(snap, str(exc))
             except Exception as exc:
+                if store_unavailable(exc):
+                    # A database outage is not the deployment's failure (the rollout may well have succeeded):
+                    # nothing was recorded, so it stays where it is (see advance).
+                    raise
                 correlation = uuid.uuid4().hex[:12]
                 log.exception("deployment step crashed", extra={"correlation_id": correlation, "deployment": snap.id})
                 self._fail(snap, f"unexpected error in {snap.state} ({type(exc).__name__}; correlation id {correlation})")
@@ -688,6 +709,8 @@ class Engine:
         step = current if current in steps else next_step(steps, None)
         last: dict[str, Window] = {}
         while step is not None:
+            if step != current and needs_approval(step, endpoint.ramp.approval_steps) and not self._ask_approval(snap, step):
+                raise WaitingForPerson(f"deployment #{snap.id} waits for an approval of its ramp step {step}")
             admission = parse_admission(step)
             reason = f"{snap.kind} #{snap.id} ramp: {step}"
             try:
@@ -718,6 +741,26 @@ class Engine:
                        f"{endpoint.name}", details={"admission": "open"})
             uow.commit()
         self._ramp_plot(snap)
+
+    def _ask_approval(self, snap: Snapshot, step: str) -> bool:
+        """True when ``step`` was approved; otherwise ask for it in the thread (once) and say False."""
+        subject = f"deployment:{snap.id}"
+        with self.ctx.uow() as uow:
+            if step in ramp_steps_approved(uow, snap.id):
+                return True
+            self._locked(uow, snap)
+            asked = {d.get("step") for _, _, _, d in uow.audit.actions(subject, RAMP_ASKED)}
+            if step not in asked:
+                now = self.ctx.clock.now()
+                uow.audit.record(at=now, actor="kimi-ops", action=RAMP_ASKED, subject=subject, details={"step": step})
+                group = snap.endpoint.approver_group
+                mention = f"<!subteam^{group}> " if group else ""
+                uow.events.emit(RolloutProgressEvent(
+                    deployment_id=snap.id, endpoint_name=snap.endpoint.name, state=State.RAMPING.value,
+                    message=f"{mention}the ramp holds before {step}: an approver answers `/kimi ramp approve {snap.id} "
+                            f"{step}` to go on, or `/kimi cancel {snap.id}` to give users back"), at=now)
+                uow.commit()
+        return False
 
     def _split_event(self, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None = None,
                      next_at: dt.datetime | None = None, outcome: str | None = None) -> RampSplit:
@@ -906,6 +949,8 @@ class Engine:
             try:
                 snap = _snapshot(uow, dep)
             except Exception as exc:  # e.g. a release stored by a version whose tuple this one refuses
+                if store_unavailable(exc):
+                    raise  # the database went away while reading: nothing is known to be wrong with the state
                 log.warning("deployment #%s: stored state unreadable", deployment_id, exc_info=True)
                 return f"its stored release or endpoint settings can no longer be read ({type(exc).__name__})"
         needs_manifest = snap.state in NEEDS_STORED_MANIFEST.get(snap.kind, frozenset())
@@ -934,8 +979,11 @@ class Engine:
 
 
 def _waits_for_person(uow: SqlUnitOfWork, dep: Deployment) -> bool:
-    """A gate whose report awaits a decision, or a stalled drain: nothing to drive until a person acts."""
+    """A gate whose report awaits a decision, a stalled drain, or a ramp step asked and not yet approved."""
     state = State(dep.state)
+    if state == State.RAMPING:
+        asked = {d.get("step") for _, _, _, d in uow.audit.actions(f"deployment:{dep.id}", RAMP_ASKED)}
+        return bool(asked - ramp_steps_approved(uow, dep.id))
     if state not in WAITING:
         return False
     if state.gate is None:

@@ -36,6 +36,10 @@ class Forbidden(UserError):
     """The actor lacks the role the action needs."""
 
 
+class Unavailable(UserError):
+    """Something kimi-ops needs (its database) cannot be reached right now; nothing changed, try again later."""
+
+
 class NotConfigured(UserError):
     """This process has no adapter for what was asked (no AWS, cluster or endpoint access)."""
 

@@ -132,7 +132,7 @@ def model_report(ctx: Context, subject: GateSubject) -> GateReport:
 def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:
     if ctx.ports.loadgen is None:
         return _human_decides("traffic", "traffic.sweep", "load sweep")
-    return run_traffic_gate(ctx, subject.endpoint)
+    return run_traffic_gate(ctx, subject.endpoint, subject.release.name)
 
 
 def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:

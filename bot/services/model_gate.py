@@ -133,12 +133,17 @@ def _plot(
     kinds = sorted(summary.kinds)
     path = ctx.settings.data_dir / "reports" / f"model-{endpoint.name}-{release}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
     try:
+        latency = {"this release": (summary.latency_p50_ms, summary.latency_p95_ms)}
+        if production is not None:
+            latency["production"] = (production.latency_p50_ms, production.latency_p95_ms)
         return plot_evaluation(
             kinds,
-            [summary.kinds[k].pass_rate for k in kinds],
-            [production.kinds[k].pass_rate if k in production.kinds else 0.0 for k in kinds] if production else None,
+            [(summary.kinds[k].passed, summary.kinds[k].total) for k in kinds],
+            [(production.kinds[k].passed, production.kinds[k].total) if k in production.kinds else (0, 0) for k in kinds]
+            if production else None,
             path,
-            f"{release} on {endpoint.name}: pass rate per kind",
+            f"Model gate · {release} on {endpoint.name}",
+            latency=latency,
         )
     except OSError as exc:  # a plot is a convenience: the report stands without it
         log.warning("model gate plot not written to %s: %s", path, exc)

@@ -63,7 +63,7 @@ def objectives_for(ctx: Context, endpoint: EndpointSettings) -> Objectives:
     return objectives
 
 
-def run_traffic_gate(ctx: Context, endpoint: EndpointSettings) -> GateReport:
+def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | None = None) -> GateReport:
     """Sweep ``endpoint``'s concurrency and propose admission limits below the knee."""
     try:
         loadgen = require(ctx.ports.loadgen, "load generator")
@@ -92,7 +92,7 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings) -> GateReport:
         },
         "current_limits": current.model_dump(mode="json"),
     }
-    plot = _plot(ctx, endpoint, outcome, proposal)
+    plot = _plot(ctx, endpoint, outcome, proposal, release)
     if plot is not None:
         attachments["plot"] = plot
     summary = proposal.reason
@@ -157,11 +157,14 @@ def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -
     return checks
 
 
-def _plot(ctx: Context, endpoint: EndpointSettings, outcome: SweepOutcome, proposal: Proposal) -> dict[str, Any] | None:
-    path = ctx.settings.data_dir / "reports" / f"traffic-{endpoint.name}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
+def _plot(ctx: Context, endpoint: EndpointSettings, outcome: SweepOutcome, proposal: Proposal,
+          release: str | None) -> dict[str, Any] | None:
+    named = f"-{release}" if release else ""
+    path = ctx.settings.data_dir / "reports" / f"traffic-{endpoint.name}{named}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
+    on = f"{release} on {endpoint.name}" if release else endpoint.name
     try:
         return plot_sweep([lv.as_dict() for lv in outcome.levels], proposal.knee, proposal.max_concurrent_requests, path,
-                          f"{endpoint.name}: latency and rejections against concurrency")
+                          f"Traffic gate · {on}: latency and rejections", knee_reasons=proposal.knee_reasons)
     except OSError as exc:  # a plot is a convenience: the report stands without it
         log.warning("traffic gate plot not written to %s: %s", path, exc)
         return None

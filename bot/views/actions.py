@@ -23,6 +23,8 @@ NEXT_PAGE = "page_next"
 # under a pair's ramp message: the one-click fast path back.
 RUN_COMMAND = "command_run"
 APPROVE_ABOVE_LIMITS = "traffic_approve_above_limits"  # opens a reason form; the approval records the override
+# "Show all N checks" under a gate report whose passing checks are counted, not listed: the full list, to the clicker.
+SHOW_CHECKS = "gate_show_checks"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import re
+
 from bot.domain.read_models import DeploymentView
 from bot.domain.states import State
 from bot.views.icons import state_icon
@@ -14,6 +17,32 @@ def state_words(state: str) -> str:
 
 def deployment_title(deployment_id: int, kind: str, release: str, endpoint: str, state: str) -> str:
     return f"{state_icon(state)} Deployment #{deployment_id}: {kind} of *{release}* to *{endpoint}* — {state_words(state)}"
+
+
+# A rollout watch's line about readiness: "1/1 replicas updated and ready", "pods 0/1 ready".
+PODS = re.compile(r"\b\d+/\d+\b.*\bready\b|\bready\b.*\b\d+/\d+\b", re.IGNORECASE)
+
+
+def elapsed_words(delta: dt.timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def progress_text(state: State, elapsed: dt.timedelta, pods: str | None, last: str | None) -> str:
+    """The deployment's one progress message: the step now, time since it was requested, pods, the last event."""
+    step = state.during if not state.terminal else f"ended: {state.words}"
+    lines = [f"{state_icon(state)} *Progress:* {step} · {elapsed_words(elapsed)} since requested"]
+    if pods:
+        lines.append(f"*pods:* {pods}")
+    if last:
+        lines.append(f"*last:* {last}")
+    return "\n".join(lines)
 
 
 def deployment_parts(view: DeploymentView) -> tuple[Part, ...]:

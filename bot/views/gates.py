@@ -7,9 +7,11 @@ Whether a proposal may still be accepted is the domain's rule
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from bot.config import EndpointSettings
 from bot.domain.checks import STATUS_ORDER, GateReport
 from bot.domain.limits import (
     LimitsAcceptance,
@@ -18,7 +20,7 @@ from bot.domain.limits import (
     proposed_limits,
     same_limits,
 )
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, GateTicket
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, SHOW_CHECKS, GateTicket
 from bot.views.icons import STATUS_ICON, Icon
 from bot.views.parts import Button, Buttons, Heading, Note, Part, Table, Text, person
 from bot.views.tables import (
@@ -29,10 +31,22 @@ from bot.views.tables import (
 )
 
 
-def check_lines(report: GateReport) -> list[str]:
-    """One line per check, the worst first (what a reviewer must read first)."""
+def check_lines(report: GateReport, *, passing: bool = True) -> list[str]:
+    """One line per check, the worst first (what a reviewer must read first); without ``passing``, only the others."""
     ordered = sorted(report.checks, key=lambda c: -STATUS_ORDER[c.status])
-    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {c.reason}" for c in ordered]
+    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {c.reason}" for c in ordered if passing or c.status != "pass"]
+
+
+def passed_line(report: GateReport) -> str | None:
+    """Passing checks as one count (as GitHub Checks collapse them): failures and warnings are what a reviewer reads."""
+    passed = sum(1 for c in report.checks if c.status == "pass")
+    if not passed:
+        return None
+    return f"{STATUS_ICON['pass']} {passed} check{'s' if passed != 1 else ''} passed"
+
+
+def show_checks_value(deployment_id: int, gate: str) -> str:
+    return json.dumps({"d": deployment_id, "g": gate}, separators=(",", ":"))
 
 
 def status_counts(report: GateReport) -> str:
@@ -61,13 +75,20 @@ def gate_parts(
         Text(f"{kind} of *{release}* to *{endpoint}* — checks *{rep.status}* ({status_counts(rep)})"
              + (f"\n{rep.summary}" if rep.summary else "")),
         *report_tables(rep),
-        *[Text(line) for line in check_lines(rep)],
+        *[Text(line) for line in check_lines(rep, passing=False)],
     ]
+    passed = passed_line(rep)
+    if passed:
+        parts.append(Text(passed))
+    # While the gate waits, its reviewer may want every line: "Show all" sends the full list to the clicker alone.
+    show_all = (Button(f"Show every check ({len(rep.checks)})", SHOW_CHECKS, show_checks_value(deployment_id, rep.gate)),) \
+        if passed and ticket is not None else ()
     if ticket is not None:
         if rep.approvable:
             parts.append(Buttons((
                 Button("Approve", APPROVE, ticket.encode(), "primary"),
                 Button("Reject", REJECT, ticket.encode(), "danger"),
+                *show_all,
             )))
         else:
             names = ", ".join(c.name for c in rep.blocking)
@@ -75,8 +96,17 @@ def gate_parts(
             parts.append(Buttons((
                 Button("Re-run checks", RECHECK, ticket.encode()),
                 Button("Reject", REJECT, ticket.encode(), "danger"),
+                *show_all,
             )))
     return tuple(parts)
+
+
+def all_checks_parts(report: Mapping[str, Any] | GateReport, deployment_id: int) -> tuple[Part, ...]:
+    """Every check of a report, the worst first: the answer to "Show all checks"."""
+    rep = _report(report)
+    lines = check_lines(rep)
+    return (Text(f"*{rep.gate.capitalize()} gate · deployment #{deployment_id}* — all {len(lines)} checks:\n"
+                 + "\n".join(lines)),)
 
 
 def report_tables(report: GateReport) -> list[Part]:
@@ -139,6 +169,13 @@ def limits_parts(
                 "or approve above the measured limits and say why." if above is not None and undecided else "")),
         Buttons(tuple(buttons)),
     )
+
+
+def waiting_for(endpoint: EndpointSettings, requested_by: str) -> str:
+    """Who may decide a waiting gate, said once in its message: the approvers' group mentioned, the requester told."""
+    approvers = f"<!subteam^{endpoint.approver_group}>" if endpoint.approver_group else "someone with the approver role"
+    own = (" (not you: someone else must approve on this endpoint)" if endpoint.requires_separate_approver else "")
+    return f"Waiting for {approvers} to approve or reject. {person(requested_by)}: they can decide{own}."
 
 
 def decided_note(decision: str, decided_by: str, decided_at: dt.datetime, reason: str | None) -> Note:

@@ -7,8 +7,11 @@ sends them afterwards, in order, through one handler per event class
 
 * ``deployment.requested`` posts the thread's root message in the endpoint's
   channel (or the channel the request came from) and keeps its ``ts``;
-* ``deployment.state`` and ``rollout.progress`` reply in the thread (terminal
-  states are also broadcast to the channel) and refresh the root's title;
+* ``deployment.state``, ``rollout.progress`` and ``admission.changed`` edit the
+  deployment's one progress message in place (``progress:<id>``: the step, the
+  time since it was requested, pods ready, the last event), posted in the thread
+  the first time, and refresh the root's title: a deploy's thread is its root,
+  one message per gate report and this one message;
 * ``gate.waiting`` posts the check report with Approve/Reject buttons in the
   thread (the part that does not fit Slack's limits follows as replies);
 * ``gate.decided`` updates that gate message in place: no buttons, who and when;
@@ -70,6 +73,7 @@ from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
 from bot.domain.events import (
+    AdmissionChanged,
     ChannelNotice,
     DeploymentRequested,
     GateDecided,
@@ -94,8 +98,8 @@ from bot.domain.limits import (
 )
 from bot.domain.states import State
 from bot.views.actions import GateTicket
-from bot.views.deployments import deployment_title, state_words
-from bot.views.gates import decided_note, gate_parts, limits_parts
+from bot.views.deployments import PODS, deployment_title, progress_text, state_words
+from bot.views.gates import decided_note, gate_parts, limits_parts, waiting_for
 from bot.views.incidents import alert_parts
 from bot.views.parts import Note, Part, Text, person
 from bot.views.ramp import ramp_parts
@@ -439,7 +443,8 @@ class SlackNotifier:
         """The root message is the whole announcement, and ``_ensure_root`` posted it."""
 
     def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress, key: str) -> None:
-        self._reply(dep, key, f":arrows_counterclockwise: {event.message}")
+        known = {s.value for s in State}
+        self._show_progress(uow, dep, State(event.state) if event.state and event.state in known else None, event.message)
 
     def _ramp_split(self, uow: SqlUnitOfWork, dep: Deployment, event: RampSplit, key: str) -> None:
         """One message per ramp (key ``ramp:<deployment>``), posted once and edited in place by every later event."""
@@ -471,6 +476,34 @@ class SlackNotifier:
     def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
         if event.text:
             self._reply(dep, key, slack_text(event.text))
+
+    def _admission_changed(self, uow: SqlUnitOfWork, dep: Deployment, event: AdmissionChanged, key: str) -> None:
+        # Each ramp step changes admission: the progress message says it, the thread does not grow.
+        self._show_progress(uow, dep, None, event.text)
+
+    # ------------------------------------------------------------------ the one progress message
+    def _show_progress(self, uow: SqlUnitOfWork, dep: Deployment, state: State | None, last: str | None) -> None:
+        """Post the deployment's progress message once (``progress:<id>``), then edit it in place by its recorded ts."""
+        step = state or State(dep.state)
+        pods = self._pods_line(uow, dep) if not step.terminal else None
+        rendered = render([Text(slack_text(progress_text(step, self.clock.now() - dep.created_at, pods, last)))])
+        key = f"progress:{dep.id}"
+        with self.uow() as posts:
+            where = posts.posts.posted(key)
+        if where is not None:
+            self.client.chat_update(channel=where[0], ts=where[1], text=rendered.text, blocks=rendered.blocks)
+            return
+        channel, thread_ts = _thread(dep.slack_channel, dep.slack_thread_ts)
+        self._post(key, channel, rendered.text, blocks=rendered.blocks, thread_ts=thread_ts)
+
+    def _pods_line(self, uow: SqlUnitOfWork, dep: Deployment) -> str | None:
+        """The newest thing the rollout watch said about ready pods or replicas, if it said any."""
+        for event in reversed(list(uow.events.for_deployment(dep.id))):
+            if event.kind == RolloutProgress.KIND:
+                message = str((event.payload or {}).get("message") or "")
+                if PODS.search(message):
+                    return message
+        return None
 
     def _endpoint_channel(self, uow: SqlUnitOfWork, name: str | None) -> str | None:
         row = uow.endpoints.get(name) if name else None
@@ -509,7 +542,7 @@ class SlackNotifier:
 
     def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged, key: str) -> None:
         target, reason = State(event.to_state), event.reason
-        self._reply(dep, key, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), broadcast=target.terminal)
+        self._show_progress(uow, dep, target, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""))
         self._update_root(dep, target, reason)
         if target == State.LIVE:
             # The release this one replaced is no longer live: its thread's title must say so too.
@@ -546,7 +579,7 @@ class SlackNotifier:
         parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
                                 kind=dep.kind, ticket=ticket))
         if waiting:
-            parts.insert(1, Text(f"Waiting for an approver (requested by {person(dep.requested_by)})."))
+            parts.insert(1, Text(waiting_for(EndpointSettings.model_validate(dep.endpoint.settings), dep.requested_by)))
         elif row.decision and row.decided_by and row.decided_at:
             override = ((row.seen or {}).get("limits_override") or {}).get("reason")
             why = row.decision_reason or (f"above the measured limits: {override}" if override else None)
@@ -640,6 +673,7 @@ class SlackNotifier:
         LimitsAccepted: _limits_accepted,
         GatePlot: _gate_plot,
         RolloutProgress: _progress,
+        AdmissionChanged: _admission_changed,
         RampSplit: _ramp_split,
         RampPlot: _ramp_plot,
         ChannelNotice: _thread_notice,

@@ -53,6 +53,11 @@ class SlackPostRepository:
         """Slack took the message: where it is."""
         self.session.execute(update(SlackPost).where(SlackPost.key == key).values(channel=channel, ts=ts, posted_at=at))
 
+    def posted(self, key: str) -> tuple[str, str] | None:
+        """Where the message ``key`` names was posted (channel, ts); ``None`` when it was not (or not known yet)."""
+        row = self.session.get(SlackPost, key, populate_existing=True)
+        return (row.channel, row.ts) if row is not None and row.ts is not None else None
+
     def release(self, key: str) -> None:
         """Slack refused the post (it answered, so nothing was posted): the next try need not look for it."""
         self.session.execute(delete(SlackPost).where(SlackPost.key == key, SlackPost.ts.is_(None)))

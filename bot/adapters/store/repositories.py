@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, func, select, true, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, aliased, defer, joinedload
+from sqlalchemy.orm import Session, aliased, defer, selectinload
 from sqlalchemy.orm.interfaces import LoaderOption
 
 from bot.adapters.store import outbox, outbox_writes
@@ -104,9 +104,12 @@ def _listing(manifests: bool = False) -> tuple[LoaderOption, ...]:
     """What lists of deployments (history, in flight, status) read: never a release's object list, and the applied
     manifest only when asked (``manifests``); they are the bulk of a row. A caller that reads one anyway gets it
     then, in a query of its own."""
-    releases = (joinedload(Deployment.release).defer(Release.objects),
-                joinedload(Deployment.replaces_release).defer(Release.objects))
-    return releases if manifests else (defer(Deployment.applied_manifest), *releases)
+    # Selected once per list, not joined to every row: a list names few endpoints and releases, and a joined
+    # row decodes its endpoint's settings and its release's JSON again for every deployment.
+    related = (selectinload(Deployment.endpoint),
+               selectinload(Deployment.release).defer(Release.objects),
+               selectinload(Deployment.replaces_release).defer(Release.objects))
+    return related if manifests else (defer(Deployment.applied_manifest), *related)
 
 
 class DeploymentRepository(_Repository):

@@ -15,14 +15,15 @@ import logging
 from typing import Any
 
 from slack_bolt import Ack, App, Respond
+from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.adapters.slack.blocks import OVERRIDE_MODAL, REJECT_MODAL, override_modal, reject_modal
-from bot.slack.answers import clicker, guard
+from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT
-from bot.views.parts import reply
+from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, SHOW_CHECKS
+from bot.views.parts import Reply, reply
 from commands import actions
 
 log = logging.getLogger("kimi_ops.slack")
@@ -34,6 +35,50 @@ def click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:
     channel = _field(body.get("channel"), "id") or _field(body.get("container"), "channel_id")
     value = action.get("value")
     return body["user"]["id"], channel if isinstance(channel, str) else None, value if isinstance(value, str) else None
+
+
+def now_running(client: WebClient, body: dict[str, Any], line: str) -> None:
+    """The clicked message, changed at once: its buttons gone and ``line`` saying what runs now.
+
+    The gate message is rewritten with the decision when the outbox delivers it (seconds later, after the
+    engine's next step has been handed on); until then nobody looks at buttons that no longer do anything.
+    Called before the decision, so that rewrite always lands after this edit; :func:`restore` undoes it on a refusal.
+    """
+    message, container = body.get("message"), body.get("container")
+    channel = _field(body.get("channel"), "id") or _field(container, "channel_id")
+    ts = _field(container, "message_ts")
+    blocks = _field(message, "blocks")
+    if not (isinstance(channel, str) and isinstance(ts, str) and isinstance(blocks, list)):
+        return
+    kept = [b for b in blocks if isinstance(b, dict) and b.get("type") != "actions"]
+    kept.append({"type": "context", "elements": [{"type": "mrkdwn", "text": line}]})
+    try:
+        client.chat_update(channel=channel, ts=ts, text=line, blocks=kept)
+    except SlackApiError as exc:  # the decision stands; the outbox rewrites the message anyway
+        log.info("could not mark the clicked message as running (%s)", exc.response.get("error"))
+
+
+def refused(client: WebClient, body: dict[str, Any], tell: Tell) -> Tell:
+    """``tell``, after putting the clicked message back: a refused click leaves the buttons where they were."""
+
+    def tell_back(answer: Reply) -> None:
+        restore(client, body)
+        tell(answer)
+
+    return tell_back
+
+
+def restore(client: WebClient, body: dict[str, Any]) -> None:
+    """The clicked message as it was before :func:`now_running` changed it (the click was refused)."""
+    message, container = body.get("message"), body.get("container")
+    channel = _field(body.get("channel"), "id") or _field(container, "channel_id")
+    ts, blocks = _field(container, "message_ts"), _field(message, "blocks")
+    if not (isinstance(channel, str) and isinstance(ts, str) and isinstance(blocks, list)):
+        return
+    try:
+        client.chat_update(channel=channel, ts=ts, text=str(_field(message, "text") or ""), blocks=blocks)
+    except SlackApiError as exc:
+        log.warning("could not put the clicked message back after a refusal (%s)", exc.response.get("error"))
 
 
 def _field(value: Any, key: str) -> Any:
@@ -62,7 +107,12 @@ def register(app: App, deps: SlackDeps) -> None:
     def approve(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
         tell = clicker(deps.client, user, channel, respond)
-        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), value, "approved"), tell)
+        # The message changes first, so the outbox's rewrite with the decision always comes after it; a refused click
+        # gets the message back as it was.
+        now_running(deps.client, body, f":hourglass_flowing_sand: Approved by <@{user}>: the next step is starting; "
+                                       "the progress message in this thread follows it.")
+        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), value, "approved"),
+                       refused(deps.client, body, tell))
         deps.follow(answer, tell, channel)
 
     def ask_reason(body: dict[str, Any], respond: Respond) -> None:
@@ -99,7 +149,9 @@ def register(app: App, deps: SlackDeps) -> None:
     def recheck(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
         tell = clicker(deps.client, user, channel, respond)
-        answer = guard(lambda: actions.recheck(deps.root, deps.identity(user), value), tell)
+        now_running(deps.client, body, f":hourglass_flowing_sand: <@{user}> is re-running these checks; "
+                                       "the new report follows in this thread.")
+        answer = guard(lambda: actions.recheck(deps.root, deps.identity(user), value), refused(deps.client, body, tell))
         deps.follow(answer, tell, channel)
 
     def accept_limits(body: dict[str, Any], respond: Respond) -> None:
@@ -144,6 +196,14 @@ def register(app: App, deps: SlackDeps) -> None:
                                               override_reason=why), tell)
         deps.follow(answer, tell, channel)
 
+    def show_checks(body: dict[str, Any], respond: Respond) -> None:
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+        answer = guard(lambda: actions.show_checks(deps.ctx, deps.identity(user), value), tell)
+        if answer is not None:
+            tell(answer)
+
+    app.action(SHOW_CHECKS)(ack=ack_now, lazy=[show_checks])
     app.action(APPROVE)(ack=ack_now, lazy=[approve])
     app.action(APPROVE_ABOVE_LIMITS)(ack=ack_now, lazy=[ask_override])
     app.view(OVERRIDE_MODAL)(ack=ack_override, lazy=[approve_above])

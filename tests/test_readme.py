@@ -1,0 +1,64 @@
+"""The README says what ships: its commands exist, its endpoint is the sandbox's, its diff is the shipped releases'.
+
+The read-only terminal examples also run against the sandbox in ``tests/test_cli_end_to_end.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer.main
+import yaml
+from typer.testing import CliRunner
+
+from bot.cli.main import app
+from bot.domain.release import ReleaseManifest
+from bot.domain.release_diff import diff_releases, render_diff
+from bot.sandbox.stack import ENDPOINT
+from tests.readme_support import README, command_lines, text_block_after
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _command_path(words: list[str]) -> list[str]:
+    """The sub-command path ``words`` start with, as the CLI resolves it (a group, then its command)."""
+    group = typer.main.get_command(app)
+    path: list[str] = []
+    for word in words:
+        commands = getattr(group, "commands", None)
+        if not commands:
+            break
+        assert word in commands, f"`kimi-ops {' '.join([*path, word])}` in the README is no kimi-ops command"
+        path.append(word)
+        group = commands[word]
+    assert not getattr(group, "commands", None), f"`kimi-ops {' '.join(path)}` in the README names no sub-command"
+    return path
+
+
+def test_every_command_the_readme_shows_exists_and_answers_help() -> None:
+    lines = command_lines()
+    assert len(lines) > 30
+    runner = CliRunner()
+    for path in {tuple(_command_path(words)) for words in lines}:
+        assert runner.invoke(app, [*path, "--help"]).exit_code == 0, path
+
+
+def test_the_readme_terminal_workflow_names_the_sandbox_endpoint() -> None:
+    for words in command_lines():
+        for flag in ("--to", "history", "rollback", "open", "close"):
+            if flag in words and words.index(flag) + 1 < len(words) and words[0] != "release":
+                named = words[words.index(flag) + 1]
+                if not named.startswith(("-", "kimi-k3-20", "RELEASE", "ENDPOINT")):
+                    assert named == ENDPOINT, words
+
+
+def test_the_readme_diff_is_what_the_shipped_releases_give() -> None:
+    old, new = (ReleaseManifest.model_validate(yaml.safe_load((ROOT / f"deploy/releases/{name}.yaml").read_text()))
+                for name in ("kimi-k3-2026-08-01", "kimi-k3-2026-09-01"))
+    shown = text_block_after("kimi-ops release diff kimi-k3-2026-08-01 kimi-k3-2026-09-01")
+    assert shown.strip() == render_diff(diff_releases(old, new)).strip()
+
+
+def test_the_readme_says_where_plots_and_stand_ins_are() -> None:
+    text = README.read_text()
+    assert "kimi-ops sandbox --addresses" in text and "KIMI_DATA_DIR/reports/" in text
