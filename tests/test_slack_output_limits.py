@@ -86,7 +86,8 @@ def test_history_page_can_be_typed_and_out_of_range_pages_get_the_usage_line(his
     bench.slash("U0VIEWER", "history kimi-prod 50 --page 3")
     (answer,) = answers(bench, since)
     assert "*#35*" in blocks_text(answer.params["blocks"]) and "*#36*" not in blocks_text(answer.params["blocks"])
-    assert bench.slash("U0VIEWER", "history kimi-prod 20 --page 3").text.startswith("Usage: /kimi history")
+    refused = bench.slash("U0VIEWER", "history kimi-prod 20 --page 3").text
+    assert refused.startswith("page 3 is past the last 20 deployments") and "Usage: `/kimi history" in refused
 
 
 @pytest.fixture()
