@@ -125,7 +125,7 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
         first_manifest = uow.deployments.get(first.id).applied_manifest
     assert revisions == [(1, rendered, None), (2, accepted.applied_sha256, rendered)]
     assert revised == [(APPROVER_1.user_id, rendered, accepted.applied_sha256)]
-    assert yaml.safe_load(first_manifest)["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] == 6
+    assert _endpoint_doc(first_manifest)["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] == 6
     assert approve(ctx, engine, get_deployment(ctx, first.id)).state == "live"
 
     # rel-b measures more headroom; its own acceptance is applied to it.
@@ -145,7 +145,7 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
     assert approve(ctx, engine, view).state == "live"
     assert running_limits(kube)["maxConcurrentRequests"] == 6
     obj = kube.rest().get(object_path("InferenceEndpointConfig", "kimi-prod", NS))
-    assert obj is not None and obj["spec"] == yaml.safe_load(first_manifest)["spec"]
+    assert obj is not None and obj["spec"] == _endpoint_doc(first_manifest)["spec"]
 
     # Status says what runs (6) and that the endpoint's newest accepted limits do not.
     [status] = endpoint_status(ctx, "kimi-prod")
@@ -212,3 +212,10 @@ def test_the_requester_cannot_accept_even_where_they_may_approve(make_ctx: Any) 
         refusal = uow.audit.list(subject=f"deployment:{view.id}", limit=1)[0]
         assert (refusal.action, refusal.actor, refusal.details["why"]) == ("endpoint.limits_refused", "U0ADMIN", "requester")
     assert accept_proposed_limits(ctx, None, view.id, APPROVER_1, seen_report_hash=report_hash).revision == 2
+
+
+def _endpoint_doc(manifest: str) -> dict:
+    """The InferenceEndpointConfig among the manifest's documents (its egress NetworkPolicy comes first)."""
+    docs = [doc for doc in yaml.safe_load_all(manifest) if doc and doc.get("kind") == "InferenceEndpointConfig"]
+    assert len(docs) == 1, manifest
+    return docs[0]
