@@ -4,7 +4,8 @@ The ack function parses the text (pure, microseconds) and either answers the
 usage line or stores the :class:`commands.registry.Parsed` value in Bolt's
 request context, which Bolt copies to the lazy function; the lazy function
 resolves the person, runs the command module with those parsed arguments and
-follows up. Nothing parses the text a second time.
+follows up. Nothing parses the text a second time in one process; the worker process of ``kimi-ops serve``
+(:mod:`bot.slack.work`), which receives the request without the acknowledgement's context, parses it again.
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
     def run_command(command: dict[str, Any], respond: Respond, context: BoltContext) -> None:
         parsed: registry.Parsed | None = context.get(PARSED)
         if parsed is None:
-            return  # already answered with the usage line
+            # In the worker process the acknowledgement ran elsewhere: parse again (pure); what did not parse
+            # was answered with the usage line in the acknowledgement.
+            try:
+                parsed = registry.parse(command.get("text") or "")
+            except Exception:
+                return
         user, channel = command["user_id"], command.get("channel_id")
         tell = responder(respond)
         answer = guard(lambda: registry.run(deps.root, deps.identity(user), parsed), tell)
