@@ -109,7 +109,8 @@ def test_invalid_manifest_lists_every_problem_and_stores_nothing(tmp_path: Path)
 
 def test_settings_yaml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "kimi.yaml"
-    cfg.write_text("endpoints:\n  - name: kimi-k3-prod\n    kind: eks\n    environment: prod\nroles:\n  approver: [U1]\nlog_format: json\n")
+    cfg.write_text("endpoints:\n  - name: kimi-k3-prod\n    kind: eks\n    environment: prod\n"
+                   "roles:\n  approver: [U1]\nlog_format: json\n")
     monkeypatch.setenv("KIMI_CONFIG", str(cfg))
     monkeypatch.setenv("KIMI_LOG_FORMAT", "text")
     monkeypatch.setenv("KIMI_DATA_DIR", str(tmp_path / "d"))
