@@ -328,13 +328,25 @@ class OperatorSimulator:
                 {
                     "apiVersion": "v1",
                     "kind": "Pod",
-                    "metadata": {"name": pod, "namespace": self.namespace, "labels": {"app": owner}},
+                    "metadata": {"name": pod, "namespace": self.namespace, "labels": self._pod_labels(owner)},
                     "spec": {"containers": [{"name": "vllm", "image": "vllm"}], **self._node()},
                     "status": status,
                 },
             )
         else:
             self.rest.merge_patch(path + "/status", {"status": status}, manager="kubelet")
+
+    def _pod_labels(self, owner: str) -> dict[str, str]:
+        """The labels the real controller puts on the pods it creates.
+
+        The HyperPod inference operator: ``app=<InferenceEndpointConfig name>`` and
+        ``deploying-service=hyperpod-inference`` (awslabs/ai-on-sagemaker-hyperpod,
+        website/docs/00-eks-orchestration/inference/inference-gateway/01-first-gateway.md, its
+        ``kubectl get pods --show-labels`` output); the egress NetworkPolicy selects them by ``app``.
+        """
+        if self.kind == "hyperpod":
+            return {"app": owner, "deploying-service": "hyperpod-inference"}
+        return {"app": owner}
 
     def _node(self) -> dict[str, str]:
         """The pod's ``nodeName``: the cluster's first node, as the scheduler would bind it on a one-node endpoint."""

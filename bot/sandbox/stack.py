@@ -80,6 +80,14 @@ SANDBOX_PAIR_RAMP: dict[str, Any] = {"steps": [5, 25, 50], "soak_seconds": 1.5, 
 USERS_PER_SECOND = 4.0  # the demo's and console's background users (0 in tests unless they ask)
 
 
+SANDBOX_EGRESS: dict[str, Any] = {
+    "weights_cidrs": ["10.0.64.0/24"],
+    "telemetry": {"namespace": "hyperpod-observability", "pod_labels": {"app.kubernetes.io/name": "otel-collector"}},
+    "control_plane_cidrs": ["10.0.0.0/26"],
+}
+"""Where the sandbox's production HyperPod model pods may connect (a production HyperPod endpoint must name it)."""
+
+
 def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, Any]:
     """The sandbox's one production endpoint on HyperPod (behind the gateway stand-in when ``route`` is given)."""
     behind_gateway = {"route": route, "ramp": SANDBOX_RAMP, **SANDBOX_ROUTE_TIMINGS} if route else {}
@@ -88,7 +96,7 @@ def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, 
         "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
         "request_limits": {"max_concurrent_requests": 32, "max_queue_size": 64},
-        "inference_roles": [INFERENCE_ROLE],
+        "inference_roles": [INFERENCE_ROLE], "egress": SANDBOX_EGRESS,
     }
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.config import EndpointSettings
-from bot.domain.capture import capture_check, pod_boundary_check
+from bot.domain.capture import capture_check
 from bot.domain.checks import Check, GateReport
+from bot.domain.egress import pod_boundary_check
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
 from bot.services.artifact_gate import run_artifact_checks
@@ -100,7 +101,8 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
             rollout_window=dt.timedelta(minutes=endpoint.rollout_window_minutes),
         )))
     checks.extend(preflight)
-    checks.append(pod_boundary_check(list(subject.release.serving.env), endpoint.kind, endpoint.egress_cidrs))
+    checks.append(pod_boundary_check(list(subject.release.serving.env), endpoint.kind, endpoint.environment,
+                                     endpoint.egress))
     checks.extend(guarded("capture.policy", lambda: [capture_check(
         endpoint.data_capture, endpoint.kind, ctx.settings.capture_max_sampling_percent,
         artifact_policy(ctx, endpoint, subject.requester),

@@ -326,6 +326,7 @@ class Event(Base):
     """
 
     __tablename__ = "events"
+    __table_args__ = (Index("ix_events_endpoint_name_kind_id", "endpoint_name", "kind", "id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[dt.datetime]
