@@ -1,4 +1,4 @@
-"""Availability drills (``drills``, migration 0012): one row per drill, newest first when listed."""
+"""Availability drills (``drills``, migration 0013): one row per drill, newest first when listed."""
 
 from __future__ import annotations
 

@@ -482,7 +482,7 @@ class SecurityExceptionRecord(Base):
 
 
 class Drill(Base):
-    """An availability drill on one endpoint (migration 0012): asked, approved by someone else, run, judged.
+    """An availability drill on one endpoint (migration 0013): asked, approved by someone else, run, judged.
 
     ``active`` is true while the drill waits for its approver or runs and NULL afterwards: the unique
     ``(endpoint_id, active)`` lets one drill at a time hold an endpoint, as ``deployments.in_flight`` does.

@@ -1,7 +1,7 @@
 """drills: availability drills against live endpoints and what each one measured
 
-Revision ID: 0012
-Revises: 0010
+Revision ID: 0013
+Revises: 0012
 Create Date: 2027-02-20 10:00:00.000000
 
 One row per drill (``pod-deletion``, ``model-load-failure``, ``artifact-outage``, ``reservation-expiry``,
@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0012'
-down_revision = '0010'
+revision = '0013'
+down_revision = '0012'
 branch_labels = None
 depends_on = None
 
