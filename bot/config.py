@@ -78,6 +78,9 @@ EXAMPLES: dict[str, str] = {
     "reservation_watch_minutes": "KIMI_RESERVATION_WATCH_MINUTES=15",
     "readiness_probe_minutes": "KIMI_READINESS_PROBE_MINUTES=5",
     "metrics_watch_minutes": "KIMI_METRICS_WATCH_MINUTES=1",
+    "drill_period_days": "KIMI_DRILL_PERIOD_DAYS=30",
+    "drill_poll_seconds": "KIMI_DRILL_POLL_SECONDS=15",
+    "drill_timeout_minutes": "KIMI_DRILL_TIMEOUT_MINUTES=60",
     "probe_concurrency": "KIMI_PROBE_CONCURRENCY=16",
     "rollout_poll_seconds": "KIMI_ROLLOUT_POLL_SECONDS=5",
     "traffic_sweep": """KIMI_TRAFFIC_SWEEP='{"ceiling": 64}'""",
@@ -344,6 +347,14 @@ class Settings(BaseSettings):
                                        description="How often live endpoints' metrics, GPUs, pods and nodes are read.")
     rollout_poll_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
+    )
+    drill_period_days: int = Field(
+        default=30, ge=1, le=3660,
+        description="The infrastructure gate warns when no availability drill passed on the endpoint within this many days.",
+    )
+    drill_poll_seconds: float = Field(default=15.0, gt=0, le=300, description="How often a running drill looks at its endpoint.")
+    drill_timeout_minutes: float = Field(
+        default=60.0, gt=0, le=24 * 60, description="How long a drill waits for detection and recovery before it fails.",
     )
     # A crashed driver's deployment is taken over within lease_seconds + lease_takeover_seconds (default 20 s).
     lease_seconds: float = Field(

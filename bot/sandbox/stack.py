@@ -132,7 +132,12 @@ class Sandbox:
     users_per_second: float = 0.0  # background user requests through the gateway (needs ``traffic``)
     pair: bool = False  # the service of two endpoints (BLUE, GREEN), a model server each, instead of ENDPOINT
     endpoint_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a shorter drain_seconds for a test
+    # Availability drills: the operator simulator also plays the controller (deleted pods come back after
+    # pod_restart_seconds on ``clock``) and the model server follows the pods (503 while none is ready).
+    drills: bool = False
+    pod_restart_seconds: float = 120.0
     stand_ins: dict[str, Any] = field(default_factory=dict)
+    _served_model: str = "Kimi-K3"  # what the model server serves by default (the pods' args may rename it)
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
 
@@ -170,10 +175,14 @@ class Sandbox:
         httpx.post(f"{moto.url}/moto-api/reset", timeout=10).raise_for_status()
         kube = self.stand_ins["kube"] = start_kube()
         seed_cluster(kube.rest(), namespace=NAMESPACE, zone=ZONE)
-        self.stand_ins["operator"] = OperatorSimulator(kube.rest(), NAMESPACE).__enter__()
         self.stand_ins["openai"] = OpenAIServer(
             replies=DEFAULT_SET_REPLIES, refusal_patterns=DEFAULT_SET_REFUSAL_PATTERNS, **SERVER_SPEED, **SERVER_LIMIT,
         ).start()
+        self._served_model = self.stand_ins["openai"].behaviour.served_model
+        self.stand_ins["operator"] = OperatorSimulator(
+            kube.rest(), NAMESPACE, controller=self.drills, restart_seconds=self.pod_restart_seconds, clock=self.clock,
+            serving=self._follow_pods if self.drills else None,
+        ).__enter__()
         if self.traffic:
             from bot.sandbox.traffic import start_traffic_layer
 
@@ -199,6 +208,18 @@ class Sandbox:
                     per_second=self.users_per_second).start()
         capacity = self.stand_ins["capacity"] = CapacityStandIn()
         self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
+
+    def _follow_pods(self, obj: dict[str, Any], ready: bool) -> None:
+        """The model server answers as the endpoint's pods allow: 503 with none ready, else as the args say."""
+        from bot.adapters.cluster.drills import vllm_args
+
+        server = self.stand_ins["openai"]
+        if not ready:
+            server.configure(health_status=503, fail_status=503, fail_message="no ready pod behind the endpoint")
+            return
+        args = [str(a) for a in vllm_args(obj) or []]
+        named = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--served-model-name"]
+        server.configure(health_status=200, fail_status=None, served_model=named[-1] if named else self._served_model)
 
     def settings(self) -> Settings:
         """The sandbox's settings: its own SQLite file, the endpoint on the stand-ins, the demo's people."""

@@ -20,6 +20,7 @@ from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context, require
+from bot.services.drills import drill_check_reason
 from bot.services.errors import NotConfigured
 from bot.services.governance import artifact_policy
 from bot.services.model_gate import run_model_gate, with_release_report
@@ -106,7 +107,16 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
         endpoint.data_capture, endpoint.kind, ctx.settings.capture_max_sampling_percent,
         artifact_policy(ctx, endpoint, subject.requester),
     )]))
+    checks.extend(guarded("drills.recent", lambda: [_drills_check(ctx, endpoint)]))
     return GateReport(gate="infrastructure", checks=checks)
+
+
+def _drills_check(ctx: Context, endpoint: EndpointSettings) -> Check:
+    """A warning (never blocking) when no availability drill passed on the endpoint within ``drill_period_days``."""
+    stale = drill_check_reason(ctx, endpoint.name)
+    if stale is not None:
+        return Check.warned("drills.recent", f"{stale}; `/kimi drill {endpoint.name} KIND` runs one")
+    return Check.passed("drills.recent", f"an availability drill passed within {ctx.settings.drill_period_days} days")
 
 
 def _human_decides(gate: str, check: str, what: str) -> GateReport:
