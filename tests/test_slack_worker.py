@@ -11,7 +11,8 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -22,8 +23,10 @@ from bot.bootstrap import build_context, build_root
 from bot.config import load_settings
 from bot.sandbox.slack_stub import SlackSender, SlackStub
 from bot.services import followups
+from bot.services.releases import register_release
 from bot.slack.app import create_app
 from bot.slack.http import HttpServer
+from tests.workflow_support import ROLES, endpoint_config, release_data
 
 SECRET = "worker-test-secret"
 TYPIST = "U0TYPIST"
@@ -43,6 +46,13 @@ def _env(tmp_path: Path, stub: SlackStub, **extra: str) -> dict[str, str]:
 def _kimi_ops(env: dict[str, str], cwd: Path, *args: str, **popen: object) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", "from bot.cli.main import main; main()", *args],
                             env=env, cwd=cwd, text=True, **popen)  # type: ignore[call-overload]
+
+
+def _until(condition: Callable[[], bool], limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "not within the limit"
+        time.sleep(0.05)
 
 
 def _replies(stub: SlackStub) -> list[str]:
@@ -81,7 +91,7 @@ def test_a_follow_up_whose_worker_is_killed_is_completed_once_by_the_next_worker
 
         workers.append(_kimi_ops(env, tmp_path, "worker", "--no-jobs", "--lease-seconds", "2"))
         stub.wait_for(lambda s: _replies(s), timeout=60)
-        stub.wait_for(lambda s: followups.waiting(ctx) == 0, timeout=30)
+        _until(lambda: followups.waiting(ctx) == 0)  # the worker removes what it finished
         workers[1].send_signal(signal.SIGTERM)
         assert workers[1].wait(timeout=30) == 0
         replies = _replies(stub)
@@ -129,3 +139,27 @@ def test_serve_answers_through_its_worker_and_starts_it_again_when_it_dies(tmp_p
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=60)
     assert serve.returncode == 0
+
+
+def test_what_needs_the_trigger_runs_at_once_in_the_answering_process(tmp_path, stub) -> None:
+    """A form opens with the request's trigger (3 s): those listeners never wait for a worker (none runs here)."""
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data", slack_api_url=stub.api_url,
+                                      roles=ROLES, endpoints=[endpoint_config()]))
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    front = create_app(build_root(ctx, slack_token="xoxb-test"), signing_secret=SECRET, role="front")
+    http = HttpServer(front.wsgi(), "127.0.0.1", 0).start()
+    sender = SlackSender(SECRET, stub)
+    try:
+        body = sender.slash("U0APPROVER1", "exception add SEC-2 kind=unscanned-image release=rel-a")
+        assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
+        opened = stub.wait_for(lambda s: s.calls_to("views.open"), timeout=30)
+        assert "SEC-2" in str(opened[0].params["view"]) and followups.waiting(ctx) == 0
+        body = sender.slash("U0APPROVER1", "help")  # anything else is left to the worker
+        assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
+        assert followups.waiting(ctx) == 1 and _replies(stub) == []
+    finally:
+        http.stop()
+        front.close()
+        ctx.close()

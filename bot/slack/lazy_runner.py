@@ -17,6 +17,8 @@ from slack_bolt import App, BoltContext, BoltRequest
 from slack_bolt.listener.thread_runner import ThreadListenerRunner
 from slack_bolt.util.utils import get_name_for_callable
 
+from bot.slack.middleware.unreadable import read_as_form
+
 if TYPE_CHECKING:
     from bot.slack.work import FollowupQueue
 
@@ -30,10 +32,10 @@ class SharedRequestRunner(ThreadListenerRunner):
     queue: FollowupQueue | None = None  # set in the answering process of ``kimi-ops serve``: lazy work goes to the worker
 
     def _start_lazy_function(self, lazy_func: Callable[..., None], request: BoltRequest) -> None:
-        from bot.slack.work import IMMEDIATE
+        from bot.slack.work import IMMEDIATE, RUN_HERE
 
         name = get_name_for_callable(lazy_func)
-        if self.queue is not None and name not in IMMEDIATE:
+        if self.queue is not None and name not in IMMEDIATE and not request.context.get(RUN_HERE):
             try:
                 self.queue.record(name, request)
                 return
@@ -44,7 +46,8 @@ class SharedRequestRunner(ThreadListenerRunner):
     def _build_lazy_request(self, request: BoltRequest, lazy_func_name: str) -> BoltRequest:
         body = request.raw_body if request.mode == "http" else request.body
         context = BoltContext({k: v for k, v in request.context.items() if k not in _NOT_SHARED})
-        lazy = BoltRequest(body=body, query=request.query, headers=request.headers, context=context, mode=request.mode)
+        lazy = read_as_form(BoltRequest(body=body, query=request.query, headers=request.headers, context=context,
+                                        mode=request.mode))
         lazy.lazy_only = True
         lazy.lazy_function_name = lazy_func_name
         lazy.context["listener_runner"] = self

@@ -10,7 +10,8 @@ Lambda: ``lazy_only``, naming the function. So the SQL, the engine steps and the
 request never compete with the next acknowledgement for the interpreter.
 
 A listener that opens a modal needs the request's ``trigger_id``, which Slack honours for 3 seconds only; those
-(:data:`IMMEDIATE`) still run at once in the answering process.
+(:data:`IMMEDIATE`, and a request whose acknowledgement set :data:`RUN_HERE`: a slash command that answers with
+a form) still run at once in the answering process.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from slack_bolt import BoltRequest
 
 from bot.services import followups
 from bot.services.context import Context
+from bot.slack.middleware.unreadable import read_as_form
 
 log = logging.getLogger("kimi_ops.slack")
 
 # Lazy listeners that call views.open with the click's trigger_id (valid 3 s): never queued.
 IMMEDIATE = frozenset({"ask_reason", "ask_override", "ask_silence"})
+RUN_HERE = "kimi_run_here"  # a Bolt context key an acknowledgement sets when this request's lazy work needs its trigger
 LEASE_SECONDS = 30.0  # a dead worker's follow-up is taken again after this
 POLL_SECONDS = 2.0  # how often an idle worker looks without a nudge (another replica's work, a lapsed lease)
 
@@ -56,8 +59,8 @@ class FollowupQueue:
 
 def rebuilt(function: str, request: dict[str, Any]) -> BoltRequest:
     """The recorded request, as Bolt hands a lazy listener its own run of it."""
-    bolt = BoltRequest(body=request["body"], query=request.get("query") or {}, headers=request.get("headers") or {},
-                       mode=request.get("mode") or "http")
+    bolt = read_as_form(BoltRequest(body=request["body"], query=request.get("query") or {},
+                                    headers=request.get("headers") or {}, mode=request.get("mode") or "http"))
     bolt.lazy_only = True
     bolt.lazy_function_name = function
     return bolt

@@ -1,7 +1,7 @@
 """slack_work: what a Slack request leaves to do after its acknowledgement, for the worker process
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2027-02-21 10:00:00.000000
 
 The process that answers Slack records each request's follow-up here (one small insert) and a worker process
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0013'
-down_revision = '0012'
+revision = '0014'
+down_revision = '0013'
 branch_labels = None
 depends_on = None
 
