@@ -24,6 +24,7 @@ from commands import (
     drain,
     drill,
     drills,
+    exception,
     exceptions,
     gates,
     help,
@@ -40,7 +41,7 @@ from commands.base import Usage, q
 
 COMMANDS: tuple[ModuleType, ...] = (
     help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, ramp, admission, reservations,
-    licence, exceptions, drill, drills,
+    licence, exceptions, exception, drill, drills,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 
@@ -71,6 +72,15 @@ def parse(text: str) -> Parsed:
     """The sub-command and its parsed arguments; :class:`Usage` for unknown or malformed input. Pure."""
     module, args = _words(text)
     return Parsed(module.NAME, module.parse(args))
+
+
+def complete(parsed: Parsed, reason: str, expires: str) -> Parsed:
+    """``parsed`` with a form's reason and expiry (see :class:`bot.views.parts.CommandForm`); :class:`Usage` if bad."""
+    module = BY_NAME[parsed.name]
+    fill = getattr(module, "complete", None)
+    if fill is None:
+        raise Usage(module.USAGE, f"`{parsed.name}` takes no form")
+    return Parsed(parsed.name, fill(parsed.args, reason, expires))
 
 
 def split(text: str) -> tuple[ModuleType, list[str]]:

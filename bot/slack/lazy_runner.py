@@ -12,6 +12,8 @@ from __future__ import annotations
 from slack_bolt import App, BoltContext, BoltRequest
 from slack_bolt.listener.thread_runner import ThreadListenerRunner
 
+from bot.slack.middleware.unreadable import read_as_form
+
 # Bolt's own per-thread plumbing, which it never copies either; the runner sets what the lazy thread needs.
 _NOT_SHARED = frozenset(BoltContext.non_copyable_standard_property_names)
 
@@ -20,7 +22,8 @@ class SharedRequestRunner(ThreadListenerRunner):
     def _build_lazy_request(self, request: BoltRequest, lazy_func_name: str) -> BoltRequest:
         body = request.raw_body if request.mode == "http" else request.body
         context = BoltContext({k: v for k, v in request.context.items() if k not in _NOT_SHARED})
-        lazy = BoltRequest(body=body, query=request.query, headers=request.headers, context=context, mode=request.mode)
+        lazy = read_as_form(BoltRequest(body=body, query=request.query, headers=request.headers, context=context,
+                                        mode=request.mode))
         lazy.lazy_only = True
         lazy.lazy_function_name = lazy_func_name
         lazy.context["listener_runner"] = self

@@ -4,7 +4,8 @@ The ack function parses the text (pure, microseconds) and either answers the
 usage line or stores the :class:`commands.registry.Parsed` value in Bolt's
 request context, which Bolt copies to the lazy function; the lazy function
 resolves the person, runs the command module with those parsed arguments and
-follows up. Nothing parses the text a second time.
+follows up. Nothing parses the text a second time. A command typed without its reason and expiry answers
+with a form (``listeners/command_forms.py``), opened here with the command's trigger.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from slack_bolt import Ack, App, BoltContext, Respond
 from bot.slack.answers import clicker, guard, responder
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
+from bot.slack.listeners.command_forms import open_form
 from bot.slack.listeners.gate_actions import click
 from bot.views.actions import NEXT_PAGE, RUN_COMMAND
 from bot.views.parts import Reply, reply
@@ -51,6 +53,9 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
         user, channel = command["user_id"], command.get("channel_id")
         tell = responder(respond)
         answer = guard(lambda: registry.run(deps.root, deps.identity(user), parsed), tell)
+        if answer is not None and answer.form is not None:
+            open_form(deps, answer, command.get("trigger_id"), channel, tell)
+            return
         deps.follow(answer, tell, channel)
 
     def next_page(body: dict[str, Any], respond: Respond) -> None:
