@@ -34,6 +34,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from bot.views.actions import COMMAND_FORM
 from bot.views.icons import Icon
 from bot.views.parts import (
     Buttons,
@@ -52,7 +53,7 @@ from bot.views.parts import (
 SILENCE_MODAL = "incident_silence_modal"
 REJECT_MODAL = "gate_reject_reason"
 OVERRIDE_MODAL = "gate_override_reason"
-COMMAND_FORM_MODAL = "command_form"
+COMMAND_FORM_MODAL = COMMAND_FORM
 
 MAX_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
