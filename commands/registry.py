@@ -22,6 +22,8 @@ from commands import (
     deploy,
     diff,
     drain,
+    drill,
+    drills,
     exception,
     exceptions,
     gates,
@@ -39,7 +41,7 @@ from commands.base import Usage, q
 
 COMMANDS: tuple[ModuleType, ...] = (
     help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, ramp, admission, reservations,
-    licence, exceptions, exception,
+    licence, exceptions, exception, drill, drills,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 

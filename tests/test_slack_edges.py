@@ -28,7 +28,7 @@ MALFORMED = {
     "diff": "diff rel-a", "gates": "gates now", "rollback": "rollback a b c d", "cancel": "cancel twelve",
     "reservations": "reservations all", "drain": "drain later 3", "admission": "admission maybe kimi-prod",
     "slo": "slo a b", "licence": "licence a b", "exceptions": "exceptions none", "exception": "exception add SEC-1 kind=root",
-    "ramp": "ramp later 3 50%",
+    "ramp": "ramp later 3 50%", "drill": "drill kimi-prod chaos", "drills": "drills kimi-prod many",
 }
 
 

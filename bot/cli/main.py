@@ -47,6 +47,7 @@ def _root(
 # Sub-command groups register themselves here; one line each, in help order.
 from bot.cli import db as _db  # noqa: E402
 from bot.cli import demo as _demo  # noqa: E402
+from bot.cli import drills as _drills  # noqa: E402
 from bot.cli import governance as _governance  # noqa: E402
 from bot.cli import jobs as _jobs  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
@@ -61,6 +62,7 @@ _demo.register(app)
 _workflow.register(app)
 _governance.register(app)
 _jobs.register(app)
+_drills.register(app)
 _serve.register(app)
 _shell.register(app)
 _worker.register(app)
