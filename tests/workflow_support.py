@@ -123,7 +123,7 @@ class FakeCluster:
         self.applied.append(manifest.text)
         return ApplyResult(manifest=manifest, changed=changed)
 
-    def watch(self, endpoint, manifest, *, timeout_seconds, on_progress, stop=None) -> RolloutOutcome:
+    def watch(self, endpoint, manifest, *, timeout_seconds, on_progress, stop=None, since=None) -> RolloutOutcome:
         on_progress(RolloutProgress("DeploymentInProgress", state="DeploymentInProgress"))
         if self.block is not None:
             self.block.wait(timeout=10)
