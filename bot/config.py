@@ -44,6 +44,8 @@ from pydantic_settings import (
 
 from bot.config_error import ConfigError as ConfigError  # re-exported: callers import it from here
 from bot.domain.capture import DataCapture
+from bot.domain.egress import REQUIRED as REQUIRED_EGRESS
+from bot.domain.egress import EgressPolicy
 from bot.domain.evaluation import EvalSetError, parse_eval_set
 from bot.domain.slo import SloSettings
 from bot.domain.sweep import Objectives, SweepPlan
@@ -76,6 +78,9 @@ EXAMPLES: dict[str, str] = {
     "reservation_watch_minutes": "KIMI_RESERVATION_WATCH_MINUTES=15",
     "readiness_probe_minutes": "KIMI_READINESS_PROBE_MINUTES=5",
     "metrics_watch_minutes": "KIMI_METRICS_WATCH_MINUTES=1",
+    "drill_period_days": "KIMI_DRILL_PERIOD_DAYS=30",
+    "drill_poll_seconds": "KIMI_DRILL_POLL_SECONDS=15",
+    "drill_timeout_minutes": "KIMI_DRILL_TIMEOUT_MINUTES=60",
     "probe_concurrency": "KIMI_PROBE_CONCURRENCY=16",
     "rollout_poll_seconds": "KIMI_ROLLOUT_POLL_SECONDS=5",
     "traffic_sweep": """KIMI_TRAFFIC_SWEEP='{"ceiling": 64}'""",
@@ -186,10 +191,10 @@ class EndpointSettings(BaseModel):
         description="Who the endpoint serves: internal users, a third-party product, or Model-as-a-Service; a licence "
         "review holds only for the exposure it classified.",
     )
-    egress_cidrs: list[str] = Field(
-        default_factory=lambda: ["0.0.0.0/0"],
-        description="Where HyperPod model pods may connect on TCP 443 (weight storage, telemetry, control plane); "
-        "the instance metadata address is always excluded.",
+    egress: EgressPolicy | None = Field(
+        default=None,
+        description="Where HyperPod model pods may connect: weights_cidrs, telemetry, control_plane_cidrs (required on "
+        "a production HyperPod endpoint; without it, HTTPS anywhere but the credential addresses).",
     )
     data_capture: DataCapture = Field(
         default_factory=DataCapture,
@@ -205,17 +210,15 @@ class EndpointSettings(BaseModel):
     dcgm_url: str | None = Field(default=None, description="URL of the node's NVIDIA DCGM exporter /metrics.")
     gpus: int = Field(default=8, ge=1, le=64, description="GPUs the node should report to DCGM.")
 
-    @field_validator("egress_cidrs")
+    @model_validator(mode="before")
     @classmethod
-    def _cidrs(cls, value: list[str]) -> list[str]:
-        import ipaddress
-
-        for cidr in value:
-            try:
-                ipaddress.ip_network(cidr, strict=True)
-            except ValueError:
-                raise ValueError(f"{cidr[:60]!r} is not a CIDR block such as 10.0.0.0/16") from None
-        return value
+    def _legacy_egress(cls, data: Any) -> Any:
+        """``egress_cidrs`` was replaced by ``egress``; rows stored before hold its old default, which means nothing."""
+        if isinstance(data, dict) and "egress_cidrs" in data:
+            data = dict(data)
+            if data.pop("egress_cidrs") not in (["0.0.0.0/0"], []):
+                raise ValueError(f"egress_cidrs was replaced by {REQUIRED_EGRESS}")
+        return data
 
     @model_validator(mode="after")
     def _route_backends(self) -> EndpointSettings:
@@ -345,6 +348,14 @@ class Settings(BaseSettings):
     rollout_poll_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often a rollout watch reads the cluster between watch events."
     )
+    drill_period_days: int = Field(
+        default=30, ge=1, le=3660,
+        description="The infrastructure gate warns when no availability drill passed on the endpoint within this many days.",
+    )
+    drill_poll_seconds: float = Field(default=15.0, gt=0, le=300, description="How often a running drill looks at its endpoint.")
+    drill_timeout_minutes: float = Field(
+        default=60.0, gt=0, le=24 * 60, description="How long a drill waits for detection and recovery before it fails.",
+    )
     # A crashed driver's deployment is taken over within lease_seconds + lease_takeover_seconds (default 20 s).
     lease_seconds: float = Field(
         default=15.0, gt=0, le=600, description="How long a replica's claim on an in-flight deployment lasts without a heartbeat."
@@ -428,6 +439,15 @@ class Settings(BaseSettings):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"endpoint names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _prod_egress(self) -> Settings:
+        """A production HyperPod endpoint names where its model pods may connect; nothing is assumed open."""
+        for endpoint in self.endpoints:
+            if endpoint.kind == "hyperpod" and endpoint.environment == "prod" and endpoint.egress is None:
+                raise ValueError(f"endpoint {endpoint.name} (HyperPod, prod) must name where its model pods may connect: "
+                                 f"{REQUIRED_EGRESS}; see deploy/kimi-ops.example.yaml")
         return self
 
     @model_validator(mode="after")
@@ -575,7 +595,7 @@ def _describe(error: Mapping[str, Any]) -> str:
     env_name = None
     if field is not None and top not in {"endpoints", "services", "roles"}:
         env_name = _env_name(top)
-    where = env_name or ("KIMI_CONFIG " + ".".join(loc))
+    where = env_name or " ".join(["KIMI_CONFIG", *([".".join(loc)] if loc else [])])
     if env_name and len(loc) > 1:
         where += f" ({'item ' + str(int(loc[1]) + 1) if loc[1].isdigit() else '.'.join(loc[1:])})"
     msg = error.get("msg", "invalid value").removeprefix("Value error, ")

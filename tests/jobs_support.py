@@ -17,6 +17,7 @@ from bot.adapters.store.models import Deployment
 from bot.config import EndpointSettings
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.reservations import ReservationInfo, same_instance_type
+from bot.sandbox.stack import SANDBOX_EGRESS
 from bot.services.context import Context
 from bot.services.releases import register_release
 from tests.conftest import START
@@ -70,6 +71,8 @@ def eks_endpoint(name: str, **overrides: object) -> dict:
     data: dict = {"name": name, "kind": "eks", "environment": "prod", "url": "http://127.0.0.1:9",
                   "availability_zone": "us-east-1a", "channel": f"C{name.upper().replace('-', '')}"}
     data.update(overrides)
+    if data["kind"] == "hyperpod":  # a production HyperPod endpoint names its model pods' egress
+        data.setdefault("egress", SANDBOX_EGRESS)
     return data
 
 

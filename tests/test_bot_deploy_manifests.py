@@ -104,15 +104,35 @@ APPLIED = [
     "pdb.yaml",
     "networkpolicy.yaml",
 ]
-NOT_APPLIED = ["secret.example.yaml", "migrate-job.yaml"]
+NOT_APPLIED = ["secret.example.yaml", "migrate-job.yaml", "rbac-drills.yaml"]
+# Availability drills' writes, granted only by the opt-in rbac-drills.yaml (never by kustomization.yaml).
+DRILL_GRANTS: set[Grant] = (_grants(SERVING_NAMESPACE, "", ["pods"], ["delete"])
+                            | _grants(None, "", ["nodes"], ["patch"]))
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((KUBE / name).read_text()) if d]
 
 
-def _all_objects() -> list[dict[str, Any]]:
-    return [doc for name in APPLIED + NOT_APPLIED for doc in _docs(name)]
+def _all_objects(*, drills: bool = False) -> list[dict[str, Any]]:
+    """Every object of the directory; the opt-in drill RBAC only when asked for."""
+    return [doc for name in APPLIED + NOT_APPLIED if drills or name != "rbac-drills.yaml" for doc in _docs(name)]
+
+
+def _granted(objects: list[dict[str, Any]]) -> set[Grant]:
+    granted: set[Grant] = set()
+    for obj in objects:
+        if obj["kind"] not in ("Role", "ClusterRole"):
+            continue
+        namespace = obj["metadata"].get("namespace") if obj["kind"] == "Role" else None
+        assert obj["kind"] == "ClusterRole" or namespace, f"Role {obj['metadata']['name']} has no namespace"
+        for rule in obj["rules"]:
+            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(field, []), f"{obj['metadata']['name']}: wildcard in {field}"
+            assert "nonResourceURLs" not in rule
+            for group in rule["apiGroups"]:
+                granted |= _grants(namespace, group, rule["resources"], rule["verbs"], rule.get("resourceNames"))
+    return granted
 
 
 def _one(kind: str, name: str | None = None) -> dict[str, Any]:
@@ -155,20 +175,14 @@ def test_the_validator_rejects_a_broken_manifest() -> None:
 
 
 def test_roles_grant_exactly_what_the_bot_uses_and_no_wildcards() -> None:
-    granted: set[Grant] = set()
-    for obj in _all_objects():
-        if obj["kind"] not in ("Role", "ClusterRole"):
-            continue
-        namespace = obj["metadata"].get("namespace") if obj["kind"] == "Role" else None
-        assert obj["kind"] == "ClusterRole" or namespace, f"Role {obj['metadata']['name']} has no namespace"
-        for rule in obj["rules"]:
-            for field in ("apiGroups", "resources", "verbs", "resourceNames"):
-                assert "*" not in rule.get(field, []), f"{obj['metadata']['name']}: wildcard in {field}"
-            assert "nonResourceURLs" not in rule
-            for group in rule["apiGroups"]:
-                granted |= _grants(namespace, group, rule["resources"], rule["verbs"], rule.get("resourceNames"))
+    granted = _granted(_all_objects())
     assert granted - EXPECTED_GRANTS == set(), "granted beyond what the bot uses"
     assert EXPECTED_GRANTS - granted == set(), "the bot would be forbidden something it uses"
+
+
+def test_the_opt_in_drill_roles_grant_exactly_the_drills_writes() -> None:
+    assert _granted(_docs("rbac-drills.yaml")) == DRILL_GRANTS
+    assert "rbac-drills.yaml" not in yaml.safe_load((KUBE / "kustomization.yaml").read_text())["resources"]
 
 
 def test_secrets_are_never_readable() -> None:
@@ -177,7 +191,8 @@ def test_secrets_are_never_readable() -> None:
     assert not any(verb in ("delete", "deletecollection", "escalate", "bind", "impersonate") for _, verb in readable)
 
 
-@pytest.mark.parametrize("name", ["rbac-serving.yaml", "rbac-leader.yaml", "rbac-operator.yaml", "rbac-cluster.yaml"])
+@pytest.mark.parametrize("name", ["rbac-serving.yaml", "rbac-leader.yaml", "rbac-operator.yaml", "rbac-cluster.yaml",
+                                  "rbac-drills.yaml"])
 def test_every_rbac_rule_says_why(name: str) -> None:
     lines = (KUBE / name).read_text().splitlines()
     rule_starts = [i for i, line in enumerate(lines) if line.strip().startswith("- apiGroups:")]
@@ -188,9 +203,9 @@ def test_every_rbac_rule_says_why(name: str) -> None:
 
 def test_every_role_is_bound_to_the_bot_service_account_and_nothing_else() -> None:
     roles = {(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
-             for o in _all_objects() if o["kind"] in ("Role", "ClusterRole")}
+             for o in _all_objects(drills=True) if o["kind"] in ("Role", "ClusterRole")}
     bound = set()
-    for obj in _all_objects():
+    for obj in _all_objects(drills=True):
         if obj["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
             continue
         ref = obj["roleRef"]

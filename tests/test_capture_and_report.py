@@ -94,23 +94,3 @@ def test_the_release_report_is_shown_beside_the_fresh_run_and_never_blocks() -> 
     assert release_report_check(None, None, None, fresh).status == "warn"
     unread = release_report_check("s3://b/r.json", None, "NoSuchKey", fresh)
     assert unread.status == "warn" and "could not be read (NoSuchKey)" in unread.reason
-
-
-def test_hyperpod_model_pods_get_an_egress_policy_and_no_aws_credentials() -> None:
-    from bot.domain.capture import pod_boundary_check
-
-    objects = render_objects(example_manifest(), EndpointSettings(name="kimi-prod", egress_cidrs=["10.0.0.0/8", "0.0.0.0/0"]),
-                             "0" * 64)
-    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
-    assert policy["spec"]["podSelector"] == {"matchLabels": {"app": "kimi-prod"}}
-    assert policy["spec"]["policyTypes"] == ["Egress"]
-    https = policy["spec"]["egress"][1]
-    assert https["ports"] == [{"protocol": "TCP", "port": 443}]
-    # The instance metadata address is cut out of any block that holds it: no borrowing the node's credentials.
-    assert https["to"] == [{"ipBlock": {"cidr": "10.0.0.0/8"}},
-                           {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}}]
-    assert pod_boundary_check(["VLLM_ENABLE_K3_LATENT_MOE_TAIL_FUSION"], "hyperpod", ["0.0.0.0/0"]).status == "pass"
-    carried = pod_boundary_check(["AWS_ACCESS_KEY_ID", "HF_TOKEN"], "hyperpod", ["0.0.0.0/0"])
-    assert carried.status == "fail" and "AWS_ACCESS_KEY_ID" in carried.reason
-    with pytest.raises(ValueError, match="not a CIDR block"):
-        EndpointSettings(name="kimi-prod", egress_cidrs=["the internet"])

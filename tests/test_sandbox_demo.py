@@ -193,7 +193,7 @@ def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path,
         assert {name for name, adapter in vars(made).items() if adapter is not None} == set(wired)
         assert ctx.ports.cluster.poll_seconds == 0.5  # KIMI_ROLLOUT_POLL_SECONDS reaches the watch
         # A cluster that cannot be reached is an error check the gate shows, never a pass or a crash.
-        preflight = ctx.ports.cluster.preflight(load_settings(endpoints=[{"name": "x"}]).endpoints[0])
+        preflight = ctx.ports.cluster.preflight(load_settings(endpoints=[{"name": "x", "environment": "dev"}]).endpoints[0])
         assert [c.status for c in preflight] == ["error"] and "no access to cluster context" in preflight[0].reason
     finally:
         ctx.close()

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.cluster import ContextClusters, KubernetesCluster
-from bot.adapters.cluster.rest import object_path
+from bot.adapters.cluster.rest import collection_path, object_path
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.operator import OperatorSimulator
 from bot.services.context import Context
@@ -71,6 +71,13 @@ def hand_edit(kube: KubeStandIn) -> None:
 
 def test_status_reads_the_cluster_and_names_hand_edits_as_drift(make_ctx: Any, kube: KubeStandIn) -> None:
     ctx = live_on_the_emulator(make_ctx, kube)
+
+    # The egress policy applied with the endpoint selects the model pod by the label the operator gives it.
+    policy = kube.rest().get(object_path("NetworkPolicy", "kimi-prod-egress", NS))
+    assert policy is not None
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    pods = kube.rest().items(collection_path("Pod", NS))
+    assert pods and all(selector.items() <= p["metadata"]["labels"].items() for p in pods), (selector, pods)
 
     [status] = endpoint_status(ctx, "kimi-prod")
     truth = status.cluster

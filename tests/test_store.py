@@ -28,6 +28,8 @@ from bot.adapters.store.repositories import Conflict
 from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.domain.checks import Check, GateReport
+from bot.domain.coldstart import ColdStart
+from bot.domain.events import StateChanged
 from bot.services.deployments import history, pending_gates
 from bot.services.errors import Refused
 from bot.services.readiness import endpoint_status
@@ -363,11 +365,24 @@ def _deployments_with_gates(ctx, endpoint: str, count: int) -> None:
         uow.commit()
 
 
+def _rollouts_with_cold_starts(ctx, endpoint: str, loads: list[float]) -> None:
+    """For each of ``loads``, a readiness step's state change carrying a cold start, then a later one without."""
+    with ctx.uow() as uow:
+        dep = uow.deployments.for_endpoint(uow.endpoints.get(endpoint).id, 1)[0]
+        for load in loads:
+            for details in ({"cold_start": ColdStart(90.0, 800.0, load, 2.0).as_dict()}, {}):
+                uow.events.emit(StateChanged(deployment_id=dep.id, endpoint_name=endpoint, from_state="readiness",
+                                             to_state="model_gate", reason=None, release=dep.release.name,
+                                             kind="deploy", details=details), at=START)
+        uow.commit()
+
+
 def test_history_gates_and_status_read_the_same_few_statements_however_long_the_history(ctx) -> None:
     """No query per deployment or per endpoint: ten times the rows, the same statements, the same answers' shape."""
     register_release(ctx, example(), "U1")
     _deployments_with_gates(ctx, "few", 2)
     _deployments_with_gates(ctx, "many", 20)
+    _rollouts_with_cold_starts(ctx, "many", loads=[120.0, 300.0])
     seen, stop = _count_statements(ctx.uow.engine)
     try:
         counts = {}
@@ -389,6 +404,8 @@ def test_history_gates_and_status_read_the_same_few_statements_however_long_the_
         stop()
     assert gates_statements <= 6
     assert {s.name: s.live_release for s in statuses} == {"few": None, "many": None}
+    # Each endpoint's last cold start (the newest event carrying one), read for all endpoints in that handful.
+    assert {s.name: s.cold_start.load_s if s.cold_start else None for s in statuses} == {"few": None, "many": 300.0}
     assert status_statements <= 12  # a fixed handful: one per table a page reads
 
 

@@ -28,6 +28,7 @@ from bot.domain.rollout import (
     RolloutProgress,
 )
 from bot.sandbox.aws import INFERENCE_ROLE
+from bot.sandbox.stack import SANDBOX_EGRESS
 from bot.services.access import Identity
 from bot.services.context import Ports
 from tests.conftest import EXAMPLE_RELEASE, START
@@ -51,7 +52,7 @@ def endpoint_config(name: str = "kimi-prod", **overrides: object) -> dict:
         "name": name, "kind": "hyperpod", "environment": "prod", "namespace": "model-serving",
         "url": "http://127.0.0.1:9", "availability_zone": "us-east-1a",
         "reservation_id": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi",
-        "inference_roles": [INFERENCE_ROLE],
+        "inference_roles": [INFERENCE_ROLE], "egress": SANDBOX_EGRESS,
     }
     data.update(overrides)
     return data

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from typing import Protocol
+import time
+from typing import Protocol, runtime_checkable
 
 
 class Clock(Protocol):
     def now(self) -> dt.datetime: ...
+
+
+@runtime_checkable
+class Sleeps(Protocol):
+    """A clock that can wait: a drill waits between its looks through it, so a test's clock moves instead."""
+
+    def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:
@@ -16,6 +24,9 @@ class SystemClock:
 
     def now(self) -> dt.datetime:
         return dt.datetime.now(dt.UTC)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class FrozenClock:
@@ -38,3 +49,8 @@ class FrozenClock:
     def set(self, when: dt.datetime) -> None:
         with self._lock:
             self._now = when.astimezone(dt.UTC)
+
+    def sleep(self, seconds: float) -> None:
+        """Move on by ``seconds`` at once, after a short real pause so stand-ins on their own threads move too."""
+        time.sleep(0.05)
+        self.advance(dt.timedelta(seconds=seconds))

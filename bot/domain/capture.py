@@ -99,28 +99,3 @@ def capture_check(capture: DataCapture, kind: str, ceiling: int, policy: Artifac
         f"payloads of {capture.sampling_percent}% of requests, at most {capture.max_payload_kb} KB, KMS-encrypted, kept "
         f"{capture.retention_days} days{', with ' + ' and '.join(kept) if kept else ''}; allowed by {allowed_by(exception)}",
     )
-
-
-AWS_CREDENTIAL_VARIABLES = (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-)
-
-
-def pod_boundary_check(env_names: list[str], kind: str, egress_cidrs: list[str]) -> Check:
-    """The model pods hold no AWS credentials of their own and reach out only where the NetworkPolicy lets them."""
-    name = "pods.boundary"
-    carried = sorted(n for n in env_names if n.upper() in AWS_CREDENTIAL_VARIABLES)
-    if carried:
-        return Check.failed(
-            name,
-            f"the release gives the model pods AWS credentials ({', '.join(carried)}); the weights are read by the "
-            "operator's (HyperPod) or the node's CSI driver's (EKS) identity: remove them",
-        )
-    if kind == "eks":
-        return Check.passed(name, "no AWS credentials in the pods; NetworkPolicy lets out DNS only; no service account token")
-    return Check.passed(
-        name,
-        f"no AWS credentials in the pods; NetworkPolicy lets out DNS and HTTPS to {', '.join(egress_cidrs)} "
-        "(instance metadata excluded)",
-    )

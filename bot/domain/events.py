@@ -374,9 +374,18 @@ class SloPlot(ChannelNotice):
     title: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class DrillNotice(ChannelNotice):
+    """An availability drill was asked for, approved, rejected or ended: one line in the endpoint's channel."""
+
+    KIND: ClassVar[str] = "drill.notice"
+    drill_id: int
+    state: str
+
+
 EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     DeploymentRequested, StateChanged, GateWaiting, GateDecided, LimitsAccepted, GatePlot, RolloutProgress,
-    ReadinessAlert, ReadinessRecovered,
+    ReadinessAlert, ReadinessRecovered, DrillNotice,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
     AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack, RampSplit, RampPlot,

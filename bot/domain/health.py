@@ -72,6 +72,7 @@ class ContainerHealth:
     restarts: int
     waiting: str | None = None  # CrashLoopBackOff, ImagePullBackOff, …
     last_terminated: str | None = None  # OOMKilled, Error, …
+    ready: bool = True  # the kubelet's readiness of the container (a drill waits for it)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,11 @@ class PodHealth:
     @property
     def restarts(self) -> int:
         return sum(c.restarts for c in self.containers)
+
+    @property
+    def ready(self) -> bool:
+        """Running with every container ready (what serving needs)."""
+        return self.phase == "Running" and bool(self.containers) and all(c.ready for c in self.containers)
 
 
 @dataclass(frozen=True)

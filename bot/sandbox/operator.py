@@ -10,6 +10,13 @@ phases, creates the model pod and events, and ends according to ``behaviour``:
 * ``fail`` — … → DeploymentFailed with ``failure_reason`` and a CrashLoopBackOff
   pod (EKS: ProgressDeadlineExceeded);
 * ``hang`` — stays DeploymentInProgress for ever.
+
+With ``controller=True`` it also plays the controller after a rollout, as availability drills need: a
+new generation's pod replaces the older generations' (``Recreate``); a generation annotated
+``kimi-ops.io/drill: model-load-failure`` or ``artifact-outage`` fails as vLLM would (its weights are not where it
+looks); a deleted pod is brought back, scheduled on a node that is not cordoned and ready
+``restart_seconds`` after it was made (on ``clock``, so a test's clock decides); and ``serving(obj, ready)``
+is called whenever whether the endpoint has a ready pod changes, so the model server can follow the pods.
 """
 
 from __future__ import annotations
@@ -19,14 +26,20 @@ import hashlib
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
+from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster.rest import Rest, collection_path, object_path
+from bot.adapters.cluster.rollout import belongs_to
 
 log = logging.getLogger(__name__)
 
 Behaviour = Literal["succeed", "fail", "hang"]
 DEFAULT_FAILURE = "CUDA out of memory while loading experts: tried to allocate 24.00 GiB"
+DRILL_ANNOTATION = "kimi-ops.io/drill"
+FAILS_TO_LOAD = {"model-load-failure": "No such file or directory: the model path has no weights",
+                 "artifact-outage": "NoSuchBucket: the weights bucket cannot be reached"}
 
 
 def _ts() -> str:
@@ -38,7 +51,9 @@ class OperatorSimulator:
 
     def __init__(self, rest: Rest, namespace: str, *, kind: Literal["hyperpod", "eks"] = "hyperpod",
                  behaviour: Behaviour = "succeed", step_seconds: float = 0.05, failure_reason: str = DEFAULT_FAILURE,
-                 emit_events: bool = True, startup: tuple[float, float, float] = (95.0, 840.0, 380.0)) -> None:
+                 emit_events: bool = True, startup: tuple[float, float, float] = (95.0, 840.0, 380.0),
+                 controller: bool = False, restart_seconds: float = 0.0, clock: Clock | None = None,
+                 serving: Callable[[dict[str, Any], bool], None] | None = None) -> None:
         self.rest = rest
         self.namespace = namespace
         self.kind = kind
@@ -52,6 +67,12 @@ class OperatorSimulator:
         self.emit_events = emit_events  # False plays a cluster whose events the bot may not read
         # Seconds of image pull, weight transfer and model load a ready pod reports (its status times, its events).
         self.startup = startup
+        self.controller = controller
+        self.restart_seconds = restart_seconds
+        self.clock: Clock = clock or SystemClock()
+        self.serving = serving
+        self._born: dict[str, dt.datetime] = {}  # pod -> when the controller saw it not ready (clock time)
+        self._serving: dict[str, tuple[bool, int]] = {}  # what serving() was last told, per object and generation
 
     def __enter__(self) -> OperatorSimulator:
         self._thread.start()
@@ -85,13 +106,91 @@ class OperatorSimulator:
             step = 0
         last = 2 if self.behaviour != "hang" else 1
         if step > last:
+            if self.controller:
+                self._reconcile(obj)
             return
         pod = f"{name}-{hashlib.sha256(f'{name}{generation}'.encode()).hexdigest()[:8]}-x7k2q"
-        if self.kind == "hyperpod":
-            self._hyperpod_step(name, generation, step, pod)
-        else:
-            self._eks_step(name, generation, step, pod)
+        failing = self.controller and self._fails_to_load(obj)
+        if failing:
+            self.behaviour, saved = "fail", self.behaviour
+            self.failure_reason, saved_reason = failing, self.failure_reason
+        try:
+            if self.kind == "hyperpod":
+                self._hyperpod_step(name, generation, step, pod)
+            else:
+                self._eks_step(name, generation, step, pod)
+        finally:
+            if failing:
+                self.behaviour, self.failure_reason = saved, saved_reason
+        if self.controller and step == 1:
+            for old in self._pods_of(name):  # Recreate: the older generations' pods go
+                if old["metadata"]["name"] != pod:
+                    self.rest.delete(object_path("Pod", old["metadata"]["name"], self.namespace))
+        if self.controller and step >= 2:
+            self._tell(obj, not failing and self.behaviour == "succeed")
         self._progress[name] = (generation, step + 1)
+
+    # -- the controller (``controller=True``) --------------------------------------------------------------
+
+    @staticmethod
+    def _fails_to_load(obj: dict[str, Any]) -> str | None:
+        drill = ((obj.get("metadata") or {}).get("annotations") or {}).get(DRILL_ANNOTATION)
+        return FAILS_TO_LOAD.get(str(drill)) if drill else None
+
+    def _pods_of(self, name: str) -> list[dict[str, Any]]:
+        return [p for p in self.rest.items(collection_path("Pod", self.namespace))
+                if belongs_to(str((p.get("metadata") or {}).get("name", "")), name)]
+
+    @staticmethod
+    def _ready(pod: dict[str, Any]) -> bool:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        return bool(statuses) and all(c.get("ready") for c in statuses)
+
+    def _tell(self, obj: dict[str, Any], ready: bool) -> None:
+        name, generation = obj["metadata"]["name"], int(obj["metadata"].get("generation", 1))
+        if self.serving is not None and self._serving.get(name) != (ready, generation):
+            self._serving[name] = (ready, generation)
+            self.serving(obj, ready)
+
+    def _schedulable(self) -> str | None:
+        for node in self.rest.items(collection_path("Node")):
+            if not (node.get("spec") or {}).get("unschedulable"):
+                return str(node["metadata"]["name"])
+        return None
+
+    def _reconcile(self, obj: dict[str, Any]) -> None:
+        """After a rollout: bring a deleted pod back, ready ``restart_seconds`` later on a schedulable node."""
+        name = obj["metadata"]["name"]
+        if self._fails_to_load(obj) or self.behaviour != "succeed":
+            return
+        pods = self._pods_of(name)
+        if any(self._ready(p) for p in pods):
+            self._tell(obj, True)
+            return
+        self._tell(obj, False)
+        now = self.clock.now()
+        node = self._schedulable()
+        if not pods:
+            pod = f"{name}-{uuid.uuid4().hex[:8]}-{uuid.uuid4().hex[:5]}"
+            self._born[pod] = now
+            self.rest.create(collection_path("Pod", self.namespace), {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "namespace": self.namespace, "labels": {"app": name}},
+                "spec": {"containers": [{"name": "vllm", "image": "vllm"}]},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                               "reason": "Unschedulable"}]},
+            })
+            return
+        pod = pods[-1]["metadata"]["name"]
+        born = self._born.setdefault(pod, now)
+        if node is None or (now - born).total_seconds() < self.restart_seconds:
+            return
+        if not (pods[-1].get("spec") or {}).get("nodeName"):
+            # A real scheduler binds through the pods/binding subresource; the emulator takes the field.
+            self.rest.merge_patch(object_path("Pod", pod, self.namespace), {"spec": {"nodeName": node}}, manager="scheduler")
+        self._pod(pod, name, "Running", ready=True)
+        self._born.pop(pod, None)
+        self._tell(obj, True)
 
     def _status(self, name: str, status: dict[str, Any]) -> None:
         path = object_path(self._resource, name, self.namespace) + "/status"
@@ -229,13 +328,25 @@ class OperatorSimulator:
                 {
                     "apiVersion": "v1",
                     "kind": "Pod",
-                    "metadata": {"name": pod, "namespace": self.namespace, "labels": {"app": owner}},
+                    "metadata": {"name": pod, "namespace": self.namespace, "labels": self._pod_labels(owner)},
                     "spec": {"containers": [{"name": "vllm", "image": "vllm"}], **self._node()},
                     "status": status,
                 },
             )
         else:
             self.rest.merge_patch(path + "/status", {"status": status}, manager="kubelet")
+
+    def _pod_labels(self, owner: str) -> dict[str, str]:
+        """The labels the real controller puts on the pods it creates.
+
+        The HyperPod inference operator: ``app=<InferenceEndpointConfig name>`` and
+        ``deploying-service=hyperpod-inference`` (awslabs/ai-on-sagemaker-hyperpod,
+        website/docs/00-eks-orchestration/inference/inference-gateway/01-first-gateway.md, its
+        ``kubectl get pods --show-labels`` output); the egress NetworkPolicy selects them by ``app``.
+        """
+        if self.kind == "hyperpod":
+            return {"app": owner, "deploying-service": "hyperpod-inference"}
+        return {"app": owner}
 
     def _node(self) -> dict[str, str]:
         """The pod's ``nodeName``: the cluster's first node, as the scheduler would bind it on a one-node endpoint."""

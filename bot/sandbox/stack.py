@@ -80,6 +80,14 @@ SANDBOX_PAIR_RAMP: dict[str, Any] = {"steps": [5, 25, 50], "soak_seconds": 1.5, 
 USERS_PER_SECOND = 4.0  # the demo's and console's background users (0 in tests unless they ask)
 
 
+SANDBOX_EGRESS: dict[str, Any] = {
+    "weights_cidrs": ["10.0.64.0/24"],
+    "telemetry": {"namespace": "hyperpod-observability", "pod_labels": {"app.kubernetes.io/name": "otel-collector"}},
+    "control_plane_cidrs": ["10.0.0.0/26"],
+}
+"""Where the sandbox's production HyperPod model pods may connect (a production HyperPod endpoint must name it)."""
+
+
 def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, Any]:
     """The sandbox's one production endpoint on HyperPod (behind the gateway stand-in when ``route`` is given)."""
     behind_gateway = {"route": route, "ramp": SANDBOX_RAMP, **SANDBOX_ROUTE_TIMINGS} if route else {}
@@ -88,7 +96,7 @@ def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, 
         "cluster_context": KUBE_CONTEXT, "url": url, "channel": CHANNEL, "availability_zone": ZONE,
         "reservation_id": f"arn:aws:sagemaker:us-east-1:123456789012:training-plan/{ENDPOINT}",
         "request_limits": {"max_concurrent_requests": 32, "max_queue_size": 64},
-        "inference_roles": [INFERENCE_ROLE],
+        "inference_roles": [INFERENCE_ROLE], "egress": SANDBOX_EGRESS,
     }
 
 
@@ -124,7 +132,12 @@ class Sandbox:
     users_per_second: float = 0.0  # background user requests through the gateway (needs ``traffic``)
     pair: bool = False  # the service of two endpoints (BLUE, GREEN), a model server each, instead of ENDPOINT
     endpoint_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a shorter drain_seconds for a test
+    # Availability drills: the operator simulator also plays the controller (deleted pods come back after
+    # pod_restart_seconds on ``clock``) and the model server follows the pods (503 while none is ready).
+    drills: bool = False
+    pod_restart_seconds: float = 120.0
     stand_ins: dict[str, Any] = field(default_factory=dict)
+    _served_model: str = "Kimi-K3"  # what the model server serves by default (the pods' args may rename it)
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
 
@@ -162,10 +175,14 @@ class Sandbox:
         httpx.post(f"{moto.url}/moto-api/reset", timeout=10).raise_for_status()
         kube = self.stand_ins["kube"] = start_kube()
         seed_cluster(kube.rest(), namespace=NAMESPACE, zone=ZONE)
-        self.stand_ins["operator"] = OperatorSimulator(kube.rest(), NAMESPACE).__enter__()
         self.stand_ins["openai"] = OpenAIServer(
             replies=DEFAULT_SET_REPLIES, refusal_patterns=DEFAULT_SET_REFUSAL_PATTERNS, **SERVER_SPEED, **SERVER_LIMIT,
         ).start()
+        self._served_model = self.stand_ins["openai"].behaviour.served_model
+        self.stand_ins["operator"] = OperatorSimulator(
+            kube.rest(), NAMESPACE, controller=self.drills, restart_seconds=self.pod_restart_seconds, clock=self.clock,
+            serving=self._follow_pods if self.drills else None,
+        ).__enter__()
         if self.traffic:
             from bot.sandbox.traffic import start_traffic_layer
 
@@ -191,6 +208,18 @@ class Sandbox:
                     per_second=self.users_per_second).start()
         capacity = self.stand_ins["capacity"] = CapacityStandIn()
         self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
+
+    def _follow_pods(self, obj: dict[str, Any], ready: bool) -> None:
+        """The model server answers as the endpoint's pods allow: 503 with none ready, else as the args say."""
+        from bot.adapters.cluster.drills import vllm_args
+
+        server = self.stand_ins["openai"]
+        if not ready:
+            server.configure(health_status=503, fail_status=503, fail_message="no ready pod behind the endpoint")
+            return
+        args = [str(a) for a in vllm_args(obj) or []]
+        named = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--served-model-name"]
+        server.configure(health_status=200, fail_status=None, served_model=named[-1] if named else self._served_model)
 
     def settings(self) -> Settings:
         """The sandbox's settings: its own SQLite file, the endpoint on the stand-ins, the demo's people."""

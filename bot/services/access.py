@@ -30,6 +30,8 @@ REQUIRED_ROLE: dict[str, str] = {
     "drain": "approver",
     "review": "approver",
     "incident": "deployer",  # acknowledge or silence a metrics-watch incident (the on-call people deploy)
+    "drill": "deployer",  # ask for an availability drill
+    "approve_drill": "approver",  # approve or reject someone else's drill
 }
 
 # What each action is, in the words of a refusal ("you need the approver role to approve or reject gates").
@@ -46,6 +48,8 @@ ACTION_WORDS: dict[str, str] = {
     "break_lock": "break a stuck deployment's hold on its endpoint",
     "admission": "open or close an endpoint to users by hand",
     "drain": "answer a stalled drain",
+    "drill": "ask for availability drills",
+    "approve_drill": "approve or reject availability drills",
 }
 
 
@@ -54,7 +58,7 @@ def subject_words(subject: str) -> str:
     kind, _, name = subject.partition(":")
     if not name or name == "*":
         return ""
-    return f"deployment #{name}" if kind == "deployment" else name
+    return f"{kind} #{name}" if kind in ("deployment", "drill") else name
 
 
 # A role includes the roles listed for it.

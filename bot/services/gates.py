@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.config import EndpointSettings
-from bot.domain.capture import capture_check, pod_boundary_check
+from bot.domain.capture import capture_check
 from bot.domain.checks import Check, GateReport
+from bot.domain.egress import pod_boundary_check
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context, require
+from bot.services.drills import drill_check_reason
 from bot.services.errors import NotConfigured
 from bot.services.governance import artifact_policy
 from bot.services.model_gate import run_model_gate, with_release_report
@@ -99,12 +101,22 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
             rollout_window=dt.timedelta(minutes=endpoint.rollout_window_minutes),
         )))
     checks.extend(preflight)
-    checks.append(pod_boundary_check(list(subject.release.serving.env), endpoint.kind, endpoint.egress_cidrs))
+    checks.append(pod_boundary_check(list(subject.release.serving.env), endpoint.kind, endpoint.environment,
+                                     endpoint.egress))
     checks.extend(guarded("capture.policy", lambda: [capture_check(
         endpoint.data_capture, endpoint.kind, ctx.settings.capture_max_sampling_percent,
         artifact_policy(ctx, endpoint, subject.requester),
     )]))
+    checks.extend(guarded("drills.recent", lambda: [_drills_check(ctx, endpoint)]))
     return GateReport(gate="infrastructure", checks=checks)
+
+
+def _drills_check(ctx: Context, endpoint: EndpointSettings) -> Check:
+    """A warning (never blocking) when no availability drill passed on the endpoint within ``drill_period_days``."""
+    stale = drill_check_reason(ctx, endpoint.name)
+    if stale is not None:
+        return Check.warned("drills.recent", f"{stale}; `/kimi drill {endpoint.name} KIND` runs one")
+    return Check.passed("drills.recent", f"an availability drill passed within {ctx.settings.drill_period_days} days")
 
 
 def _human_decides(gate: str, check: str, what: str) -> GateReport:

@@ -190,3 +190,23 @@ class StartupReader(Protocol):
     """A cluster adapter that can say how long the newest pod took to start (a rollout's cold start)."""
 
     def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None: ...
+
+
+@runtime_checkable
+class DrillActions(Protocol):
+    """A cluster adapter that can inject an availability drill's faults (and undo the ones it lifts).
+
+    The manifest variants are applied, and undone, through :meth:`Cluster.apply` like any release.
+    """
+
+    def delete_pods(self, endpoint: EndpointSettings) -> list[str]:
+        """Delete the endpoint's model pods; the names deleted."""
+        ...
+
+    def cordon(self, endpoint: EndpointSettings, nodes: Sequence[str], cordoned: bool) -> None:
+        """Mark ``nodes`` unschedulable (or schedulable again)."""
+        ...
+
+    def drill_variant(self, endpoint: EndpointSettings, manifest: RenderedManifest, kind: str) -> RenderedManifest:
+        """The stored ``manifest`` made to fail as the drill ``kind`` says (model-load-failure, artifact-outage, bad-release)."""
+        ...

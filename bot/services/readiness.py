@@ -296,10 +296,10 @@ class _Incidents:
 # ---------------------------------------------------------------------------- readers
 
 
-def _status(ctx: Context, row: Endpoint, live: Deployment | None, checks: list[ReadinessCheck],
+def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deployment | None, checks: list[ReadinessCheck],
             open_incidents: list[Incident], cold: tuple[dt.datetime, Any] | None = None) -> EndpointStatus:
-    spec = _spec(ctx, row)
-    stored = EndpointSettings.model_validate(row.settings)  # holds limits accepted from a traffic gate
+    """``stored``: the endpoint's settings as the database holds them (with limits accepted from a traffic gate)."""
+    spec = ctx.settings.endpoint(row.name) or stored
     probes = [_probe_view(r) for r in checks]
     incidents = [IncidentView(kind=i.kind, reason=i.reason, opened_at=i.opened_at) for i in open_incidents]
     return EndpointStatus(
@@ -327,15 +327,15 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
         incidents = uow.incidents.open_by_endpoint(INCIDENT_KINDS)
         snapshot = RecordSnapshot.read(uow, ids)
         checks = uow.readiness.recent_by_endpoint(ids, history)
-        # The last rollout's cold start, from its readiness step's event (one short read per endpoint shown).
-        colds = {row.id: uow.events.latest_with(row.name, StateChanged.KIND, "cold_start") for row in rows}
-        statuses = [_status(ctx, row, snapshot.live.get(row.id), checks[row.id], incidents.get(row.id, []), colds[row.id])
-                    for row in rows]
+        # The last rollout's cold start, from its readiness step's event (one query for every endpoint shown).
+        colds = uow.events.latest_with([row.name for row in rows], StateChanged.KIND, "cold_start")
+        # The stored settings (validated once per endpoint): they hold the limits accepted at a traffic gate.
+        stored = {row.id: EndpointSettings.model_validate(row.settings) for row in rows}
+        statuses = [_status(ctx, row, stored[row.id], snapshot.live.get(row.id), checks[row.id],
+                            incidents.get(row.id, []), colds.get(row.name)) for row in rows]
         if observe:
             for row in rows:
-                # The stored settings: they hold the limits accepted at a traffic gate.
-                spec = EndpointSettings.model_validate(row.settings)
-                records[row.name] = (spec, *record_of(ctx, snapshot, row, spec))
+                records[row.name] = (stored[row.id], *record_of(ctx, snapshot, row, stored[row.id]))
     truths = cluster_truths(ctx, records) if observe else {}
     now = ctx.clock.now()
     usable: dict[str, list[ReservationView]] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bot.adapters.clock import Clock
@@ -136,3 +136,12 @@ class ContextClusters:
             log.warning("could not read the cold start of %s: %s", endpoint.name, exc)
             return None
         return cluster.cold_start(endpoint, first_completion_s)
+
+    def delete_pods(self, endpoint: EndpointSettings) -> list[str]:
+        return self.cluster(endpoint).delete_pods(endpoint)
+
+    def cordon(self, endpoint: EndpointSettings, nodes: Sequence[str], cordoned: bool) -> None:
+        self.cluster(endpoint).cordon(endpoint, nodes, cordoned)
+
+    def drill_variant(self, endpoint: EndpointSettings, manifest: RenderedManifest, kind: str) -> RenderedManifest:
+        return self.cluster(endpoint).drill_variant(endpoint, manifest, kind)

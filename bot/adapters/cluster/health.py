@@ -24,7 +24,8 @@ def _container(status: dict[str, Any]) -> ContainerHealth:
     waiting = ((status.get("state") or {}).get("waiting") or {}).get("reason")
     terminated = ((status.get("lastState") or {}).get("terminated") or {}).get("reason")
     return ContainerHealth(name=str(status.get("name", "?")), restarts=int(status.get("restartCount") or 0),
-                           waiting=str(waiting) if waiting else None, last_terminated=str(terminated) if terminated else None)
+                           waiting=str(waiting) if waiting else None, last_terminated=str(terminated) if terminated else None,
+                           ready=bool(status.get("ready")))
 
 
 def pod_health(pod: dict[str, Any]) -> PodHealth:

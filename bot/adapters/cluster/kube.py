@@ -31,10 +31,11 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bot.adapters.clock import Clock, SystemClock
+from bot.adapters.cluster import drills as drilling
 from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
@@ -420,3 +421,14 @@ class KubernetesCluster:
     def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None:
         """Image pull, weight transfer and load times of the newest pod (``StartupReader``); None when unreadable."""
         return read_cold_start(self.rest, endpoint, first_completion_s, container=observation.VLLM_CONTAINER)
+
+    # -- availability drills (``DrillActions``) -------------------------------------------------------
+
+    def delete_pods(self, endpoint: EndpointSettings) -> list[str]:
+        return drilling.delete_pods(self.rest, endpoint)
+
+    def cordon(self, endpoint: EndpointSettings, nodes: Sequence[str], cordoned: bool) -> None:
+        drilling.cordon(self.rest, nodes, cordoned)
+
+    def drill_variant(self, endpoint: EndpointSettings, manifest: RenderedManifest, kind: str) -> RenderedManifest:
+        return drilling.variant(manifest, endpoint, kind)

@@ -34,12 +34,12 @@ annotations, so ``kubectl`` shows which release is running.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import Any
 
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.capture import hyperpod_data_capture
+from bot.domain.egress import DNS_PEER, DNS_PORTS, egress_rules
 from bot.domain.release import ReleaseManifest
 from bot.domain.secrets import SecretRef
 
@@ -52,7 +52,8 @@ GPUS = 8
 PORT = 8000
 MODEL_MOUNT = "/opt/ml/model"
 CAPTURE_ANNOTATION = "kimi-ops.io/data-capture"
-INSTANCE_METADATA = "169.254.169.254/32"
+OPERATOR_POD_LABEL = "app"
+"""The label the HyperPod inference operator sets to the InferenceEndpointConfig's name on its pods."""
 MOUNTPOINT_S3_DRIVER = "s3.csi.aws.com"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 MAX_NUM_SEQS = "--max-num-seqs"
@@ -235,32 +236,23 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
 
 
 def _hyperpod_egress_policy(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> dict[str, Any]:
-    """The model pods (labelled ``app: <endpoint>`` by the operator) may reach DNS and HTTPS to ``egress_cidrs`` only.
+    """The model pods may reach kube-dns and the endpoint's named destinations only (bot/domain/egress.py).
 
-    Weight storage (S3), telemetry and the control plane all answer on 443; the instance metadata address is
-    excluded, so a pod cannot borrow the node's AWS credentials: the operator's own identity reads the weights.
-    The load balancer's way in is the operator's business, so only egress is limited.
+    The pods are selected by ``app: <InferenceEndpointConfig name>``, the label the HyperPod inference operator puts
+    on the pods it creates (with ``deploying-service: hyperpod-inference``): awslabs/ai-on-sagemaker-hyperpod,
+    website/docs/00-eks-orchestration/inference/inference-gateway/01-first-gateway.md ("The operator labels its pods
+    app=<metadata.name>", and its ``kubectl get pods --show-labels`` output). The operator's sidecars
+    (reverse proxy, OpenTelemetry collector) share the pod, so the same rules hold for them. The load balancer's way
+    in is the operator's business, so only egress is limited.
     """
-    https = []
-    for cidr in endpoint.egress_cidrs:
-        block: dict[str, Any] = {"cidr": cidr}
-        if ipaddress.ip_address(INSTANCE_METADATA.split("/")[0]) in ipaddress.ip_network(cidr, strict=False):
-            block["except"] = [INSTANCE_METADATA]
-        https.append({"ipBlock": block})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": _metadata(f"{endpoint.name}-egress", endpoint.namespace, release, endpoint, release_hash),
         "spec": {
-            "podSelector": {"matchLabels": {"app": endpoint.name}},
+            "podSelector": {"matchLabels": {OPERATOR_POD_LABEL: endpoint.name}},
             "policyTypes": ["Egress"],
-            "egress": [
-                {
-                    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
-                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                },
-                {"to": https, "ports": [{"protocol": "TCP", "port": 443}]},
-            ],
+            "egress": egress_rules(endpoint.egress),
         },
     }
 
@@ -433,12 +425,7 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
                     }
                 ],
                 # Weights arrive through the node's CSI driver, so the model pod needs no way out but DNS.
-                "egress": [
-                    {
-                        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
-                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-                    }
-                ],
+                "egress": [{"to": [DNS_PEER], "ports": DNS_PORTS}],
             },
         },
     ]

@@ -339,6 +339,7 @@ class Event(Base):
     """
 
     __tablename__ = "events"
+    __table_args__ = (Index("ix_events_endpoint_name_kind_id", "endpoint_name", "kind", "id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[dt.datetime]
@@ -490,4 +491,42 @@ class SecurityExceptionRecord(Base):
             "kind IN ('trust-remote-code', 'unscanned-image', 'payload-capture', 'tensor-parallel')", name="kind"
         ),
         CheckConstraint("scope IN ('release', 'endpoint')", name="scope"),
+    )
+
+
+class Drill(Base):
+    """An availability drill on one endpoint (migration 0013): asked, approved by someone else, run, judged.
+
+    ``active`` is true while the drill waits for its approver or runs and NULL afterwards: the unique
+    ``(endpoint_id, active)`` lets one drill at a time hold an endpoint, as ``deployments.in_flight`` does.
+    """
+
+    __tablename__ = "drills"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    endpoint_id: Mapped[int] = mapped_column(ForeignKey("endpoints.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16))
+    active: Mapped[bool | None] = mapped_column(Boolean, default=True)
+    requested_by: Mapped[str] = mapped_column(String(128))
+    requested_at: Mapped[dt.datetime]
+    accept_user_impact: Mapped[bool] = mapped_column(Boolean, default=False)
+    decided_by: Mapped[str | None] = mapped_column(String(128), default=None)
+    decided_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    started_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    detected_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    lifted_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    recovered_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    alerts: Mapped[list[Any]] = mapped_column(default=list)
+    passed: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    endpoint: Mapped[Endpoint] = relationship(lazy="joined")
+
+    __table_args__ = (
+        CheckConstraint("state IN ('waiting', 'running', 'passed', 'failed', 'rejected')", name="state"),
+        UniqueConstraint("endpoint_id", "active"),
+        Index("ix_drills_endpoint_id_id", "endpoint_id", "id"),
     )

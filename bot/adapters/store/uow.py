@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
 from bot.adapters.store.deliveries import DeliveryRepository
+from bot.adapters.store.drills import DrillRepository
 from bot.adapters.store.governance import GovernanceRepository
 from bot.adapters.store.leases import LeaseRepository
 from bot.adapters.store.posts import SlackPostRepository
@@ -73,6 +74,7 @@ class SqlUnitOfWork:
         self.posts = SlackPostRepository(session)
         self.governance = GovernanceRepository(session)
         self.samples = SampleRepository(session)
+        self.drills = DrillRepository(session)
         return self
 
     def __exit__(
