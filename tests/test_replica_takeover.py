@@ -277,7 +277,7 @@ def test_the_driving_replica_killed_mid_rollout_is_taken_over_within_the_bound(p
     # Read once the driver is dead: an event it wrote between a reading and the kill would look like a takeover.
     _, events_at_kill = _record(cli, dep)
     wait_until("another replica re-attached to the rollout watch",
-             lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]), limit=BOUND + SLACK + 30)
+               lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]), BOUND + SLACK + 30, poll=0.1)
     taken_after = time.monotonic() - killed_at
     assert taken_after < BOUND + SLACK, f"taken over after {taken_after:.1f} s"
     assert holder_pid(cli, dep) in alive
