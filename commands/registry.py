@@ -22,6 +22,9 @@ from commands import (
     deploy,
     diff,
     drain,
+    drill,
+    drills,
+    exception,
     exceptions,
     gates,
     help,
@@ -38,7 +41,7 @@ from commands.base import Usage, q
 
 COMMANDS: tuple[ModuleType, ...] = (
     help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, ramp, admission, reservations,
-    licence, exceptions,
+    licence, exceptions, exception, drill, drills,
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 
@@ -71,11 +74,30 @@ def parse(text: str) -> Parsed:
     return Parsed(module.NAME, module.parse(args))
 
 
+def complete(parsed: Parsed, reason: str, expires: str) -> Parsed:
+    """``parsed`` with a form's reason and expiry (see :class:`bot.views.parts.CommandForm`); :class:`Usage` if bad."""
+    module = BY_NAME[parsed.name]
+    fill = getattr(module, "complete", None)
+    if fill is None:
+        raise Usage(module.USAGE, f"`{parsed.name}` takes no form")
+    return Parsed(parsed.name, fill(parsed.args, reason, expires))
+
+
 def split(text: str) -> tuple[ModuleType, list[str]]:
     """The sub-command module and its argument words, refusing malformed input as :func:`parse` does."""
     module, args = _words(text)
     module.parse(args)
     return module, args
+
+
+def may_open_form(parsed: Parsed) -> bool:
+    """Whether running ``parsed`` may answer with a form (its module's ``opens_form``); pure.
+
+    A form opens with the slash command's trigger, which Slack honours for 3 seconds only, so the Slack edge
+    runs such a command at once rather than handing it to the worker process.
+    """
+    opens = getattr(BY_NAME[parsed.name], "opens_form", None)
+    return bool(opens(parsed.args)) if opens is not None else False
 
 
 def run(root: Root, identity: Identity, parsed: Parsed) -> Reply:

@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.store.models import Deployment
+from bot.bootstrap import build_root
+from bot.cli.main import app
 from bot.sandbox.stack import ADMIN, APPROVER_1, DEPLOYER, ENDPOINT, Sandbox
 from bot.services.access import Identity
 from bot.services.admission import override_admission
@@ -26,6 +29,9 @@ from bot.services.drills import DrillView, decide_drill, list_drills, request_dr
 from bot.services.errors import Forbidden, Refused
 from bot.services.gates import GateSubject, infrastructure_report
 from bot.services.reservations import watch_reservations
+from bot.views.parts import Table
+from commands.base import Usage
+from commands.registry import dispatch, parse
 from tests.conftest import START
 
 REQUESTER, APPROVER = Identity(DEPLOYER), Identity(APPROVER_1)
@@ -131,7 +137,16 @@ def test_the_requester_cannot_approve_and_a_viewer_cannot_ask(world) -> None:
 
 
 def test_pod_deletion_is_detected_paged_and_recovered_by_the_controller(world) -> None:
-    result = drill(world, "pod-deletion")
+    """Through Slack's commands: asked, approved by someone else, run as the approval's follow-up."""
+    root = build_root(world.ctx)
+    asked = dispatch(root, REQUESTER, "drill KIMI-PROD pod-deletion")
+    number = int(asked.text.split("#")[1].split()[0])
+    assert "waits for an approver other than you" in asked.text and f"/kimi drill approve {number}" in asked.text
+    approved = dispatch(root, APPROVER, f"drill approve {number}")
+    assert "approved; it runs now" in approved.text and approved.then is not None
+    ended = approved.then()
+    assert ended is not None and ended.text.startswith(f"drill #{number} pod-deletion on kimi-prod: passed")
+    [result] = [d for d in list_drills(world.ctx, APPROVER, ENDPOINT) if d.id == number]
     assert result.state == "passed", result.reason
     assert result.detection_seconds == 0  # the first look after the deletion sees no pod
     assert result.recovery_seconds is not None and 120 <= result.recovery_seconds <= 300  # the pod's two minutes back
@@ -145,8 +160,19 @@ def test_pod_deletion_is_detected_paged_and_recovered_by_the_controller(world) -
     assert actions[-4:] == ["drill.requested", "drill.approved", "drill.started", "drill.ended"]
 
 
-def test_node_loss_is_lifted_once_it_paged_and_recovers_on_the_node(world) -> None:
-    result = drill(world, "node-loss")
+def test_node_loss_is_lifted_once_it_paged_and_recovers_on_the_node(world, monkeypatch) -> None:
+    """Through the CLI: ``kimi-ops drill ENDPOINT KIND``, then ``kimi-ops drill approve N`` runs it here."""
+    monkeypatch.setattr("bot.cli.common.context", lambda: world.ctx)
+    asked = CliRunner().invoke(app, ["drill", ENDPOINT, "node-loss", "--as", DEPLOYER])
+    assert asked.exit_code == 0, asked.output
+    number = int(asked.output.split("#")[1].split()[0])
+    assert f"`kimi-ops drill approve {number}` or `kimi-ops drill reject {number} --reason REASON`" in asked.output
+    mine = CliRunner().invoke(app, ["drill", "approve", str(number), "--as", DEPLOYER])
+    assert mine.exit_code == 1 and "someone else must approve" in mine.output
+    ran = CliRunner().invoke(app, ["drill", "approve", str(number), "--as", APPROVER_1])
+    assert ran.exit_code == 0, ran.output
+    assert f"drill #{number} node-loss on kimi-prod: passed" in ran.output
+    [result] = [d for d in list_drills(world.ctx, APPROVER, ENDPOINT) if d.id == number]
     assert result.state == "passed", result.reason
     assert result.detection_seconds == 0 and result.alerts == ["readiness"]
     assert result.recovery_seconds is not None and result.recovery_seconds > 30  # not before the page made someone act
@@ -195,12 +221,37 @@ def test_reservation_expiry_is_rehearsed_on_the_watchs_clock_and_keeps_nothing(w
         assert sum(1 for e in uow.events.undelivered(limit=10_000) if e.kind == "reservation.escalation") == escalations
 
 
-def test_the_last_drills_are_listed_and_the_gate_warning_follows_the_period(world) -> None:
+def test_wrong_drill_commands_say_what_is_wrong(world) -> None:
+    with pytest.raises(Usage, match="no drill kind `pod-delete`; did you mean `pod-deletion`"):
+        parse("drill kimi-prod pod-delete")
+    with pytest.raises(Usage, match="`now` is not `accept-user-impact`"):
+        parse("drill kimi-prod node-loss now")
+    with pytest.raises(Usage, match="say why the drill is rejected"):
+        parse("drill reject 4")
+    wrong = CliRunner().invoke(app, ["drill", ENDPOINT, "pod-delete", "--as", DEPLOYER])
+    assert wrong.exit_code == 2 and "did you mean `pod-deletion`" in wrong.output
+
+
+def test_the_last_drills_are_listed_and_the_gate_warning_follows_the_period(world, monkeypatch) -> None:
     drills = list_drills(world.ctx, APPROVER, ENDPOINT)
     assert [d.kind for d in drills][:7] == ["reservation-expiry", "bad-release", "artifact-outage", "model-load-failure",
                                             "node-loss", "pod-deletion", "pod-deletion"]
     assert drills[1].line.startswith("drill #") and "passed (detected after" in drills[1].line
-    json.dumps([d.__dict__ for d in drills], default=str)  # plain values only
+
+    listed = dispatch(build_root(world.ctx), APPROVER, "drills kimi-prod 3")
+    [table] = [p for p in listed.parts if isinstance(p, Table)]
+    assert "last availability drills" in listed.text and "reservation-expiry" in table.text
+    assert "bad-release" in table.text and "node-loss" not in table.text  # the last three
+    monkeypatch.setattr("bot.cli.common.context", lambda: world.ctx)
+    shown = CliRunner().invoke(app, ["drills", ENDPOINT, "-o", "json", "--as", APPROVER_1])
+    assert shown.exit_code == 0, shown.output
+    rows = json.loads(shown.output)
+    assert rows[0]["kind"] == "reservation-expiry" and rows[0]["state"] == "failed"
+    assert rows[1]["passed"] is True and rows[1]["recovery_seconds"] >= rows[1]["detection_seconds"]
+    assert rows[1]["requested_at"].endswith("Z")
+    table = CliRunner().invoke(app, ["drills", ENDPOINT, "--as", APPROVER_1])
+    assert table.exit_code == 0 and "RECOVERED" in table.output.upper()
+
     assert infra_check(world)[0] == "pass"
     world.ctx.clock.advance(dt.timedelta(days=31))
     status, reason = infra_check(world)

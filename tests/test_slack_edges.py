@@ -27,7 +27,8 @@ MALFORMED = {
     "help": "help me", "deploy": "deploy", "status": "status a b", "history": "history a 0", "release": "release",
     "diff": "diff rel-a", "gates": "gates now", "rollback": "rollback a b c d", "cancel": "cancel twelve",
     "reservations": "reservations all", "drain": "drain later 3", "admission": "admission maybe kimi-prod",
-    "slo": "slo a b", "licence": "licence a b", "exceptions": "exceptions none", "ramp": "ramp later 3 50%",
+    "slo": "slo a b", "licence": "licence a b", "exceptions": "exceptions none", "exception": "exception add SEC-1 kind=root",
+    "ramp": "ramp later 3 50%", "drill": "drill kimi-prod chaos", "drills": "drills kimi-prod many",
 }
 
 

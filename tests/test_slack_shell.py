@@ -75,3 +75,11 @@ def test_the_demo_names_the_state_and_its_reason_when_a_deployment_is_not_live(c
     console.handle("image digest is not the reviewed one")
     with pytest.raises(ScriptFailed, match=r"deployment #1 is rejected, not live: .*image digest is not the reviewed one"):
         tour.expect_live(1)
+
+
+def test_a_command_form_is_answered_on_one_line_in_the_shell(console) -> None:
+    console.handle("/as U0APPROVER1")
+    out = console.handle("/kimi exception add SEC-9 kind=unscanned-image endpoint=kimi-prod")
+    assert out[-1] == "Last day it holds (YYYY-MM-DD), then the reason, on one line:"
+    answer = "\n".join(console.handle("2026-12-31 ECR scanning is down in the region"))
+    assert "*SEC-9* (unscanned-image) recorded for endpoint *kimi-prod* until 2026-12-31" in answer

@@ -47,11 +47,13 @@ def _root(
 # Sub-command groups register themselves here; one line each, in help order.
 from bot.cli import db as _db  # noqa: E402
 from bot.cli import demo as _demo  # noqa: E402
+from bot.cli import drills as _drills  # noqa: E402
 from bot.cli import governance as _governance  # noqa: E402
 from bot.cli import jobs as _jobs  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
 from bot.cli import serve as _serve  # noqa: E402
 from bot.cli import shell as _shell  # noqa: E402
+from bot.cli import worker as _worker  # noqa: E402
 from bot.cli import workflow as _workflow  # noqa: E402
 
 app.add_typer(_db.app, name="db")
@@ -60,8 +62,10 @@ _demo.register(app)
 _workflow.register(app)
 _governance.register(app)
 _jobs.register(app)
+_drills.register(app)
 _serve.register(app)
 _shell.register(app)
+_worker.register(app)
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:

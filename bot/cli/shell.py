@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from bot.views.actions import REJECT
+from bot.views.actions import COMMAND_FORM, REJECT
 
 if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts (the CLI starts faster)
     from bot.sandbox.slack_stub import Message
@@ -106,6 +106,10 @@ class Shell:
         line = line.strip()
         if self._awaiting_reason is not None:
             view, self._awaiting_reason = self._awaiting_reason, None
+            if view.get("callback_id") == COMMAND_FORM:  # a command's form: the date, then the reason
+                day, _, why = line.partition(" ")
+                return self._send(self.sender.submit(self.user, view, {"expires": {"expires": day},
+                                                                       "reason": {"reason": why}}))
             return self._send(self.sender.submit(self.user, view, {"reason": {"reason": line}}))
         if not line:
             return []
@@ -120,7 +124,10 @@ class Shell:
         if line.isdigit():
             return self._press(int(line))
         if line.startswith("/kimi"):
-            return self._send(self.sender.slash(self.user, line[len("/kimi"):].strip(), self.channel))
+            out = self._send(self.sender.slash(self.user, line[len("/kimi"):].strip(), self.channel))
+            if self._new_view():
+                out.append("Last day it holds (YYYY-MM-DD), then the reason, on one line:")
+            return out
         return [f"not understood: {line!r}. {HELP}"]
 
     def _press(self, number: int) -> list[str]:
@@ -128,13 +135,18 @@ class Shell:
             return [f"no button [{number}]; buttons are numbered in the messages above"]
         message, element = self.buttons[number - 1]
         out = self._send(self.sender.click(self.user, message, element["action_id"], element.get("value", "")))
-        if element["action_id"] == REJECT:
-            opened = self.stub.calls_to("views.open")
-            if len(opened) > self._views_seen:
-                self._views_seen = len(opened)
-                self._awaiting_reason = opened[-1].params["view"]
-                out.append("Reason for rejecting (one line):")
+        if element["action_id"] == REJECT and self._new_view():
+            out.append("Reason for rejecting (one line):")
         return out
+
+    def _new_view(self) -> bool:
+        """Whether the app opened a form since the last look; its answer is then the next line typed."""
+        opened = self.stub.calls_to("views.open")
+        if len(opened) <= self._views_seen:
+            return False
+        self._views_seen = len(opened)
+        self._awaiting_reason = opened[-1].params["view"]
+        return True
 
     def _send(self, body: str) -> list[str]:
         response = self.app.dispatch(body.encode(), self.sender.headers(body))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bot.domain.health import WorkloadHealth, crash_faults, node_faults
 
@@ -121,3 +121,32 @@ def stale_drills(last_passed: dt.datetime | None, now: dt.datetime, period: dt.t
         return (f"the last availability drill passed {(now - last_passed).days} days ago "
                 f"(one is expected every {period.days} days)")
     return None
+
+
+@dataclass(frozen=True)
+class DrillView:
+    """A drill as people see it (``/kimi drills``, ``kimi-ops drills -o json``)."""
+
+    id: int
+    endpoint: str
+    kind: str
+    state: str
+    requested_by: str
+    requested_at: dt.datetime
+    accept_user_impact: bool
+    decided_by: str | None
+    started_at: dt.datetime | None
+    detection_seconds: float | None
+    recovery_seconds: float | None
+    alerts: list[str] = field(default_factory=list)
+    passed: bool | None = None
+    reason: str | None = None
+
+    @property
+    def line(self) -> str:
+        """``drill #3 pod-deletion on kimi-prod: passed (detected after 15 s, recovered after 2 min 15 s; alerts: readiness)``."""
+        head = f"drill #{self.id} {self.kind} on {self.endpoint}: {self.state}"
+        if self.state == WAITING:
+            return f"{head} (asked by {self.requested_by}; an approver other than them answers `/kimi drill approve {self.id}`)"
+        tail = f"; alerts: {', '.join(self.alerts)}" if self.alerts else ("; no alert fired" if self.reason else "")
+        return f"{head} ({self.reason or 'running'}{tail})"

@@ -37,9 +37,10 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain import drills as rules
 from bot.domain.admission import Admission, parse_admission
+from bot.domain.drills import DrillView
 from bot.domain.events import DrillNotice
 from bot.domain.health import WorkloadHealth, crash_faults, node_faults
-from bot.domain.names import did_you_mean
+from bot.domain.names import did_you_mean, match
 from bot.domain.rollout import RenderedManifest
 from bot.services import ports
 from bot.services.access import Identity, authorize
@@ -55,35 +56,6 @@ ACTOR = "kimi-ops:drill"
 ALERT_KINDS = (FAILING, "crashloop", "node")
 
 
-@dataclass(frozen=True)
-class DrillView:
-    """A drill as people see it (``/kimi drills``, ``kimi-ops drills -o json``)."""
-
-    id: int
-    endpoint: str
-    kind: str
-    state: str
-    requested_by: str
-    requested_at: dt.datetime
-    accept_user_impact: bool
-    decided_by: str | None
-    started_at: dt.datetime | None
-    detection_seconds: float | None
-    recovery_seconds: float | None
-    alerts: list[str] = field(default_factory=list)
-    passed: bool | None = None
-    reason: str | None = None
-
-    @property
-    def line(self) -> str:
-        """``drill #3 pod-deletion on kimi-prod: passed (detected after 15 s, recovered after 2 min 15 s; alerts: readiness)``."""
-        head = f"drill #{self.id} {self.kind} on {self.endpoint}: {self.state}"
-        if self.state == rules.WAITING:
-            return f"{head} (asked by {self.requested_by}; an approver other than them answers `/kimi drill approve {self.id}`)"
-        tail = f"; alerts: {', '.join(self.alerts)}" if self.alerts else ("; no alert fired" if self.reason else "")
-        return f"{head} ({self.reason or 'running'}{tail})"
-
-
 def _span(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
     return None if start is None or end is None else (end - start).total_seconds()
 
@@ -96,6 +68,16 @@ def _view(row: Drill) -> DrillView:
         recovery_seconds=_span(row.started_at, row.recovered_at), alerts=list(row.alerts or []), passed=row.passed,
         reason=row.reason,
     )
+
+
+def _endpoint(uow: SqlUnitOfWork, name: str, *, lock: bool = False) -> Endpoint:
+    """The endpoint named ``name`` in any case, or :class:`NotFound` with the closest names."""
+    names = [e.name for e in uow.endpoints.list()]
+    declared = match(name, names)
+    row = None if declared is None else uow.endpoints.get_for_update(declared) if lock else uow.endpoints.get(declared)
+    if row is None:
+        raise NotFound(f"no endpoint named {name}{did_you_mean(name, names) or ''}; `/kimi status` lists them all")
+    return row
 
 
 def _spec(ctx: Context, row: Endpoint) -> EndpointSettings:
@@ -143,9 +125,7 @@ def request_drill(ctx: Context, actor: Identity, endpoint: str, kind: str, *, ac
     authorize(ctx, actor, "drill", f"endpoint:{endpoint}")
     now = ctx.clock.now()
     with ctx.uow() as uow:
-        row = uow.endpoints.get_for_update(endpoint)
-        if row is None:
-            raise NotFound(f"no endpoint named {endpoint}; `/kimi status` lists them all")
+        row = _endpoint(uow, endpoint, lock=True)
         live = live_deployment(uow, row.id)
         if live is None:
             raise Refused(f"{row.name} has no live release: a drill tests an endpoint that serves")
@@ -445,9 +425,7 @@ def list_drills(ctx: Context, actor: Identity, endpoint: str, limit: int = 10) -
     """The endpoint's last drills, newest first."""
     authorize(ctx, actor, "view", f"endpoint:{endpoint}")
     with ctx.uow() as uow:
-        row = uow.endpoints.get(endpoint)
-        if row is None:
-            raise NotFound(f"no endpoint named {endpoint}; `/kimi status` lists them all")
+        row = _endpoint(uow, endpoint)
         return [_view(d) for d in uow.drills.for_endpoint(row.id, limit)]
 
 

@@ -157,29 +157,42 @@ def record_licence_review(ctx: Context, actor: Identity, request: ReviewRequest)
     return review
 
 
+def _exception_allowed(ctx: Context, uow: SqlUnitOfWork, actor: Identity, ident: str, kind: str, scope: str,
+                       target: str) -> None:
+    """What must hold before an exception is recorded (its reason and expiry aside)."""
+    if not EXCEPTION_ID.match(ident):
+        raise Refused("an exception id is letters, digits, '.', '_' or '-' (at most 64), e.g. SEC-EXC-2026-0142")
+    if kind not in EXCEPTION_KINDS:
+        raise Refused(f"the kind must be one of {', '.join(EXCEPTION_KINDS)}, not {kind[:40]!r}")
+    if scope not in ("release", "endpoint"):
+        raise Refused("an exception is scoped to one release or one endpoint")
+    if scope == "release":
+        if uow.releases.get(target) is None:
+            raise NotFound(f"no release named {target}; register it first")
+        for row in uow.endpoints.list():
+            holder = uow.deployments.in_flight(row.id)
+            if holder is not None and holder.release.name == target:
+                _not_unblocking_own(uow, row.name, actor)
+    else:
+        _not_unblocking_own(uow, _endpoint(uow, ctx, target).name, actor)
+    if uow.governance.exception(ident) is not None:
+        raise Refused(f"security exception {ident} is already recorded; records are not changed, give a new id")
+
+
+def may_record_exception(ctx: Context, actor: Identity, ident: str, kind: str, scope: str, target: str) -> None:
+    """Before a form asks for the reason and expiry: refuse (and audit) what :func:`record_exception` would refuse."""
+    authorize(ctx, actor, "review", f"exception:{ident[:64]}")
+    with ctx.uow() as uow:
+        _exception_allowed(ctx, uow, actor, ident, kind, scope, target)
+
+
 def record_exception(ctx: Context, actor: Identity, request: ExceptionRequest) -> SecurityException:
     """Store a reviewed security exception (audited); its id is what a release names."""
     authorize(ctx, actor, "review", f"exception:{request.id[:64]}")
-    if not EXCEPTION_ID.match(request.id):
-        raise Refused("an exception id is letters, digits, '.', '_' or '-' (at most 64), e.g. SEC-EXC-2026-0142")
-    if request.kind not in EXCEPTION_KINDS:
-        raise Refused(f"the kind must be one of {', '.join(EXCEPTION_KINDS)}, not {request.kind[:40]!r}")
-    if request.scope not in ("release", "endpoint"):
-        raise Refused("an exception is scoped to one release or one endpoint")
-    reason = _text(request.reason, "the reason")
-    expires_at = _expiry(ctx, request.expires_at)
     with ctx.uow() as uow:
-        if request.scope == "release":
-            if uow.releases.get(request.target) is None:
-                raise NotFound(f"no release named {request.target}; register it first")
-            for row in uow.endpoints.list():
-                holder = uow.deployments.in_flight(row.id)
-                if holder is not None and holder.release.name == request.target:
-                    _not_unblocking_own(uow, row.name, actor)
-        else:
-            _not_unblocking_own(uow, _endpoint(uow, ctx, request.target).name, actor)
-        if uow.governance.exception(request.id) is not None:
-            raise Refused(f"security exception {request.id} is already recorded; records are not changed, give a new id")
+        _exception_allowed(ctx, uow, actor, request.id, request.kind, request.scope, request.target)
+        reason = _text(request.reason, "the reason")
+        expires_at = _expiry(ctx, request.expires_at)
         try:
             recorded = uow.governance.add_exception(SecurityException(
                 id=request.id, kind=request.kind, scope=request.scope, target=request.target, reviewer=actor.user_id,

@@ -49,3 +49,6 @@ class GateTicket:
 INCIDENT_ACK = "incident_acknowledge"
 INCIDENT_SILENCE = "incident_silence"  # opens a form: how long, and why
 INCIDENT_ROLLBACK = "incident_rollback"  # to the release the live one replaced; the rollback rules apply
+
+# The form a command typed without its reason and expiry opens (``/kimi exception add …``); its submission's callback.
+COMMAND_FORM = "command_form"

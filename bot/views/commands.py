@@ -27,6 +27,10 @@ def terminal_command(words: str) -> str:
         rest = [*rest[:at], "--to", *rest[at + 1:]]
     if head == "cancel":
         rest = ["--force" if w == "force" else w for w in rest]
+    if head == "drill":
+        rest = ["--accept-user-impact" if w == "accept-user-impact" else w for w in rest]
+        if rest[:1] == ["reject"] and len(rest) > 2:
+            rest = [*rest[:2], "--reason", " ".join(rest[2:])]
     if head == "help":
         return "kimi-ops --help"
     return " ".join(["kimi-ops", head, *rest])

@@ -92,6 +92,20 @@ Part = Heading | Text | Note | Divider | Table | Buttons | Detail
 
 
 @dataclass(frozen=True)
+class CommandForm:
+    """A form the chat opens for a command typed without its reason and expiry (Slack: a modal).
+
+    Submitted, the form appends ``expires=DATE reason=TEXT`` to ``command`` and runs that text as if typed:
+    the same parser, authorisation and audit as the command written out in full.
+    """
+
+    title: str
+    question: str
+    command: str
+    expires: str | None = None
+
+
+@dataclass(frozen=True)
 class Reply:
     """What one command answers: parts to show, a plain-text fallback, who sees it, and slow work to run after."""
 
@@ -102,6 +116,8 @@ class Reply:
     then: Callable[[], Reply | None] | None = field(default=None, compare=False)
     # The deployment this reply opened, so its thread can go where the request was made.
     deployment_id: int | None = None
+    # Instead of an answer, a form to fill in (where the chat has forms; ``text`` says what to type elsewhere).
+    form: CommandForm | None = None
 
 
 def reply(

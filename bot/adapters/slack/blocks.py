@@ -34,9 +34,11 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from bot.views.actions import COMMAND_FORM
 from bot.views.icons import Icon
 from bot.views.parts import (
     Buttons,
+    CommandForm,
     Detail,
     Divider,
     Heading,
@@ -51,6 +53,7 @@ from bot.views.parts import (
 SILENCE_MODAL = "incident_silence_modal"
 REJECT_MODAL = "gate_reject_reason"
 OVERRIDE_MODAL = "gate_override_reason"
+COMMAND_FORM_MODAL = COMMAND_FORM
 
 MAX_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
@@ -293,3 +296,26 @@ def silence_modal(incident_id: int, what: str, channel: str | None, message_ts: 
                                "element": {"type": "static_select", "action_id": "hours", "options": options,
                                            "initial_option": options[0]}})
     return modal
+
+
+def command_form_modal(form: CommandForm, channel: str | None) -> dict[str, Any]:
+    """The form a command typed without its reason and expiry opens: a date and a reason; the command rides along."""
+    metadata = json.dumps({"command": form.command, "channel": channel}, separators=(",", ":"))
+    date: dict[str, Any] = {"type": "datepicker", "action_id": "expires"}
+    if form.expires:
+        date["initial_date"] = form.expires
+    return {
+        "type": "modal",
+        "callback_id": COMMAND_FORM_MODAL,
+        "private_metadata": metadata,
+        "title": {"type": "plain_text", "text": form.title[:24]},
+        "submit": {"type": "plain_text", "text": "Record"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": form.question}},
+            {"type": "input", "block_id": "expires", "label": {"type": "plain_text", "text": "Last day it holds (UTC)"},
+             "element": date},
+            {"type": "input", "block_id": "reason", "label": {"type": "plain_text", "text": "Reason"},
+             "element": {"type": "plain_text_input", "action_id": "reason", "multiline": True, "max_length": 1000}},
+        ],
+    }

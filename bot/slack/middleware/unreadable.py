@@ -7,20 +7,39 @@ hands to the app instead: a body Bolt cannot read becomes an empty one marked
 in the request context, keeping the raw bytes so Bolt's signature check still
 runs on exactly what was signed (a forged one stays 401). :class:`Unreadable`
 then acknowledges the marked request and runs nothing: no person can be named
-from a body that cannot be read.
+from a body that cannot be read. A slash command whose text holds the word
+"payload" is read as the form it is (Bolt would take it for an interactivity payload).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import parse_qsl
 
 from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
+from slack_bolt.request.internals import build_context
 
 log = logging.getLogger("kimi_ops.slack")
 
 UNREADABLE = "kimi_unreadable_body"  # the context key holding why the body could not be read
+
+
+def read_as_form(request: BoltRequest) -> BoltRequest:
+    """``request`` with its form fields, where Bolt took a form holding the word "payload" for an empty payload.
+
+    Bolt (1.30) reads any form body containing "payload" as an interactivity payload, so a slash command such as
+    ``/kimi exception add … kind=payload-capture`` would arrive with no fields. Both the request the app receives
+    and the one a lazy listener gets (:mod:`bot.slack.lazy_runner`) pass through here.
+    """
+    raw = request.raw_body
+    if request.body == {} and "payload" in raw and not raw.lstrip().startswith("{"):
+        fields = dict(parse_qsl(raw, keep_blank_values=True))
+        if fields and "payload" not in fields:
+            request.body = fields
+            request.context = build_context(request.context, fields)
+    return request
 
 
 def bolt_request(body: str, query: str | None, headers: Mapping[str, Sequence[str] | str]) -> BoltRequest:
@@ -29,7 +48,7 @@ def bolt_request(body: str, query: str | None, headers: Mapping[str, Sequence[st
         request = BoltRequest(body=body, query=query, headers=dict(headers))
         parsed: object = request.body  # typed a dict by Bolt, but whatever json.loads returned
         if isinstance(parsed, dict):
-            return request
+            return read_as_form(request)
         why = f"the body is a JSON {type(parsed).__name__}, not an object"
     except Exception as exc:  # Bolt raises whatever json.loads or its field lookups raise
         why = f"{type(exc).__name__} while reading the body"
