@@ -88,6 +88,11 @@ def complete(parsed: AddException, reason: str, expires: str) -> AddException:
     return replace(parsed, reason=reason.strip() or None, expires=day)
 
 
+def opens_form(parsed: AddException) -> bool:
+    """Typed without its reason or expiry: :func:`run` answers with a form asking for them."""
+    return parsed.reason is None or parsed.expires is None
+
+
 def run(root: Root, identity: Identity, parsed: AddException) -> Reply:
     if parsed.reason is None or parsed.expires is None:
         may_record_exception(root.ctx, identity, parsed.id, parsed.kind, parsed.scope, parsed.target)

@@ -90,6 +90,16 @@ def split(text: str) -> tuple[ModuleType, list[str]]:
     return module, args
 
 
+def may_open_form(parsed: Parsed) -> bool:
+    """Whether running ``parsed`` may answer with a form (its module's ``opens_form``); pure.
+
+    A form opens with the slash command's trigger, which Slack honours for 3 seconds only, so the Slack edge
+    runs such a command at once rather than handing it to the worker process.
+    """
+    opens = getattr(BY_NAME[parsed.name], "opens_form", None)
+    return bool(opens(parsed.args)) if opens is not None else False
+
+
 def run(root: Root, identity: Identity, parsed: Parsed) -> Reply:
     """Run an already parsed command: its module authorises, calls one service and renders."""
     reply: Reply = BY_NAME[parsed.name].run(root, identity, parsed.args)

@@ -182,13 +182,21 @@ def holds_for(what: str, look: Callable[[], Any], right: Callable[[Any], bool], 
 
 
 def holder_pid(cli: CliSandbox, deployment_id: int) -> int | None:
-    """The pid of the replica whose lease on the deployment's endpoint is alive (the holder names it)."""
+    """The pid of the replica whose lease on the deployment's endpoint is alive.
+
+    The holder names its process: the replica's worker process (``kimi-ops serve`` drives deployments there),
+    whose parent is the replica.
+    """
     with cli.ctx.uow() as uow:
         dep = uow.deployments.get(deployment_id)
         lease = uow.leases.get(dep.endpoint_id)
         if lease is None or lease.expires_at <= dt.datetime.now(dt.UTC) or lease.deployment_id != deployment_id:
             return None
-        return int(lease.holder.rsplit("-", 2)[1])
+        worker = int(lease.holder.rsplit("-", 2)[1])
+    try:
+        return int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None  # gone: it holds nothing any more
 
 
 def repeated_progress(cli: CliSandbox, deployment_id: int) -> list[str]:

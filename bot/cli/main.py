@@ -53,6 +53,7 @@ from bot.cli import jobs as _jobs  # noqa: E402
 from bot.cli import release as _release  # noqa: E402
 from bot.cli import serve as _serve  # noqa: E402
 from bot.cli import shell as _shell  # noqa: E402
+from bot.cli import worker as _worker  # noqa: E402
 from bot.cli import workflow as _workflow  # noqa: E402
 
 app.add_typer(_db.app, name="db")
@@ -64,6 +65,7 @@ _jobs.register(app)
 _drills.register(app)
 _serve.register(app)
 _shell.register(app)
+_worker.register(app)
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:

@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kimi_ops.serve")
 
-OUTBOX_SECONDS = 5.0
+# Connections this (answering) process may open on PostgreSQL; its worker gets the rest of the replica's budget.
+FRONT_CONNECTIONS = 8
+
 
 
 def socket_handler(kimi: Any, app_token: str) -> Any:
@@ -71,27 +73,35 @@ def serve(
 ) -> None:
     """Run the Slack bot until interrupted."""
     from bot.bootstrap import build_root
-    from bot.cli.common import context
     from bot.cli.main import run_guarded
 
     def body() -> None:
+        from bot.bootstrap import build_context
         from bot.config import load_settings
 
-        required_credentials(load_settings(), socket)
-        ctx = context()
-        settings = ctx.settings
-        _run(build_root(ctx, slack_token=settings.slack_bot_token), settings, host, port, socket, jobs)
+        settings = load_settings()
+        required_credentials(settings, socket)
+        worker_overflow = max(0, settings.db_max_overflow - FRONT_CONNECTIONS)
+        # The replica's connection budget is shared: this process takes FRONT_CONNECTIONS of the overflow.
+        front = settings.model_copy(update={"db_pool_size": min(settings.db_pool_size, FRONT_CONNECTIONS // 2),
+                                            "db_max_overflow": FRONT_CONNECTIONS - min(settings.db_pool_size,
+                                                                                        FRONT_CONNECTIONS // 2)})
+        ctx = build_context(front, connect=True)
+        _run(build_root(ctx, slack_token=settings.slack_bot_token), settings, host, port, socket, jobs, worker_overflow)
 
     run_guarded(body)
 
 
-def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, jobs: bool) -> None:
+def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, jobs: bool, worker_overflow: int) -> None:
+    from bot.cli.worker import WorkerSupervisor
     from bot.slack.app import create_app
     from bot.slack.http import HttpServer
 
-    # The outbox is also written by rollout watches and the scheduled jobs: deliver it periodically.
+    # This process only answers Slack; the follow-up of each request, the outbox, resuming and taking over
+    # deployments and the scheduled jobs run in the worker process beside it (bot/slack/work.py).
+    supervisor = WorkerSupervisor(["--jobs" if jobs else "--no-jobs"], {"KIMI_DB_MAX_OVERFLOW": str(worker_overflow)})
     kimi = create_app(root, signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign",
-                      outbox_seconds=OUTBOX_SECONDS)
+                      role="front", wake_fd=supervisor.wake_write)
     handler: Any = None
 
     def slack_connected() -> list[str]:
@@ -103,16 +113,10 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
     http = HttpServer(kimi.wsgi(checks=(slack_connected,)), host, port).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    runner = None
-    if jobs:
-        from bot.scheduler import JobRunner
-
-        runner = JobRunner(root)
-        runner.start()
+    supervisor.start()
     if socket:
         handler = socket_handler(kimi, settings.slack_app_token or "")
         handler.connect()
-    kimi.start_background()
     output.info(f"kimi-ops is serving on {http.url} ({'Socket Mode' if socket else 'HTTP /slack/events'}); Ctrl-C stops it")
     budget = connection_budget(settings)
     output.info(budget)
@@ -125,8 +129,7 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
     finally:
         if handler is not None:
             handler.close()
-        if runner is not None:
-            runner.stop()
+        supervisor.stop()
         kimi.close()
         http.stop()
 

@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from slack_bolt import BoltRequest, BoltResponse
 from slack_sdk import WebClient
@@ -53,8 +53,11 @@ from bot.slack.middleware.shapes import WellFormed
 from bot.slack.middleware.unreadable import Unreadable, bolt_request
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
+from bot.slack.work import FollowupQueue
 
 log = logging.getLogger(__name__)
+
+Role = Literal["inline", "front", "worker"]
 
 NO_NOTIFIER = "the Slack app needs a root with a notifier: build it with build_root(ctx, slack_token=...)"
 log = logging.getLogger("kimi_ops.slack")
@@ -73,6 +76,7 @@ class KimiApp:
 
     def __init__(
         self, root: Root, bolt: MeteredApp, client: WebClient, workers: CountingExecutor, command: str, origin: Origin,
+        role: Role = "inline",
     ) -> None:
         if root.notifier is None:
             raise ValueError(NO_NOTIFIER)
@@ -92,8 +96,10 @@ class KimiApp:
         self.deps = SlackDeps(root, client, directory, notifier, self.outbox, homes, self.slow)
         self._taking: set[int] = set()  # deployments a takeover handed to the engine pool, not yet returned
         self._takeover_stop = threading.Event()
+        self.role = role
         self.once = OncePerRequest(ctx)  # one answer per request across replicas, redeliveries included
-        bolt.use(self.once)
+        if role != "worker":  # the worker runs requests the answering process claimed and verified already
+            bolt.use(self.once)
         bolt.use(Unreadable())
         bolt.use(OnlyOurWorkspace(origin, self._refused))
         bolt.use(WellFormed(ctx.settings.slack_max_command_chars, self._tell_sender))
@@ -183,12 +189,21 @@ def create_app(
     command: str = "/kimi",
     workers: int = 16,
     outbox_seconds: float | None = 2.0,
+    role: Role = "inline",
+    wake_fd: int | None = None,
 ) -> KimiApp:
     """Build the Slack app on ``root``, sharing its notifier's Web API client.
 
     ``auth.test`` names the workspace, organisation and app requests must come from where the settings do not
     (:func:`bot.slack.middleware.origin.origin_of`; :class:`bot.config.ConfigError` when it cannot tell).
+
+    ``role``: ``inline`` answers Slack and runs the follow-up in this process (the local shell, tests);
+    ``front`` answers Slack and records the follow-up for a worker process (nudged through ``wake_fd``), keeping
+    no outbox thread of its own; ``worker`` runs recorded follow-ups (:mod:`bot.slack.work`) and never answers
+    HTTP, so it checks no signature (the front did, before recording).
     """
+    if role == "front":
+        outbox_seconds = None  # the worker delivers the outbox
     if root.notifier is None:
         raise ValueError(NO_NOTIFIER)
     client = root.notifier.client
@@ -202,9 +217,10 @@ def create_app(
         listener_executor=pool,
         raise_error_for_unhandled_request=False,
         logger=logging.getLogger("kimi_ops.bolt"),
+        request_verification_enabled=role != "worker",
     )
-    share_lazy_requests(bolt)
-    kimi = KimiApp(root, bolt, client, pool, command, origin)
+    share_lazy_requests(bolt, FollowupQueue(root.ctx, wake_fd) if role == "front" else None)
+    kimi = KimiApp(root, bolt, client, pool, command, origin, role)
     if outbox_seconds:
         kimi.start_delivery(outbox_seconds)
     return kimi

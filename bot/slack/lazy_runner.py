@@ -9,16 +9,40 @@ same body (parsed again, as Bolt's copy is) with a shallow copy of the context: 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from slack_bolt import App, BoltContext, BoltRequest
 from slack_bolt.listener.thread_runner import ThreadListenerRunner
+from slack_bolt.util.utils import get_name_for_callable
 
 from bot.slack.middleware.unreadable import read_as_form
+
+if TYPE_CHECKING:
+    from bot.slack.work import FollowupQueue
+
+log = logging.getLogger("kimi_ops.slack")
 
 # Bolt's own per-thread plumbing, which it never copies either; the runner sets what the lazy thread needs.
 _NOT_SHARED = frozenset(BoltContext.non_copyable_standard_property_names)
 
 
 class SharedRequestRunner(ThreadListenerRunner):
+    queue: FollowupQueue | None = None  # set in the answering process of ``kimi-ops serve``: lazy work goes to the worker
+
+    def _start_lazy_function(self, lazy_func: Callable[..., None], request: BoltRequest) -> None:
+        from bot.slack.work import IMMEDIATE, RUN_HERE
+
+        name = get_name_for_callable(lazy_func)
+        if self.queue is not None and name not in IMMEDIATE and not request.context.get(RUN_HERE):
+            try:
+                self.queue.record(name, request)
+                return
+            except Exception:  # the database is away: the person still gets an answer, from this process
+                log.warning("could not hand %s to the worker; running it here", name, exc_info=True)
+        super()._start_lazy_function(lazy_func, request)
+
     def _build_lazy_request(self, request: BoltRequest, lazy_func_name: str) -> BoltRequest:
         body = request.raw_body if request.mode == "http" else request.body
         context = BoltContext({k: v for k, v in request.context.items() if k not in _NOT_SHARED})
@@ -34,10 +58,10 @@ class SharedRequestRunner(ThreadListenerRunner):
         return lazy
 
 
-def share_lazy_requests(app: App) -> None:
-    """Replace ``app``'s listener runner by a :class:`SharedRequestRunner` with the same settings."""
+def share_lazy_requests(app: App, queue: FollowupQueue | None = None) -> None:
+    """Replace ``app``'s listener runner by a :class:`SharedRequestRunner` with the same settings (and ``queue``)."""
     runner: ThreadListenerRunner = app.listener_runner
-    app._listener_runner = SharedRequestRunner(
+    shared = app._listener_runner = SharedRequestRunner(
         logger=runner.logger,
         process_before_response=runner.process_before_response,
         listener_error_handler=runner.listener_error_handler,
@@ -46,3 +70,4 @@ def share_lazy_requests(app: App) -> None:
         listener_executor=runner.listener_executor,
         lazy_listener_runner=runner.lazy_listener_runner,
     )
+    shared.queue = queue

@@ -28,6 +28,7 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: i
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         return engine

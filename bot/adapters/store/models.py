@@ -353,6 +353,25 @@ class SlackDelivery(Base):
     received_at: Mapped[dt.datetime] = mapped_column(index=True)
 
 
+class SlackWork(Base):
+    """The work after a Slack acknowledgement, recorded by the process that answered Slack for the worker process.
+
+    ``request`` is the Slack request as it arrived (mode, body, query, headers) and ``function`` the lazy listener to
+    run on it. A worker takes a row by setting ``holder`` and ``lease_until`` (renewed while it works) and deletes it
+    when done; a row whose lease lapsed (its worker died) is taken by the next worker that looks.
+    """
+
+    __tablename__ = "slack_work"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[dt.datetime]
+    function: Mapped[str] = mapped_column(String(64))
+    request: Mapped[dict[str, Any]] = mapped_column()
+    holder: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[dt.datetime | None] = mapped_column()
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class SlackPost(Base):
     """One Slack message the notifier means to post, claimed before the Web API call (see :mod:`bot.adapters.store.posts`).
 

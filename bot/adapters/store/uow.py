@@ -33,6 +33,7 @@ from bot.adapters.store.repositories import (
     flush,
 )
 from bot.adapters.store.samples import SampleRepository
+from bot.adapters.store.work import WorkRepository
 
 
 class SqlUnitOfWork:
@@ -51,6 +52,7 @@ class SqlUnitOfWork:
     posts: SlackPostRepository
     governance: GovernanceRepository
     samples: SampleRepository
+    work: WorkRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -74,6 +76,7 @@ class SqlUnitOfWork:
         self.posts = SlackPostRepository(session)
         self.governance = GovernanceRepository(session)
         self.samples = SampleRepository(session)
+        self.work = WorkRepository(session)
         self.drills = DrillRepository(session)
         return self
 

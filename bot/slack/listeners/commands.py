@@ -4,8 +4,10 @@ The ack function parses the text (pure, microseconds) and either answers the
 usage line or stores the :class:`commands.registry.Parsed` value in Bolt's
 request context, which Bolt copies to the lazy function; the lazy function
 resolves the person, runs the command module with those parsed arguments and
-follows up. Nothing parses the text a second time. A command typed without its reason and expiry answers
-with a form (``listeners/command_forms.py``), opened here with the command's trigger.
+follows up. Nothing parses the text a second time in one process; the worker process of ``kimi-ops serve``
+(:mod:`bot.slack.work`), which receives the request without the acknowledgement's context, parses it again.
+A command typed without its reason and expiry answers with a form (``listeners/command_forms.py``), opened
+here with the command's trigger.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
 from bot.slack.listeners.command_forms import open_form
 from bot.slack.listeners.gate_actions import click
+from bot.slack.work import RUN_HERE
 from bot.views.actions import NEXT_PAGE, RUN_COMMAND
 from bot.views.parts import Reply, reply
 from commands import registry
@@ -34,7 +37,9 @@ PARSED = "kimi_parsed_command"  # the Bolt context key the parsed command travel
 def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
     def ack_command(ack: Ack, command: dict[str, Any], context: BoltContext) -> None:
         try:
-            context[PARSED] = registry.parse(command.get("text") or "")
+            context[PARSED] = parsed = registry.parse(command.get("text") or "")
+            if registry.may_open_form(parsed):
+                context[RUN_HERE] = True  # the form needs the command's trigger (3 s): not through the worker
         except Usage as usage:
             ack(text=str(usage))
             return
@@ -49,7 +54,12 @@ def register(app: App, deps: SlackDeps, command: str = "/kimi") -> None:
     def run_command(command: dict[str, Any], respond: Respond, context: BoltContext) -> None:
         parsed: registry.Parsed | None = context.get(PARSED)
         if parsed is None:
-            return  # already answered with the usage line
+            # In the worker process the acknowledgement ran elsewhere: parse again (pure); what did not parse
+            # was answered with the usage line in the acknowledgement.
+            try:
+                parsed = registry.parse(command.get("text") or "")
+            except Exception:
+                return
         user, channel = command["user_id"], command.get("channel_id")
         tell = responder(respond)
         answer = guard(lambda: registry.run(deps.root, deps.identity(user), parsed), tell)

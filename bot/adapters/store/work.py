@@ -1,0 +1,60 @@
+"""The ``slack_work`` table: Slack follow-ups recorded by the answering process, taken by workers under a lease.
+
+A worker takes the oldest row nobody holds (or whose holder's lease lapsed) with one conditional ``UPDATE``, so
+two workers never hold one row at once; on PostgreSQL the candidate is read ``FOR UPDATE SKIP LOCKED``, so
+concurrent workers take different rows instead of queueing on one. The holder renews its leases while it works
+and deletes the row when done; only the holder may delete it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import CursorResult, delete, insert, or_, select, update
+from sqlalchemy.orm import Session
+
+from bot.adapters.store.models import SlackWork
+
+
+class WorkRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, function: str, request: dict[str, Any], at: dt.datetime) -> None:
+        # A Core insert: the acknowledgement path pays for one statement, not for an ORM flush.
+        self.session.execute(insert(SlackWork).values(created_at=at, function=function, request=request, attempts=0))
+
+    def take(self, holder: str, now: dt.datetime, until: dt.datetime) -> tuple[int, str, dict[str, Any], int] | None:
+        """The oldest free row, now held by ``holder`` until ``until`` (id, function, request, attempts); None if none."""
+        free = or_(SlackWork.lease_until.is_(None), SlackWork.lease_until <= now)
+        candidate = select(SlackWork.id).where(free).order_by(SlackWork.id).limit(1)
+        if self.session.get_bind().dialect.name == "postgresql":
+            candidate = candidate.with_for_update(skip_locked=True)
+        found = self.session.scalar(candidate)
+        if found is None:
+            return None
+        result: CursorResult[Any] = self.session.execute(  # type: ignore[assignment]
+            update(SlackWork).where(SlackWork.id == found, free)
+            .values(holder=holder, lease_until=until, attempts=SlackWork.attempts + 1))
+        if result.rowcount != 1:
+            return None  # another worker took it between the read and the update
+        row = self.session.execute(select(SlackWork.function, SlackWork.request, SlackWork.attempts)
+                                   .where(SlackWork.id == found)).one()
+        return found, row.function, row.request, row.attempts
+
+    def renew(self, holder: str, ids: Sequence[int], until: dt.datetime) -> None:
+        if ids:
+            self.session.execute(update(SlackWork).where(SlackWork.id.in_(list(ids)), SlackWork.holder == holder)
+                                 .values(lease_until=until))
+
+    def finish(self, work_id: int, holder: str) -> bool:
+        """Delete the row if ``holder`` still holds it; False when its lease lapsed and another worker took it."""
+        result: CursorResult[Any] = self.session.execute(  # type: ignore[assignment]
+            delete(SlackWork).where(SlackWork.id == work_id, SlackWork.holder == holder))
+        return result.rowcount == 1
+
+    def waiting(self) -> int:
+        """Rows not yet done (held or not)."""
+        return len(self.session.scalars(select(SlackWork.id)).all())

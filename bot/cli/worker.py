@@ -1,0 +1,151 @@
+"""``kimi-ops worker``: the process beside ``kimi-ops serve`` that runs what follows each Slack acknowledgement.
+
+``serve`` answers Slack and records each request's follow-up in the database (:mod:`bot.slack.work`); this
+process takes the follow-ups under a lease and runs them (the command's service call, its reply, the engine's
+steps), delivers the outbox, resumes and takes over deployments and, with ``--jobs``, runs the scheduled jobs.
+``serve`` starts it with :class:`WorkerSupervisor` and starts it again when it dies; it is not meant to be run
+by hand (hidden from ``--help``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import typer
+
+log = logging.getLogger("kimi_ops.worker")
+
+OUTBOX_SECONDS = 5.0
+RESTART_PAUSE_SECONDS = 1.0
+WORKER_NICENESS = 5
+
+
+def worker(
+    jobs: bool = typer.Option(True, "--jobs/--no-jobs", help="Also run the scheduled jobs (with leader election)."),
+    wake_fd: int = typer.Option(-1, "--wake-fd", help="Pipe the answering process nudges when it records work."),
+    lease_seconds: float = typer.Option(0.0, "--lease-seconds", help="Lease of a taken follow-up (default 30 s)."),
+) -> None:
+    """Run the follow-up work of `kimi-ops serve` (started by serve)."""
+    from bot.bootstrap import build_root
+    from bot.cli.common import context
+    from bot.cli.main import run_guarded
+
+    def body() -> None:
+        ctx = context()
+        settings = ctx.settings
+        run_worker(build_root(ctx, slack_token=settings.slack_bot_token), jobs, wake_fd if wake_fd >= 0 else None,
+                   lease_seconds or None)
+
+    run_guarded(body)
+
+
+def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) -> None:
+    from bot.slack.app import create_app
+    from bot.slack.work import LEASE_SECONDS, Worker
+
+    settings = root.ctx.settings
+    _exit_with_parent()
+    # Below the answering process: when both want a core, the acknowledgement Slack waits for gets it first.
+    os.nice(WORKER_NICENESS)
+    kimi = create_app(root, signing_secret=settings.slack_signing_secret or "the-worker-verifies-nothing",
+                      outbox_seconds=OUTBOX_SECONDS, role="worker")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    runner = None
+    if jobs:
+        from bot.scheduler import JobRunner
+
+        runner = JobRunner(root)
+        runner.start()
+    kimi.start_background()
+    if wake_fd is not None:
+        os.set_blocking(wake_fd, False)
+    work = Worker(root.ctx, kimi.bolt.dispatch, threads=kimi.workers.size, lease=lease or LEASE_SECONDS, wake_fd=wake_fd)
+    log.info("worker %s takes follow-up work", work.holder)
+    try:
+        work.run(stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if runner is not None:
+            runner.stop()
+        kimi.close()
+
+
+def _exit_with_parent(every_seconds: float = 0.5) -> None:
+    """Die at once when the process that started this one dies (kill -9 of ``serve`` takes its worker with it).
+
+    A worker outliving its replica would go on driving deployments for a replica that is gone; dying as the
+    replica does lets their leases lapse, so another replica takes them over.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_seconds)
+        log.error("the serving process is gone; the worker stops with it")
+        os._exit(70)
+
+    threading.Thread(target=watch, name="kimi-worker-parent", daemon=True).start()
+
+
+class WorkerSupervisor:
+    """Starts ``kimi-ops worker`` beside the answering process and starts it again whenever it exits unasked."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.env = {**os.environ, **(env or {})}  # the worker reads its settings as serve did, from the environment
+        # The nudge pipe outlives each worker: a restarted one inherits the same read end.
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_write, False)
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._thread = threading.Thread(target=self._keep, name="kimi-worker-supervisor", daemon=True)
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", "from bot.cli.main import main; main()", "worker",
+                "--wake-fd", str(self.wake_read), *self.args]
+
+    def start(self) -> WorkerSupervisor:
+        self._thread.start()
+        return self
+
+    def _keep(self) -> None:
+        while not self._stop.is_set():
+            self._proc = subprocess.Popen(self.command(), pass_fds=(self.wake_read,), env=self.env)
+            code = self._proc.wait()
+            if self._stop.is_set():
+                return
+            log.error("the worker process exited (%s); starting another", code)
+            self._stop.wait(RESTART_PAUSE_SECONDS)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._thread.join(timeout=5)
+        for fd in (self.wake_read, self.wake_write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worker", hidden=True)(worker)

@@ -1,0 +1,58 @@
+"""Follow-up work handed from the process that answers Slack to the worker process, through the database.
+
+The answering process records each request's follow-up (:func:`record`: one small transaction) before it
+acknowledges, so an acknowledged request's work survives any crash. A worker takes one (:func:`take`) under a
+lease of ``lease`` seconds, renews the leases of what it still runs (:func:`renew`) and removes it when done
+(:func:`finish`); if the worker dies, the lease lapses and the next worker to look takes the work again. Work
+is therefore run at least once and never by two workers at a time; what it calls is safe to repeat (a gate
+decision carries its ticket, so a repeated approval is refused as already decided).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bot.services.context import Context
+
+
+@dataclass(frozen=True)
+class Followup:
+    id: int
+    function: str
+    request: dict[str, Any]
+    attempts: int
+
+
+def record(ctx: Context, function: str, request: dict[str, Any]) -> None:
+    with ctx.uow() as uow:
+        uow.work.add(function, request, ctx.clock.now())
+        uow.commit()
+
+
+def take(ctx: Context, holder: str, lease: float) -> Followup | None:
+    now = ctx.clock.now()
+    with ctx.uow() as uow:
+        found = uow.work.take(holder, now, now + dt.timedelta(seconds=lease))
+        uow.commit()
+    return Followup(*found) if found is not None else None
+
+
+def renew(ctx: Context, holder: str, ids: Sequence[int], lease: float) -> None:
+    with ctx.uow() as uow:
+        uow.work.renew(holder, ids, ctx.clock.now() + dt.timedelta(seconds=lease))
+        uow.commit()
+
+
+def finish(ctx: Context, holder: str, work_id: int) -> bool:
+    with ctx.uow() as uow:
+        done = uow.work.finish(work_id, holder)
+        uow.commit()
+    return done
+
+
+def waiting(ctx: Context) -> int:
+    with ctx.uow() as uow:
+        return uow.work.waiting()

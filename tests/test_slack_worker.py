@@ -1,0 +1,165 @@
+"""The follow-up of a Slack request runs in the worker process beside ``kimi-ops serve``, and survives its crash.
+
+Signed HTTP into the real Bolt app (the answering side, ``role="front"``) and real ``kimi-ops worker`` /
+``kimi-ops serve`` processes, against the recording Slack stub and one SQLite file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.adapters.store import schema
+from bot.bootstrap import build_context, build_root
+from bot.config import load_settings
+from bot.sandbox.slack_stub import SlackSender, SlackStub
+from bot.services import followups
+from bot.services.releases import register_release
+from bot.slack.app import create_app
+from bot.slack.http import HttpServer
+from tests.workflow_support import ROLES, endpoint_config, release_data
+
+SECRET = "worker-test-secret"
+TYPIST = "U0TYPIST"
+GROUP = "S0VIEWERS"
+
+
+def _env(tmp_path: Path, stub: SlackStub, **extra: str) -> dict[str, str]:
+    config = tmp_path / "kimi.yaml"
+    config.write_text(f"roles:\n  viewer: [{GROUP}]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "SLACK_"))}
+    env.update(KIMI_DATA_DIR=str(tmp_path / "data"), KIMI_DATABASE_URL=f"sqlite:///{tmp_path / 'kimi.db'}",
+               KIMI_CONFIG=str(config), KIMI_SLACK_API_URL=stub.api_url, SLACK_BOT_TOKEN="xoxb-test",
+               SLACK_SIGNING_SECRET=SECRET, **extra)
+    return env
+
+
+def _kimi_ops(env: dict[str, str], cwd: Path, *args: str, **popen: object) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", "from bot.cli.main import main; main()", *args],
+                            env=env, cwd=cwd, text=True, **popen)  # type: ignore[call-overload]
+
+
+def _until(condition: Callable[[], bool], limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "not within the limit"
+        time.sleep(0.05)
+
+
+def _replies(stub: SlackStub) -> list[str]:
+    return [m.text for m in stub.messages if m.channel.startswith("response:")]
+
+
+@pytest.fixture()
+def stub() -> Iterator[SlackStub]:
+    with SlackStub(groups={GROUP: [TYPIST]}) as stub:
+        yield stub
+
+
+def test_a_follow_up_whose_worker_is_killed_is_completed_once_by_the_next_worker(tmp_path, stub) -> None:
+    env = _env(tmp_path, stub)
+    schema.upgrade(env["KIMI_DATABASE_URL"])
+    ctx = build_context(load_settings(database_url=env["KIMI_DATABASE_URL"], data_dir=tmp_path / "data",
+                                      slack_api_url=stub.api_url, roles={"viewer": [GROUP]}))
+    front = create_app(build_root(ctx, slack_token="xoxb-test"), signing_secret=SECRET, role="front")
+    http = HttpServer(front.wsgi(), "127.0.0.1", 0).start()
+    workers: list[subprocess.Popen[str]] = []
+    try:
+        # The first worker will be stopped mid-work: while it asks Slack who is in the typist's group.
+        hold = stub.hold_next("usergroups.users.list")
+        sender = SlackSender(SECRET, stub)
+        body = sender.slash(TYPIST, "help")
+        answer = httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body))
+        assert answer.status_code == 200  # acknowledged; the answering process ran nothing of it
+        assert followups.waiting(ctx) == 1 and _replies(stub) == []
+
+        workers.append(_kimi_ops(env, tmp_path, "worker", "--no-jobs", "--lease-seconds", "2"))
+        assert hold.reached.wait(60), "the first worker never took the follow-up"
+        workers[0].kill()  # kill -9: no chance to finish or give the work back
+        workers[0].wait(timeout=30)
+        hold.release()
+        assert _replies(stub) == [] and followups.waiting(ctx) == 1
+
+        workers.append(_kimi_ops(env, tmp_path, "worker", "--no-jobs", "--lease-seconds", "2"))
+        stub.wait_for(lambda s: _replies(s), timeout=60)
+        _until(lambda: followups.waiting(ctx) == 0)  # the worker removes what it finished
+        workers[1].send_signal(signal.SIGTERM)
+        assert workers[1].wait(timeout=30) == 0
+        replies = _replies(stub)
+        assert len(replies) == 1 and "/kimi" in replies[0]  # the help text, once
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        http.stop()
+        front.close()
+        ctx.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_serve_answers_through_its_worker_and_starts_it_again_when_it_dies(tmp_path, stub) -> None:
+    env = _env(tmp_path, stub, KIMI_AUTO_MIGRATE="1")
+    serve = _kimi_ops(env, tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs",
+                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    sender = SlackSender(SECRET, stub)
+    try:
+        assert serve.stdout is not None
+        url = re.search(r"serving on (http://127\.0\.0\.1:\d+)", serve.stdout.readline()).group(1)  # type: ignore[union-attr]
+        for round_ in (1, 2):
+            body = sender.slash(TYPIST, "help")
+            assert httpx.post(f"{url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
+            stub.wait_for(lambda s, n=round_: len(_replies(s)) == n, timeout=60)
+            if round_ == 1:
+                (worker,) = _children(serve.pid)
+                os.kill(worker, signal.SIGKILL)  # the supervisor starts another; the next request still gets its answer
+        assert len(_replies(stub)) == 2
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=60)
+    assert serve.returncode == 0
+
+
+def test_what_needs_the_trigger_runs_at_once_in_the_answering_process(tmp_path, stub) -> None:
+    """A form opens with the request's trigger (3 s): those listeners never wait for a worker (none runs here)."""
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data", slack_api_url=stub.api_url,
+                                      roles=ROLES, endpoints=[endpoint_config()]))
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    front = create_app(build_root(ctx, slack_token="xoxb-test"), signing_secret=SECRET, role="front")
+    http = HttpServer(front.wsgi(), "127.0.0.1", 0).start()
+    sender = SlackSender(SECRET, stub)
+    try:
+        body = sender.slash("U0APPROVER1", "exception add SEC-2 kind=unscanned-image release=rel-a")
+        assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
+        opened = stub.wait_for(lambda s: s.calls_to("views.open"), timeout=30)
+        assert "SEC-2" in str(opened[0].params["view"]) and followups.waiting(ctx) == 0
+        body = sender.slash("U0APPROVER1", "help")  # anything else is left to the worker
+        assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
+        assert followups.waiting(ctx) == 1 and _replies(stub) == []
+    finally:
+        http.stop()
+        front.close()
+        ctx.close()
