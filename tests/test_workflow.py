@@ -292,6 +292,9 @@ def test_the_candidate_is_applied_only_after_users_are_closed_out_and_drained(wf
         assert uow.endpoints.get("kimi-prod").admission == "closed"
         order = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{waiting.id}", limit=100))]
     assert order.index("deployment.draining") < order.index("deployment.applying")
+    with ctx.uow() as uow:
+        (_, _, applying_at, _), = uow.audit.actions(f"deployment:{waiting.id}", "deployment.applying")
+    assert cluster.watched_since[-1] == applying_at  # the rollout watch tells only events since this apply
     assert get_deployment(ctx, live.id).state == "live"  # users still count the previous release as live
 
 
