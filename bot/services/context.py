@@ -62,15 +62,15 @@ class Context:
     ports: Ports = field(default_factory=Ports)
 
     def close(self) -> None:
-        """Release the database pool and the endpoint client's kept-alive connections (the process's, shared by probes)."""
+        """Release the database pool and the kept-alive connections of the endpoint client and the DCGM reader."""
         self.uow.engine.dispose()
-        endpoint = self.ports.endpoint
-        # A port built on first use and never used has no client to close: building one just to close it is waste.
-        if endpoint is None or not getattr(endpoint, "built", True):
-            return
-        closer = getattr(endpoint, "close", None)
-        if callable(closer):
-            closer()
+        for port in (self.ports.endpoint, self.ports.gpus):
+            # A port built on first use and never used has no client to close: building one just to close it is waste.
+            if port is None or not getattr(port, "built", True):
+                continue
+            closer = getattr(port, "close", None)
+            if callable(closer):
+                closer()
 
 
 def require(port: P | None, what: str, purpose: str = "for this process") -> P:

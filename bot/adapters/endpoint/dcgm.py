@@ -7,18 +7,21 @@ free (``DCGM_FI_DEV_FB_USED``/``_FREE``, MiB), power (``DCGM_FI_DEV_POWER_USAGE`
 (``DCGM_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL``, summed per GPU). A field the
 exporter's counter list leaves out is ``None``.
 
-:class:`HttpGpuTelemetry` makes its own short-lived client per scrape and shares nothing with the endpoint
-client, so a scrape that fails never closes a connection pool the completions use.
+:class:`HttpGpuTelemetry` keeps one httpx client for every scrape (made on first use, safe across the watch's
+threads, closed only by :meth:`HttpGpuTelemetry.close` at process end) and reads through the endpoint
+client's :func:`~bot.adapters.endpoint.metrics.fetch_text`, so both scrapes fail in the same words.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections import defaultdict
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.adapters.endpoint.metrics import fetch_text
 from bot.adapters.endpoint.tls import tls_context
 from bot.domain.health import GpuReading, GpuSnapshot
 
@@ -62,20 +65,26 @@ def parse_dcgm(text: str) -> GpuSnapshot:
 
 
 class HttpGpuTelemetry:
-    """Implements :class:`bot.services.ports.GpuTelemetry` over httpx."""
+    """Implements :class:`bot.services.ports.GpuTelemetry` over one shared httpx client."""
 
     def __init__(self, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.timeout = timeout
         self._transport = transport
+        self._lock = threading.Lock()
+        self._shared: httpx.Client | None = None
+
+    def _client(self) -> httpx.Client:
+        with self._lock:
+            if self._shared is None or self._shared.is_closed:
+                self._shared = httpx.Client(timeout=self.timeout, transport=self._transport, verify=tls_context())
+            return self._shared
+
+    def close(self) -> None:
+        """Close the shared client (process end); the next read makes a new one."""
+        with self._lock:
+            if self._shared is not None:
+                self._shared.close()
+                self._shared = None
 
     def read(self, url: str) -> GpuSnapshot:
-        try:
-            with httpx.Client(timeout=self.timeout, transport=self._transport, verify=tls_context()) as client:
-                response = client.get(url)
-        except httpx.TimeoutException:
-            raise GpuTelemetryUnavailable(f"timed out reading {url}") from None
-        except httpx.HTTPError as exc:
-            raise GpuTelemetryUnavailable(f"cannot reach {url}: {exc}") from None
-        if response.status_code != 200:
-            raise GpuTelemetryUnavailable(f"{url} answered HTTP {response.status_code}")
-        return parse_dcgm(response.text)
+        return parse_dcgm(fetch_text(self._client(), url, GpuTelemetryUnavailable))

@@ -160,14 +160,23 @@ def _status_class(samples: Mapping[str, list[tuple[Mapping[str, str], float]]], 
     return sum(v for labels, v in rows if labels.get("status") == status and not math.isnan(v))
 
 
-def scrape(client: httpx.Client, url: str) -> MetricsSnapshot:
-    """GET ``url`` and parse it; any failure becomes :class:`MetricsUnavailable` with its reason."""
+def fetch_text(client: httpx.Client, url: str, unavailable: type[Exception]) -> str:
+    """GET ``url`` on ``client`` (shared by the caller: never closed here); any failure raises ``unavailable``.
+
+    One wording for every Prometheus endpoint kimi-ops scrapes (vLLM's ``/metrics``, the DCGM exporter):
+    ``timed out reading URL``, ``cannot reach URL: why``, ``URL answered HTTP 503``.
+    """
     try:
         response = client.get(url)
     except httpx.TimeoutException:
-        raise MetricsUnavailable(f"timed out reading {url}") from None
-    except httpx.TransportError as exc:
-        raise MetricsUnavailable(f"cannot reach {url}: {exc}") from None
+        raise unavailable(f"timed out reading {url}") from None
+    except httpx.RequestError as exc:
+        raise unavailable(f"cannot reach {url}: {exc}") from None
     if response.status_code != 200:
-        raise MetricsUnavailable(f"{url} answered HTTP {response.status_code}")
-    return parse_metrics(response.text)
+        raise unavailable(f"{url} answered HTTP {response.status_code}")
+    return response.text
+
+
+def scrape(client: httpx.Client, url: str) -> MetricsSnapshot:
+    """GET ``url`` and parse it; any failure becomes :class:`MetricsUnavailable` with its reason."""
+    return parse_metrics(fetch_text(client, url, MetricsUnavailable))

@@ -20,7 +20,7 @@ from slack_sdk.errors import SlackApiError
 from bot.adapters.slack.blocks import COMMAND_FORM_MODAL, command_form_modal
 from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
-from bot.slack.listeners.gate_actions import _field, reason
+from bot.slack.listeners.reason_modal import dig, reason
 from bot.views.parts import Reply, reply
 from commands import registry
 from commands.base import Usage
@@ -56,8 +56,8 @@ def _metadata(view: dict[str, Any]) -> dict[str, Any] | None:
 
 def _expires(view: dict[str, Any]) -> str:
     """The date picked (``selected_date``), or one typed into a plain input (``value``)."""
-    field = _field(_field(_field(view.get("state"), "values"), "expires"), "expires")
-    chosen = _field(field, "selected_date") or _field(field, "value")
+    picked = dig(dig(dig(view.get("state"), "values"), "expires"), "expires")
+    chosen = dig(picked, "selected_date") or dig(picked, "value")
     return chosen.strip() if isinstance(chosen, str) else ""
 
 

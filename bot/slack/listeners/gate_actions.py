@@ -10,11 +10,10 @@ the acknowledgement when the reason is empty.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from slack_bolt import Ack, App, Respond
+from slack_bolt import App, Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
@@ -22,8 +21,9 @@ from bot.adapters.slack.blocks import OVERRIDE_MODAL, REJECT_MODAL, override_mod
 from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
+from bot.slack.listeners.reason_modal import ReasonForm, dig, open_form, register_form
 from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, SHOW_CHECKS
-from bot.views.parts import Reply, reply
+from bot.views.parts import Reply
 from commands import actions
 
 log = logging.getLogger("kimi_ops.slack")
@@ -32,7 +32,7 @@ log = logging.getLogger("kimi_ops.slack")
 def click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:
     """Who clicked, in which channel, and the button's value."""
     action = body["actions"][0]  # the shape middleware let through only clicks with an action and a user
-    channel = _field(body.get("channel"), "id") or _field(body.get("container"), "channel_id")
+    channel = dig(body.get("channel"), "id") or dig(body.get("container"), "channel_id")
     value = action.get("value")
     return body["user"]["id"], channel if isinstance(channel, str) else None, value if isinstance(value, str) else None
 
@@ -45,9 +45,9 @@ def now_running(client: WebClient, body: dict[str, Any], line: str) -> None:
     Called before the decision, so that rewrite always lands after this edit; :func:`restore` undoes it on a refusal.
     """
     message, container = body.get("message"), body.get("container")
-    channel = _field(body.get("channel"), "id") or _field(container, "channel_id")
-    ts = _field(container, "message_ts")
-    blocks = _field(message, "blocks")
+    channel = dig(body.get("channel"), "id") or dig(container, "channel_id")
+    ts = dig(container, "message_ts")
+    blocks = dig(message, "blocks")
     if not (isinstance(channel, str) and isinstance(ts, str) and isinstance(blocks, list)):
         return
     kept = [b for b in blocks if isinstance(b, dict) and b.get("type") != "actions"]
@@ -71,36 +71,24 @@ def refused(client: WebClient, body: dict[str, Any], tell: Tell) -> Tell:
 def restore(client: WebClient, body: dict[str, Any]) -> None:
     """The clicked message as it was before :func:`now_running` changed it (the click was refused)."""
     message, container = body.get("message"), body.get("container")
-    channel = _field(body.get("channel"), "id") or _field(container, "channel_id")
-    ts, blocks = _field(container, "message_ts"), _field(message, "blocks")
+    channel = dig(body.get("channel"), "id") or dig(container, "channel_id")
+    ts, blocks = dig(container, "message_ts"), dig(message, "blocks")
     if not (isinstance(channel, str) and isinstance(ts, str) and isinstance(blocks, list)):
         return
     try:
-        client.chat_update(channel=channel, ts=ts, text=str(_field(message, "text") or ""), blocks=blocks)
+        client.chat_update(channel=channel, ts=ts, text=str(dig(message, "text") or ""), blocks=blocks)
     except SlackApiError as exc:
         log.warning("could not put the clicked message back after a refusal (%s)", exc.response.get("error"))
 
 
-def _field(value: Any, key: str) -> Any:
-    return value.get(key) if isinstance(value, dict) else None
-
-
-def reason(view: dict[str, Any]) -> str:
-    """The reason typed into the form; empty when the form came back without it (no ``state``, or not as we sent it)."""
-    typed = _field(_field(_field(_field(view.get("state"), "values"), "reason"), "reason"), "value")
-    return typed.strip() if isinstance(typed, str) else ""
-
-
-def metadata(view: dict[str, Any]) -> dict[str, Any] | None:
-    """What the form carried from the click (the ticket, channel, message); None when it is not what we wrote."""
-    try:
-        meta = json.loads(view.get("private_metadata") or "")
-    except (TypeError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and isinstance(meta.get("ticket"), str) else None
-
-
-LOST_TICKET = "This form no longer says which gate it rejects; nothing was rejected. Close it and click Reject on the gate again."
+REJECT_FORM = ReasonForm(
+    REJECT_MODAL, lost="This form no longer says which gate it rejects; nothing was rejected. Close it and click Reject "
+                       "on the gate again.",
+    blank="Say why the gate is rejected.", undone="rejected", again="Click Reject again.")
+OVERRIDE_FORM = ReasonForm(
+    OVERRIDE_MODAL, lost="This form no longer says which gate it approves; nothing was approved. Close it and click "
+                         "again.",
+    blank="Say why the endpoint may go live above its measured limits.", undone="approved", again="Click again.")
 
 
 def register(app: App, deps: SlackDeps) -> None:
@@ -122,14 +110,8 @@ def register(app: App, deps: SlackDeps) -> None:
         if seen is None:
             return
         message_ts = (body.get("container") or {}).get("message_ts")
-        try:
-            deps.client.views_open(trigger_id=body["trigger_id"],
-                                   view=reject_modal(value or "", seen.gate, seen.deployment_id, channel, message_ts))
-        except SlackApiError as exc:
-            # A trigger lives 3 seconds; a slow queue can outlive it. Nothing was decided: say so.
-            log.warning("views.open failed for a Reject click: %s", exc.response.get("error"))
-            tell(reply(f"Slack could not open the reason form ({exc.response.get('error')}); nothing was rejected. "
-                       "Click Reject again."))
+        open_form(deps, REJECT_FORM, body["trigger_id"],
+                  reject_modal(value or "", seen.gate, seen.deployment_id, channel, message_ts), tell)
 
     def ask_override(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
@@ -138,13 +120,8 @@ def register(app: App, deps: SlackDeps) -> None:
         if seen is None:
             return
         message_ts = (body.get("container") or {}).get("message_ts")
-        try:
-            deps.client.views_open(trigger_id=body["trigger_id"],
-                                   view=override_modal(value or "", seen.deployment_id, channel, message_ts))
-        except SlackApiError as exc:
-            log.warning("views.open failed for an override click: %s", exc.response.get("error"))
-            tell(reply(f"Slack could not open the reason form ({exc.response.get('error')}); nothing was approved. "
-                       "Click again."))
+        open_form(deps, OVERRIDE_FORM, body["trigger_id"],
+                  override_modal(value or "", seen.deployment_id, channel, message_ts), tell)
 
     def recheck(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
@@ -160,41 +137,11 @@ def register(app: App, deps: SlackDeps) -> None:
         answer = guard(lambda: actions.accept_limits(deps.ctx, deps.identity(user), value), tell)
         deps.follow(answer, tell, channel)
 
-    def ack_reason(ack: Ack, view: dict[str, Any]) -> None:
-        if metadata(view) is None:
-            ack(response_action="errors", errors={"reason": LOST_TICKET})
-            return
-        if not reason(view):
-            ack(response_action="errors", errors={"reason": "Say why the gate is rejected."})
-            return
-        ack()
+    def reject(user: str, meta: dict[str, Any], why: str, _view: dict[str, Any]) -> Reply:
+        return actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "rejected", why)
 
-    def reject(body: dict[str, Any], view: dict[str, Any]) -> None:
-        why, meta = reason(view), metadata(view)
-        if not why or meta is None:
-            return  # refused in the acknowledgement
-        channel = meta.get("channel") if isinstance(meta.get("channel"), str) else None
-        user = body["user"]["id"]
-        tell = clicker(deps.client, user, channel, None)
-        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "rejected", why), tell)
-        deps.follow(answer, tell, channel)
-
-    def ack_override(ack: Ack, view: dict[str, Any]) -> None:
-        if not reason(view):
-            ack(response_action="errors", errors={"reason": "Say why the endpoint may go live above its measured limits."})
-            return
-        ack()
-
-    def approve_above(body: dict[str, Any], view: dict[str, Any]) -> None:
-        why = reason(view)
-        if not why:
-            return
-        meta = json.loads(view.get("private_metadata") or "{}")
-        user, channel = body["user"]["id"], meta.get("channel")
-        tell = clicker(deps.client, user, channel, None)
-        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "approved",
-                                              override_reason=why), tell)
-        deps.follow(answer, tell, channel)
+    def approve_above(user: str, meta: dict[str, Any], why: str, _view: dict[str, Any]) -> Reply:
+        return actions.decide(deps.root, deps.identity(user), meta.get("ticket"), "approved", override_reason=why)
 
     def show_checks(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
@@ -206,8 +153,8 @@ def register(app: App, deps: SlackDeps) -> None:
     app.action(SHOW_CHECKS)(ack=ack_now, lazy=[show_checks])
     app.action(APPROVE)(ack=ack_now, lazy=[approve])
     app.action(APPROVE_ABOVE_LIMITS)(ack=ack_now, lazy=[ask_override])
-    app.view(OVERRIDE_MODAL)(ack=ack_override, lazy=[approve_above])
+    register_form(app, deps, OVERRIDE_FORM, approve_above)
     app.action(RECHECK)(ack=ack_now, lazy=[recheck])
     app.action(ACCEPT_LIMITS)(ack=ack_now, lazy=[accept_limits])
     app.action(REJECT)(ack=ack_now, lazy=[ask_reason])
-    app.view(REJECT_MODAL)(ack=ack_reason, lazy=[reject])
+    register_form(app, deps, REJECT_FORM, reject)

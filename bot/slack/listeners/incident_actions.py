@@ -1,34 +1,36 @@
 """The metrics-watch alert buttons: Acknowledge, Silence… (a form: how long and why) and Roll back.
 
 Each click is acknowledged at once; the lazy function resolves the clicker and calls :mod:`commands.incidents`,
-whose services authorise and audit. A silence submitted without a reason is refused in the acknowledgement.
+whose services authorise and audit. A silence submitted without a reason is refused in the acknowledgement (the shared
+:mod:`bot.slack.listeners.reason_modal`).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-from slack_bolt import Ack, App, Respond
-from slack_sdk.errors import SlackApiError
+from slack_bolt import App, Respond
 
 from bot.adapters.slack.blocks import SILENCE_MODAL, silence_modal
 from bot.services.incidents import SILENCE_CHOICES_HOURS
 from bot.slack.answers import clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
-from bot.slack.listeners.gate_actions import _field, click, metadata, reason
+from bot.slack.listeners.gate_actions import click
+from bot.slack.listeners.reason_modal import ReasonForm, dig, open_form, register_form
 from bot.views.actions import INCIDENT_ACK, INCIDENT_ROLLBACK, INCIDENT_SILENCE
-from bot.views.parts import reply
+from bot.views.parts import Reply
 from commands import incidents
 
-log = logging.getLogger("kimi_ops.slack")
+SILENCE_FORM = ReasonForm(
+    SILENCE_MODAL, lost="This form no longer says which alert it silences; close it and click Silence again.",
+    blank="Say why the alert is silenced.", undone="silenced", again="Click Silence again.")
 
 
 def hours(view: dict[str, Any]) -> str | None:
     """The chosen duration: a select's ``selected_option`` (or a typed ``value``, as a plain input sends it)."""
-    field = _field(_field(_field(view.get("state"), "values"), "hours"), "hours")
-    chosen = _field(_field(field, "selected_option"), "value") or _field(field, "value")
+    picked = dig(dig(dig(view.get("state"), "values"), "hours"), "hours")
+    chosen = dig(dig(picked, "selected_option"), "value") or dig(picked, "value")
     return chosen if isinstance(chosen, str) else None
 
 
@@ -52,35 +54,13 @@ def register(app: App, deps: SlackDeps) -> None:
         number = guard(lambda: incidents.incident_id(value), tell)
         if number is None:
             return
-        try:
-            deps.client.views_open(trigger_id=body["trigger_id"],
-                                   view=silence_modal(number, f"incident #{number}", channel, message_ts,
-                                                      SILENCE_CHOICES_HOURS))
-        except SlackApiError as exc:
-            log.warning("views.open failed for a Silence click: %s", exc.response.get("error"))
-            tell(reply(f"Slack could not open the silence form ({exc.response.get('error')}); nothing was silenced. "
-                       "Click Silence again."))
+        open_form(deps, SILENCE_FORM, body["trigger_id"],
+                  silence_modal(number, f"incident #{number}", channel, message_ts, SILENCE_CHOICES_HOURS), tell)
 
-    def ack_silence(ack: Ack, view: dict[str, Any]) -> None:
-        if metadata(view) is None:
-            ack(response_action="errors", errors={"reason": "This form no longer says which alert it silences; "
-                                                            "close it and click Silence again."})
-        elif not reason(view):
-            ack(response_action="errors", errors={"reason": "Say why the alert is silenced."})
-        else:
-            ack()
-
-    def silence(body: dict[str, Any], view: dict[str, Any]) -> None:
-        why, meta = reason(view), metadata(view)
-        if not why or meta is None:
-            return  # refused in the acknowledgement
-        channel = meta.get("channel") if isinstance(meta.get("channel"), str) else None
-        user = body["user"]["id"]
-        tell = clicker(deps.client, user, channel, None)
-        answer = guard(lambda: incidents.silence(deps.ctx, deps.identity(user), meta.get("ticket"), hours(view), why), tell)
-        deps.follow(answer, tell, channel)
+    def silence(user: str, meta: dict[str, Any], why: str, view: dict[str, Any]) -> Reply:
+        return incidents.silence(deps.ctx, deps.identity(user), meta.get("ticket"), hours(view), why)
 
     app.action(INCIDENT_ACK)(ack=ack_now, lazy=[acknowledge])
     app.action(INCIDENT_ROLLBACK)(ack=ack_now, lazy=[roll_back])
     app.action(INCIDENT_SILENCE)(ack=ack_now, lazy=[ask_silence])
-    app.view(SILENCE_MODAL)(ack=ack_silence, lazy=[silence])
+    register_form(app, deps, SILENCE_FORM, silence)
