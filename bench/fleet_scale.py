@@ -72,7 +72,7 @@ def seed_live(ctx: Context, names: list[str]) -> None:
             live = uow.deployments.add(Deployment(endpoint_id=endpoint.id, release_id=release.id, kind="deploy",
                                                   state="live", requested_by="U1", created_at=now, updated_at=now,
                                                   finished_at=now, applied_manifest="x" * 4000))
-            live.in_flight = None  # no longer holding its endpoint (None at construction means the default, True)
+            assert live.in_flight is None  # live: no longer holding its endpoint (the model takes it from the state)
         uow.commit()
 
 

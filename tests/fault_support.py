@@ -112,7 +112,7 @@ class FaultProxy:
         if fault is not None and fault.kind == "unreachable":
             self._sever()
             if previous is None or previous.kind != "unreachable":
-                self._listener.close()
+                self._stop_listening()
         elif previous is not None and previous.kind == "unreachable":
             self._listen()
 
@@ -128,8 +128,7 @@ class FaultProxy:
         self._closed = True
         self._healed.set()
         self._sever()
-        with suppress(OSError):
-            self._listener.close()
+        self._stop_listening()
 
     # ------------------------------------------------------------------ serving
     def _listen(self) -> None:
@@ -140,11 +139,22 @@ class FaultProxy:
         self._listener, self.port = listener, listener.getsockname()[1]
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
+    def _stop_listening(self) -> None:
+        """Refuse new connections: shut the listener down first, which wakes the thread blocked in ``accept``
+        (a bare ``close`` leaves that call holding the socket, and it would accept one more connection)."""
+        with suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        with suppress(OSError):
+            self._listener.close()
+
     def _accept(self, listener: socket.socket) -> None:
         while not self._closed:
             try:
                 conn, _ = listener.accept()
             except OSError:
+                return
+            if listener.fileno() == -1 or listener is not self._listener:  # it stopped listening meanwhile: refused
+                conn.close()
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 

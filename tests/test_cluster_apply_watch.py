@@ -7,6 +7,7 @@ success, failure, timeout and stop, resuming after a restart, and admission.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +24,7 @@ from bot.adapters.cluster import (
     KubernetesCluster,
 )
 from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
-from bot.adapters.cluster.rest import object_path
+from bot.adapters.cluster.rest import collection_path, object_path
 from bot.adapters.cluster.rollout import read_hyperpod
 from bot.config import EndpointSettings
 from bot.domain.coldstart import breakdown, go_duration
@@ -383,6 +384,27 @@ def test_a_watch_resumes_after_a_restart_and_never_trusts_the_previous_releases_
     assert stale.status == "timed_out"
     with OperatorSimulator(seeded.rest(), NS, step_seconds=0.02):
         assert after_restart.watch(ep, newer_manifest, timeout_seconds=30, on_progress=Progress()).status == "succeeded"
+
+
+def test_a_watch_tells_only_the_events_since_this_deployments_apply(
+        seeded: KubeStandIn, cluster: KubernetesCluster, release: ReleaseManifest) -> None:
+    ep = endpoint()
+    # An earlier deploy's pod (named after the same endpoint) left its events an hour ago.
+    an_hour_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    seeded.rest().create(collection_path("Event", NS), {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{ep.name}-5f7c9-old.17f", "namespace": NS},
+        "involvedObject": {"kind": "Pod", "name": f"{ep.name}-5f7c9-old", "namespace": NS}, "type": "Warning",
+        "reason": "BackOff", "message": "Back-off restarting failed container vllm", "count": 3,
+        "firstTimestamp": an_hour_ago, "lastTimestamp": an_hour_ago})
+    manifest = cluster.render(release, ep, release.tuple_hash())
+    applied_at = dt.datetime.now(dt.UTC)
+    cluster.apply(ep, manifest)
+    progress = Progress()
+    with OperatorSimulator(seeded.rest(), NS, step_seconds=0.02):
+        outcome = cluster.watch(ep, manifest, timeout_seconds=30, on_progress=progress, since=applied_at)
+    assert outcome.status == "succeeded"
+    assert "event Normal Scheduled Pod/" in progress.text  # this rollout's own events are told…
+    assert "BackOff" not in progress.text and "-old" not in progress.text  # …the earlier pod's are not
 
 
 def test_watching_an_endpoint_that_was_never_applied_fails_at_once(cluster: KubernetesCluster,

@@ -44,6 +44,7 @@ from tests.cli_support import (
     stop_cli_sandbox,
 )
 from tests.workflow_support import APPROVER_1, REQUESTER, workflow
+from tests.world_support import wait_until
 
 # Whole-stack: a kimi-ops subprocess is killed mid-rollout and another resumes it.
 pytestmark = pytest.mark.timeout(300)
@@ -63,14 +64,13 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CliSandbox]:
 
 def _wait_for(what: str, condition: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
     """Poll until ``condition`` holds; fail (with the process's output) if it exits or the bound passes first."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
+    def holds() -> bool:
         if proc.poll() is not None:
             out, err = proc.communicate()
             pytest.fail(f"kimi-ops exited ({proc.returncode}) before {what}:\n{out}\n{err}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {WAIT_SECONDS}s")
-        time.sleep(0.1)
+        return condition()
+
+    wait_until(what, holds, WAIT_SECONDS, poll=0.1)
 
 
 def _record(cli: CliSandbox, deployment_id: int) -> tuple[list[tuple[int, str]], list[tuple[int, str, Any]]]:

@@ -69,7 +69,7 @@ def _go_live(sandbox: Sandbox) -> None:
         live = uow.deployments.add(Deployment(endpoint_id=endpoint_id, release_id=release_id, kind="deploy", state="live",
                                               requested_by=DEPLOYER, created_at=now, updated_at=now, finished_at=now,
                                               applied_manifest=manifest.text, manifest_hash=manifest.sha256))
-        live.in_flight = None  # the column's default (true) fills an explicit None on insert: a finished one holds nothing
+        assert live.in_flight is None  # live: it holds nothing (the row takes in_flight from its state)
         uow.commit()
 
 

@@ -14,8 +14,8 @@ which step, and what a person must be able to read and do afterwards.
 
 from __future__ import annotations
 
+import functools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,14 +24,13 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from bot.domain.states import State
-from bot.sandbox.openai_server import OpenAIServer
-from bot.sandbox.stack import ADMIN, APPROVER_1, DEPLOYER, ENDPOINT, NAMESPACE
+from bot.sandbox.stack import ADMIN, DEPLOYER, ENDPOINT, NAMESPACE
 from bot.services.access import Identity
 from bot.services.admission import STUCK
-from bot.services.deployments import cancel, decide_gate, get_deployment, history, request_deploy
+from bot.services.deployments import cancel, get_deployment, history, request_deploy
 from bot.services.engine import Engine
-from bot.services.errors import Refused, Unavailable
-from bot.services.traffic_gate import accept_proposed_limits
+from bot.services.errors import Unavailable
+from tests import world_support
 from tests.fault_support import (
     ECR_503,
     KUBE_500,
@@ -43,46 +42,28 @@ from tests.fault_support import (
     hang,
     unreachable,
 )
+from tests.world_support import SandboxWorld, in_background, joined
 
 pytestmark = pytest.mark.timeout(900)
 
 WAIT_SECONDS = 120  # a bound on waiting for the engine in another thread, not a performance expectation
+wait_until = functools.partial(world_support.wait_until, timeout=WAIT_SECONDS, poll=0.05)
 APPLY = rf"PATCH /apis/[^ ]+/namespaces/{NAMESPACE}/inferenceendpointconfigs/{ENDPOINT}\?(?![^ ]*dryRun)"
 
 
 @dataclass
-class World:
+class World(SandboxWorld):
     sandbox: FaultSandbox
     engine: Engine
     felt: list[FaultProxy] = field(default_factory=list)  # proxies whose fault the case must see met
-
-    @property
-    def ctx(self) -> Any:
-        return self.sandbox.ctx
-
-    @property
-    def model(self) -> OpenAIServer:
-        model: OpenAIServer = self.sandbox.stand_ins["openai"]
-        return model
-
-    @property
-    def releases(self) -> tuple[str, str]:
-        older, newer = (r.name for r in self.sandbox.releases)
-        return older, newer
 
     def advance(self, dep: int) -> Any:
         return self.engine.advance(dep)
 
     def approve(self, dep: int, gate: str) -> None:
         view = get_deployment(self.ctx, dep)
-        assert view.pending is not None and view.pending.gate == gate and view.pending.approvable, (view.state, view.state_reason)
-        if gate == "traffic":
-            try:
-                accept_proposed_limits(self.ctx, None, dep, Identity(APPROVER_1), seen_report_hash=view.pending.report_hash)
-            except Refused as refused:
-                assert "nothing to accept" in str(refused)
-        decide_gate(self.ctx, dep, gate, "approved", Identity(APPROVER_1),
-                    seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
+        assert view.pending is not None and view.pending.gate == gate, (view.state, view.state_reason)
+        self.decide(view)
 
     def to_gate(self, dep: int, gate: str) -> None:
         """Advance and approve until ``gate`` waits for a decision."""
@@ -116,35 +97,14 @@ class World:
         return live.release
 
 
-def wait_until(what: str, condition: Callable[[], bool], timeout: float = WAIT_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:.0f} s")
-        time.sleep(0.05)
-
-
 class Background:
     """``engine.advance`` on a thread: the test watches the deployment wait, heals the fault, then joins."""
 
     def __init__(self, work: Callable[[], Any]) -> None:
-        self.result: list[Any] = []
-
-        def run() -> None:
-            try:
-                self.result.append(work())
-            except BaseException as exc:  # handed to the test, which re-raises it
-                self.result.append(exc)
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
+        self.thread, self.result = in_background(work)
 
     def join(self) -> Any:
-        self.thread.join(WAIT_SECONDS)
-        assert not self.thread.is_alive() and self.result, "the engine did not return"
-        if isinstance(self.result[0], BaseException):
-            raise self.result[0]
-        return self.result[0]
+        return joined(self.thread, self.result, WAIT_SECONDS)
 
 
 @pytest.fixture(scope="module")
@@ -314,16 +274,14 @@ def during_the_fault(world: World, dep: int, case: Case, running: Background, he
 
 def taken_over(world: World, dep: int) -> Any:
     """What a replica's takeover round does with a deployment its driver dropped: resume it, again until it moves on."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
+    def one_round() -> Any:
         try:
             view = world.engine.resume(dep)
-            if view.state != State.ROLLING_OUT:
-                return view
         except (OperationalError, Unavailable):  # the database is not back yet: the next round tries again
-            pass
-        assert time.monotonic() < deadline, "the deployment was never taken over"
-        time.sleep(0.2)
+            return None
+        return view if view.state != State.ROLLING_OUT else None
+
+    return wait_until("a takeover of the deployment", one_round, poll=0.2)
 
 
 def check_outcome(world: World, dep: int, view: Any, case: Case) -> None:

@@ -13,9 +13,8 @@ production one; people decide through the same services the Slack edge calls.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,7 @@ from bot.adapters.cluster.rest import object_path
 from bot.cli.demo import Tour
 from bot.cli.shell import Shell
 from bot.domain.admission import Admission
-from bot.sandbox.gateway import GatewayStandIn, Routed
-from bot.sandbox.openai_server import OpenAIServer
+from bot.sandbox.gateway import Routed
 from bot.sandbox.stack import APPROVER_1, CHANNEL, DEPLOYER, ENDPOINT, GROUPS, NAMESPACE, Sandbox
 from bot.sandbox.traffic import FALLBACK_SERVICE
 from bot.sandbox.users import COHORT_USER, USER
@@ -37,38 +35,17 @@ from bot.services.access import Identity
 from bot.services.deployments import cancel, decide_gate, get_deployment, history, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
-from bot.services.traffic_gate import accept_proposed_limits
+from tests.world_support import APPROVER, WAIT_SECONDS, SandboxWorld, in_background, joined, wait_until
 
 # Whole-stack: every stand-in, background users, several deployments per test.
 pytestmark = pytest.mark.timeout(600)
 
-APPROVER = Identity(APPROVER_1)
-WAIT_SECONDS = 90  # a bound on waiting for the engine in another thread, not a performance expectation
 
 
 @dataclass
-class World:
+class World(SandboxWorld):
     sandbox: Sandbox
     engine: Engine
-
-    @property
-    def ctx(self) -> Any:
-        return self.sandbox.ctx
-
-    @property
-    def gateway(self) -> GatewayStandIn:
-        gateway: GatewayStandIn = self.sandbox.stand_ins["traffic"].gateway
-        return gateway
-
-    @property
-    def model(self) -> OpenAIServer:
-        model: OpenAIServer = self.sandbox.stand_ins["openai"]
-        return model
-
-    @property
-    def releases(self) -> tuple[str, str]:
-        older, newer = (r.name for r in self.sandbox.releases)
-        return older, newer
 
     def users_at_model(self) -> int:
         """User requests the Kimi K3 stand-in received (the bot's own carry no user field)."""
@@ -101,25 +78,6 @@ class World:
         with self.ctx.uow() as uow:
             return str(uow.endpoints.get(ENDPOINT).admission)
 
-    def approve(self, deployment_id: int, *, until: str) -> Any:
-        """Approve each waiting gate (accepting the traffic gate's proposed limits first) until ``until``."""
-        view = self.engine.advance(deployment_id)
-        while view.state != until:
-            assert view.pending is not None and view.pending.approvable, (view.state, view.state_reason)
-            if view.pending.gate == "traffic":
-                self.accept_limits(deployment_id, view.pending.report_hash)
-            decide_gate(self.ctx, deployment_id, view.pending.gate, "approved", APPROVER,
-                        seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
-            view = self.engine.advance(deployment_id)
-        return view
-
-    def accept_limits(self, deployment_id: int, report_hash: str) -> None:
-        """Take the traffic gate's proposed limits, as an approver would (unless the endpoint already runs with them)."""
-        try:
-            accept_proposed_limits(self.ctx, None, deployment_id, APPROVER, seen_report_hash=report_hash)
-        except Refused as refused:
-            assert "nothing to accept" in str(refused)
-
     def deploy(self, release: str, *, until: str = "live") -> Any:
         return self.approve(request_deploy(self.ctx, release, None, Identity(DEPLOYER)).id, until=until)
 
@@ -130,37 +88,6 @@ def start_world(path: Path, *, database_url: str | None = None, users_per_second
     sandbox = Sandbox(path, users_per_second=users_per_second, settings_overrides=overrides,
                       endpoint_overrides=endpoint).start()
     return World(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
-
-
-def wait_until(what: str, condition: Callable[[], bool], timeout: float = WAIT_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:.0f} s")
-        time.sleep(0.02)
-
-
-def in_background(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
-    """Run ``work`` on a thread; its result (or exception) lands in the returned list."""
-    result: list[Any] = []
-
-    def run() -> None:
-        try:
-            result.append(work())
-        except BaseException as exc:  # handed to the test, which re-raises it
-            result.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
-
-
-def joined(thread: threading.Thread, result: list[Any]) -> Any:
-    thread.join(WAIT_SECONDS)
-    assert not thread.is_alive() and result, "the engine did not return"
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
 
 
 def restore_of(world: World, ended_id: int) -> Any:

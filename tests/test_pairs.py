@@ -8,10 +8,9 @@ the gates is the one whole-stack flow; the split, the abort, the rollback and th
 
 from __future__ import annotations
 
-import threading
-import time
+import datetime as dt
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -23,30 +22,28 @@ from slack_sdk import WebClient
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.domain.admission import Admission
-from bot.sandbox.gateway import GatewayStandIn
 from bot.sandbox.slack_stub import SlackStub
-from bot.sandbox.stack import APPROVER_1, BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
+from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
 from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
 from bot.services.admission import apply_admission
-from bot.services.deployments import approve_ramp_step, decide_gate, get_deployment, request_deploy
+from bot.services.deployments import approve_ramp_step, get_deployment, ramp_step_waiting, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.pairs import rollback_service, service_status
 from bot.services.reservations import endpoints_with_tested_release, watch_reservations
-from bot.services.traffic_gate import accept_proposed_limits
+from bot.services.scheduling import run_job
+from tests.world_support import APPROVER, SandboxWorld, in_background, joined, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
-APPROVER = Identity(APPROVER_1)
-WAIT_SECONDS = 90  # a bound on waiting for the engine in another thread, not a performance expectation
 # The Gateway API conformance suite's weight check (HTTPRouteWeight): 500 requests, each share within ±0.05.
 CONFORMANCE_REQUESTS, CONFORMANCE_TOLERANCE = 500, 0.05
 HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16))
 
 
 @dataclass
-class PairWorld:
+class PairWorld(SandboxWorld):
     sandbox: Sandbox
     engine: Engine
     slack: SlackStub
@@ -68,20 +65,6 @@ class PairWorld:
             dep = uow.deployments.get(deployment_id)
             channel, root = dep.slack_channel, dep.slack_thread_ts
         return [u for _, u in self.slack.files_in(channel, root) if u.filename.startswith("ramp-")]
-
-    @property
-    def ctx(self) -> Any:
-        return self.sandbox.ctx
-
-    @property
-    def gateway(self) -> GatewayStandIn:
-        gateway: GatewayStandIn = self.sandbox.stand_ins["traffic"].gateway
-        return gateway
-
-    @property
-    def releases(self) -> tuple[str, str]:
-        older, newer = (r.name for r in self.sandbox.releases)
-        return older, newer
 
     def server(self, side: str) -> Any:
         return self.sandbox.side_server(side)
@@ -125,24 +108,6 @@ class PairWorld:
         with self.ctx.uow() as uow:
             return int(uow.audit.latest_id())
 
-    def approve(self, deployment_id: int, *, until: str) -> Any:
-        view = self.engine.advance(deployment_id)
-        while view.state != until:
-            self.decide(view)
-            view = self.engine.advance(deployment_id)
-        return view
-
-    def decide(self, view: Any) -> None:
-        """Approve the waiting gate (accepting a traffic gate's proposed limits first), without advancing."""
-        assert view.pending is not None and view.pending.approvable, (view.state, view.state_reason)
-        if view.pending.gate == "traffic":
-            try:
-                accept_proposed_limits(self.ctx, None, view.id, APPROVER, seen_report_hash=view.pending.report_hash)
-            except Refused as refused:
-                assert "nothing to accept" in str(refused)
-        decide_gate(self.ctx, view.id, view.pending.gate, "approved", APPROVER,
-                    seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
-
     def deploy(self, release: str, *, until: str = "live") -> Any:
         return self.approve(request_deploy(self.ctx, release, SERVICE, Identity(DEPLOYER)).id, until=until)
 
@@ -153,36 +118,6 @@ class PairWorld:
 
     def users_on(self) -> str:
         return next(s.endpoint for s in service_status(self.ctx, SERVICE).sides if s.users)
-
-
-def wait_until(what: str, condition: Callable[[], bool], timeout: float = WAIT_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:.0f} s")
-        time.sleep(0.02)
-
-
-def in_background(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
-    result: list[Any] = []
-
-    def run() -> None:
-        try:
-            result.append(work())
-        except BaseException as exc:  # handed to the test, which re-raises it
-            result.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result
-
-
-def joined(thread: threading.Thread, result: list[Any]) -> Any:
-    thread.join(WAIT_SECONDS)
-    assert not thread.is_alive() and result, "the engine did not return"
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
 
 
 def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Counter[str]:
@@ -382,3 +317,40 @@ def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_i
         with world.ctx.uow() as uow:
             uow.endpoints.get(idle).settings = saved
             uow.commit()
+
+
+def test_a_ramp_step_nobody_approves_expires_like_a_gate_and_returns_all_weight_to_the_previous_side(
+        world: PairWorld) -> None:
+    users = world.users_on()
+    idle = GREEN if users == BLUE else BLUE
+    allowed = dt.timedelta(seconds=1.2)  # gate_wait_after_apply_minutes, the wait a gate after apply has
+    with world.ctx.uow() as uow:
+        row = uow.endpoints.get(idle)
+        saved = dict(row.settings)
+        row.settings = {**saved, "ramp": {**saved["ramp"], "approval_steps": [5]},
+                        "gate_wait_after_apply_minutes": allowed.total_seconds() / 60}
+        uow.commit()
+    try:
+        dep, users, idle = _to_the_traffic_gate(world)
+        held = world.engine.advance(dep)
+        assert held.state == "ramping" and world.admission(idle) == "internal"  # it holds before 5%
+        with world.ctx.uow() as uow:
+            (_, asked_at) = ramp_step_waiting(uow, dep) or pytest.fail("no step waits for an approval")
+        wait_until("the step's approval to be due", lambda: world.ctx.clock.now() >= asked_at + allowed, 30)
+
+        run = run_job(world.ctx, "gate-expiry", engine=world.engine)  # the scheduled job, as the elected replica runs it
+    finally:
+        with world.ctx.uow() as uow:
+            uow.endpoints.get(idle).settings = saved
+            uow.commit()
+
+    assert run.ok and f"deployment #{dep}: ramp expired (all weight returning to {users})" in run.summary, run.summary
+    ended = get_deployment(world.ctx, dep)
+    assert ended.state == "expired", ended.state_reason
+    assert "the approval of ramp step 5% expired" in (ended.state_reason or "")
+    assert f"all weight is back on {users}" in (ended.state_reason or "")
+    assert world.weights() == {users: 100, idle: 0}
+    assert world.admission(users) == "open" and world.admission(idle) == "closed" and world.users_on() == users
+    with world.ctx.uow() as uow:
+        (expiry,) = uow.audit.actions(f"deployment:{dep}", "gate.expired")
+    assert expiry[3]["gate"] == "ramp" and expiry[3]["step"] == "5%"

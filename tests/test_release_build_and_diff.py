@@ -159,7 +159,7 @@ def _build_argv(out: Path, *extra: str) -> list[str]:
     return [
         "release", "build", "--weights", f"s3://{BUCKET}/{PREFIX}", "--image", IMAGE, "--model-repo", "moonshotai/Kimi-K3",
         "--model-commit", COMMIT, "--licence-version", "kimi-k3-license-2026-07-27", "--licence", LICENCE_URI,
-        "--trust-remote-code-exception", "SEC-EXC-2026-0142", "-o", str(out), *extra,
+        "--trust-remote-code-exception", "SEC-EXC-2026-0142", "--out", str(out), *extra,
     ]
 
 
@@ -179,6 +179,17 @@ def test_cli_build_with_a_serving_args_file(moto: MotoStandIn, s3: Any, tmp_path
     assert built.name == "kimi-k3-candidate"
     assert built.serving.args == ["--served-model-name", "Kimi-K3", "--tensor-parallel-size", "8"]
     assert built.serving.env == {"VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def test_the_old_dash_o_file_form_is_refused_with_a_pointer_to_out(tmp_path: Path) -> None:
+    for old in ("-o", "--output"):
+        out = tmp_path / "built.yaml"
+        argv = _build_argv(out)
+        argv[argv.index("--out")] = old
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2, result.output
+        assert f"--out FILE (e.g. --out {out})" in result.output and "-o is the output format" in result.output
+        assert not out.exists()  # nothing was built
 
 
 def test_serving_args_file_must_be_a_list_or_mapping(tmp_path: Path) -> None:

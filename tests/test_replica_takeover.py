@@ -40,6 +40,7 @@ from bot.services.deployments import cancel, decide_gate, get_deployment, histor
 from tests.cli_support import CliSandbox, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
 from tests.slack_support import blocks_text, has_buttons
 from tests.test_crash_recovery import _applies, _record, _watching
+from tests.world_support import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
@@ -154,22 +155,13 @@ def rollout(pool: Pool) -> Iterator[Rollout]:
     decide_gate(cli.ctx, dep.id, "infrastructure", "approved", Identity(APPROVER_2),
                 seen_report_hash=dep.pending.report_hash, seen_release_hash=dep.pending.release_hash)
     try:
-        wait_for("a replica watching the rollout", lambda: _watching(cli, dep.id))
-        driver = wait_for("the driver's lease", lambda: holder_pid(cli, dep.id))
+        wait_until("a replica watching the rollout", lambda: _watching(cli, dep.id))
+        driver = wait_until("the driver's lease", lambda: holder_pid(cli, dep.id))
         yield Rollout(dep.id, driver, applied_before)
     finally:
         operator.behaviour = "succeed"
         if get_deployment(cli.ctx, dep.id).in_flight:  # free the endpoint for the next test
             cancel(cli.ctx, dep.id, Identity(ADMIN), force=True)
-
-
-def wait_for(what: str, condition: Callable[[], Any], limit: float = 90.0) -> Any:
-    deadline = time.monotonic() + limit
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {limit:g} s: {what}")
-        time.sleep(0.1)
-    return result
 
 
 def holds_for(what: str, look: Callable[[], Any], right: Callable[[Any], bool], seconds: float) -> None:
@@ -275,7 +267,7 @@ def test_a_replica_restarted_mid_rollout_leaves_it_to_its_driver(pool: Pool, rol
               lambda seen: seen == (rollout.driver, []), LEASE_SECONDS + TAKEOVER_SECONDS)
 
     cli.sandbox.stand_ins["operator"].behaviour = "succeed"
-    wait_for("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep))
+    wait_until("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep))
     assert repeated_progress(cli, dep) == []  # one watch followed the rollout to its end
     assert_each_gate_ran_once(cli, dep)
     assert_one_message_per_event(pool, dep)
@@ -292,14 +284,14 @@ def test_the_driving_replica_killed_mid_rollout_is_taken_over_within_the_bound(p
     dead.proc.communicate()
     # Read once the driver is dead: an event it wrote between a reading and the kill would look like a takeover.
     _, events_at_kill = _record(cli, dep)
-    wait_for("another replica re-attached to the rollout watch",
-             lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]), limit=BOUND + SLACK + 30)
+    wait_until("another replica re-attached to the rollout watch",
+               lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]), BOUND + SLACK + 30, poll=0.1)
     taken_after = time.monotonic() - killed_at
     assert taken_after < BOUND + SLACK, f"taken over after {taken_after:.1f} s"
     assert holder_pid(cli, dep) in alive
 
     cli.sandbox.stand_ins["operator"].behaviour = "succeed"
-    wait_for("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep))
+    wait_until("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep))
     assert len(_applies(cli)) == rollout.applied_before + 1  # re-attached, never re-applied
     audit, _ = _record(cli, dep)
     actions = [action for _, action in audit]

@@ -3,21 +3,21 @@
 Slack is the Web API stub (every answer to a person is a ``response_url`` post
 there, so each request's answers are counted); requests are signed as Slack
 signs them. Two replicas serve the whole module (a start costs seconds); they
-reach the database through the TCP proxy :class:`CuttableProxy`, which the
-readiness case cuts off and restores.
+reach the database through the fault-injection suite's TCP proxy
+(:class:`tests.fault_support.FaultProxy`), which the readiness case makes unreachable
+and heals.
 """
 
 from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -28,19 +28,12 @@ from sqlalchemy.engine import make_url
 
 from bot.adapters.store import schema
 from bot.sandbox.slack_stub import SlackSender, SlackStub
+from tests.fault_support import FaultProxy, unreachable
 from tests.test_slack_serve import env_for
+from tests.world_support import wait_until
 
 SECRET = "replica-test-signing-secret"
 CLI = [sys.executable, "-c", "from bot.cli.main import main; main()"]
-
-
-def wait_for(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not within {limit:g} s: {what}")
 
 
 @contextmanager
@@ -72,69 +65,12 @@ def replica(tmp_path: Path, database_url: str, stub: SlackStub, name: str) -> It
     assert proc.returncode == 0, log.read_text(errors="replace")[-4000:]
 
 
-class CuttableProxy:
-    """A TCP proxy to PostgreSQL that the test cuts (drops every connection, refuses new ones) and restores."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.cut = threading.Event()
-        self.open: set[socket.socket] = set()
-        self.lock = threading.Lock()
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.cut.is_set():
-                client.close()
-                continue
-            upstream = socket.create_connection(self.target)
-            with self.lock:
-                self.open |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                with suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-
-    def sever(self) -> None:
-        self.cut.set()
-        with self.lock:
-            dropped, self.open = self.open, set()
-        for s in dropped:
-            with suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def restore(self) -> None:
-        self.cut.clear()
-
-    def close(self) -> None:
-        self.closed = True
-        self.sever()
-        self.listener.close()
-
-
 @dataclass
 class Pair:
     """Two replicas on one database (through a proxy the test may cut) behind one Slack stub."""
 
     stub: SlackStub
-    proxy: CuttableProxy
+    proxy: FaultProxy
     urls: tuple[str, str]
     budget: str  # what the first replica said at start about its connections
 
@@ -143,7 +79,7 @@ class Pair:
 def pair(module_pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     schema.upgrade(module_pg_url)  # the migration job ran before the replicas started
     url = make_url(module_pg_url)
-    proxy = CuttableProxy(url.host or "127.0.0.1", url.port or 5432)
+    proxy = FaultProxy(url.host or "127.0.0.1", url.port or 5432)
     through_proxy = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     home = tmp_path_factory.mktemp("replicas")
     try:
@@ -210,12 +146,12 @@ def test_readyz_is_false_while_the_database_is_unreachable_and_true_again_after(
     def ready() -> httpx.Response:
         return httpx.get(f"{bot}/readyz", timeout=10)
 
-    wait_for(lambda: ready().status_code == 200, "ready with the database answering")
-    pair.proxy.sever()
+    wait_until("ready with the database answering", lambda: ready().status_code == 200, 30, poll=0.2)
+    pair.proxy.fail(unreachable())  # connections reset, new ones refused
     try:
-        wait_for(lambda: ready().status_code == 503, "not ready once the database stops answering")
+        wait_until("not ready once the database stops answering", lambda: ready().status_code == 503, 30, poll=0.2)
         assert "database" in ready().text
         assert httpx.get(f"{bot}/healthz", timeout=10).status_code == 200  # alive: nothing to restart
     finally:
-        pair.proxy.restore()
-    wait_for(lambda: ready().status_code == 200, "ready again once the database answers")
+        pair.proxy.heal()
+    wait_until("ready again once the database answers", lambda: ready().status_code == 200, 30, poll=0.2)

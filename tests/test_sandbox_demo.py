@@ -6,7 +6,8 @@ countdown and its alert, a self-approval refused, four gates with real
 measurements, users counted at the gateway stand-in (on the fallback while the
 candidate is checked, then the ramp), readiness probe history, production
 comparison, the rollback's steps, a rejected candidate restored by itself and
-the history.
+the history. ``kimi-ops demo --pair`` (the blue/green scenario: a ramp to the idle
+side and a one-click rollback) runs beside it, in its own process.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +25,71 @@ from bot.adapters.clock import SystemClock
 from bot.bootstrap import FirstUse, build_context, production_adapters
 from bot.config import load_settings
 
-# The whole demo runs in one subprocess (about 80 s alone, longer with every core busy).
+# The whole demo runs in one subprocess (about 80 s alone, longer with every core busy); the pair scenario
+# (`demo --pair`, about 25 s of CPU) runs beside it in a second one, so the module waits for the longer of the two.
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
-    home = tmp_path_factory.mktemp("newcomer")
+Demo = tuple[subprocess.Popen[str], Path]
+
+
+def _start_demo(home: Path, *args: str) -> Demo:
+    """``kimi-ops demo ARGS`` in a fresh process; its output goes to files (a full pipe nobody reads would stall it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
     env["KIMI_DATA_DIR"] = str(home / ".kimi-ops")
-    return subprocess.run([sys.executable, "-c", "from bot.cli.main import main; main()", "demo"],
-                          capture_output=True, text=True, env=env, cwd=home, timeout=600)
+    with (home / "stdout").open("w") as out, (home / "stderr").open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", "from bot.cli.main import main; main()", "demo", *args],
+                                stdout=out, stderr=err, text=True, env=env, cwd=home)
+    return proc, home
+
+
+def _finished(demo: Demo) -> subprocess.CompletedProcess[str]:
+    proc, home = demo
+    proc.wait(timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, (home / "stdout").read_text(),
+                                       (home / "stderr").read_text())
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Demo]]:
+    """Both scenarios started at once, as a newcomer would run them; each test waits for the one it reads."""
+    started = {"single": _start_demo(tmp_path_factory.mktemp("newcomer")),
+               "pair": _start_demo(tmp_path_factory.mktemp("pair"), "--pair")}
+    yield started
+    for proc, _ in started.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def demo_run(demos: dict[str, Demo]) -> subprocess.CompletedProcess[str]:
+    return _finished(demos["single"])
+
+
+@pytest.fixture(scope="module")
+def pair_demo_run(demos: dict[str, Demo]) -> subprocess.CompletedProcess[str]:
+    return _finished(demos["pair"])
+
+
+def test_the_pair_demo_ramps_the_idle_side_and_rolls_back_in_one_click(
+        pair_demo_run: subprocess.CompletedProcess[str]) -> None:
+    assert pair_demo_run.returncode == 0, pair_demo_run.stdout[-3000:] + pair_demo_run.stderr[-3000:]
+    out = pair_demo_run.stdout
+    assert "Traceback" not in out + pair_demo_run.stderr
+    assert "(live) Deployment #1: deploy of *kimi-k3-2026-08-01* to *kimi-blue* — live" in out
+    assert "(live) Deployment #2: deploy of *kimi-k3-2026-09-01* to *kimi-green* — live" in out
+    # The candidate's gates ran on the idle side with every user on the other (the demo stops otherwise).
+    during = re.search(r"\(gateway\) users while kimi-green was applied and its gates ran: (.*)", out)
+    assert during is not None and "→ kimi-blue" in during[1] and "kimi-green" not in during[1]
+    ramp = out.split("users during the ramp")[0]
+    for step in ("internal", "5%", "25%", "50%", "open"):
+        assert f"Admission of kimi-green is now {step}" in ramp
+    assert "[file ramp-kimi-green-2.png" in ramp  # the picture of the ramp, in the thread
+    rollback = out.split("One click on the ramp message")[1]
+    assert "*kimi* rolled back to *kimi-blue* (kimi-k3-2026-08-01) in one route change" in rollback
+    assert "*kimi-blue*\n  *release:* kimi-k3-2026-08-01 — users are here" in rollback  # the status at the end
+    assert "*kimi-green*\n  *release:* kimi-k3-2026-09-01 — kept warm" in rollback
 
 
 def test_demo_ends_with_the_rejected_candidate_restored(demo_run: subprocess.CompletedProcess[str]) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,17 +31,9 @@ from tests.jobs_support import (
     eks_endpoint,
     make_live,
 )
+from tests.world_support import wait_until
 
 cli = CliRunner()
-
-
-def wait_for(condition: Callable[[], bool], what: str, limit: float = 60.0) -> None:
-    """Poll until ``condition`` holds; the limit only guards against a hang, it is not what is tested."""
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def test_two_schedulers_on_one_postgres_run_each_job_once(fresh_pg_url: str, clock, tmp_path: Path, monkeypatch) -> None:
@@ -69,12 +59,12 @@ def test_two_schedulers_on_one_postgres_run_each_job_once(fresh_pg_url: str, clo
             a.start()
             b.start()
             assert a.leading and not b.leading and b.scheduler.state == STATE_PAUSED
-            wait_for(lambda: runs_of(ctx_a, "reservation-watch") and runs_of(ctx_a, "readiness-probe"), "both jobs to run")
-            wait_for(lambda: all(next_runs(ctx_a).values()), "the next runs to be stored")
+            wait_until("both jobs to run", lambda: runs_of(ctx_a, "reservation-watch") and runs_of(ctx_a, "readiness-probe"), 60)
+            wait_until("the next runs to be stored", lambda: all(next_runs(ctx_a).values()), 60)
             planned = next_runs(ctx_a)
             # The leader stops; the standby takes over and keeps the stored schedule: nothing runs again early.
             a.stop()
-            wait_for(lambda: b.leading, "replica b to take over")
+            wait_until("replica b to take over", lambda: b.leading, 60)
             assert next_runs(ctx_b) == planned
         finally:
             a.stop()
@@ -213,7 +203,7 @@ def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
     runner = JobRunner(build_root(ctx), SingleProcess(identity="after"), election_seconds=3600)
     try:
         runner.start()
-        wait_for(lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), "the backlog to run")
+        wait_until("the backlog to run", lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), 60)
     finally:
         runner.stop()  # waits for the running jobs: a run still queued behind them would be counted below
     assert len(runs_of(ctx, "reservation-watch")) == 1 and len(runs_of(ctx, "readiness-probe")) == 1
@@ -317,7 +307,7 @@ def test_serve_starts_the_scheduler_and_stops_it_on_sigterm(tmp_path: Path, monk
             monkeypatch.delenv("KIMI_CONFIG", raising=False)
             ctx = build_context(load_settings(data_dir=tmp_path / "data"), check=False)
             try:
-                wait_for(lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), "the first runs")
+                wait_until("the first runs", lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), 60)
                 [watch] = runs_of(ctx, "reservation-watch")
                 assert "could not read us-east-1" in watch.summary  # the blind watch says so instead of failing
             finally:

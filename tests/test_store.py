@@ -239,6 +239,22 @@ def test_one_deployment_in_flight_per_endpoint_is_a_database_rule(ctx) -> None:
         uow.commit()
 
 
+def test_a_new_deployment_takes_in_flight_from_its_state_and_refuses_a_contradiction(ctx) -> None:
+    register_release(ctx, example(), "U1")
+    with ctx.uow() as uow:
+        first = _endpoint_and_deployment(uow, START)
+        assert first.in_flight is True  # requested: it holds the endpoint
+        common = dict(endpoint_id=first.endpoint_id, release_id=first.release_id, kind="deploy", requested_by="U2",
+                      created_at=START, updated_at=START)
+        ended = uow.deployments.add(Deployment(**common, state="live", in_flight=None))
+        uow.commit()
+        assert uow.deployments.get(ended.id).in_flight is None  # stored as NULL, never the old default's True
+        with pytest.raises(ValueError, match="in state requested has in_flight=True, not None"):
+            Deployment(**common, state="requested", in_flight=None)
+        with pytest.raises(ValueError, match="in state live has in_flight=None, not True"):
+            Deployment(**common, state="live", in_flight=True)
+
+
 def test_naive_datetimes_are_refused(ctx) -> None:
     with ctx.uow() as uow, pytest.raises(Exception, match="naive datetime"):
         uow.audit.record(at=dt.datetime(2026, 1, 1), actor="a", action="x", subject="y")
@@ -340,9 +356,6 @@ def _deployments_with_gates(ctx, endpoint: str, count: int) -> None:
             dep = uow.deployments.add(Deployment(
                 endpoint_id=ep.id, release_id=rel.id, kind="deploy", state="model_gate" if last else "superseded",
                 requested_by="U1", created_at=START, updated_at=START, applied_manifest="x" * 1000))
-            if not last:
-                dep.in_flight = None  # ended: the next may hold the endpoint
-                uow.flush()
             for gate in ("artifact", "model"):
                 report = GateReport(gate=gate, checks=[Check.warned("c", "r")])
                 uow.gates.add(GateResult(deployment_id=dep.id, gate=gate, report=report.model_dump(mode="json"),

@@ -292,6 +292,9 @@ def test_the_candidate_is_applied_only_after_users_are_closed_out_and_drained(wf
         assert uow.endpoints.get("kimi-prod").admission == "closed"
         order = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{waiting.id}", limit=100))]
     assert order.index("deployment.draining") < order.index("deployment.applying")
+    with ctx.uow() as uow:
+        (_, _, applying_at, _), = uow.audit.actions(f"deployment:{waiting.id}", "deployment.applying")
+    assert cluster.watched_since[-1] == applying_at  # the rollout watch tells only events since this apply
     assert get_deployment(ctx, live.id).state == "live"  # users still count the previous release as live
 
 
@@ -358,6 +361,37 @@ def test_a_restore_is_not_cancelled_by_a_person_but_an_admin_can_break_it(wf) ->
     assert broken.state == "interrupted"
     with ctx.uow() as uow:
         assert uow.incidents.open_for(uow.endpoints.get("kimi-prod").id, "admission-stuck") is not None
+
+
+def test_a_restore_whose_drain_never_ends_gives_its_thread_back_and_a_later_round_carries_on(wf) -> None:
+    ctx, engine = wf
+    live = deploy_to_live(ctx, engine, "rel-a")
+    view = _to_model_gate(ctx, engine)
+    ctx.ports.endpoint.drained = False  # requests keep running on the candidate, round after round
+    ended = decide_gate(ctx, view.id, "model", "rejected", APPROVER_1, seen_report_hash=view.pending.report_hash,
+                        seen_release_hash=view.pending.release_hash, reason="no")
+    applied = len(ctx.ports.cluster.applied)
+
+    # The ended deploy drives its restore: the drain does not end, and advance returns (it once looped forever).
+    assert engine.advance(ended.id).state == "rejected"
+    restore = _restore_of(ctx, ended.id)
+    assert restore.state == "draining" and len(ctx.ports.cluster.applied) == applied  # nothing applied over requests
+    assert restore.id in engine.lapsed()  # its lease was let go: the next takeover round picks it up
+    assert engine.resume(restore.id).state == "draining"  # a round while requests still run: the same, at once
+    with ctx.uow() as uow:
+        endpoint = uow.endpoints.get("kimi-prod")
+        incident = uow.incidents.open_for(endpoint.id, "admission-stuck")
+        paged = incident is not None and f"restore #{restore.id} has not drained" in incident.reason
+        said = [e.payload["message"] for e in uow.events.for_deployment(restore.id) if e.kind == "rollout.progress"]
+    assert paged
+    assert len([m for m in said if m.startswith("still draining")]) == 1  # said once, not at every round
+
+    ctx.ports.endpoint.drained = True  # the last request finished
+    resumed = engine.resume(restore.id)  # the next takeover round
+    assert resumed.state == "live", resumed.state_reason
+    assert ctx.ports.cluster.applied[-1] == _live_manifest(ctx, live.id)
+    with ctx.uow() as uow:
+        assert uow.incidents.open_for(uow.endpoints.get("kimi-prod").id, "admission-stuck") is None
 
 
 def test_a_drain_past_its_deadline_applies_nothing_and_waits_for_a_person(wf) -> None:

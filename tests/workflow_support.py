@@ -102,6 +102,7 @@ class FakeCluster:
     block: threading.Event | None = None
     # Rollouts of manifests containing any of these strings fail (a bad candidate; the restored release still rolls out).
     failing: set[str] = field(default_factory=set)
+    watched_since: list[dt.datetime | None] = field(default_factory=list)  # each watch's `since` (its deployment's apply)
 
 
     def cold_start(self, endpoint: EndpointSettings, first_completion_s: float | None) -> ColdStart | None:
@@ -124,7 +125,8 @@ class FakeCluster:
         self.applied.append(manifest.text)
         return ApplyResult(manifest=manifest, changed=changed)
 
-    def watch(self, endpoint, manifest, *, timeout_seconds, on_progress, stop=None) -> RolloutOutcome:
+    def watch(self, endpoint, manifest, *, timeout_seconds, on_progress, stop=None, since=None) -> RolloutOutcome:
+        self.watched_since.append(since)
         on_progress(RolloutProgress("DeploymentInProgress", state="DeploymentInProgress"))
         if self.block is not None:
             self.block.wait(timeout=10)

@@ -9,7 +9,7 @@ import typer
 
 from bot.cli import output
 from bot.cli.common import context, default_actor
-from bot.cli.conventions import OUTPUT_OPTION, Format, typer_app
+from bot.cli.conventions import EXIT_USAGE, OUTPUT_OPTION, Format, typer_app
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -184,10 +184,17 @@ def build(
     cuda: str = typer.Option(None, "--cuda", help="Provenance: CUDA version in the image, e.g. 12.9.1."),
     driver: str = typer.Option(None, "--driver", help="Provenance: NVIDIA driver versions it runs on, e.g. '>=575.57'."),
     vllm_commit: str = typer.Option(None, "--vllm-commit", help="Provenance: full 40-hex vLLM commit of the image."),
-    out: Path = typer.Option(None, "--output", "-o", help="Manifest file to write (default: ./<name>.yaml)."),
+    out: Path = typer.Option(None, "--out", metavar="FILE", help="Manifest file to write (default: ./<name>.yaml)."),
+    # `-o` is the output format (table|json|yaml) of every read command; the file was once taken as `-o FILE`.
+    old_out: str | None = typer.Option(None, "--output", "-o", hidden=True),
 ) -> None:
     """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
     from bot.cli.main import run_guarded
+
+    if old_out is not None:
+        output.error(f"release build writes its manifest with --out FILE (e.g. --out {old_out}); -o is the output "
+                     "format (table|json|yaml) of read commands. Nothing was built.")
+        raise typer.Exit(EXIT_USAGE)
     from bot.services.release_build import (
         DEFAULT_SERVING_ARGS,
         DEFAULT_SERVING_ENV,

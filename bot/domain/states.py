@@ -193,7 +193,9 @@ def _rules(kind: str) -> frozenset[tuple[State, State]]:
     if kind == "deploy":
         rules |= _PAIR_RETURN
     if kind != "restore":  # a person answers a stalled drain and decides gates; a restore waits for nobody
-        rules |= _DRAIN_CHOICES | _REOPEN_THEN_END | {(waiting, State.EXPIRED) for waiting in (gates | {State.DRAIN_STALLED})}
+        # Each state that waits for a person can expire; a ramp holds for a step's approval (``ramp.approval_steps``).
+        waiting = gates | {State.DRAIN_STALLED} | ({State.RAMPING} & set(path))
+        rules |= _DRAIN_CHOICES | _REOPEN_THEN_END | {(state, State.EXPIRED) for state in waiting}
     return frozenset(rules)
 
 

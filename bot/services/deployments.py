@@ -519,6 +519,15 @@ def ramp_steps_approved(uow: SqlUnitOfWork, deployment_id: int) -> set[str]:
     return {str(d.get("step")) for _, _, _, d in uow.audit.actions(f"deployment:{deployment_id}", RAMP_APPROVED)}
 
 
+def ramp_step_waiting(uow: SqlUnitOfWork, deployment_id: int) -> tuple[str, dt.datetime] | None:
+    """The ramp step a person was asked to approve and has not, with when it was asked (the ramp holds before it)."""
+    approved = ramp_steps_approved(uow, deployment_id)
+    for _, _, at, details in uow.audit.actions(f"deployment:{deployment_id}", RAMP_ASKED):  # newest first
+        if str(details.get("step")) not in approved:
+            return str(details.get("step")), at
+    return None
+
+
 def approve_ramp_step(ctx: Context, deployment_id: int, step: str, actor: Identity) -> DeploymentView:
     """An approver lets a ramp that holds before ``step`` (``ramp.approval_steps``) go on; audited."""
     authorize(ctx, actor, "decide", f"deployment:{deployment_id}")

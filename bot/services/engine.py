@@ -46,7 +46,14 @@ from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.rollout import RenderedManifest, RolloutProgress
 from bot.domain.states import NEEDS_STORED_MANIFEST, WAITING, State, next_state
 from bot.services.access import Identity, authorize
-from bot.services.admission import AdmissionFailed, apply_admission, open_stuck_incident, record_admission, reopened
+from bot.services.admission import (
+    STUCK,
+    AdmissionFailed,
+    apply_admission,
+    open_stuck_incident,
+    record_admission,
+    reopened,
+)
 from bot.services.context import Context, require
 from bot.services.deployments import (
     RAMP_ASKED,
@@ -56,6 +63,7 @@ from bot.services.deployments import (
     get_deployment,
     live_deployment,
     path_kind,
+    ramp_step_waiting,
     ramp_steps_approved,
     store_gate_report,
     transition,
@@ -82,6 +90,11 @@ class LeaseLost(StateMoved):
 
 class WaitingForPerson(Exception):
     """The ramp reached a step that needs an approval: nothing to drive until a person answers."""
+
+
+class TryLater(Exception):
+    """Nothing can move now (a restore whose drain has not ended): the thread returns and lets the lease go, and the
+    next takeover round (:meth:`Engine.lapsed`, every ``lease_takeover_seconds`` on every replica) resumes it."""
 
 
 class StepFailed(Exception):
@@ -366,7 +379,7 @@ class Engine:
                 decision, has_report = (latest.decision if latest else None), latest is not None
             try:
                 self._step(snap, latest_decision=decision, has_report=has_report)
-            except WaitingForPerson:
+            except (WaitingForPerson, TryLater):
                 return get_deployment(self.ctx, deployment_id)
             except LeaseLost as lost:
                 log.warning("%s; stopped driving", lost)
@@ -532,13 +545,17 @@ class Engine:
         manifest = RenderedManifest.from_text(snap.applied_manifest)
         elapsed = max(0.0, self.ctx.clock.now().timestamp() - snap.entered_at_epoch)
         remaining = max(1.0, snap.endpoint.max_deploy_seconds - elapsed)
+        with self.ctx.uow() as uow:
+            # This deployment's apply began when it entered `applying` (the latest time, after a resumed apply):
+            # events older than that are an earlier deployment's pods, named after the same endpoint.
+            applying = uow.audit.actions(f"deployment:{snap.id}", f"deployment.{State.APPLYING.value}")
+        since = applying[0][2] if applying else None
         stop = threading.Event()
         with self._lock:
             self._stops[snap.id] = stop
         try:
-            outcome = cluster.watch(
-                snap.endpoint, manifest, timeout_seconds=remaining, on_progress=lambda p: self._progress(snap, p), stop=stop
-            )
+            outcome = cluster.watch(snap.endpoint, manifest, timeout_seconds=remaining,
+                                    on_progress=lambda p: self._progress(snap, p), stop=stop, since=since)
         finally:
             with self._lock:
                 self._stops.pop(snap.id, None)
@@ -626,14 +643,21 @@ class Engine:
         running = f"{(last.running or 0):.0f} running, {(last.waiting or 0):.0f} waiting" if last else "metrics unavailable"
         if snap.kind == "restore":
             # Users are closed out and the candidate is what runs: waiting is always safer than applying over requests.
-            # Nobody is asked to choose, so the wait pages (once: the incident stays open until users are back).
-            self._progress(snap, RolloutProgress(f"still draining ({running}); a restore waits until nothing runs", "draining"))
+            # Nobody is asked to choose, so the wait pages (once: the incident stays open until users are back), and
+            # the thread is given back: a drain that never ends must not hold a worker forever. The next takeover
+            # round drains again for up to drain_seconds, and applies once nothing runs.
             with self.ctx.uow() as uow:
+                row = uow.endpoints.get(snap.endpoint.name)
+                if row is not None and uow.incidents.open_for(row.id, STUCK) is None:  # said once, with the page
+                    uow.events.emit(RolloutProgressEvent(
+                        deployment_id=snap.id, endpoint_name=snap.endpoint.name, state=State.DRAINING.value,
+                        message=f"still draining ({running}); a restore waits until nothing runs and tries again "
+                                f"every {self.ctx.settings.lease_takeover_seconds:g} s"), at=self.ctx.clock.now())
                 open_stuck_incident(uow, self.ctx, snap.endpoint.name,
                                     f"restore #{snap.id} has not drained after {snap.endpoint.drain_seconds:.0f} s ({running}); "
                                     "it applies nothing while requests may run and keeps waiting")
                 uow.commit()
-            raise StateMoved("restore keeps draining")
+            raise TryLater(f"restore #{snap.id} keeps draining; the next takeover round tries again")
         group = snap.endpoint.approver_group
         mention = f"<!subteam^{group}> " if group else ""
         with self.ctx.uow() as uow:
@@ -982,8 +1006,7 @@ def _waits_for_person(uow: SqlUnitOfWork, dep: Deployment) -> bool:
     """A gate whose report awaits a decision, a stalled drain, or a ramp step asked and not yet approved."""
     state = State(dep.state)
     if state == State.RAMPING:
-        asked = {d.get("step") for _, _, _, d in uow.audit.actions(f"deployment:{dep.id}", RAMP_ASKED)}
-        return bool(asked - ramp_steps_approved(uow, dep.id))
+        return ramp_step_waiting(uow, dep.id) is not None
     if state not in WAITING:
         return False
     if state.gate is None:

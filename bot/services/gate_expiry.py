@@ -1,9 +1,11 @@
-"""Gate expiry: a gate (or a stalled drain) nobody decides reminds its approvers at half-time and ends at expiry.
+"""Gate expiry: a gate, a stalled drain or a held ramp step nobody decides reminds its approvers at half-time and
+ends at expiry.
 
 :func:`watch_gates` looks at every deployment waiting for a person: a gate
-with a report and no decision, or ``drain_stalled``. It started waiting when
-the gate's latest report was checked (a recheck restarts the clock) or when the
-drain stalled. It may wait the endpoint's ``gate_wait_before_apply_minutes``
+with a report and no decision, ``drain_stalled``, or a ramp holding before a
+step that needs an approval (``ramp.approval_steps``). It started waiting when
+the gate's latest report was checked (a recheck restarts the clock), when the
+drain stalled, or when the step's approval was asked. It may wait the endpoint's ``gate_wait_before_apply_minutes``
 while users are still served by the running release, and only
 ``gate_wait_after_apply_minutes`` once they are closed out. The timing rules
 are :class:`bot.domain.gate_deadlines.GateClock`.
@@ -11,13 +13,14 @@ are :class:`bot.domain.gate_deadlines.GateClock`.
 Each deployment is handled in its own transaction under its row lock, the same
 lock a gate decision takes, so a decision committed first wins and an expiry
 committed first makes the decision refused as "not waiting". The reminder is
-stored with the gate report (``gate_results.reminded_at``; for a stalled drain,
-the ``gate.reminded`` audit row since it stalled), so a restart or another
+stored with the gate report (``gate_results.reminded_at``; for a stalled drain or
+a ramp step, the ``gate.reminded`` audit row since it began waiting), so a restart or another
 replica never reminds twice. An expiry goes through
 :func:`bot.services.deployments.end`: before apply the deployment ends and
 frees its endpoint; a deploy that closed users out but applied nothing reopens
 first; after apply the previous release's restore starts in the same
-transaction. The returned report names the deployments the engine must then
+transaction, and a pair side's deploy (a ramp step included) returns all the
+service's weight to the other side, as an aborted ramp does. The returned report names the deployments the engine must then
 drive (``to_drive``): the job does that after the transactions committed.
 """
 
@@ -34,12 +37,14 @@ from bot.domain.events import GateReminder
 from bot.domain.gate_deadlines import Due, GateClock, words
 from bot.domain.states import USERS_CLOSED_OUT, WAITING, State, is_past_apply
 from bot.services.context import Context
-from bot.services.deployments import end, live_deployment, path_kind
+from bot.services.deployments import end, live_deployment, path_kind, ramp_step_waiting
 
 log = logging.getLogger(__name__)
 
 DRAIN = "drain"
 """What a stalled drain is called where a gate's name would be (events, audit rows)."""
+RAMP = "ramp"
+"""What a ramp step waiting for an approval is called where a gate's name would be."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ def allowed_wait(endpoint: EndpointSettings, kind: str, state: State) -> dt.time
 def watch_gates(ctx: Context) -> GateWatch:
     """Remind about, or expire, every deployment that waits for a person past its time."""
     with ctx.uow() as uow:
-        waiting = [d.id for d in uow.deployments.all_in_flight() if State(d.state) in WAITING]
+        waiting = [d.id for d in uow.deployments.all_in_flight() if State(d.state) in WAITING or d.state == State.RAMPING]
     reminded: list[int] = []
     expired: list[int] = []
     to_drive: list[int] = []
@@ -107,50 +112,60 @@ def _watch_one(ctx: Context, deployment_id: int) -> _Outcome:
     with ctx.uow() as uow:
         # The lock a gate decision takes: whichever commits first wins, the other sees the new state.
         dep = uow.deployments.get_for_update(deployment_id)
-        if dep is None or State(dep.state) not in WAITING:
+        if dep is None or (State(dep.state) not in WAITING and dep.state != State.RAMPING):
             return _Outcome(Due.NOTHING)
         state, kind = State(dep.state), path_kind(dep)
         endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
         gate = state.gate
         row = uow.gates.latest(dep.id, gate) if gate is not None else None
+        step: str | None = None
         if gate is not None:
             if row is None or row.decision is not None:
                 return _Outcome(Due.NOTHING)  # checks still running, or decided: the engine moves it on
-            since, reminded = row.checked_at, row.reminded_at is not None
-        else:  # drain_stalled: waiting since it stalled; a reminder is remembered by its audit row
-            since = dep.updated_at
+            since, name, what = row.checked_at, gate, f"the {gate} gate"
+        elif state == State.RAMPING:  # waiting since the step's approval was asked; nothing asked: the engine drives
+            held = ramp_step_waiting(uow, dep.id)
+            if held is None:
+                return _Outcome(Due.NOTHING)
+            (step, since), name = held, RAMP
+            what = f"the approval of ramp step {step}"
+        else:  # drain_stalled: waiting since it stalled
+            since, name, what = dep.updated_at, DRAIN, "the stalled drain"
+        if row is not None:
+            reminded = row.reminded_at is not None
+        else:  # a drain or a ramp step: a reminder is remembered by its audit row
             reminded = any(at >= since for _, _, at, _ in uow.audit.actions(f"deployment:{dep.id}", "gate.reminded"))
         clock = GateClock(waiting_since=since, allowed=allowed_wait(endpoint, kind, state))
         due = clock.due(now, reminded=reminded)
         if due == Due.REMIND:
-            _remind(uow, ctx, dep, endpoint, gate or DRAIN, clock, now)
+            _remind(uow, ctx, dep, endpoint, name, clock, now, step=step)
             if row is not None:
                 row.reminded_at = now
             uow.commit()
-            return _Outcome(due, f"deployment #{dep.id}: {gate or DRAIN} reminded, expires in {words(clock.left(now))}")
+            return _Outcome(due, f"deployment #{dep.id}: {name} reminded, expires in {words(clock.left(now))}")
         if due != Due.EXPIRE:
             return _Outcome(Due.NOTHING)
-        what = f"the {gate} gate" if gate else "the stalled drain"
         reason = f"{what} expired: nobody decided within {words(clock.allowed)}"
         uow.audit.record(at=now, actor="kimi-ops", action="gate.expired", subject=f"deployment:{dep.id}",
-                         details={"gate": gate or DRAIN, "state": state.value, "waiting_since": since.isoformat(),
+                         details={"gate": name, "state": state.value, "waiting_since": since.isoformat(),
                                   "allowed_minutes": clock.allowed.total_seconds() / 60,
-                                  "expires_at": clock.expires_at.isoformat()})
-        restore = end(uow, ctx, dep, State.EXPIRED, reason=reason, details={"gate": gate or DRAIN})
+                                  "expires_at": clock.expires_at.isoformat(), **({"step": step} if step else {})})
+        restore = end(uow, ctx, dep, State.EXPIRED, reason=reason, details={"gate": name})
         restore_id = restore.id if restore is not None else None
         reopening = dep.state == State.REOPENING
         uow.commit()
     closed = state in USERS_CLOSED_OUT or is_past_apply(kind, state)
     then = (f"restore #{restore_id} started" if restore_id is not None
+            else f"all weight returning to {endpoint.pair.partner}" if reopening and endpoint.pair is not None
             else "reopening admission" if reopening
             else "users stay closed out; an admission-stuck incident pages" if closed else "endpoint free")
     # What the engine drives next: the restore, or the expired deploy reopening admission before it ends.
     drive = restore_id if restore_id is not None else deployment_id if reopening else None
-    return _Outcome(Due.EXPIRE, f"deployment #{deployment_id}: {gate or DRAIN} expired ({then})", drive=drive)
+    return _Outcome(Due.EXPIRE, f"deployment #{deployment_id}: {name} expired ({then})", drive=drive)
 
 
 def _remind(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, endpoint: EndpointSettings, gate: str, clock: GateClock,
-            now: dt.datetime) -> None:
+            now: dt.datetime, *, step: str | None = None) -> None:
     """One reminder in the deployment's thread: the approvers mentioned, the requester told who decides and when it ends."""
     kind = path_kind(dep)
     approvers = _who_decides(ctx, endpoint, gate)
@@ -161,15 +176,15 @@ def _remind(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, endpoint: Endpoin
                  f"{words(now - clock.waiting_since)} ago and users are closed out. {approvers} can choose "
                  f"`/kimi drain wait {dep.id}` or `/kimi drain abort {dep.id}`")
         then = "it is aborted and users are reopened on the running release"
+    elif gate == RAMP:
+        asked = (f"the ramp of deployment #{dep.id} ({dep.release.name} on {endpoint.name}) has held before {step} for "
+                 f"{words(now - clock.waiting_since)}. {approvers} can answer `/kimi ramp approve {dep.id} {step}`")
+        then = _ending_after_apply(uow, dep, endpoint)
     else:
         asked = (f"the {gate} gate of deployment #{dep.id} ({dep.release.name} on {endpoint.name}) has waited "
                  f"{words(now - clock.waiting_since)} for a decision. {approvers} can approve or reject it")
-        if is_past_apply(kind, dep.state):
-            live = live_deployment(uow, dep.endpoint_id)
-            then = (f"the deployment ends and {live.release.name} is restored" if live is not None
-                    else "the deployment ends and users stay closed out until an admin acts")
-        else:
-            then = f"the deployment ends and {endpoint.name} is free for another deploy"
+        then = (_ending_after_apply(uow, dep, endpoint) if is_past_apply(kind, dep.state)
+                else f"the deployment ends and {endpoint.name} is free for another deploy")
     mention = f"<!subteam^{endpoint.approver_group}> " if endpoint.approver_group else ""
     text = (f"{mention}{requester}: {asked}. It expires at {at} (in {words(clock.left(now))}); "
             f"then {then}.")
@@ -178,6 +193,15 @@ def _remind(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, endpoint: Endpoin
     uow.audit.record(at=now, actor="kimi-ops", action="gate.reminded", subject=f"deployment:{dep.id}",
                      details={"gate": gate, "waiting_since": clock.waiting_since.isoformat(),
                               "expires_at": clock.expires_at.isoformat(), "approver_group": endpoint.approver_group})
+
+
+def _ending_after_apply(uow: SqlUnitOfWork, dep: Deployment, endpoint: EndpointSettings) -> str:
+    """What an expiry after the apply does (as :func:`bot.services.deployments.end` does it), for the reminder."""
+    if endpoint.pair is not None:
+        return f"the deployment ends and all of {endpoint.pair.service}'s weight returns to {endpoint.pair.partner}"
+    live = live_deployment(uow, dep.endpoint_id)
+    return (f"the deployment ends and {live.release.name} is restored" if live is not None
+            else "the deployment ends and users stay closed out until an admin acts")
 
 
 def _who_decides(ctx: Context, endpoint: EndpointSettings, gate: str) -> str:

@@ -7,6 +7,7 @@ sandbox give the same real adapters pointed at local stand-ins.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
@@ -91,7 +92,11 @@ class Cluster(Protocol):
         timeout_seconds: float,
         on_progress: Callable[[RolloutProgress], None],
         stop: threading.Event | None = None,
-    ) -> RolloutOutcome: ...
+        since: dt.datetime | None = None,
+    ) -> RolloutOutcome:
+        """Follow the rollout to a verdict, telling its progress; events last seen before ``since`` (this
+        deployment's apply) are an earlier deployment's and are not told."""
+        ...
 
     def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None: ...
 

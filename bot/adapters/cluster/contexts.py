@@ -8,6 +8,7 @@ and kept for the life of the process.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -91,9 +92,10 @@ class ContextClusters:
         timeout_seconds: float,
         on_progress: Callable[[RolloutProgress], None],
         stop: threading.Event | None = None,
+        since: dt.datetime | None = None,
     ) -> RolloutOutcome:
         return self.cluster(endpoint).watch(
-            endpoint, manifest, timeout_seconds=timeout_seconds, on_progress=on_progress, stop=stop
+            endpoint, manifest, timeout_seconds=timeout_seconds, on_progress=on_progress, stop=stop, since=since
         )
 
     def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:

@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -45,6 +46,7 @@ from bot.adapters.cluster.rollout import (
     belongs_to,
     event_key,
     event_summary,
+    happened_before,
     pod_summary,
     read_deployment,
     read_hyperpod,
@@ -282,6 +284,7 @@ class KubernetesCluster:
         timeout_seconds: float,
         on_progress: Callable[[RolloutProgress], None],
         stop: threading.Event | None = None,
+        since: dt.datetime | None = None,
     ) -> RolloutOutcome:
         stop = stop or threading.Event()
         started = time.monotonic()
@@ -306,7 +309,7 @@ class KubernetesCluster:
                     tell(f"{endpoint.name}: {reading.reason}", reading.state)
                     last_state = reading.state
                 try:
-                    for key, line in self._pods_and_events(endpoint):
+                    for key, line in self._pods_and_events(endpoint, since):
                         if key not in said:
                             said.add(key)
                             tell(line, last_state)
@@ -331,8 +334,9 @@ class KubernetesCluster:
                 )
             stop.wait(min(self.poll_seconds, remaining))
 
-    def _pods_and_events(self, endpoint: EndpointSettings) -> list[tuple[str, str]]:
-        """(dedup key, line) for each pod state and event of the endpoint."""
+    def _pods_and_events(self, endpoint: EndpointSettings, since: dt.datetime | None = None) -> list[tuple[str, str]]:
+        """(dedup key, line) for each pod state and event of the endpoint (events last seen before ``since`` left out:
+        they are an earlier deployment's, from pods named after the same endpoint)."""
         lines: list[tuple[str, str]] = []
         for pod in self.rest.items(collection_path("Pod", endpoint.namespace)):
             if belongs_to(str((pod.get("metadata") or {}).get("name", "")), endpoint.name):
@@ -342,6 +346,7 @@ class KubernetesCluster:
             e
             for e in self.rest.items(collection_path("Event", endpoint.namespace))
             if belongs_to(str((e.get("involvedObject") or {}).get("name", "")), endpoint.name)
+            and (since is None or not happened_before(e, since))
         ]
         events.sort(key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
         # Each event once, keyed by name and count, newest few only so a resumed watch does not flood the thread.

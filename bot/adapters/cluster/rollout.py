@@ -6,6 +6,7 @@ watch loop in :mod:`bot.adapters.cluster.kube` polls, these decide.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -123,6 +124,22 @@ def event_summary(event: dict[str, Any]) -> str:
         f"{event.get('type', 'Normal')} {event.get('reason', '?')} "
         f"{involved.get('kind', '?')}/{involved.get('name', '?')}: {event.get('message', '')}"
     ).strip()
+
+
+def happened_before(event: dict[str, Any], since: dt.datetime) -> bool:
+    """Whether the event was last seen before ``since`` (an event without a readable time is kept).
+
+    Kubernetes stamps ``lastTimestamp`` to the second (``eventTime`` to the microsecond), so ``since`` is cut
+    to its second first: an event of the apply's own first second is never dropped.
+    """
+    stamp = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
+    try:
+        seen = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    if seen.tzinfo is None:
+        seen = seen.replace(tzinfo=dt.UTC)
+    return seen < since.replace(microsecond=0)
 
 
 def belongs_to(name: str, endpoint_name: str) -> bool:

@@ -29,6 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from bot.domain.states import IN_FLIGHT, State
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -113,6 +115,9 @@ class Deployment(Base):
     ``in_flight`` is ``True`` while the deployment holds its endpoint and ``NULL``
     afterwards; the unique constraint on (endpoint, in_flight) lets the database,
     not the bot, guarantee one deployment in flight per endpoint across replicas.
+    A new row takes it from its ``state`` (``True`` for a step before ``live``,
+    ``NULL`` for an ended one); a value that contradicts the state is refused, so
+    ``in_flight=None`` can never quietly become ``True`` (a column default once did).
     """
 
     __tablename__ = "deployments"
@@ -123,7 +128,7 @@ class Deployment(Base):
     kind: Mapped[str] = mapped_column(String(16))
     state: Mapped[str] = mapped_column(String(32))
     state_reason: Mapped[str | None] = mapped_column(Text)
-    in_flight: Mapped[bool | None] = mapped_column(Boolean, default=True)
+    in_flight: Mapped[bool | None] = mapped_column(Boolean)
     requested_by: Mapped[str] = mapped_column(String(128))
     replaces_release_id: Mapped[int | None] = mapped_column(ForeignKey("releases.id"))
     rollback_of_id: Mapped[int | None] = mapped_column(ForeignKey("deployments.id"))
@@ -161,6 +166,14 @@ class Deployment(Base):
         # Every deployment in flight (gate expiry, resume, App Home) without scanning the table.
         Index("ix_deployments_in_flight", "in_flight"),
     )
+
+    def __init__(self, **values: Any) -> None:
+        if "state" in values:
+            holds = True if State(values["state"]) in IN_FLIGHT else None
+            given = values.setdefault("in_flight", holds)
+            if given is not holds:
+                raise ValueError(f"a deployment in state {values['state']} has in_flight={holds}, not {given!r}")
+        super().__init__(**values)
 
 
 class GateResult(Base):
