@@ -15,7 +15,7 @@ spread over 1, 10 and 50 concurrent clients; the table gives p50 and p99 of the 
 ack Slack waits for, 3 s at most) and the worker shape's ratio to the bare app. Goals (issue 19): p50 within
 1.5x of the bare app at 1 and 10 clients, p99 within 1.5x at 50.
 
-    .venv/bin/python bench/ack_latency.py [--requests 300]
+    .venv/bin/python bench/ack_latency.py [--requests 300] [--database-url postgresql+psycopg://…]
 """
 
 from __future__ import annotations
@@ -97,12 +97,14 @@ def pct(values: list[float], q: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="requests per kind and concurrency level (bounded)")
+    parser.add_argument("--database-url", default=None,
+                        help="an empty database to use (e.g. postgresql+psycopg://…/bench); default a new SQLite file")
     args = parser.parse_args()
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queueing at 50 clients is what is measured, not news
     total = max(10, min(args.requests, 5000))
 
     with tempfile.TemporaryDirectory() as tmp, SlackStub() as stub:
-        url = f"sqlite:///{Path(tmp) / 'bench.db'}"
+        url = args.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
         schema.upgrade(url)
         roles = {"approver": ["U0BENCH"], "viewer": ["U0BENCH"]}
         config = Path(tmp) / "kimi.yaml"

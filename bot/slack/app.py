@@ -7,7 +7,9 @@ Socket Mode; the lazy function, on Bolt's bounded worker pool, resolves the
 person's groups, calls the command module (one service call), posts its reply
 and delivers the outbox; the slow follow-up (the deployment engine, which may
 watch a rollout for an hour) runs on a separate engine pool, so it never holds
-a worker that answers people.
+a worker that answers people. Under ``kimi-ops serve`` the lazy functions, the engine pool and the outbox
+thread live in a separate worker process instead (``role="front"`` here, ``role="worker"`` there:
+:mod:`bot.slack.work`), so the acknowledgement never shares the interpreter with them.
 
 At the edge: Bolt verifies signature and timestamp (forged or stale → 401);
 :mod:`bot.slack.middleware.replay_guard` claims each request in the database

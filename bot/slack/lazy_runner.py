@@ -5,6 +5,10 @@ and retry handlers included: a third of what an acknowledgement costs here, on t
 answering the next request. Our lazy functions only read their request, so they get a new request over the
 same body (parsed again, as Bolt's copy is) with a shallow copy of the context: the same client (the SDK's
 ``WebClient`` is safe across threads) and the same values, which nothing mutates.
+
+In the answering process of ``kimi-ops serve`` the runner carries a :class:`bot.slack.work.FollowupQueue`:
+a lazy listener is then recorded for the worker process instead of started here, except those that need the
+request's trigger at once (:data:`bot.slack.work.IMMEDIATE`, or an acknowledgement that set ``RUN_HERE``).
 """
 
 from __future__ import annotations
