@@ -221,6 +221,18 @@ def test_reservation_expiry_is_rehearsed_on_the_watchs_clock_and_keeps_nothing(w
         assert sum(1 for e in uow.events.undelivered(limit=10_000) if e.kind == "reservation.escalation") == escalations
 
 
+def test_a_drill_whose_runner_stopped_is_ended_as_abandoned_by_the_next_request(world) -> None:
+    asked = request_drill(world.ctx, REQUESTER, ENDPOINT, "pod-deletion")
+    decide_drill(world.ctx, APPROVER, asked.id, approve=True)  # approved, then the process that runs it dies
+    with pytest.raises(Refused, match=f"drill #{asked.id} \\(pod-deletion\\) is already running"):
+        request_drill(world.ctx, REQUESTER, ENDPOINT, "node-loss")
+    world.ctx.clock.advance(dt.timedelta(minutes=41))  # past the 30-minute limit and ten more
+    again = request_drill(world.ctx, REQUESTER, ENDPOINT, "node-loss")
+    [old] = [d for d in list_drills(world.ctx, APPROVER, ENDPOINT) if d.id == asked.id]
+    assert old.state == "failed" and "abandoned" in (old.reason or "")
+    decide_drill(world.ctx, APPROVER, again.id, approve=False, reason="only testing the abandoned one")
+
+
 def test_wrong_drill_commands_say_what_is_wrong(world) -> None:
     with pytest.raises(Usage, match="no drill kind `pod-delete`; did you mean `pod-deletion`"):
         parse("drill kimi-prod pod-delete")
@@ -234,21 +246,22 @@ def test_wrong_drill_commands_say_what_is_wrong(world) -> None:
 
 def test_the_last_drills_are_listed_and_the_gate_warning_follows_the_period(world, monkeypatch) -> None:
     drills = list_drills(world.ctx, APPROVER, ENDPOINT)
-    assert [d.kind for d in drills][:7] == ["reservation-expiry", "bad-release", "artifact-outage", "model-load-failure",
-                                            "node-loss", "pod-deletion", "pod-deletion"]
-    assert drills[1].line.startswith("drill #") and "passed (detected after" in drills[1].line
+    assert [d.kind for d in drills][:9] == ["node-loss", "pod-deletion", "reservation-expiry", "bad-release",
+                                            "artifact-outage", "model-load-failure", "node-loss", "pod-deletion",
+                                            "pod-deletion"]
+    assert drills[3].line.startswith("drill #") and "passed (detected after" in drills[3].line
 
-    listed = dispatch(build_root(world.ctx), APPROVER, "drills kimi-prod 3")
+    listed = dispatch(build_root(world.ctx), APPROVER, "drills kimi-prod 4")
     [table] = [p for p in listed.parts if isinstance(p, Table)]
-    assert "last availability drills" in listed.text and "reservation-expiry" in table.text
-    assert "bad-release" in table.text and "node-loss" not in table.text  # the last three
+    assert "last availability drills" in listed.text and "reservation-expiry" in table.text and "abandoned" not in table.text
+    assert "bad-release" in table.text and "artifact-outage" not in table.text  # the last four
     monkeypatch.setattr("bot.cli.common.context", lambda: world.ctx)
     shown = CliRunner().invoke(app, ["drills", ENDPOINT, "-o", "json", "--as", APPROVER_1])
     assert shown.exit_code == 0, shown.output
     rows = json.loads(shown.output)
-    assert rows[0]["kind"] == "reservation-expiry" and rows[0]["state"] == "failed"
-    assert rows[1]["passed"] is True and rows[1]["recovery_seconds"] >= rows[1]["detection_seconds"]
-    assert rows[1]["requested_at"].endswith("Z")
+    assert rows[2]["kind"] == "reservation-expiry" and rows[2]["state"] == "failed"
+    assert rows[3]["passed"] is True and rows[3]["recovery_seconds"] >= rows[3]["detection_seconds"]
+    assert rows[3]["requested_at"].endswith("Z") and rows[0]["state"] == "rejected"
     table = CliRunner().invoke(app, ["drills", ENDPOINT, "--as", APPROVER_1])
     assert table.exit_code == 0 and "RECOVERED" in table.output.upper()
 

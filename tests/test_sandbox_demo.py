@@ -234,3 +234,12 @@ def test_demo_shows_a_burn_rate_page_with_its_buttons_and_its_recovery(demo_run:
     alert = out[out.index("burn-page:errors: error rate (5xx)"):]
     assert re.search(r"\[\d+\] Acknowledge  \[\d+\] Silence…  \[\d+\] Roll back", alert[:1000])
     assert "burn-page:errors recovered" in out and "[file slo-kimi-prod-" in out
+
+
+def test_demo_shows_a_drill_with_its_approver_and_recovery_time(demo_run: subprocess.CompletedProcess[str]) -> None:
+    out = demo_run.stdout
+    drill = out[out.index("An availability drill"):]
+    assert "you asked for drill #1; someone else must approve or reject it" in drill
+    assert re.search(r"drill #1 \(pod-deletion on `kimi-prod`\) passed: detected after \d+ s, recovered after \d+ s; "
+                     r"alerts: readiness", drill)
+    assert "readiness: not answering (drill #1, pod-deletion)" in drill

@@ -19,7 +19,8 @@ deploy through four gates approved by two people (with a self-approval
 refused, and the traffic gate's measured admission limits accepted) while users
 are closed out of the candidate and served by the fallback (counted at the
 gateway), then let in as the internal cohort, in steps and at last all;
-readiness probes; a second release compared with production; a rollback to the
+readiness probes; a burn-rate page and its recovery; a pod-deletion drill with its
+recovery time; a second release compared with production; a rollback to the
 complete previous release; a candidate whose model gate is rejected being
 restored automatically; and the endpoint's status. It exits non-zero if any
 step does not end where it should.
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
+DEMO_POD_RESTART_SECONDS = 3.0  # how long the demo's deleted model pod takes to come back (the drill's recovery)
 
 
 class ScriptFailed(Exception):
@@ -220,6 +222,12 @@ def tour(tour: Tour) -> None:
         tour.model.simulate(requests=100_000, ttft=0.2, e2e=2.0)  # healthy traffic: the budget stops burning
         tour.scheduler("metrics-watch")
 
+        tour.step("An availability drill: the model pod is deleted; its detection, page and recovery time are recorded")
+        tour.say(DEPLOYER, f"/kimi drill {ENDPOINT} pod-deletion accept-user-impact")  # users are admitted: said so
+        tour.say(DEPLOYER, "/kimi drill approve 1")  # refused: someone else approves a drill
+        tour.say(APPROVER_1, "/kimi drill approve 1")  # runs now: the pod comes back after a few seconds
+        tour.say(APPROVER_1, f"/kimi drills {ENDPOINT}")
+
     tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked")
     tour.users(f"users while {first} serves", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {second}")
@@ -308,7 +316,10 @@ def _start(data_dir: Path, *, pair: bool = False) -> tuple[Sandbox, Shell]:
     from bot.cli.shell import Shell
     from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, USERS_PER_SECOND, Sandbox
 
-    sandbox = Sandbox(data_dir, users_per_second=USERS_PER_SECOND, pair=pair).start()
+    # Drills on: a deleted pod comes back DEMO_POD_RESTART_SECONDS later, and a drill looks twice a second.
+    sandbox = Sandbox(data_dir, users_per_second=USERS_PER_SECOND, pair=pair, drills=not pair,
+                      pod_restart_seconds=DEMO_POD_RESTART_SECONDS,
+                      settings_overrides={"drill_poll_seconds": 0.5}).start()
     try:
         return sandbox, Shell(sandbox.ctx, user=DEPLOYER, channel=CHANNEL, groups=GROUPS)
     except BaseException:

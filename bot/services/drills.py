@@ -119,6 +119,13 @@ def _say(uow: SqlUnitOfWork, spec: EndpointSettings, drill: Drill, at: dt.dateti
                                 state=drill.state), at=at)
 
 
+def _abandoned(ctx: Context, drill: Drill, now: dt.datetime) -> bool:
+    """A running drill that outlived its time limit by ten minutes: whatever ran it is gone."""
+    since = drill.started_at or drill.decided_at
+    limit = dt.timedelta(minutes=ctx.settings.drill_timeout_minutes + 10)
+    return drill.state == rules.RUNNING and since is not None and now - since > limit
+
+
 def request_drill(ctx: Context, actor: Identity, endpoint: str, kind: str, *, accept_user_impact: bool = False) -> DrillView:
     """Record a drill waiting for its approver; refused where it cannot or should not run."""
     kind = check_kind(kind)
@@ -136,7 +143,15 @@ def request_drill(ctx: Context, actor: Identity, endpoint: str, kind: str, *, ac
         if busy is not None:
             raise Refused(f"deployment #{busy.id} holds {row.name}; drill once it has ended")
         active = uow.drills.active_for(row.id)
-        if active is not None:
+        if active is not None and _abandoned(ctx, active, now):
+            # The process running it stopped (a restart, a lost worker): nothing will finish it. Said, not hidden.
+            active.state, active.active, active.passed, active.ended_at = rules.FAILED, None, False, now
+            active.reason = ("abandoned: the process running it stopped before it ended; check the endpoint "
+                             "(a cordoned node or a drill manifest may still be in place)")
+            _say(uow, _spec(ctx, row), active, now, ACTOR, "drill.ended", f":x: drill #{active.id} ({active.kind} on "
+                 f"`{row.name}`) failed: {active.reason}.", passed=False, abandoned=True)
+            uow.flush()
+        elif active is not None:
             raise Refused(f"drill #{active.id} ({active.kind}) is already {active.state} on {row.name}")
         _refuse_user_impact(row, accept_user_impact)
         drill = uow.drills.add(Drill(endpoint_id=row.id, kind=kind, state=rules.WAITING, active=True,

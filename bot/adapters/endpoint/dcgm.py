@@ -15,12 +15,12 @@ client's :func:`~bot.adapters.endpoint.metrics.fetch_text`, so both scrapes fail
 from __future__ import annotations
 
 import math
-import threading
 from collections import defaultdict
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.adapters.endpoint.kept import KeptClient
 from bot.adapters.endpoint.metrics import fetch_text
 from bot.adapters.endpoint.tls import tls_context
 from bot.domain.health import GpuReading, GpuSnapshot
@@ -69,22 +69,11 @@ class HttpGpuTelemetry:
 
     def __init__(self, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.timeout = timeout
-        self._transport = transport
-        self._lock = threading.Lock()
-        self._shared: httpx.Client | None = None
-
-    def _client(self) -> httpx.Client:
-        with self._lock:
-            if self._shared is None or self._shared.is_closed:
-                self._shared = httpx.Client(timeout=self.timeout, transport=self._transport, verify=tls_context())
-            return self._shared
+        self._kept = KeptClient(lambda: httpx.Client(timeout=timeout, transport=transport, verify=tls_context()))
 
     def close(self) -> None:
         """Close the shared client (process end); the next read makes a new one."""
-        with self._lock:
-            if self._shared is not None:
-                self._shared.close()
-                self._shared = None
+        self._kept.close()
 
     def read(self, url: str) -> GpuSnapshot:
-        return parse_dcgm(fetch_text(self._client(), url, GpuTelemetryUnavailable))
+        return parse_dcgm(fetch_text(self._kept.get(), url, GpuTelemetryUnavailable))

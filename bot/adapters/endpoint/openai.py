@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 import httpx
 from httpx_sse import SSEError, connect_sse
 
+from bot.adapters.endpoint.kept import KeptClient
 from bot.adapters.endpoint.metrics import MetricsUnavailable, scrape
 from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
@@ -133,8 +133,14 @@ class HttpEndpointClient:
         self._sleep = sleep
         self._clock = clock
         self._transport = transport
-        self._shared: httpx.Client | None = None
-        self._lock = threading.Lock()
+        self._kept = KeptClient(lambda: httpx.Client(
+            timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+            headers=self.headers,
+            transport=self._transport,
+            follow_redirects=False,
+            verify=tls_context(),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_KEEPALIVE),
+        ))
 
     def _client(self) -> httpx.Client:
         """The one httpx client of this adapter (so of the process), made on first use and kept open.
@@ -142,24 +148,11 @@ class HttpEndpointClient:
         Building one loads the CA certificates (~30 ms of CPU); probes of many endpoints at once share its
         connection pool (httpx's client is safe across threads). No caller closes it: only :meth:`close`.
         """
-        with self._lock:
-            if self._shared is None or self._shared.is_closed:
-                self._shared = httpx.Client(
-                    timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-                    headers=self.headers,
-                    transport=self._transport,
-                    follow_redirects=False,
-                    verify=tls_context(),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_KEEPALIVE),
-                )
-            return self._shared
+        return self._kept.get()
 
     def close(self) -> None:
         """Close the shared client (process end); the next call makes a new one."""
-        with self._lock:
-            if self._shared is not None:
-                self._shared.close()
-                self._shared = None
+        self._kept.close()
 
     # -- readiness -------------------------------------------------------------------------------------------
 
