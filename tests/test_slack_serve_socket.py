@@ -60,7 +60,7 @@ def test_serve_socket_answers_commands_and_counts_them_in_metrics(tmp_path: Path
 
 
 def test_serve_socket_is_ready_only_while_its_connection_to_slack_is_up(tmp_path: Path) -> None:
-    from tests.test_replicas import wait_for
+    from tests.world_support import wait_until
 
     with SlackStub() as stub:
         server = SocketServer([])
@@ -76,9 +76,9 @@ def test_serve_socket_is_ready_only_while_its_connection_to_slack_is_up(tmp_path
             found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
             assert found, line
             url = found.group(1)
-            wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 200, "ready once the WebSocket is up")
+            wait_until("ready once the WebSocket is up", lambda: httpx.get(f"{url}/readyz").status_code == 200)
             server.stop()  # Slack's end closes the WebSocket and stays away
-            wait_for(lambda: httpx.get(f"{url}/readyz").status_code == 503, "not ready without the WebSocket")
+            wait_until("not ready without the WebSocket", lambda: httpx.get(f"{url}/readyz").status_code == 503)
             assert "Socket Mode connection" in httpx.get(f"{url}/readyz").text
             assert httpx.get(f"{url}/healthz").status_code == 200
         finally:
