@@ -39,6 +39,7 @@ from slack_bolt import BoltRequest, BoltResponse
 from slack_sdk import WebClient
 
 from bot.adapters.slack.identity import GroupDirectory, bot_identity
+from bot.adapters.store.engine import bound_sqlite_waits
 from bot.bootstrap import Root
 from bot.services.access import refuse_foreign_request
 from bot.services.health import database_problems
@@ -50,7 +51,7 @@ from bot.slack.lazy_runner import share_lazy_requests
 from bot.slack.listeners import register_listeners
 from bot.slack.middleware.metrics import MeteredApp, SlackMetrics, request_kind
 from bot.slack.middleware.origin import OnlyOurWorkspace, Origin, origin_of
-from bot.slack.middleware.replay_guard import OncePerRequest
+from bot.slack.middleware.replay_guard import CLAIM_WAIT_SECONDS, OncePerRequest
 from bot.slack.middleware.shapes import WellFormed
 from bot.slack.middleware.unreadable import Unreadable, bolt_request
 from bot.slack.outbox import Outbox
@@ -99,7 +100,10 @@ class KimiApp:
         self._taking: set[int] = set()  # deployments a takeover handed to the engine pool, not yet returned
         self._takeover_stop = threading.Event()
         self.role = role
-        self.once = OncePerRequest(ctx)  # one answer per request across replicas, redeliveries included
+        # One answer per request across replicas, redeliveries included. The answering process of `serve` on
+        # SQLite claims on the request thread, its waits for the write lock bounded by SQLite itself.
+        inline = role == "front" and bound_sqlite_waits(ctx.uow.engine, CLAIM_WAIT_SECONDS)
+        self.once = OncePerRequest(ctx, inline=inline)
         if role != "worker":  # the worker runs requests the answering process claimed and verified already
             bolt.use(self.once)
         bolt.use(Unreadable())

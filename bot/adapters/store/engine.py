@@ -40,6 +40,25 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: i
     return create_engine(url, pool_size=pool_size, max_overflow=max_overflow, **kwargs)
 
 
+def bound_sqlite_waits(engine: Engine, seconds: float) -> bool:
+    """On SQLite, wait at most ``seconds`` for the write lock on this engine's new connections; False elsewhere.
+
+    The process that answers Slack must answer within 3 seconds: its few writes give up rather than queue
+    behind another process's long transaction (the default wait is 30 s).
+    """
+    if engine.dialect.name != "sqlite":
+        return False
+
+    @event.listens_for(engine, "connect")
+    def _short_wait(dbapi_conn: Any, _record: Any) -> None:
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={int(seconds * 1000)}")
+        cursor.close()
+
+    engine.dispose()  # connections made before this keep the long wait: start afresh
+    return True
+
+
 def display_url(url: str) -> str:
     """The URL with any password masked, fit for messages and logs."""
     return make_url(url).render_as_string(hide_password=True)
