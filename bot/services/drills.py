@@ -33,6 +33,7 @@ from typing import Any
 
 from bot.adapters.clock import Sleeps
 from bot.adapters.store.models import Drill, Endpoint
+from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain import drills as rules
@@ -241,7 +242,7 @@ def _actions(ctx: Context) -> ports.DrillActions:
 
 def _apply(ctx: Context, spec: EndpointSettings, manifest: RenderedManifest) -> None:
     cluster = require(ctx.ports.cluster, "cluster access", "for this process; drills act on the cluster")
-    result = cluster.apply(spec, manifest, force=True)
+    result = cluster.apply(spec, manifest)  # as the engine applies a release: another manager's field is a conflict
     if result.conflicts:
         raise RuntimeError("the cluster refused the manifest: " + "; ".join(result.conflicts[:3]))
 
@@ -308,17 +309,24 @@ def _alert(ctx: Context, run: _Run, health: WorkloadHealth | None, answered: boo
         "crashloop": crash_faults(health, None) if health is not None else [],
         "node": node_faults(health) if health is not None else [],
     }
-    with ctx.uow() as uow:
-        row = uow.endpoints.get(run.spec.name)
-        if row is None:
-            return
-        incidents = Incidents(ctx, uow, row, run.spec, at, {i.kind: i for i in uow.incidents.open_of(row.id, ALERT_KINDS)})
-        for kind, faults in found.items():
-            if faults and incidents.open(kind, "page", f"{'; '.join(faults)} (drill #{run.drill_id}, {run.kind})"):
-                run.alerts.append(kind)
-            elif not faults and kind in run.alerts:
-                incidents.close(kind, f"drill #{run.drill_id} recovered")
-        uow.commit()
+    try:
+        with ctx.uow() as uow:
+            row = uow.endpoints.get(run.spec.name)
+            if row is None:
+                return
+            incidents = Incidents(ctx, uow, row, run.spec, at,
+                                  {i.kind: i for i in uow.incidents.open_of(row.id, ALERT_KINDS)})
+            opened: list[str] = []
+            for kind, faults in found.items():
+                if faults and incidents.open(kind, "page", f"{'; '.join(faults)} (drill #{run.drill_id}, {run.kind})"):
+                    opened.append(kind)
+                elif not faults and kind in run.alerts:
+                    incidents.close(kind, f"drill #{run.drill_id} recovered")
+            uow.commit()
+            run.alerts.extend(opened)
+    except Conflict:
+        # A job (users admitted: the watch runs too) opened the same incident meanwhile: it fired, and is theirs.
+        log.info("drill #%s: an incident of %s was opened concurrently", run.drill_id, run.spec.name)
 
 
 def _record(ctx: Context, run: _Run, action: str, text: str, **changes: Any) -> None:
