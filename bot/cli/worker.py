@@ -25,6 +25,7 @@ log = logging.getLogger("kimi_ops.worker")
 
 OUTBOX_SECONDS = 5.0
 RESTART_PAUSE_SECONDS = 1.0
+RESTART_PAUSE_LIMIT = 30.0
 WORKER_NICENESS = 5
 
 
@@ -119,13 +120,18 @@ class WorkerSupervisor:
         return self
 
     def _keep(self) -> None:
+        pause = RESTART_PAUSE_SECONDS / 2  # the first restart comes after RESTART_PAUSE_SECONDS
         while not self._stop.is_set():
+            started = time.monotonic()
             self._proc = subprocess.Popen(self.command(), pass_fds=(self.wake_read,), env=self.env)
             code = self._proc.wait()
             if self._stop.is_set():
                 return
-            log.error("the worker process exited (%s); starting another", code)
-            self._stop.wait(RESTART_PAUSE_SECONDS)
+            # A worker that dies at start (a bad setting) is not restarted in a tight loop: the pause doubles.
+            pause = RESTART_PAUSE_SECONDS if time.monotonic() - started > RESTART_PAUSE_LIMIT else min(
+                pause * 2, RESTART_PAUSE_LIMIT)
+            log.error("the worker process exited (%s); starting another in %.0f s", code, pause)
+            self._stop.wait(pause)
 
     @property
     def pid(self) -> int | None:
