@@ -6,7 +6,8 @@ for the subset of HTTPRoute that kimi-ops writes and the reference examples use:
 
 * it reads every ``gateway.networking.k8s.io/v1`` HTTPRoute from the Kubernetes
   emulator with the official client (:class:`~bot.adapters.cluster.rest.Rest`,
-  as the operator simulator does), every ``poll_seconds`` or on :meth:`sync`;
+  as the operator simulator does), on every write the emulator reports (``changed``), every
+  ``poll_seconds``, or on :meth:`sync`;
 * routes attached to it (``parentRefs`` naming this Gateway, and this listener
   when a ``sectionName`` is given) get ``status.parents`` written through the
   status subresource: ``Accepted`` and ``ResolvedRefs`` with the route's
@@ -168,7 +169,7 @@ class GatewayStandIn:
                  backends: Mapping[ServiceKey, str] | None = None,
                  cohort_header: tuple[str, str] | None = ("x-kimi-cohort", "internal"), seed: int | None = None,
                  poll_seconds: float = 0.05, host: str = "127.0.0.1", port: int = 0,
-                 upstream_timeout: float = 300.0) -> None:
+                 upstream_timeout: float = 300.0, changed: threading.Event | None = None) -> None:
         self.rest = rest
         self.name, self.namespace, self.listener = name, namespace, listener
         self.backends: dict[ServiceKey, str] = dict(backends or {})
@@ -183,6 +184,9 @@ class GatewayStandIn:
         self._by_admission: Counter[tuple[str, Routed]] = Counter()
         self._counts_lock = threading.Lock()
         self._stop = threading.Event()
+        # Set by the emulator on every write (KubeStandIn.changes): then the stand-in reads routes when one may have
+        # changed, and every ``poll_seconds`` only as a backstop, rather than listing them many times a second.
+        self._changed = changed
         self._client = httpx.Client(timeout=httpx.Timeout(upstream_timeout, connect=2.0), follow_redirects=False)
         self._httpd = _Server((host, port), _Handler)
         self._httpd.gateway = self
@@ -209,6 +213,8 @@ class GatewayStandIn:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._changed is not None:
+            self._changed.set()
         if self._threads:
             self._httpd.shutdown()
         self._httpd.server_close()
@@ -251,12 +257,20 @@ class GatewayStandIn:
     # -- the control plane: routes in, status out -------------------------------------------------------------
 
     def _poll(self) -> None:
-        while not self._stop.wait(self.poll_seconds):
+        while not self._wait():
             try:
                 self.sync()
             except Exception as exc:  # keep serving the last good table; a test can read the errors
                 self.errors.append(repr(exc))
                 log.debug("gateway stand-in sync failed", exc_info=True)
+
+    def _wait(self) -> bool:
+        """Wait for a write (or ``poll_seconds``); True once stopped."""
+        if self._changed is None:
+            return self._stop.wait(self.poll_seconds)
+        self._changed.wait(self.poll_seconds)
+        self._changed.clear()
+        return self._stop.is_set()
 
     def _attached(self, route: Mapping[str, Any]) -> bool:
         namespace = route["metadata"].get("namespace")

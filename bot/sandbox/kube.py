@@ -18,8 +18,12 @@ all live in :func:`_emulator_class`:
 * merge patches bump ``resourceVersion`` (``generation`` when the spec
   changes), honour a ``resourceVersion`` precondition, and on the ``status``
   subresource change only ``status`` — the main resource ignores ``status``;
-* kmock's request log (kept for assertions, walked on every request) is cut
-  to its recent tail, so a long sandbox does not slow down quadratically.
+* kmock's request log (kept for assertions, walked through every reaction's
+  filter on every request) holds only the requests still being answered, so
+  a request costs the same in the first second of a sandbox and the hundredth;
+* every write sets the events handed out by :meth:`KubeStandIn.changes`, so
+  the operator simulator and the gateway stand-in wake on a change instead of
+  listing the API many times a second.
 
 kmock and pytest-asyncio (which kmock's plugin imports) are test/sandbox
 dependencies: they are imported only when a stand-in starts.
@@ -67,9 +71,6 @@ SUBRESOURCES: dict[str, set[str]] = {
 }
 
 
-REQUEST_LOG_MAX, REQUEST_LOG_KEEP = 32, 16
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -85,6 +86,8 @@ def _emulator_class() -> type:
             super().__attrs_post_init__()
             self.owners: dict[tuple[Any, ...], ssa.Owners] = {}
             self.received: list[Any] = []  # every request, for the tests' assertions (kmock's own log is cut)
+            self.answering: dict[int, Any] = {}  # id -> request, from its arrival in _handle until it is answered
+            self.watchers: list[threading.Event] = []  # set on every write (KubeStandIn.changes)
             self.version = 1
             self.kinds: dict[Any, tuple[str, str]] = {}
             for kind, info in {**RESOURCES, **EXTRA_RESOURCES}.items():
@@ -135,20 +138,31 @@ def _emulator_class() -> type:
             if match:
                 rest = match.group(1) or ""
                 raw_request = raw_request.clone(rel_url=raw_request.rel_url.with_path(f"/api/v1/{NAMESPACES_PLURAL}{rest}"))
-            self._forget_old_requests()
+            self._forget_answered_requests()
             return await super().__call__(raw_request)
 
-        def _forget_old_requests(self) -> None:
+        def _forget_answered_requests(self) -> None:
             # kmock keeps every request for assertions and matches each new one against its reactions by walking
-            # that whole log (through each reaction's filter chain), so a sandbox slowed down quadratically: a
-            # minute of CPU per whole-stack test. Tests read ``received`` instead. A request is matched as soon as
-            # it has the emulator's lock, so only the most recent few can still be waiting to be matched.
+            # that whole log through each reaction's filter chain: a sandbox slowed down quadratically, and even a
+            # log cut to a few dozen made matching most of an idle sandbox's CPU. Tests read ``received`` instead.
+            # A request is appended and reaches ``_handle`` with no await in between, so the log only ever
+            # needs what ``_handle`` is still answering.
             log: list[Any] = self._requests
-            if len(log) > REQUEST_LOG_MAX:
-                del log[: len(log) - REQUEST_LOG_KEEP]
+            if len(log) > len(self.answering):
+                log[:] = [r for r in log if id(r) in self.answering]
 
         async def _handle(self, request: Any) -> Any:
             self.received.append(request)
+            self.answering[id(request)] = request
+            try:
+                return await self._answer(request)
+            finally:
+                del self.answering[id(request)]
+                if request.action not in (action.FETCH, action.LIST, action.WATCH):
+                    for changed in self.watchers:
+                        changed.set()
+
+        async def _answer(self, request: Any) -> Any:
             if request.resource is None:
                 return await super()._handle(request)
             content_type = str(request.headers.get("Content-Type", ""))
@@ -315,6 +329,12 @@ class KubeStandIn:
 
     def rest(self) -> Rest:
         return Rest(self.api_client())
+
+    def changes(self) -> threading.Event:
+        """An event the emulator sets after every write it answers; the holder clears it when it has looked."""
+        changed = threading.Event()
+        self.emulator.watchers.append(changed)
+        return changed
 
     def run(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the emulator's event loop (where its state lives) and return its result."""

@@ -53,7 +53,8 @@ class OperatorSimulator:
                  behaviour: Behaviour = "succeed", step_seconds: float = 0.05, failure_reason: str = DEFAULT_FAILURE,
                  emit_events: bool = True, startup: tuple[float, float, float] = (95.0, 840.0, 380.0),
                  controller: bool = False, restart_seconds: float = 0.0, clock: Clock | None = None,
-                 serving: Callable[[dict[str, Any], bool], None] | None = None) -> None:
+                 serving: Callable[[dict[str, Any], bool], None] | None = None,
+                 changed: threading.Event | None = None, idle_seconds: float = 1.0) -> None:
         self.rest = rest
         self.namespace = namespace
         self.kind = kind
@@ -61,6 +62,10 @@ class OperatorSimulator:
         self.step_seconds = step_seconds
         self.failure_reason = failure_reason
         self._stop = threading.Event()
+        # Set by the emulator on every write (KubeStandIn.changes): with nothing to play, the simulator sleeps
+        # until a write or ``idle_seconds`` instead of listing the API every step (most of an idle sandbox's CPU).
+        self._changed = changed
+        self.idle_seconds = idle_seconds
         self._thread = threading.Thread(target=self._run, name=f"operator-{kind}", daemon=True)
         self._progress: dict[str, tuple[int, int]] = {}  # name -> (generation, step)
         self.errors: list[str] = []
@@ -83,6 +88,8 @@ class OperatorSimulator:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._changed is not None:
+            self._changed.set()
         self._thread.join(10)
 
     @property
@@ -90,15 +97,31 @@ class OperatorSimulator:
         return "InferenceEndpointConfig" if self.kind == "hyperpod" else "Deployment"
 
     def _run(self) -> None:
-        while not self._stop.wait(self.step_seconds):
+        playing = True
+        while not self._wait(playing):
             try:
+                # The controller watches pods come back on a clock a test moves without writing: it always plays.
+                playing = self.controller
                 for obj in self.rest.items(collection_path(self._resource, self.namespace)):
-                    self._advance(obj)
+                    playing = self._advance(obj) or playing
             except Exception as exc:  # keep playing; the test sees the error list if it matters
+                playing = True
                 self.errors.append(repr(exc))
                 log.debug("operator simulator step failed", exc_info=True)
 
-    def _advance(self, obj: dict[str, Any]) -> None:
+    def _wait(self, playing: bool) -> bool:
+        """Wait one step while a rollout plays, else until a write; True once stopped."""
+        if self._changed is None or playing:
+            stopped = self._stop.wait(self.step_seconds)
+        else:
+            self._changed.wait(self.idle_seconds)
+            stopped = self._stop.is_set()
+        if self._changed is not None:
+            self._changed.clear()
+        return stopped
+
+    def _advance(self, obj: dict[str, Any]) -> bool:
+        """Play one step of ``obj``'s rollout; False when it has nothing left to play."""
         meta = obj["metadata"]
         name, generation = meta["name"], int(meta.get("generation", 1))
         seen_generation, step = self._progress.get(name, (0, 0))
@@ -108,7 +131,7 @@ class OperatorSimulator:
         if step > last:
             if self.controller:
                 self._reconcile(obj)
-            return
+            return False
         pod = f"{name}-{hashlib.sha256(f'{name}{generation}'.encode()).hexdigest()[:8]}-x7k2q"
         failing = self.controller and self._fails_to_load(obj)
         if failing:
@@ -129,6 +152,7 @@ class OperatorSimulator:
         if self.controller and step >= 2:
             self._tell(obj, not failing and self.behaviour == "succeed")
         self._progress[name] = (generation, step + 1)
+        return True
 
     # -- the controller (``controller=True``) --------------------------------------------------------------
 

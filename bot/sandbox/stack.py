@@ -181,13 +181,14 @@ class Sandbox:
         self._served_model = self.stand_ins["openai"].behaviour.served_model
         self.stand_ins["operator"] = OperatorSimulator(
             kube.rest(), NAMESPACE, controller=self.drills, restart_seconds=self.pod_restart_seconds, clock=self.clock,
-            serving=self._follow_pods if self.drills else None,
+            serving=self._follow_pods if self.drills else None, changed=kube.changes(),
         ).__enter__()
         if self.traffic:
             from bot.sandbox.traffic import start_traffic_layer
 
             self.stand_ins["traffic"] = start_traffic_layer(kube.rest(), namespace=NAMESPACE, endpoint=ENDPOINT,
-                                                            model_url=self.stand_ins["openai"].url)
+                                                            model_url=self.stand_ins["openai"].url,
+                                                            changed=kube.changes())
             if self.pair:
                 from bot.route_config import MODEL_PORT
                 from bot.sandbox.gateway import ServiceKey

@@ -10,6 +10,8 @@ Service mapped to the Kimi K3 stand-in and the fallback Service to the new one.
 
 from __future__ import annotations
 
+import threading
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +50,8 @@ class TrafficLayer:
 
 
 def start_traffic_layer(rest: Rest, *, namespace: str, endpoint: str, model_url: str,
-                        seed: int | None = None, **fallback_behaviour: Any) -> TrafficLayer:
+                        seed: int | None = None, changed: threading.Event | None = None,
+                        **fallback_behaviour: Any) -> TrafficLayer:
     """Start the fallback server and the gateway; the endpoint's Service is ``endpoint`` on port 8000."""
     fallback = OpenAIServer(served_model=FALLBACK_MODEL, **fallback_behaviour).start()
     try:
@@ -57,6 +60,8 @@ def start_traffic_layer(rest: Rest, *, namespace: str, endpoint: str, model_url:
             cohort_header=(DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE),
             backends={ServiceKey(namespace, endpoint, MODEL_PORT): model_url,
                       ServiceKey(namespace, FALLBACK_SERVICE, MODEL_PORT): fallback.url},
+            # Woken by the emulator's writes, the stand-in re-reads routes only as a backstop.
+            changed=changed, poll_seconds=1.0 if changed is not None else 0.05,
         ).start()
     except BaseException:
         fallback.stop()
