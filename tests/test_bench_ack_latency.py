@@ -23,14 +23,21 @@ def test_the_benchmark_prints_p50_p99_and_the_ratio_to_a_bare_bolt_app(tmp_path:
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     lines = run.stdout.splitlines()
     header = lines[0].split()
-    assert "kimi" in header and "bare" in header and header[-4:] == ["p50", "ratio", "p99", "ratio"]
+    assert {"bare", "inline", "worker", "ratio", "goal"} <= set(header), lines[0]
     rows = [line for line in lines[1:] if line.startswith(("slash command", "button click"))]
     seen = set()
     for row in rows:
         words = row.split()
         kind, clients = " ".join(words[:2]), int(words[2])
-        numbers = [float(w) for w in words[3:]]
-        assert len(numbers) == 7 and all(math.isfinite(n) and n >= 0 for n in numbers), row  # n, 4 timings, 2 ratios
+        # n, then bare, inline and worker p50/p99, then the inline and worker ratios to bare: each a p50/p99 pair
+        pairs = [tuple(float(x) for x in w.split("/")) for w in words[4:9]]
+        assert int(words[3]) > 0 and len(pairs) == 5, row
+        assert all(len(p) == 2 and all(math.isfinite(x) and x >= 0 for x in p) for p in pairs), row
+        (b50, b99), _inline, (w50, w99), _inline_ratio, (r50, r99) = pairs
+        assert w50 <= w99 and b50 <= b99, row
+        assert math.isclose(r50, w50 / b50, rel_tol=0.05, abs_tol=0.01), row  # the ratio is the worker's over bare
+        goal = "p99 <= 1.5x" if clients >= 50 else "p50 <= 1.5x"  # the goal for this many clients
+        assert goal in row and words[-1] in ("ok", "MISSED"), row
         seen.add((kind, clients))
     assert seen == {(k, c) for k in ("slash command", "button click") for c in (1, 10, 50)}
     assert "worst kimi-ops p99" in run.stdout and "Slack's limit: 3000 ms" in run.stdout

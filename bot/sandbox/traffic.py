@@ -11,7 +11,6 @@ Service mapped to the Kimi K3 stand-in and the fallback Service to the new one.
 from __future__ import annotations
 
 import threading
-
 from dataclasses import dataclass
 from typing import Any
 
