@@ -35,7 +35,8 @@ def test_the_benchmark_prints_p50_p99_and_the_ratio_to_a_bare_bolt_app(tmp_path:
         assert all(len(p) == 2 and all(math.isfinite(x) and x >= 0 for x in p) for p in pairs), row
         (b50, b99), _inline, (w50, w99), _inline_ratio, (r50, r99) = pairs
         assert w50 <= w99 and b50 <= b99, row
-        assert math.isclose(r50, w50 / b50, rel_tol=0.05, abs_tol=0.01), row  # the ratio is the worker's over bare
+        # The ratios are the worker's over bare (from unrounded figures: the printed milliseconds have one decimal).
+        assert math.isclose(r50, w50 / b50, rel_tol=0.2) and math.isclose(r99, w99 / b99, rel_tol=0.2), row
         goal = "p99 <= 1.5x" if clients >= 50 else "p50 <= 1.5x"  # the goal for this many clients
         assert goal in row and words[-1] in ("ok", "MISSED"), row
         seen.add((kind, clients))
