@@ -134,7 +134,7 @@ def main() -> None:
             # The follow-up of what was just measured finishes before the next measurement starts.
             inline.wait_idle(120)
             deadline = time.monotonic() + 120
-            while (front.spool is not None and front.spool.waiting() or followups.waiting(front_ctx)) \
+            while ((front.spool is not None and front.spool.waiting()) or followups.waiting(front_ctx)) \
                     and time.monotonic() < deadline:
                 time.sleep(0.05)
 
