@@ -180,9 +180,13 @@ class Worker:
                 return
             if not taken:
                 log.info("acknowledged and dropped a Slack request another delivery already took on")
-            else:  # a run of the same request spooled after this look needs no claim (and must not lose one)
-                self.spool.mark_claimed(key)
-            self.spool.drop([r.id for r in runs])
+            try:
+                # Off the spool; if taken, a run of the same request spooled after this look needs no claim (its
+                # own would lose): both in one local commit.
+                self.spool.moved(key, [r.id for r in runs], claimed=taken)
+            except Exception:  # left spooled: the next look's claim is refused, so they are not recorded twice
+                log.warning("could not clear moved Slack work from the spool", exc_info=True)
+                return
 
     def _wait(self, stop: threading.Event) -> None:
         if self.wake_fd is None:
