@@ -240,3 +240,28 @@ def test_spooled_work_a_dead_worker_already_took_on_is_not_taken_twice(tmp_path)
     finally:
         spool.close()
         ctx.close()
+
+
+def test_a_run_spooled_after_its_request_was_moved_is_recorded_too(tmp_path) -> None:
+    """One request, two lazy runs, the worker looking between them: the second is not lost to the first's claim,
+    while a copy of the request on another replica (its own spool) is dropped by the shared claim."""
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
+    here, there = Spool(spool_path(tmp_path / "a")), Spool(spool_path(tmp_path / "b"))
+    run = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
+    try:
+        for spool in (here, there):
+            assert spool.first("body:two")
+        here.add("body:two", "first_run", run)
+        Worker(ctx, lambda request: None, spool=here).move()
+        here.add("body:two", "second_run", run)
+        there.add("body:two", "first_run", run)  # the same request, delivered to the other replica too
+        Worker(ctx, lambda request: None, spool=here).move()
+        Worker(ctx, lambda request: None, spool=there).move()
+        assert here.waiting() == there.waiting() == 0 and followups.waiting(ctx) == 2
+        assert not here.first("body:two")  # a copy to the same replica is still answered from its spool
+    finally:
+        here.close()
+        there.close()
+        ctx.close()

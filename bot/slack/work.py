@@ -1,17 +1,19 @@
 """The follow-up of a Slack request, run by a worker process instead of the process that answers Slack.
 
 The answering process (``role="front"``) acknowledges each request and, instead of running its lazy listeners,
-records each one as a follow-up in the database (:class:`FollowupQueue`: one small insert, committed before the
-acknowledgement leaves) and nudges the worker through a pipe. The worker process (``kimi-ops worker``, started
-and restarted by ``kimi-ops serve``: :mod:`bot.cli.worker`) builds the same Bolt app (``role="worker"``: no
-signature check, since the request was verified before it was recorded, and no replay guard, since it was
-claimed before) and :class:`Worker` runs each recorded request through it as Bolt runs a lazy listener on AWS
-Lambda: ``lazy_only``, naming the function. So the SQL, the engine steps and the outbox deliveries that follow a
-request never compete with the next acknowledgement for the interpreter.
+spools each one in the replica's local spool file (:class:`FollowupQueue` →
+:class:`bot.adapters.store.spool.Spool`: one local commit, no shared database, before the acknowledgement
+leaves) and nudges the worker through a pipe. The worker process (``kimi-ops worker``, started and restarted by
+``kimi-ops serve``: :mod:`bot.cli.worker`) moves spooled runs into the shared database (:meth:`Worker.move`:
+the request's claim across replicas and its ``slack_work`` rows in one transaction, then off the spool), builds
+the same Bolt app (``role="worker"``: no signature check, since the request was verified before it was spooled)
+and :class:`Worker` runs each recorded request through it as Bolt runs a lazy listener on AWS Lambda:
+``lazy_only``, naming the function. So the SQL, the engine steps and the outbox deliveries that follow a
+request never compete with the next acknowledgement for the interpreter, nor for the database's write lock.
 
 A listener that opens a modal needs the request's ``trigger_id``, which Slack honours for 3 seconds only; those
 (:data:`IMMEDIATE`, and a request whose acknowledgement set :data:`RUN_HERE`: a slash command that answers with
-a form) still run at once in the answering process.
+a form) still run at once in the answering process, which claims the request in the shared database first.
 """
 
 from __future__ import annotations
@@ -178,9 +180,13 @@ class Worker:
                 return
             if not taken:
                 log.info("acknowledged and dropped a Slack request another delivery already took on")
-            else:  # a run of the same request spooled after this look needs no claim (and must not lose one)
-                self.spool.mark_claimed(key)
-            self.spool.drop([r.id for r in runs])
+            try:
+                # Off the spool; if taken, a run of the same request spooled after this look needs no claim (its
+                # own would lose): both in one local commit.
+                self.spool.moved(key, [r.id for r in runs], claimed=taken)
+            except Exception:  # left spooled: the next look's claim is refused, so they are not recorded twice
+                log.warning("could not clear moved Slack work from the spool", exc_info=True)
+                return
 
     def _wait(self, stop: threading.Event) -> None:
         if self.wake_fd is None:

@@ -27,6 +27,7 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, "
     "function TEXT NOT NULL, request TEXT NOT NULL, at REAL NOT NULL)",
 )
+MARK_CLAIMED = "INSERT INTO seen (key, at, claimed) VALUES (?, ?, 1) ON CONFLICT (key) DO UPDATE SET claimed = 1"
 BUSY_MS = 1500  # the answering process never waits longer than the replay guard did for the shared database
 
 
@@ -66,8 +67,7 @@ class Spool:
 
     def mark_claimed(self, key: str) -> None:
         """This replica won ``key`` in the shared database (its spooled items need no claim of their own)."""
-        self._db().execute("INSERT INTO seen (key, at, claimed) VALUES (?, ?, 1) "
-                           "ON CONFLICT (key) DO UPDATE SET claimed = 1", (key, time.time()))
+        self._db().execute(MARK_CLAIMED, (key, time.time()))
 
     def add(self, key: str, function: str, request: dict[str, Any]) -> None:
         self._db().execute("INSERT INTO items (key, function, request, at) VALUES (?, ?, ?, ?)",
@@ -80,9 +80,20 @@ class Spool:
             "LEFT JOIN seen ON seen.key = items.key ORDER BY items.id LIMIT ?", (limit,)).fetchall()
         return [SpooledItem(row[0], row[1], row[2], json.loads(row[3]), bool(row[4])) for row in rows]
 
-    def drop(self, ids: list[int]) -> None:
-        if ids:
-            self._db().execute(f"DELETE FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
+    def moved(self, key: str, ids: list[int], *, claimed: bool) -> None:
+        """Items ``ids`` of request ``key`` are in the shared database (or dropped there): delete them and, when
+        this replica won the claim, note it for the request's later items; one commit."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if claimed:
+                db.execute(MARK_CLAIMED, (key, time.time()))
+            if ids:
+                db.execute(f"DELETE FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def waiting(self) -> int:
         return int(self._db().execute("SELECT count(*) FROM items").fetchone()[0])

@@ -23,6 +23,11 @@ share a key — even the same text typed twice — while a redelivery or a repla
 repeats it byte for byte. (A key of the ``trigger_id`` alone would also merge two
 different requests that happen to carry the same one; the body cannot.)
 
+Under ``kimi-ops serve`` the answering process does not claim (:class:`OncePerReplica`: a copy this replica
+acknowledged already is answered from its local spool); the worker beside it claims each request before it
+records its work (:meth:`bot.slack.work.Worker.move`), so a copy sent to another replica is acknowledged 200
+there and dropped by its worker.
+
 The claim waits at most ``wait_seconds``: Slack wants its acknowledgement within
 3 seconds, and a database that does not answer must not cost every request its
 answer. Then (or when the claim fails) the request is handled unclaimed and the
