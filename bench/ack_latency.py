@@ -7,8 +7,9 @@ ticket that no longer waits, so the work after the ack is a refusal):
 * ``bare``: a Bolt app whose listeners only ack (the baseline);
 * ``inline``: kimi-ops running the follow-up in the process that answers (as before issue 19's item 4, and as the
   local shell still does);
-* ``worker``: kimi-ops as ``kimi-ops serve`` runs it: the answering process records the follow-up and a
-  ``kimi-ops worker`` process beside it (started by the same supervisor) runs it.
+* ``worker``: kimi-ops as ``kimi-ops serve`` runs it: the answering process spools the follow-up in its local
+  spool file (no shared database before the ack) and a ``kimi-ops worker`` process beside it (started by the
+  same supervisor) claims it in the shared database and runs it.
 
 The follow-up of one app is let finish before the next measurement. Each level runs ``--requests`` requests
 spread over 1, 10 and 50 concurrent clients; the table gives p50 and p99 of the time until the HTTP answer (the
@@ -133,7 +134,8 @@ def main() -> None:
             # The follow-up of what was just measured finishes before the next measurement starts.
             inline.wait_idle(120)
             deadline = time.monotonic() + 120
-            while followups.waiting(front_ctx) and time.monotonic() < deadline:
+            while ((front.spool is not None and front.spool.waiting()) or followups.waiting(front_ctx)) \
+                    and time.monotonic() < deadline:
                 time.sleep(0.05)
 
         sender = SlackSender(SECRET, stub)

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from bot.adapters.store import schema
+from bot.adapters.store.spool import Spool
 from bot.bootstrap import build_context, build_root
 from bot.config import load_settings
 from bot.sandbox.slack_stub import SlackSender, SlackStub
@@ -26,6 +27,7 @@ from bot.services import followups
 from bot.services.releases import register_release
 from bot.slack.app import create_app
 from bot.slack.http import HttpServer
+from bot.slack.work import Worker, spool_path
 from tests.workflow_support import ROLES, endpoint_config, release_data
 
 SECRET = "worker-test-secret"
@@ -59,6 +61,15 @@ def _replies(stub: SlackStub) -> list[str]:
     return [m.text for m in stub.messages if m.channel.startswith("response:")]
 
 
+def _spooled(tmp_path: Path) -> int:
+    """Runs waiting in the replica's local spool (the answering process writes nothing else before its ack)."""
+    spool = Spool(spool_path(tmp_path / "data"))
+    try:
+        return spool.waiting()
+    finally:
+        spool.close()
+
+
 @pytest.fixture()
 def stub() -> Iterator[SlackStub]:
     with SlackStub(groups={GROUP: [TYPIST]}) as stub:
@@ -80,14 +91,14 @@ def test_a_follow_up_whose_worker_is_killed_is_completed_once_by_the_next_worker
         body = sender.slash(TYPIST, "help")
         answer = httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body))
         assert answer.status_code == 200  # acknowledged; the answering process ran nothing of it
-        assert followups.waiting(ctx) == 1 and _replies(stub) == []
+        assert _spooled(tmp_path) == 1 and followups.waiting(ctx) == 0 and _replies(stub) == []  # spooled only
 
         workers.append(_kimi_ops(env, tmp_path, "worker", "--no-jobs", "--lease-seconds", "2"))
         assert hold.reached.wait(60), "the first worker never took the follow-up"
         workers[0].kill()  # kill -9: no chance to finish or give the work back
         workers[0].wait(timeout=30)
         hold.release()
-        assert _replies(stub) == [] and followups.waiting(ctx) == 1
+        assert _replies(stub) == [] and followups.waiting(ctx) == 1 and _spooled(tmp_path) == 0  # moved, claimed
 
         workers.append(_kimi_ops(env, tmp_path, "worker", "--no-jobs", "--lease-seconds", "2"))
         stub.wait_for(lambda s: _replies(s), timeout=60)
@@ -155,11 +166,102 @@ def test_what_needs_the_trigger_runs_at_once_in_the_answering_process(tmp_path, 
         body = sender.slash("U0APPROVER1", "exception add SEC-2 kind=unscanned-image release=rel-a")
         assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
         opened = stub.wait_for(lambda s: s.calls_to("views.open"), timeout=30)
-        assert "SEC-2" in str(opened[0].params["view"]) and followups.waiting(ctx) == 0
+        assert "SEC-2" in str(opened[0].params["view"]) and _spooled(tmp_path) == 0
         body = sender.slash("U0APPROVER1", "help")  # anything else is left to the worker
         assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
-        assert followups.waiting(ctx) == 1 and _replies(stub) == []
+        assert _spooled(tmp_path) == 1 and _replies(stub) == []
     finally:
         http.stop()
         front.close()
+        ctx.close()
+
+
+ANSWERING_ONLY = """
+import time
+from bot.bootstrap import build_context, build_root
+from bot.config import load_settings
+from bot.slack.app import create_app
+from bot.slack.http import HttpServer
+ctx = build_context(load_settings())
+front = create_app(build_root(ctx, slack_token="xoxb-test"), signing_secret=ctx.settings.slack_signing_secret or "",
+                   role="front")
+print(HttpServer(front.wsgi(), "127.0.0.1", 0).start().url, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_spooled_follow_up_survives_the_answering_process_killed_after_its_ack(tmp_path, stub) -> None:
+    """The answering process (as `serve` runs it, without a worker) dies right after the ack; a worker started
+    later finds the work in the replica's spool and answers it once."""
+    env = _env(tmp_path, stub)
+    schema.upgrade(env["KIMI_DATABASE_URL"])
+    ctx = build_context(load_settings(database_url=env["KIMI_DATABASE_URL"], data_dir=tmp_path / "data"))
+    front = subprocess.Popen([sys.executable, "-c", ANSWERING_ONLY], env=env, cwd=tmp_path, text=True,
+                             stdout=subprocess.PIPE)
+    worker = None
+    try:
+        assert front.stdout is not None
+        url = front.stdout.readline().strip()
+        sender = SlackSender(SECRET, stub)
+        body = sender.slash(TYPIST, "help")
+        assert httpx.post(f"{url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
+        front.kill()  # kill -9 right after the ack
+        front.wait(timeout=30)
+        assert _spooled(tmp_path) == 1 and followups.waiting(ctx) == 0 and _replies(stub) == []
+
+        worker = _kimi_ops(env, tmp_path, "worker", "--no-jobs")
+        stub.wait_for(lambda s: _replies(s), timeout=60)
+        _until(lambda: _spooled(tmp_path) == 0 and followups.waiting(ctx) == 0)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+        replies = _replies(stub)
+        assert len(replies) == 1 and "/kimi" in replies[0]
+    finally:
+        for proc in (front, worker):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        ctx.close()
+
+
+def test_spooled_work_a_dead_worker_already_took_on_is_not_taken_twice(tmp_path) -> None:
+    """A worker killed between recording a request in the shared database and clearing it from the spool: the
+    next worker's claim of the same request is refused, so the spool empties and the work is there once."""
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
+    spool = Spool(spool_path(tmp_path / "data"))
+    try:
+        run = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
+        spool.add("body:one", "run_command", run)
+        assert followups.accept(ctx, "body:one", [("run_command", run)])  # ...and the worker died here
+        Worker(ctx, lambda request: None, spool=spool).move()
+        assert spool.waiting() == 0 and followups.waiting(ctx) == 1
+    finally:
+        spool.close()
+        ctx.close()
+
+
+def test_a_run_spooled_after_its_request_was_moved_is_recorded_too(tmp_path) -> None:
+    """One request, two lazy runs, the worker looking between them: the second is not lost to the first's claim,
+    while a copy of the request on another replica (its own spool) is dropped by the shared claim."""
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
+    here, there = Spool(spool_path(tmp_path / "a")), Spool(spool_path(tmp_path / "b"))
+    run = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
+    try:
+        for spool in (here, there):
+            assert spool.first("body:two")
+        here.add("body:two", "first_run", run)
+        Worker(ctx, lambda request: None, spool=here).move()
+        here.add("body:two", "second_run", run)
+        there.add("body:two", "first_run", run)  # the same request, delivered to the other replica too
+        Worker(ctx, lambda request: None, spool=here).move()
+        Worker(ctx, lambda request: None, spool=there).move()
+        assert here.waiting() == there.waiting() == 0 and followups.waiting(ctx) == 2
+        assert not here.first("body:two")  # a copy to the same replica is still answered from its spool
+    finally:
+        here.close()
+        there.close()
         ctx.close()

@@ -1,7 +1,8 @@
 """``kimi-ops worker``: the process beside ``kimi-ops serve`` that runs what follows each Slack acknowledgement.
 
-``serve`` answers Slack and records each request's follow-up in the database (:mod:`bot.slack.work`); this
-process takes the follow-ups under a lease and runs them (the command's service call, its reply, the engine's
+``serve`` answers Slack and spools each request's follow-up in the replica's local spool (:mod:`bot.slack.work`);
+this process moves them into the shared database (claiming each request across replicas), takes them under a
+lease and runs them (the command's service call, its reply, the engine's
 steps), delivers the outbox, resumes and takes over deployments and, with ``--jobs``, runs the scheduled jobs.
 ``serve`` starts it with :class:`WorkerSupervisor` and starts it again when it dies; it is not meant to be run
 by hand (hidden from ``--help``).
@@ -69,7 +70,8 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) 
     kimi.start_background()
     if wake_fd is not None:
         os.set_blocking(wake_fd, False)
-    work = Worker(root.ctx, kimi.bolt.dispatch, threads=kimi.workers.size, lease=lease or LEASE_SECONDS, wake_fd=wake_fd)
+    work = Worker(root.ctx, kimi.bolt.dispatch, threads=kimi.workers.size, lease=lease or LEASE_SECONDS, wake_fd=wake_fd,
+                  spool=kimi.spool)
     log.info("worker %s takes follow-up work", work.holder)
     try:
         work.run(stop)

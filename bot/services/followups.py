@@ -1,7 +1,9 @@
 """Follow-up work handed from the process that answers Slack to the worker process, through the database.
 
-The answering process records each request's follow-up (:func:`record`: one small transaction) before it
-acknowledges, so an acknowledged request's work survives any crash. A worker takes one (:func:`take`) under a
+The answering process of ``kimi-ops serve`` spools each request's follow-up locally before it acknowledges
+(:mod:`bot.adapters.store.spool`: no shared database on that path), and its worker moves the spooled runs here
+with :func:`accept`, which also claims the request across replicas; the local shell and the tests' inline app
+have nothing to hand over. A worker takes one (:func:`take`) under a
 lease of ``lease`` seconds, renews the leases of what it still runs (:func:`renew`) and removes it when done
 (:func:`finish`); if the worker dies, the lease lapses and the next worker to look takes the work again. Work
 is therefore run at least once and never by two workers at a time; what it calls is safe to repeat (a gate
@@ -26,10 +28,21 @@ class Followup:
     attempts: int
 
 
-def record(ctx: Context, function: str, request: dict[str, Any]) -> None:
+def accept(ctx: Context, key: str, runs: Sequence[tuple[str, dict[str, Any]]], *, claimed: bool = False) -> bool:
+    """Claim request ``key`` for this replica and record its ``runs`` (function, request) in one transaction.
+
+    ``False`` (nothing recorded) when another delivery of the request was claimed first, on any replica: a copy
+    to drop. ``claimed``: this replica already holds the claim (it ran part of the request at once), so only
+    the runs are recorded. Claim and record commit together, so a worker that dies after this commit leaves
+    work the next one finds in ``slack_work``, and its second ``accept`` of the same spooled runs is refused.
+    """
     with ctx.uow() as uow:
-        uow.work.add(function, request, ctx.clock.now())
+        if not claimed and not uow.deliveries.claim(key, ctx.clock.now()):
+            return False
+        for function, request in runs:
+            uow.work.add(function, request, ctx.clock.now())
         uow.commit()
+    return True
 
 
 def take(ctx: Context, holder: str, lease: float) -> Followup | None:

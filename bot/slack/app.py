@@ -40,6 +40,7 @@ from slack_sdk import WebClient
 
 from bot.adapters.slack.identity import GroupDirectory, bot_identity
 from bot.adapters.store.engine import bound_sqlite_waits
+from bot.adapters.store.spool import Spool
 from bot.bootstrap import Root
 from bot.services.access import refuse_foreign_request
 from bot.services.health import database_problems
@@ -51,12 +52,12 @@ from bot.slack.lazy_runner import share_lazy_requests
 from bot.slack.listeners import register_listeners
 from bot.slack.middleware.metrics import MeteredApp, SlackMetrics, request_kind
 from bot.slack.middleware.origin import OnlyOurWorkspace, Origin, origin_of
-from bot.slack.middleware.replay_guard import CLAIM_WAIT_SECONDS, OncePerRequest
+from bot.slack.middleware.replay_guard import CLAIM_WAIT_SECONDS, OncePerReplica, OncePerRequest
 from bot.slack.middleware.shapes import WellFormed
 from bot.slack.middleware.unreadable import Unreadable, bolt_request
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
-from bot.slack.work import FollowupQueue
+from bot.slack.work import FollowupQueue, spool_path
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class KimiApp:
 
     def __init__(
         self, root: Root, bolt: MeteredApp, client: WebClient, workers: CountingExecutor, command: str, origin: Origin,
-        role: Role = "inline",
+        role: Role = "inline", spool: Spool | None = None,
     ) -> None:
         if root.notifier is None:
             raise ValueError(NO_NOTIFIER)
@@ -100,12 +101,17 @@ class KimiApp:
         self._taking: set[int] = set()  # deployments a takeover handed to the engine pool, not yet returned
         self._takeover_stop = threading.Event()
         self.role = role
-        # One answer per request across replicas, redeliveries included. The answering process of `serve` on
-        # SQLite claims on the request thread, its waits for the write lock bounded by SQLite itself.
+        # One answer per request across replicas, redeliveries included. The answering process of `serve` notes
+        # each request in its local spool only; its worker claims it in the shared database before running it.
+        # What the answering process runs at once (a form's trigger) it claims on the request thread, its
+        # waits for SQLite's write lock bounded by SQLite itself.
         inline = role == "front" and bound_sqlite_waits(ctx.uow.engine, CLAIM_WAIT_SECONDS)
         self.once = OncePerRequest(ctx, inline=inline)
-        if role != "worker":  # the worker runs requests the answering process claimed and verified already
+        self.spool = spool
+        if role == "inline":
             bolt.use(self.once)
+        elif role == "front" and spool is not None:  # the worker runs requests verified and noted already
+            bolt.use(OncePerReplica(spool))
         bolt.use(Unreadable())
         bolt.use(OnlyOurWorkspace(origin, self._refused))
         bolt.use(WellFormed(ctx.settings.slack_max_command_chars, self._tell_sender))
@@ -182,6 +188,8 @@ class KimiApp:
     def close(self) -> None:
         self._takeover_stop.set()
         self.once.close()
+        if self.spool is not None:
+            self.spool.close()
         self.outbox.stop()
         self.root.engine.stop_all()
         self.workers.shutdown(wait=True, cancel_futures=True)
@@ -204,9 +212,11 @@ def create_app(
     (:func:`bot.slack.middleware.origin.origin_of`; :class:`bot.config.ConfigError` when it cannot tell).
 
     ``role``: ``inline`` answers Slack and runs the follow-up in this process (the local shell, tests);
-    ``front`` answers Slack and records the follow-up for a worker process (nudged through ``wake_fd``), keeping
-    no outbox thread of its own; ``worker`` runs recorded follow-ups (:mod:`bot.slack.work`) and never answers
-    HTTP, so it checks no signature (the front did, before recording).
+    ``front`` answers Slack and spools the follow-up in the data directory's spool file for a worker process
+    (nudged through ``wake_fd``), touching no shared database on the way and keeping no outbox thread of its
+    own; ``worker`` moves the spooled follow-ups into the shared database, claiming each request across
+    replicas, and runs them (:mod:`bot.slack.work`); it never answers HTTP, so it checks no signature (the
+    front did, before spooling).
     """
     if role == "front":
         outbox_seconds = None  # the worker delivers the outbox
@@ -225,8 +235,12 @@ def create_app(
         logger=logging.getLogger("kimi_ops.bolt"),
         request_verification_enabled=role != "worker",
     )
-    share_lazy_requests(bolt, FollowupQueue(root.ctx, wake_fd) if role == "front" else None)
-    kimi = KimiApp(root, bolt, client, pool, command, origin, role)
+    spool = Spool(spool_path(root.ctx.settings.data_dir)) if role != "inline" else None
+    queue = FollowupQueue(spool, wake_fd) if role == "front" and spool is not None else None
+    share_lazy_requests(bolt, queue)
+    kimi = KimiApp(root, bolt, client, pool, command, origin, role, spool)
+    if queue is not None:
+        queue.claim = kimi.once.first
     if outbox_seconds:
         kimi.start_delivery(outbox_seconds)
     return kimi

@@ -7,8 +7,9 @@ same body (parsed again, as Bolt's copy is) with a shallow copy of the context: 
 ``WebClient`` is safe across threads) and the same values, which nothing mutates.
 
 In the answering process of ``kimi-ops serve`` the runner carries a :class:`bot.slack.work.FollowupQueue`:
-a lazy listener is then recorded for the worker process instead of started here, except those that need the
-request's trigger at once (:data:`bot.slack.work.IMMEDIATE`, or an acknowledgement that set ``RUN_HERE``).
+a lazy listener is then spooled for the worker process instead of started here, except those that need the
+request's trigger at once (:data:`bot.slack.work.IMMEDIATE`, or an acknowledgement that set ``RUN_HERE``),
+which claim the request across replicas first (the spooled ones are claimed by the worker).
 """
 
 from __future__ import annotations
@@ -39,12 +40,17 @@ class SharedRequestRunner(ThreadListenerRunner):
         from bot.slack.work import IMMEDIATE, RUN_HERE
 
         name = get_name_for_callable(lazy_func)
-        if self.queue is not None and name not in IMMEDIATE and not request.context.get(RUN_HERE):
-            try:
-                self.queue.record(name, request)
+        if self.queue is not None:
+            if name not in IMMEDIATE and not request.context.get(RUN_HERE):
+                try:
+                    self.queue.record(name, request)
+                    return
+                except Exception:  # the spool cannot be written: the person still gets an answer, from this process
+                    log.warning("could not hand %s to the worker; running it here", name, exc_info=True)
+            # Run here, so claimed here first (the worker claims what it runs): once across replicas, as ever.
+            if not self.queue.claim_here(request):
+                log.info("acknowledged and dropped a Slack request another delivery already took on")
                 return
-            except Exception:  # the database is away: the person still gets an answer, from this process
-                log.warning("could not hand %s to the worker; running it here", name, exc_info=True)
         super()._start_lazy_function(lazy_func, request)
 
     def _build_lazy_request(self, request: BoltRequest, lazy_func_name: str) -> BoltRequest:

@@ -1,17 +1,19 @@
 """The follow-up of a Slack request, run by a worker process instead of the process that answers Slack.
 
 The answering process (``role="front"``) acknowledges each request and, instead of running its lazy listeners,
-records each one as a follow-up in the database (:class:`FollowupQueue`: one small insert, committed before the
-acknowledgement leaves) and nudges the worker through a pipe. The worker process (``kimi-ops worker``, started
-and restarted by ``kimi-ops serve``: :mod:`bot.cli.worker`) builds the same Bolt app (``role="worker"``: no
-signature check, since the request was verified before it was recorded, and no replay guard, since it was
-claimed before) and :class:`Worker` runs each recorded request through it as Bolt runs a lazy listener on AWS
-Lambda: ``lazy_only``, naming the function. So the SQL, the engine steps and the outbox deliveries that follow a
-request never compete with the next acknowledgement for the interpreter.
+spools each one in the replica's local spool file (:class:`FollowupQueue` →
+:class:`bot.adapters.store.spool.Spool`: one local commit, no shared database, before the acknowledgement
+leaves) and nudges the worker through a pipe. The worker process (``kimi-ops worker``, started and restarted by
+``kimi-ops serve``: :mod:`bot.cli.worker`) moves spooled runs into the shared database (:meth:`Worker.move`:
+the request's claim across replicas and its ``slack_work`` rows in one transaction, then off the spool), builds
+the same Bolt app (``role="worker"``: no signature check, since the request was verified before it was spooled)
+and :class:`Worker` runs each recorded request through it as Bolt runs a lazy listener on AWS Lambda:
+``lazy_only``, naming the function. So the SQL, the engine steps and the outbox deliveries that follow a
+request never compete with the next acknowledgement for the interpreter, nor for the database's write lock.
 
 A listener that opens a modal needs the request's ``trigger_id``, which Slack honours for 3 seconds only; those
 (:data:`IMMEDIATE`, and a request whose acknowledgement set :data:`RUN_HERE`: a slash command that answers with
-a form) still run at once in the answering process.
+a form) still run at once in the answering process, which claims the request in the shared database first.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import select
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from slack_bolt import BoltRequest
 
+from bot.adapters.store.spool import Spool, SpooledItem
 from bot.services import followups
 from bot.services.context import Context
+from bot.slack.middleware.replay_guard import KEY, delivery_key, raw_body
 from bot.slack.middleware.unreadable import read_as_form
 
 log = logging.getLogger("kimi_ops.slack")
@@ -37,24 +42,63 @@ log = logging.getLogger("kimi_ops.slack")
 IMMEDIATE = frozenset({"ask_reason", "ask_override", "ask_silence"})
 RUN_HERE = "kimi_run_here"  # a Bolt context key an acknowledgement sets when this request's lazy work needs its trigger
 LEASE_SECONDS = 30.0  # a dead worker's follow-up is taken again after this
+CLAIMED = "kimi_claimed"  # a Bolt context key: this request's claim, made once before its first run here
 POLL_SECONDS = 2.0  # how often an idle worker looks without a nudge (another replica's work, a lapsed lease)
 
 
-class FollowupQueue:
-    """The answering process's side: record a lazy listener's run for the worker, then nudge it."""
+def spool_path(data_dir: Path) -> Path:
+    """This replica's spool file: its answering process and its worker share it, other replicas have their own."""
+    return data_dir / "slack-spool.sqlite"
 
-    def __init__(self, ctx: Context, wake_fd: int | None = None) -> None:
-        self.ctx = ctx
+
+class FollowupQueue:
+    """The answering process's side: spool a lazy listener's run locally for the worker, then nudge it.
+
+    No shared database here: the spool is this replica's own file (:class:`bot.adapters.store.spool.Spool`),
+    and the request's claim across replicas is the worker's (:meth:`Worker.move`). Only a run that must start
+    here (it needs the trigger) claims at once, through ``claim`` (the replay guard's bounded claim).
+    """
+
+    def __init__(self, spool: Spool, wake_fd: int | None = None,
+                 claim: Callable[[str], bool | None] | None = None) -> None:
+        self.spool = spool
         self.wake_fd = wake_fd
+        self.claim = claim
 
     def record(self, function: str, request: BoltRequest) -> None:
         body: Any = request.raw_body if request.mode == "http" else request.body
-        followups.record(self.ctx, function, {"mode": request.mode, "body": body, "query": dict(request.query),
-                                              "headers": {k: list(v) for k, v in request.headers.items()}})
+        self.spool.add(request_key(request), function,
+                       {"mode": request.mode, "body": body, "query": dict(request.query),
+                        "headers": {k: list(v) for k, v in request.headers.items()}})
+        self.nudge()
+
+    def nudge(self) -> None:
         if self.wake_fd is not None:
             # A full pipe means the worker has nudges enough; a closed one, that it restarts and will look anyway.
             with contextlib.suppress(OSError):
                 os.write(self.wake_fd, b"w")
+
+    def claim_here(self, request: BoltRequest) -> bool:
+        """Before a run that starts in this process: ``False`` when another delivery of the request was claimed.
+
+        Once per request (a request may start several runs); a won claim is noted in the spool, so the request's
+        spooled runs are recorded without a claim of their own. A claim that cannot be made in time runs anyway,
+        as the replay guard always did.
+        """
+        if CLAIMED not in request.context:
+            key = request_key(request)
+            won = self.claim(key) if self.claim is not None else None
+            if won:
+                with contextlib.suppress(Exception):  # the spooled runs then claim for themselves, and lose: logged
+                    self.spool.mark_claimed(key)
+            request.context[CLAIMED] = won is not False
+        return bool(request.context[CLAIMED])
+
+
+def request_key(request: BoltRequest) -> str:
+    """The request's key across deliveries (:func:`bot.slack.middleware.replay_guard.delivery_key`)."""
+    key = request.context.get(KEY)
+    return str(key) if key else delivery_key(request.body, raw_body(request))
 
 
 def rebuilt(function: str, request: dict[str, Any]) -> BoltRequest:
@@ -70,8 +114,10 @@ class Worker:
     """The worker process's loop: take follow-ups under a lease, run each through ``dispatch``, renew, finish."""
 
     def __init__(self, ctx: Context, dispatch: Callable[[BoltRequest], object], *, threads: int = 8,
-                 lease: float = LEASE_SECONDS, poll: float = POLL_SECONDS, wake_fd: int | None = None) -> None:
+                 lease: float = LEASE_SECONDS, poll: float = POLL_SECONDS, wake_fd: int | None = None,
+                 spool: Spool | None = None) -> None:
         self.ctx = ctx
+        self.spool = spool
         self.dispatch = dispatch
         self.lease = lease
         self.poll = poll
@@ -87,6 +133,7 @@ class Worker:
         renewer = threading.Thread(target=self._renew, args=(stop,), name="kimi-followup-lease", daemon=True)
         renewer.start()
         while not stop.is_set():
+            self.move()
             if not self._slots.acquire(timeout=self.poll):
                 continue
             try:
@@ -105,6 +152,41 @@ class Worker:
             thread.start()
         for thread in self._threads:
             thread.join(timeout=30)
+
+    def move(self) -> None:
+        """Take this replica's spooled runs into the shared database, request by request, then off the spool.
+
+        Each request is claimed across replicas and its runs recorded in one transaction
+        (:func:`bot.services.followups.accept`); a request another replica (or an earlier delivery) claimed is
+        dropped here. Runs leave the spool only after that commit: a worker killed in between leaves them, and
+        the next worker's claim of the same request is refused, so they run once.
+        """
+        if self.spool is None:
+            return
+        try:
+            items = self.spool.pending()
+        except Exception:
+            log.warning("could not read the spool; trying again", exc_info=True)
+            return
+        requests: dict[str, list[SpooledItem]] = {}
+        for item in items:
+            requests.setdefault(item.key, []).append(item)
+        for key, runs in requests.items():
+            try:
+                taken = followups.accept(self.ctx, key, [(r.function, r.request) for r in runs],
+                                         claimed=runs[0].claimed)
+            except Exception:  # the database is away: the runs stay spooled for the next look
+                log.warning("could not take spooled Slack work into the database; trying again", exc_info=True)
+                return
+            if not taken:
+                log.info("acknowledged and dropped a Slack request another delivery already took on")
+            try:
+                # Off the spool; if taken, a run of the same request spooled after this look needs no claim (its
+                # own would lose): both in one local commit.
+                self.spool.moved(key, [r.id for r in runs], claimed=taken)
+            except Exception:  # left spooled: the next look's claim is refused, so they are not recorded twice
+                log.warning("could not clear moved Slack work from the spool", exc_info=True)
+                return
 
     def _wait(self, stop: threading.Event) -> None:
         if self.wake_fd is None:

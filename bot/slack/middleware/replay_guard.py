@@ -23,6 +23,11 @@ share a key — even the same text typed twice — while a redelivery or a repla
 repeats it byte for byte. (A key of the ``trigger_id`` alone would also merge two
 different requests that happen to carry the same one; the body cannot.)
 
+Under ``kimi-ops serve`` the answering process does not claim (:class:`OncePerReplica`: a copy this replica
+acknowledged already is answered from its local spool); the worker beside it claims each request before it
+records its work (:meth:`bot.slack.work.Worker.move`), so a copy sent to another replica is acknowledged 200
+there and dropped by its worker.
+
 The claim waits at most ``wait_seconds``: Slack wants its acknowledgement within
 3 seconds, and a database that does not answer must not cost every request its
 answer. Then (or when the claim fails) the request is handled unclaimed and the
@@ -44,12 +49,14 @@ from typing import Any
 from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
+from bot.adapters.store.spool import Spool
 from bot.services.context import Context
-from bot.services.deliveries import first_delivery, forget_old_deliveries
+from bot.services.deliveries import DELIVERY_MEMORY, first_delivery, forget_old_deliveries
 from bot.slack.middleware.retries import retry_number
 
 log = logging.getLogger("kimi_ops.slack")
 
+KEY = "kimi_delivery_key"  # a Bolt context key: the request's key, computed once by the guard
 CLAIM_WAIT_SECONDS = 1.5
 PURGE_EVERY_SECONDS = 60.0
 MAX_KEY = 200  # the column's length
@@ -61,6 +68,22 @@ def delivery_key(body: Mapping[str, Any], raw_body: str) -> str:
         key = f"event:{_team(body)}:{body['event_id']}"
         return key if len(key) <= MAX_KEY else "event:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
     return "body:" + hashlib.sha256(raw_body.encode("utf-8")).hexdigest()
+
+
+def raw_body(req: BoltRequest) -> str:
+    """The body the key is made of; Bolt keeps no raw body for a Socket Mode envelope: its payload, serialised
+    the same way every time, stands in."""
+    return req.raw_body if req.mode == "http" else json.dumps(req.body, sort_keys=True, separators=(",", ":"))
+
+
+def answer_copy(req: BoltRequest) -> BoltResponse:
+    """The answer to a copy of a request already taken on: a redelivery is acknowledged (so Slack stops), a
+    replay of a signed HTTP request refused."""
+    if req.mode == "socket_mode" or retry_number(req) is not None:
+        log.info("acknowledged and dropped a Slack request another delivery already took on")
+        return BoltResponse(status=200, body="")
+    log.warning("refused a replayed Slack request")
+    return BoltResponse(status=401, body="")
 
 
 def _team(body: Mapping[str, Any]) -> str:
@@ -125,16 +148,44 @@ class OncePerRequest(Middleware):
             log.warning("could not forget old Slack deliveries (%s)", type(exc).__name__)
 
     def process(self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]) -> BoltResponse | None:
-        # Bolt keeps no raw body for a Socket Mode envelope: its payload, serialised the same way every time, stands in.
-        raw = req.raw_body if req.mode == "http" else json.dumps(req.body, sort_keys=True, separators=(",", ":"))
-        if self.first(delivery_key(req.body, raw)) is False:
-            if req.mode == "socket_mode" or retry_number(req) is not None:
-                log.info("acknowledged and dropped a Slack request another delivery already took on")
-                return BoltResponse(status=200, body="")
-            log.warning("refused a replayed Slack request")
-            return BoltResponse(status=401, body="")
+        key = req.context[KEY] = delivery_key(req.body, raw_body(req))
+        if self.first(key) is False:
+            return answer_copy(req)
         next()
         return resp
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class OncePerReplica(Middleware):
+    """The answering process of ``kimi-ops serve``: a copy of a request this replica acknowledged is answered
+    from its local spool (:class:`bot.adapters.store.spool.Spool`), without the shared database; the claim
+    across replicas is made by the worker before it runs the request (:meth:`bot.slack.work.Worker.move`).
+
+    A spool that cannot be written (a full disk) lets the request through: the guard in the worker still holds.
+    """
+
+    def __init__(self, spool: Spool, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.spool = spool
+        self._monotonic = monotonic
+        self._purged_at: float | None = None
+
+    def process(self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]) -> BoltResponse | None:
+        key = req.context[KEY] = delivery_key(req.body, raw_body(req))
+        try:
+            first = self.spool.first(key)
+            self._purge_now_and_then()
+        except Exception as exc:
+            log.warning("could not note a Slack request in the spool (%s); handling it", type(exc).__name__)
+            first = True
+        if not first:
+            return answer_copy(req)
+        next()
+        return resp
+
+    def _purge_now_and_then(self) -> None:
+        now = self._monotonic()
+        if self._purged_at is None or now - self._purged_at >= PURGE_EVERY_SECONDS:
+            self._purged_at = now
+            self.spool.forget_seen_before(DELIVERY_MEMORY.total_seconds())
