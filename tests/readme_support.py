@@ -33,7 +33,7 @@ def text_block_after(prompt: str) -> str:
 
 # Commands that only read: the README's examples of these run as written against the sandbox.
 READS = {("release", "list"), ("release", "show"), ("release", "diff"), ("history",), ("status",), ("reservations",),
-         ("jobs", "list")}
+         ("jobs", "list"), ("drills",), ("slo",), ("licence", "list"), ("exception", "list")}
 
 
 def read_examples() -> list[list[str]]:

@@ -11,6 +11,7 @@ would: the CLI's output and exit status, the cluster, the history.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +106,7 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     # The subprocess read the training plan itself (over HTTP) and the cluster's nodes.
     assert "PASS  reservation.window" in out and "PASS  cluster.gpu_nodes" in out
     assert "PASS  capture.policy" in out and "no payloads" in out
+    assert "PASS  pods.boundary" in out  # the model pods' NetworkPolicy, read from the render
     assert "ListTrainingPlans" in cli.face.calls
 
     out = cli.ok("gate", "approve", dep, "infrastructure", "--as", APPROVER_2)
@@ -173,11 +175,14 @@ def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_the_rou
     assert all(word in second_row for word in ("deploy", newer, "superseded"))
     assert all(word in first_row for word in ("deploy", older, "superseded"))
 
-    # The README's read-only terminal examples, as written there, against this sandbox.
+    # The README's read-only terminal examples, as written there, against this sandbox, by an operator whose
+    # KIMI_CLI_USER says who they are (governance and drill listings are for people with a role).
     examples = read_examples()
     assert ["history", ENDPOINT] in examples and ["release", "show", older] in examples
+    assert ["drills", ENDPOINT, "-o", "json"] in examples and ["exception", "list", "--all"] in examples
+    operator = dataclasses.replace(cli, env={**cli.env, "KIMI_CLI_USER": DEPLOYER})
     for words in examples:
-        cli.ok(*words)
+        operator.ok(*words)
 
 
 def applied_manifest(cli: CliSandbox, deployment_id: int) -> str:

@@ -9,6 +9,7 @@ the gates is the one whole-stack flow; the split, the abort, the rollback and th
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -180,8 +181,13 @@ def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_st
     # One thread message followed the ramp, edited in place at each step and soak: its last text is the end.
     ramp = world.ramp_message(dep.id)
     assert ramp.updated >= len(world.ctx.settings.service(SERVICE).ramp.steps) + 2  # the cohort, each step, the end
-    assert "Done" in ramp.text and f"{idle}: 100%" in ramp.text and f"{users}: 0%" in ramp.text
-    assert "TTFT p99" in ramp.text or "no user requests" in ramp.text
+    # Each side's line carries its last soak window (how many user requests it got there depends on the pace).
+    soak = r"( — (TTFT p99 \d+ ms, )?errors \d+\.\d% of \d+ requests| — no user requests in the last soak)?"
+    lines = ramp.text.splitlines()
+    assert lines[3:] == ["Done: the ramp is complete.",
+                         f"Fast path back: `/kimi rollback {SERVICE}` (one route change to the side kept warm)."], ramp.text
+    assert re.fullmatch(rf"• {idle}: 100%( \+ internal cohort)?{soak}", lines[1]), ramp.text
+    assert re.fullmatch(rf"• {users}: 0%{soak}", lines[2]), ramp.text
     assert f"rollback {SERVICE}" in str(ramp.blocks)  # the one-click fast path back, under the finished ramp
     (plot,) = world.ramp_plots(dep.id)
     assert plot.mimetype == "image/png" and plot.length > 0

@@ -6,6 +6,7 @@ The read-only terminal examples also run against the sandbox in ``tests/test_cli
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer.main
 import yaml
@@ -52,6 +53,25 @@ def test_the_readme_terminal_workflow_names_the_sandbox_endpoint() -> None:
                     assert named == ENDPOINT, words
 
 
+def test_every_positional_endpoint_the_readme_fills_in_is_the_sandbox_endpoint() -> None:
+    root = typer.main.get_command(app)
+    named = 0
+    for words in command_lines():
+        command: Any = root
+        path = _command_path(words)
+        for word in path:
+            command = command.commands[word]
+        # The command line as the CLI parses it (no callbacks run): which argument each word is.
+        params = command.make_context("kimi-ops", words[len(path):], resilient_parsing=True).params
+        for param in command.params:
+            value = params.get(param.name)
+            if param.param_type_name == "argument" and str(param.metavar or param.name).upper() == "ENDPOINT" \
+                    and isinstance(value, str) and not value.isupper() and value != "x":
+                assert value == ENDPOINT, words
+                named += 1
+    assert named >= 3  # drill, drills, licence review at least
+
+
 def test_the_readme_diff_is_what_the_shipped_releases_give() -> None:
     old, new = (ReleaseManifest.model_validate(yaml.safe_load((ROOT / f"deploy/releases/{name}.yaml").read_text()))
                 for name in ("kimi-k3-2026-08-01", "kimi-k3-2026-09-01"))
@@ -62,3 +82,15 @@ def test_the_readme_diff_is_what_the_shipped_releases_give() -> None:
 def test_the_readme_says_where_plots_and_stand_ins_are() -> None:
     text = README.read_text()
     assert "kimi-ops sandbox --addresses" in text and "KIMI_DATA_DIR/reports/" in text
+
+
+def test_the_readme_lists_the_infrastructure_gates_checks() -> None:
+    text = README.read_text()
+    table = text[text.index("The infrastructure gate (`gate recheck"):]
+    table = table[:table.index("\n\n", table.index("| check |"))]
+    named = {name for row in table.splitlines() if row.startswith("| `") for name in row.split(" | ")[0][2:].split("`, `")}
+    named = {name.strip("`") for name in named}
+    # What bot/services/gates.py infrastructure_report and the cluster preflight it runs can name.
+    assert named >= {"cluster.access", "cluster.crd", "cluster.operator", "cluster.namespace", "cluster.gpu_nodes",
+                     "reservation", "reservation.instance_type", "reservation.target", "reservation.zone",
+                     "reservation.window", "pods.boundary", "capture.policy", "drills.recent"}, named

@@ -236,7 +236,8 @@ def test_an_upload_whose_answer_was_lost_is_found_in_the_thread_and_not_uploaded
     notifier = notifier_for(ctx, stub)
     notifier.deliver_pending()
     notifier.deliver_pending()
-    assert [m.files[0]["name"] for m, _ in stub.files_in("C0PROD")] == ["model-pass-rates.png"]
+    # Named after the endpoint and release: a plot saved from Slack still says whose it is.
+    assert [m.files[0]["name"] for m, _ in stub.files_in("C0PROD")] == [f"{view.endpoint}-rel-a-model-pass-rates.png"]
     assert len(stub.calls_to("files.completeUploadExternal")) == 1
     with ctx.uow() as uow:
         assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))

@@ -193,9 +193,11 @@ def test_the_sweep_plot_lands_in_the_thread_once_even_when_slack_fails_first(ben
     files = bench.stub.wait_for(lambda s: s.files_in(CHANNEL, thread.ts), timeout=30)
     (shared, upload), = files
     (file,) = shared.files
-    assert file["name"] == "traffic-sweep.png" and file["mimetype"] == "image/png"
     with bench.app.ctx.uow() as uow:
         report = uow.gates.latest(1, "traffic").report
+        dep = uow.deployments.get(1)
+        named = f"{dep.endpoint.name}-{dep.release.name}-traffic-sweep.png"  # whose plot, when saved from Slack
+    assert file["name"] == named and file["mimetype"] == "image/png"
     plot = report["attachments"]["plot"]
     assert upload.data is not None and hashlib.sha256(upload.data).hexdigest() == plot["sha256"]
     assert upload.data == Path(plot["path"]).read_bytes()
@@ -283,7 +285,7 @@ def test_each_gate_plot_is_uploaded_once_and_a_missing_one_becomes_a_note(make_c
         notifier.deliver_pending()  # a second pass (another replica, a restart) sends nothing again
         files = stub.files_in(CHANNEL)
         uploaded = [(m.files[0]["name"], u.data == Path(plot["path"]).read_bytes()) for m, u in files]
-        assert uploaded == [("model-pass-rates.png", True)]
+        assert uploaded == [("kimi-prod-rel-a-model-pass-rates.png", True)]
         assert sum(1 for m in stub.messages if "plot is not available on this kimi-ops replica" in m.text) == 1
     with ctx.uow() as uow:
         assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))

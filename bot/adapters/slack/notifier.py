@@ -115,8 +115,13 @@ NoticeHandler = Callable[["SlackNotifier", SqlUnitOfWork, Any, str], None]
 POST_EVENT_TYPE = "kimi_ops_post"
 # How many pages (200 messages each) of a thread or channel a lookup reads before it posts again.
 LOOKUP_PAGES = 5
-# What a plot is called in the thread, per gate.
+# What a plot is called in the thread, per gate, after the endpoint and release (a file saved from Slack says whose).
 PLOT_NAMES = {"traffic": "traffic-sweep.png", "model": "model-pass-rates.png"}
+
+
+def plot_filename(endpoint: str, release: str, gate: str) -> str:
+    """``kimi-prod-kimi-k3-2026-09-01-traffic-sweep.png``: the endpoint, the release, then what the plot shows."""
+    return f"{endpoint}-{release}-{PLOT_NAMES.get(gate, f'{gate}-plot.png')}"
 PLOT_TITLES = {"traffic": "latency and 429/error rate against concurrency, knee marked",
                "model": "pass rate per kind, this release beside production"}
 
@@ -655,7 +660,8 @@ class SlackNotifier:
 
         def upload() -> tuple[str, str]:
             answer = self.poster.files_upload_v2(
-                channel=channel, thread_ts=thread_ts, file=data, filename=PLOT_NAMES.get(gate, f"{gate}-plot.png"),
+                channel=channel, thread_ts=thread_ts, file=data,
+                filename=plot_filename(dep.endpoint.name, dep.release.name, gate),
                 title=title, alt_txt=f"{gate} gate plot of deployment #{dep.id}: {PLOT_TITLES.get(gate, 'plot')}",
             )
             return channel, f"file:{(answer.get('files') or [{}])[0].get('id', '')}"  # a file's id, not a message ts
