@@ -8,6 +8,7 @@ refuses connections.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from bot.cli.main import app
 from bot.domain.checks import GATES
 from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
+from bot.services.governance import ExceptionRequest, ReviewRequest, record_exception, record_licence_review
 from bot.services.releases import register_release
 from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, fake_ports, release_data
 
@@ -72,7 +74,7 @@ def _cli(env: dict[str, str], *args: str):
 
 
 def test_read_commands_print_json_and_yaml_with_stable_keys(world) -> None:
-    _, env = world
+    ctx, env = world
     history = json.loads(_cli(env, "history", "-o", "json").stdout)
     assert [(d["id"], d["release"], d["state"]) for d in history] == [(1, "kimi-k3-2026-08-01", "rejected")]
     assert "licence review is not finished" in history[0]["state_reason"]
@@ -91,6 +93,28 @@ def test_read_commands_print_json_and_yaml_with_stable_keys(world) -> None:
     assert json.loads(_cli(env, "reservations", "-o", "json").stdout) == []
     assert {j["name"] for j in json.loads(_cli(env, "jobs", "list", "-o", "json").stdout)} >= {"reservation-watch"}
     assert _cli(env, "history", "-o", "xml").exit_code == 2
+    (status,) = json.loads(_cli(env, "status", "-o", "json").stdout)
+    assert (status["name"], status["environment"]) == ("kimi-prod", "prod")
+    assert set(yaml.safe_load(_cli(env, "status", "kimi-prod", "-o", "yaml").stdout)[0]) == set(status)
+    assert json.loads(_cli(env, "drills", "kimi-prod", "-o", "json").stdout) == []
+    (slo,) = json.loads(_cli(env, "slo", "kimi-prod", "-o", "json").stdout)
+    assert set(slo) == {"endpoint", "window_days", "last_reading", "objectives", "open_incidents"}
+    assert slo["last_reading"] is None and set(slo["objectives"][0]) == {
+        "name", "bound", "budget", "burn", "budget_left", "alert"} and "5m" in slo["objectives"][0]["burn"]
+    diff = yaml.safe_load(_cli(env, "release", "diff", "kimi-k3-2026-08-01", "kimi-k3-2026-09-01", "-o", "yaml").stdout)
+    assert (diff["a"], diff["b"]) == ("kimi-k3-2026-08-01", "kimi-k3-2026-09-01") and "fields" in diff
+
+    later = ctx.clock.now() + dt.timedelta(days=30)
+    record_licence_review(ctx, APPROVER_1, ReviewRequest("kimi-prod", "modified-mit-2025-07", "internal", False, False,
+                                                         "Kimi K3 by Moonshot AI", later))
+    record_exception(ctx, APPROVER_1, ExceptionRequest("SEC-EXC-2026-0142", "unscanned-image", "release",
+                                                       "kimi-k3-2026-09-01", "scanner outage", later))
+    (review,) = json.loads(_cli(env, "licence", "list", "-o", "json").stdout)
+    assert (review["endpoint"], review["classification"], review["reviewer"]) == ("kimi-prod", "internal", "U0APPROVER1")
+    assert review["expires_at"].endswith("Z")
+    (exception,) = yaml.safe_load(_cli(env, "exception", "list", "-o", "yaml").stdout)
+    assert (exception["id"], exception["kind"], exception["scope"], exception["target"]) == (
+        "SEC-EXC-2026-0142", "unscanned-image", "release", "kimi-k3-2026-09-01")
 
 
 def test_a_piped_table_is_plain_columns_one_row_a_line(world) -> None:

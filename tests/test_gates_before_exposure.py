@@ -15,95 +15,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-import yaml
 
-from bot.adapters.cluster.rest import object_path
 from bot.cli.demo import Tour
 from bot.cli.shell import Shell
 from bot.domain.admission import Admission
 from bot.sandbox.gateway import Routed
-from bot.sandbox.stack import APPROVER_1, CHANNEL, DEPLOYER, ENDPOINT, GROUPS, NAMESPACE, Sandbox
+from bot.sandbox.stack import APPROVER_1, CHANNEL, DEPLOYER, ENDPOINT, GROUPS
 from bot.sandbox.traffic import FALLBACK_SERVICE
-from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
 from bot.services.deployments import cancel, decide_gate, get_deployment, history, request_deploy
-from bot.services.engine import Engine
 from bot.services.errors import Refused
-from tests.world_support import APPROVER, WAIT_SECONDS, SandboxWorld, in_background, joined, wait_until
+from tests.exposure_support import World, assert_runs_exactly, restore_of, start_world
+from tests.world_support import APPROVER, in_background, joined, wait_until
 
 # Whole-stack: every stand-in, background users, several deployments per test.
 pytestmark = pytest.mark.timeout(600)
-
-
-
-@dataclass
-class World(SandboxWorld):
-    sandbox: Sandbox
-    engine: Engine
-
-    def users_at_model(self) -> int:
-        """User requests the Kimi K3 stand-in received (the bot's own carry no user field)."""
-        seen = self.model.users()
-        return seen[USER] + seen[COHORT_USER]
-
-    def kimi_at_gateway(self, admission: str | None = None) -> int:
-        """User requests the gateway sent to the Kimi K3 Service (under ``admission`` of the route, or any)."""
-        return sum(n for (label, routed), n in self.gateway.counts_by_admission().items()
-                   if routed.target == ENDPOINT and admission in (None, label))
-
-    def applied(self) -> dict[str, Any]:
-        obj = self.sandbox.stand_ins["kube"].rest().get(object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE))
-        assert obj is not None
-        return dict(obj)
-
-    def route_admission(self) -> str:
-        route = self.sandbox.stand_ins["kube"].rest().get(object_path("HTTPRoute", ENDPOINT, NAMESPACE))
-        assert route is not None
-        return str(route["metadata"]["annotations"]["kimi-ops.io/admission"])
-
-    def stored(self, deployment_id: int) -> dict[str, Any]:
-        with self.ctx.uow() as uow:
-            text = uow.deployments.get(deployment_id).applied_manifest
-        assert text
-        (obj,) = [o for o in yaml.safe_load_all(text) if o["kind"] == "InferenceEndpointConfig"]
-        return dict(obj)
-
-    def admission_row(self) -> str:
-        with self.ctx.uow() as uow:
-            return str(uow.endpoints.get(ENDPOINT).admission)
-
-    def deploy(self, release: str, *, until: str = "live") -> Any:
-        return self.approve(request_deploy(self.ctx, release, None, Identity(DEPLOYER)).id, until=until)
-
-
-def start_world(path: Path, *, database_url: str | None = None, users_per_second: float = 8.0,
-                **endpoint: Any) -> World:
-    overrides = {"database_url": database_url} if database_url else {}
-    sandbox = Sandbox(path, users_per_second=users_per_second, settings_overrides=overrides,
-                      endpoint_overrides=endpoint).start()
-    return World(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
-
-
-def restore_of(world: World, ended_id: int) -> Any:
-    """The restore an ended deployment started (the rollback procedure kimi-ops ran for it, without its gate)."""
-    found = [v for v in history(world.ctx, ENDPOINT) if v.id > ended_id and v.kind == "restore"]
-    assert found, [(v.id, v.kind, v.state) for v in history(world.ctx, ENDPOINT)]
-    return found[-1]
-
-
-def assert_runs_exactly(world: World, deployment_id: int) -> None:
-    """The object in the cluster is, field for field, the manifest stored for ``deployment_id``: limits included."""
-    running, stored = world.applied(), world.stored(deployment_id)
-    assert running["spec"] == stored["spec"]
-    assert running["metadata"]["annotations"] == stored["metadata"]["annotations"]
-    assert running["metadata"].get("labels") == stored["metadata"].get("labels")
-    assert running["spec"]["worker"]["requestLimits"] == stored["spec"]["worker"]["requestLimits"]
 
 
 # ---------------------------------------------------------------------------- closed out until the model gate
@@ -282,148 +211,3 @@ def test_a_user_reaching_the_candidate_while_closed_out_fails_its_gate_report(li
     restore = restore_of(world, dep)
     assert restore.state == "live", restore.state_reason
     assert_runs_exactly(world, restore.id)
-
-
-# ---------------------------------------------------------------------------- the drain
-
-
-def _long_stream(url: str, done: list[float]) -> str:
-    """A user's long streaming request through the gateway; returns the text it got, records when it ended."""
-    body = {"messages": [{"role": "user", "content": "Write the long report."}], "max_tokens": 16, "stream": True}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=WAIT_SECONDS) as response:
-        text = "".join(response.iter_text())
-    done.append(time.monotonic())
-    return text
-
-
-def _applies(world: World) -> int:
-    kube = world.sandbox.stand_ins["kube"]
-    path = object_path("InferenceEndpointConfig", ENDPOINT, NAMESPACE)
-    return sum(1 for r in kube.requests()
-               if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params)
-
-
-@pytest.fixture()
-def quiet_world(tmp_path: Path) -> Iterator[World]:
-    """No background users (a held request would hold theirs too): the long stream is the user."""
-    w = start_world(tmp_path / "sandbox", users_per_second=0, drain_seconds=6)
-    try:
-        w.deploy(w.releases[0])
-        yield w
-    finally:
-        w.model.release()
-        w.sandbox.stop()
-
-
-def test_the_drain_applies_nothing_until_a_running_request_finished(quiet_world: World) -> None:
-    world = quiet_world
-    newer = world.releases[1]
-    world.model.hold()  # the request runs but produces nothing until released
-    done: list[float] = []
-    stream, got = in_background(lambda: _long_stream(str(world.sandbox.gateway_url), done))
-    assert world.model.wait_for(lambda s: s.running == 1)
-    applies = _applies(world)
-
-    dep = request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id
-    view = world.approve(dep, until="infrastructure_gate")
-    assert view.pending is not None
-    decide_gate(world.ctx, dep, "infrastructure", "approved", APPROVER, seen_report_hash=view.pending.report_hash,
-                seen_release_hash=view.pending.release_hash)
-    engine, result = in_background(lambda: world.engine.advance(dep))
-    wait_until("the drain", lambda: get_deployment(world.ctx, dep).state == "draining")
-    time.sleep(1.5)
-    assert get_deployment(world.ctx, dep).state == "draining" and _applies(world) == applies  # nothing applied over it
-    assert world.route_admission() == "closed"
-
-    world.model.release()
-    text = joined(stream, got)
-    assert text.rstrip().endswith("data: [DONE]")  # the user's answer finished whole
-    wait_until("the apply", lambda: _applies(world) > applies)
-    applied_at = time.monotonic()
-    assert done[0] <= applied_at
-    assert joined(engine, result).state == "model_gate"
-
-
-@pytest.mark.parametrize("choice", ["wait", "abort"])
-def test_at_the_drain_deadline_the_deployment_waits_for_a_person(quiet_world: World, choice: str) -> None:
-    world = quiet_world
-    newer = world.releases[1]
-    world.model.hold()
-    done: list[float] = []
-    stream, got = in_background(lambda: _long_stream(str(world.sandbox.gateway_url), done))
-    assert world.model.wait_for(lambda s: s.running == 1)
-    applies, spec = _applies(world), world.applied()["spec"]
-
-    dep = request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id
-    view = world.approve(dep, until="infrastructure_gate")
-    assert view.pending is not None
-    decide_gate(world.ctx, dep, "infrastructure", "approved", APPROVER, seen_report_hash=view.pending.report_hash,
-                seen_release_hash=view.pending.release_hash)
-    stalled = world.engine.advance(dep)  # returns once the 6 s deadline passed with the request still running
-
-    assert stalled.state == "drain_stalled", stalled.state_reason
-    assert "nothing applied" in (stalled.state_reason or "")
-    assert _applies(world) == applies and world.applied()["spec"] == spec and world.route_admission() == "closed"
-    with world.ctx.uow() as uow:
-        asked = [e.payload for e in uow.events.for_deployment(dep) if e.kind == "drain.stalled"]
-    assert asked and f"/kimi drain wait {dep}" in asked[-1]["text"] and "nothing was applied" in asked[-1]["text"]
-    assert stream.is_alive()  # the user's request still runs: it was never cut off
-
-    world.model.release()
-    assert joined(stream, got).rstrip().endswith("data: [DONE]")
-    # A person chooses, in Slack.
-    console = Shell(world.ctx, user=APPROVER_1, channel=CHANNEL, groups=GROUPS)
-    try:
-        console.handle(f"/kimi drain {choice} {dep}")
-    finally:
-        console.close()
-    after = world.engine.advance(dep)
-    if choice == "wait":
-        assert after.state == "model_gate", after.state_reason
-        assert _applies(world) > applies and world.route_admission() == "closed"
-    else:
-        assert after.state == "cancelled", after.state_reason
-        assert _applies(world) == applies and world.applied()["spec"] == spec  # never applied
-        assert world.route_admission() == "open"  # users are back on the running release
-
-
-# ---------------------------------------------------------------------------- a ramp step that breaks
-
-
-def test_a_ramp_step_whose_objectives_break_returns_everyone_to_the_previous_release(tmp_path: Path) -> None:
-    world = start_world(tmp_path / "sandbox", ramp={"steps": [50], "soak_seconds": 3.0, "sample_seconds": 0.5})
-    try:
-        older, newer = world.releases
-        live = world.deploy(older)
-        dep = request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id
-        world.approve(dep, until="traffic_gate")
-        view = get_deployment(world.ctx, dep)
-        assert view.pending is not None
-        world.accept_limits(dep, view.pending.report_hash)
-        decide_gate(world.ctx, dep, "traffic", "approved", APPROVER, seen_report_hash=view.pending.report_hash,
-                    seen_release_hash=view.pending.release_hash)
-
-        before = world.gateway.counts_by_admission()
-        engine, result = in_background(lambda: world.engine.advance(dep))
-        try:
-            # The internal cohort meets the candidate, and the candidate starts failing them.
-            wait_until("the internal cohort step", lambda: world.admission_row() == "internal")
-            world.model.configure(fail_status=500)
-            wait_until("the ramp to fail", lambda: get_deployment(world.ctx, dep).state == "failed")
-        finally:
-            world.model.reset()  # the restored release answers again
-        joined(engine, result)
-
-        failed = get_deployment(world.ctx, dep)
-        assert "ramp step internal broke its objectives: error rate" in (failed.state_reason or ""), failed.state_reason
-        restore = restore_of(world, dep)
-        assert restore.state == "live" and restore.release == older, restore.state_reason
-        assert_runs_exactly(world, live.id)
-        assert world.route_admission() == "open"
-        during = world.gateway.counts_by_admission() - before
-        assert during[("internal", Routed(ENDPOINT, True))] > 0  # the cohort met it (and got its errors)…
-        assert during[("50%", Routed(ENDPOINT, False))] == 0  # …ordinary users never did
-        reached = world.kimi_at_gateway("open")
-        wait_until("users on the restored release", lambda: world.kimi_at_gateway("open") > reached)
-    finally:
-        world.sandbox.stop()

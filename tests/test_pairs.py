@@ -21,6 +21,7 @@ from slack_sdk import WebClient
 
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.slack.notifier import SlackNotifier
+from bot.bootstrap import Root
 from bot.domain.admission import Admission
 from bot.sandbox.slack_stub import SlackStub
 from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
@@ -30,9 +31,11 @@ from bot.services.admission import apply_admission
 from bot.services.deployments import approve_ramp_step, get_deployment, ramp_step_waiting, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
+from bot.services.incidents import Incidents
 from bot.services.pairs import rollback_service, service_status
 from bot.services.reservations import endpoints_with_tested_release, watch_reservations
 from bot.services.scheduling import run_job
+from commands import incidents
 from tests.world_support import APPROVER, SandboxWorld, in_background, joined, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -227,6 +230,35 @@ def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: 
     assert sum(n for routed, n in after.items() if routed.target == users) == 0
     with world.ctx.uow() as uow:
         assert uow.audit.actions(f"service:{SERVICE}", "service.rolled_back")
+
+
+def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_route_change(world: PairWorld) -> None:
+    users = world.users_on()
+    warm = GREEN if users == BLUE else BLUE
+    spec = world.ctx.settings.endpoint(users)
+    assert spec is not None
+    with world.ctx.uow() as uow:
+        watch = Incidents(world.ctx, uow, uow.endpoints.get(users), spec, world.ctx.clock.now(), {})
+        watch.open("errors", "page", "error rate 12% over 5 min")
+        incident = watch.open_now["errors"].id
+        uow.commit()
+    SlackNotifier(WebClient(token="xoxb-t", base_url=world.slack.api_url), world.ctx.uow, world.ctx.clock
+                  ).deliver_pending()
+    (alert,) = [m for m in world.slack.messages if f"`{users}` errors" in m.text]
+    assert f"Fast path back: `/kimi rollback {SERVICE}` (one route change to the side kept warm)." in alert.text
+    writes, workload = world.route_writes(), world.workload_writes()
+    try:
+        # What the Roll back button's listener calls with the clicker and the button's value.
+        answer = incidents.roll_back(Root(world.ctx, world.engine), Identity(DEPLOYER), str(incident))
+    finally:
+        with world.ctx.uow() as uow:
+            Incidents(world.ctx, uow, uow.endpoints.get(users), spec, world.ctx.clock.now(),
+                      {"errors": uow.incidents.get_for_update(incident)}).close("errors", "test over")
+            uow.commit()
+
+    assert f"*{SERVICE}* rolled back to *{warm}*" in answer.text
+    assert world.route_writes() - writes == 1 and world.workload_writes() == workload
+    assert world.weights() == {warm: 100, users: 0}
 
 
 

@@ -12,7 +12,7 @@ import typer
 
 from bot.cli import output
 from bot.cli.common import context
-from bot.cli.conventions import typer_app
+from bot.cli.conventions import OUTPUT_OPTION, Format, typer_app
 from bot.cli.workflow import AS_OPTION, _identity, _run
 
 licence_app = typer_app(help="Licence reviews per endpoint and licence version.")
@@ -64,16 +64,19 @@ def review(
 @licence_app.command("list")
 def list_reviews(
     endpoint: str | None = typer.Argument(None, help="Only this endpoint's reviews."), user: str = AS_OPTION,
+    fmt: Format = OUTPUT_OPTION,
 ) -> None:
     """Licence reviews, newest first."""
     from bot.services.governance import list_reviews as reviews
 
     def body() -> None:
         ctx = context()
+        found = reviews(ctx, _identity(ctx, user), endpoint)
         rows = [(r.id, r.endpoint, r.licence_version, r.classification, r.reviewer, f"{r.reviewed_at:%Y-%m-%d}",
-                 f"{r.expires_at:%Y-%m-%d}", r.attribution) for r in reviews(ctx, _identity(ctx, user), endpoint)]
-        output.table("Licence reviews", ["#", "endpoint", "licence", "exposure", "reviewer", "reviewed", "expires",
-                                         "attribution"], rows)
+                 f"{r.expires_at:%Y-%m-%d}", r.attribution) for r in found]
+        output.emit(fmt, found, lambda: output.table(
+            "Licence reviews", ["#", "endpoint", "licence", "exposure", "reviewer", "reviewed", "expires",
+                                "attribution"], rows))
 
     _run(body)
 
@@ -109,15 +112,18 @@ def add_exception(
 @exception_app.command("list")
 def list_exceptions(
     include_expired: bool = typer.Option(False, "--all", help="Expired ones too."), user: str = AS_OPTION,
+    fmt: Format = OUTPUT_OPTION,
 ) -> None:
     """Security exceptions, soonest expiry first."""
     from bot.services.governance import list_exceptions as exceptions
 
     def body() -> None:
         ctx = context()
+        found = exceptions(ctx, _identity(ctx, user), include_expired=include_expired)
         rows = [(e.id, e.kind, f"{e.scope} {e.target}", e.reviewer, f"{e.expires_at:%Y-%m-%d}", e.reason)
-                for e in exceptions(ctx, _identity(ctx, user), include_expired=include_expired)]
-        output.table("Security exceptions", ["id", "kind", "scope", "reviewer", "expires", "reason"], rows)
+                for e in found]
+        output.emit(fmt, found, lambda: output.table(
+            "Security exceptions", ["id", "kind", "scope", "reviewer", "expires", "reason"], rows))
 
     _run(body)
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from bot.cli import output
 from bot.cli.common import context, default_actor
-from bot.cli.conventions import OUTPUT_OPTION, Format, typer_app
+from bot.cli.conventions import OUTPUT_OPTION, Format, plain, typer_app
 
 if TYPE_CHECKING:
+    from bot.services.metrics_watch import SloView
     from bot.services.readiness import EndpointStatus
 
 app = typer_app(help="Scheduled jobs: the reservation watch, readiness probes and gate expiry.")
@@ -179,30 +180,58 @@ def _show_status(statuses: list[EndpointStatus]) -> None:
         )
 
 
+def _slo_data(view: SloView) -> dict[str, Any]:
+    """One endpoint's objectives for ``-o json|yaml``: burn rates keyed by window (``5m``, ``1h``, ``3d``)."""
+    def span(window: dt.timedelta) -> str:
+        minutes = int(window.total_seconds() // 60)
+        return f"{minutes // 1440}d" if minutes % 1440 == 0 else f"{minutes // 60}h" if minutes % 60 == 0 else f"{minutes}m"
+
+    return {
+        "endpoint": view.endpoint, "window_days": view.window_days, "last_reading": plain(view.last_sample),
+        "objectives": [{"name": b.objective.name, "bound": b.objective.bound, "budget": b.objective.budget,
+                        "burn": {span(w): r for w, r in b.rates.items()}, "budget_left": b.budget_left,
+                        "alert": "page" if b.page else "warn" if b.warn else None} for b in view.burns],
+        "open_incidents": [{"kind": kind, "reason": reason, "opened_at": plain(opened)}
+                           for kind, reason, opened in view.open_incidents],
+    }
+
+
 def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all)."),
-        png: str = typer.Option(None, "--png", help="Also draw the last hours of ENDPOINT into this PNG file.")) -> None:
+        png: str = typer.Option(None, "--png", help="Also draw the last hours of ENDPOINT into this PNG file."),
+        fmt: Format = OUTPUT_OPTION) -> None:
     """Each endpoint's objectives: burn rate over the alert windows, error budget left, open watch alerts."""
     from pathlib import Path
 
     from bot.services.metrics_watch import slo_view
     from bot.views.slo import burn_rows
 
+    def show(view: SloView) -> None:
+        header, rows = burn_rows(view.burns)
+        output.table(f"Objectives of {view.endpoint} over {view.window_days:g} days (last reading "
+                     f"{_at(view.last_sample)})", header, [tuple(r) for r in rows], empty="no reading yet")
+        for kind, reason, opened in view.open_incidents:
+            output.info(f"{kind} since {_at(opened)}: {reason}")
+
     def body() -> None:
         ctx = context()
         names = [endpoint] if endpoint else [e.name for e in ctx.settings.endpoints]
-        if not names:
+        if not names and fmt is Format.TABLE:
             output.info("no endpoints declared; add them under endpoints: in the KIMI_CONFIG file")
-        for name in names:
-            target = Path(png) if png and endpoint else None
-            view = slo_view(ctx, name, plot_dir=target.parent if target else None)
-            header, rows = burn_rows(view.burns)
-            output.table(f"Objectives of {name} over {view.window_days:g} days (last reading {_at(view.last_sample)})",
-                         header, [tuple(r) for r in rows], empty="no reading yet")
-            for kind, reason, opened in view.open_incidents:
-                output.info(f"{kind} since {_at(opened)}: {reason}")
+        target = Path(png) if png and endpoint else None
+        views = [slo_view(ctx, name, plot_dir=target.parent if target else None) for name in names]
+        drawn = False
+        for view in views:
             if target is not None and view.plot is not None:
                 Path(view.plot["path"]).replace(target)
+                drawn = True
+
+        def tables() -> None:
+            for view in views:
+                show(view)
+            if drawn:
                 output.info(f"plot of the last hours written to {target}")
+
+        output.emit(fmt, [_slo_data(v) for v in views], tables)
 
     _run(body)
 

@@ -226,6 +226,7 @@ def build(
 def diff(
     a: str = typer.Argument(..., metavar="FROM", help="Release to compare from (e.g. the one running)."),
     b: str = typer.Argument(..., metavar="TO", help="Release to compare to (e.g. the candidate)."),
+    fmt: Format = OUTPUT_OPTION,
 ) -> None:
     """Field-by-field difference of two release tuples."""
     from bot.cli.main import run_guarded
@@ -233,7 +234,8 @@ def diff(
     from bot.services.releases import diff_releases
 
     def body() -> None:
-        output.info(render_diff(diff_releases(context(), a, b)))
+        found = diff_releases(context(), a, b)
+        output.emit(fmt, found, lambda: output.info(render_diff(found)))
 
     run_guarded(body)
 

@@ -137,6 +137,10 @@ class OperatorSimulator:
         if failing:
             self.behaviour, saved = "fail", self.behaviour
             self.failure_reason, saved_reason = failing, self.failure_reason
+        if self.controller and step >= 2:
+            # Told before the new pod shows ready: no look in between may meet a ready pod of the new generation
+            # that still answers as the old one did (a drill would take that for a recovery).
+            self._tell(obj, not failing and self.behaviour == "succeed")
         try:
             if self.kind == "hyperpod":
                 self._hyperpod_step(name, generation, step, pod)
@@ -149,8 +153,7 @@ class OperatorSimulator:
             for old in self._pods_of(name):  # Recreate: the older generations' pods go
                 if old["metadata"]["name"] != pod:
                     self.rest.delete(object_path("Pod", old["metadata"]["name"], self.namespace))
-        if self.controller and step >= 2:
-            self._tell(obj, not failing and self.behaviour == "succeed")
+            self._tell(obj, False)  # and with them whatever answered: nothing does until the new pod is ready
         self._progress[name] = (generation, step + 1)
         return True
 

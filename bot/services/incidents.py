@@ -145,7 +145,13 @@ def silence(ctx: Context, actor: Identity, incident_id: int, hours: float, reaso
 
 
 def rollback_target(ctx: Context, incident_id: int) -> str:
-    """The endpoint a Roll back click is about; the rollback itself decides (and refuses) as ``/kimi rollback`` does."""
+    """What a Roll back click rolls back: the incident's endpoint, or for a side of a pair its service.
+
+    A side is never rolled back on its own (``request_rollback`` refuses it); its service's rollback moves every
+    user back to the side kept warm in one route change, the alert's "Fast path back". The rollback itself
+    decides (and refuses) as ``/kimi rollback`` does.
+    """
     with ctx.uow() as uow:
         _, endpoint = _incident(uow, incident_id)
-        return endpoint.name
+        pair = EndpointSettings.model_validate(endpoint.settings).pair  # as stored, as ``request_rollback`` reads it
+        return pair.service if pair is not None else endpoint.name
