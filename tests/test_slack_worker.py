@@ -6,6 +6,7 @@ Signed HTTP into the real Bolt app (the answering side, ``role="front"``) and re
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bot.adapters.clock import FrozenClock
 from bot.adapters.store import schema
 from bot.adapters.store.spool import Spool
 from bot.bootstrap import build_context, build_root
@@ -237,6 +239,14 @@ def test_spooled_work_a_dead_worker_already_took_on_is_not_taken_twice(tmp_path)
         assert followups.accept(ctx, "body:one", [("run_command", run)])  # ...and the worker died here
         Worker(ctx, lambda request: None, spool=spool).move()
         assert spool.waiting() == 0 and followups.waiting(ctx) == 1
+        # The worker also forgets claims past the delivery memory (no copy can still come): a worker looking
+        # 11 minutes later leaves the key free again.
+        later = build_context(ctx.settings, clock=FrozenClock(dt.datetime.now(dt.UTC) + dt.timedelta(minutes=11)))
+        try:
+            Worker(later, lambda request: None, spool=spool).move()
+        finally:
+            later.close()
+        assert followups.accept(ctx, "body:one", [])
     finally:
         spool.close()
         ctx.close()

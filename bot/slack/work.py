@@ -23,6 +23,7 @@ import logging
 import os
 import select
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,8 @@ from slack_bolt import BoltRequest
 from bot.adapters.store.spool import Spool, SpooledItem
 from bot.services import followups
 from bot.services.context import Context
-from bot.slack.middleware.replay_guard import KEY, delivery_key, raw_body
+from bot.services.deliveries import forget_old_deliveries
+from bot.slack.middleware.replay_guard import KEY, PURGE_EVERY_SECONDS, delivery_key, raw_body
 from bot.slack.middleware.unreadable import read_as_form
 
 log = logging.getLogger("kimi_ops.slack")
@@ -127,6 +129,7 @@ class Worker:
         self._held: set[int] = set()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._purged_at: float | None = None
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop``: take what is free while a thread is, else wait for a nudge or the poll."""
@@ -163,6 +166,7 @@ class Worker:
         """
         if self.spool is None:
             return
+        self._forget_old_claims()
         try:
             items = self.spool.pending()
         except Exception:
@@ -187,6 +191,17 @@ class Worker:
             except Exception:  # left spooled: the next look's claim is refused, so they are not recorded twice
                 log.warning("could not clear moved Slack work from the spool", exc_info=True)
                 return
+
+    def _forget_old_claims(self) -> None:
+        # The claims are this worker's to make, so forgetting the old ones (no copy can still come) is too.
+        now = time.monotonic()
+        if self._purged_at is not None and now - self._purged_at < PURGE_EVERY_SECONDS:
+            return
+        self._purged_at = now
+        try:
+            forget_old_deliveries(self.ctx)
+        except Exception as exc:  # the next purge catches up
+            log.warning("could not forget old Slack deliveries (%s)", type(exc).__name__)
 
     def _wait(self, stop: threading.Event) -> None:
         if self.wake_fd is None:
