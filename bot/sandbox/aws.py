@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -34,10 +34,18 @@ class MotoStandIn:
 
     server: Any
     url: str
+    _clients: dict[tuple[str, str, bool], Any] = field(default_factory=dict, repr=False)
 
     def client(self, service: str, region: str = "us-east-1", *, single_attempt: bool = True) -> Any:
-        session = new_session(region_name=region, **DUMMY_CREDENTIALS)
-        return make_client(service, region=region, endpoint_url=self.url, single_attempt=single_attempt, session=session)
+        """One client per service, region and retry policy, kept: boto3 clients are thread-safe and hold no state of
+        the server's, and a new one (a session reading its service model, an SSL context) costs tens of
+        milliseconds of CPU, paid many times over in a sandbox and a test run."""
+        key = (service, region, single_attempt)
+        if key not in self._clients:
+            session = new_session(region_name=region, **DUMMY_CREDENTIALS)
+            self._clients[key] = make_client(service, region=region, endpoint_url=self.url,
+                                             single_attempt=single_attempt, session=session)
+        return self._clients[key]
 
     def stop(self) -> None:
         self.server.stop()
