@@ -395,6 +395,14 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
 # ---------------------------------------------------------------------------- decisions
 
 
+def _for_update(uow: SqlUnitOfWork, deployment_id: int) -> Deployment:
+    """The deployment, locked for this transaction; a number that names none is NotFound."""
+    dep = uow.deployments.get_for_update(deployment_id)
+    if dep is None:
+        raise NotFound(f"no deployment #{deployment_id}")
+    return dep
+
+
 def decide_gate(
     ctx: Context,
     deployment_id: int,
@@ -431,9 +439,7 @@ def decide_gate(
         return Refused(message)
 
     with ctx.uow() as uow:
-        dep = uow.deployments.get_for_update(deployment_id)
-        if dep is None:
-            raise NotFound(f"no deployment #{deployment_id}")
+        dep = _for_update(uow, deployment_id)
         state = State(dep.state)
         if state.gate != gate:
             where = "finished" if state.terminal else f"at {state.words}"
@@ -496,9 +502,7 @@ def cancel(ctx: Context, deployment_id: int, actor: Identity, *, force: bool = F
     """
     authorize(ctx, actor, "break_lock" if force else "cancel", f"deployment:{deployment_id}")
     with ctx.uow() as uow:
-        dep = uow.deployments.get_for_update(deployment_id)
-        if dep is None:
-            raise NotFound(f"no deployment #{deployment_id}")
+        dep = _for_update(uow, deployment_id)
         state = State(dep.state)
         if state.terminal:
             raise Refused(f"deployment #{dep.id} already ended ({state.words})")
@@ -532,14 +536,13 @@ def approve_ramp_step(ctx: Context, deployment_id: int, step: str, actor: Identi
     """An approver lets a ramp that holds before ``step`` (``ramp.approval_steps``) go on; audited."""
     authorize(ctx, actor, "decide", f"deployment:{deployment_id}")
     with ctx.uow() as uow:
-        dep = uow.deployments.get_for_update(deployment_id)
-        if dep is None:
-            raise NotFound(f"no deployment #{deployment_id}")
+        dep = _for_update(uow, deployment_id)
         if dep.state != State.RAMPING:
             raise Refused(f"deployment #{dep.id} is not ramping (it is {State(dep.state).words})")
         asked = {str(d.get("step")) for _, _, _, d in uow.audit.actions(f"deployment:{dep.id}", RAMP_ASKED)}
-        if step not in asked - ramp_steps_approved(uow, dep.id):
-            waiting = ", ".join(sorted(asked - ramp_steps_approved(uow, dep.id))) or "none"
+        holding = asked - ramp_steps_approved(uow, dep.id)
+        if step not in holding:
+            waiting = ", ".join(sorted(holding)) or "none"
             raise Refused(f"the ramp of deployment #{dep.id} does not hold before {step} (waiting: {waiting})")
         endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
         if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
@@ -560,9 +563,7 @@ def decide_drain(ctx: Context, deployment_id: int, choice: str, actor: Identity)
         raise Refused("a stalled drain is answered with `wait` (longer) or `abort` (reopen and cancel)")
     authorize(ctx, actor, "drain", f"deployment:{deployment_id}")
     with ctx.uow() as uow:
-        dep = uow.deployments.get_for_update(deployment_id)
-        if dep is None:
-            raise NotFound(f"no deployment #{deployment_id}")
+        dep = _for_update(uow, deployment_id)
         if dep.state != State.DRAIN_STALLED:
             raise Refused(f"deployment #{dep.id} is not waiting on a stalled drain (it is {State(dep.state).words})")
         if choice == "wait":
