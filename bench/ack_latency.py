@@ -12,10 +12,10 @@ ticket that no longer waits, so the work after the ack is a refusal):
   same supervisor) claims it in the shared database and runs it.
 
 The Slack Web API stand-in runs in a process of its own, as Slack is elsewhere: the follow-ups' replies (the
-refusal each click gets, a command's answer) are then not served by threads of the process whose
-acknowledgements are timed. The follow-up of one app is let finish before the next measurement. Each level runs ``--requests`` requests
-spread over 1, 10 and 50 concurrent clients; the table gives p50 and p99 of the time until the HTTP answer (the
-ack Slack waits for, 3 s at most) and the worker shape's ratio to the bare app. Goals (issue 19): p50 within
+refusal each click gets, a command's answer) are then not served by threads of the process whose acknowledgements
+are timed. The follow-up of one app is let finish before the next measurement. Each level runs ``--requests``
+requests spread over 1, 10 and 50 concurrent clients; the table gives p50 and p99 of the time until the HTTP answer
+(the ack Slack waits for, 3 s at most) and the worker shape's ratio to the bare app. Goals (issue 19): p50 within
 1.5x of the bare app at 1 and 10 clients, p99 within 1.5x at 50.
 
     .venv/bin/python bench/ack_latency.py [--requests 300] [--database-url postgresql+psycopg://…]
