@@ -145,6 +145,11 @@ class HttpServer:
 
     def stop(self) -> None:
         self._stopping.set()
-        self._server.close()
-        self._server.task_dispatcher.shutdown()
+        # Closed from its own loop thread, the server's poll wakes at once; closed from here, the loop would sleep
+        # out its poll timeout (waitress's asyncore_loop_timeout, 1 s) before it noticed.
+        try:
+            self._server.trigger.pull_trigger(self._server.close)
+        except OSError:  # the loop has already ended (its trigger is closed)
+            self._server.close()
         self._thread.join(timeout=10)
+        self._server.task_dispatcher.shutdown()
