@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -45,16 +46,28 @@ def _applies(world: World) -> int:
                if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params)
 
 
-@pytest.fixture()
-def quiet_world(tmp_path: Path) -> Iterator[World]:
-    """No background users (a held request would hold theirs too): the long stream is the user."""
-    w = start_world(tmp_path / "sandbox", users_per_second=0, drain_seconds=6)
+def _quiet_world(path: Path, **endpoint: Any) -> Iterator[World]:
+    """No background users (a held request would hold theirs too): the long stream is the user. The older release
+    is live; no test here ramps a candidate, so its own ramp needs no soak."""
+    w = start_world(path, users_per_second=0, ramp={"steps": [], "soak_seconds": 0}, **endpoint)
     try:
         w.deploy(w.releases[0])
         yield w
     finally:
         w.model.release()
         w.sandbox.stop()
+
+
+@pytest.fixture()
+def quiet_world(tmp_path: Path) -> Iterator[World]:
+    """The sandbox's drain deadline (30 s): only a bound here, the drain ends when the request does."""
+    yield from _quiet_world(tmp_path / "sandbox")
+
+
+@pytest.fixture()
+def deadline_world(tmp_path: Path) -> Iterator[World]:
+    """A drain deadline of a second: the request outlives it as it would any deadline (it runs until released)."""
+    yield from _quiet_world(tmp_path / "sandbox", drain_seconds=1)
 
 
 def test_the_drain_applies_nothing_until_a_running_request_finished(quiet_world: World) -> None:
@@ -73,7 +86,8 @@ def test_the_drain_applies_nothing_until_a_running_request_finished(quiet_world:
                 seen_release_hash=view.pending.release_hash)
     engine, result = in_background(lambda: world.engine.advance(dep))
     wait_until("the drain", lambda: get_deployment(world.ctx, dep).state == "draining")
-    time.sleep(1.5)
+    scraped = world.model.stats().scrapes
+    assert world.model.wait_for(lambda s: s.scrapes >= scraped + 5)  # the drain looked, again and again, at the request
     assert get_deployment(world.ctx, dep).state == "draining" and _applies(world) == applies  # nothing applied over it
     assert world.route_admission() == "closed"
 
@@ -87,8 +101,8 @@ def test_the_drain_applies_nothing_until_a_running_request_finished(quiet_world:
 
 
 @pytest.mark.parametrize("choice", ["wait", "abort"])
-def test_at_the_drain_deadline_the_deployment_waits_for_a_person(quiet_world: World, choice: str) -> None:
-    world = quiet_world
+def test_at_the_drain_deadline_the_deployment_waits_for_a_person(deadline_world: World, choice: str) -> None:
+    world = deadline_world
     newer = world.releases[1]
     world.model.hold()
     done: list[float] = []
@@ -101,7 +115,7 @@ def test_at_the_drain_deadline_the_deployment_waits_for_a_person(quiet_world: Wo
     assert view.pending is not None
     decide_gate(world.ctx, dep, "infrastructure", "approved", APPROVER, seen_report_hash=view.pending.report_hash,
                 seen_release_hash=view.pending.release_hash)
-    stalled = world.engine.advance(dep)  # returns once the 6 s deadline passed with the request still running
+    stalled = world.engine.advance(dep)  # returns once the deadline passed with the request still running
 
     assert stalled.state == "drain_stalled", stalled.state_reason
     assert "nothing applied" in (stalled.state_reason or "")
@@ -133,7 +147,9 @@ def test_at_the_drain_deadline_the_deployment_waits_for_a_person(quiet_world: Wo
 
 
 def test_a_ramp_step_whose_objectives_break_returns_everyone_to_the_previous_release(tmp_path: Path) -> None:
-    world = start_world(tmp_path / "sandbox", ramp={"steps": [50], "soak_seconds": 3.0, "sample_seconds": 0.5})
+    # Twice the sandbox's users for half the soak: as many of the cohort's requests meet the failing candidate.
+    world = start_world(tmp_path / "sandbox", users_per_second=16.0,
+                        ramp={"steps": [50], "soak_seconds": 1.5, "sample_seconds": 0.5})
     try:
         older, newer = world.releases
         live = world.deploy(older)

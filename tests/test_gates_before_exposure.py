@@ -13,7 +13,6 @@ production one; people decide through the same services the Slack edge calls.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,8 +40,10 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(params=["sqlite", "postgres"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     url = request.getfixturevalue("fresh_pg_url") if request.param == "postgres" else None
-    w = start_world(tmp_path / "sandbox", database_url=url,
-                    ramp={"steps": [50], "soak_seconds": 3.0, "sample_seconds": 0.5})
+    # Twice the sandbox's users for half the soak: each step still sees as many users as the assertions on its
+    # split need (about six of the cohort at ``internal``, eighteen others at 50 %), in half the wall time.
+    w = start_world(tmp_path / "sandbox", database_url=url, users_per_second=16.0,
+                    ramp={"steps": [50], "soak_seconds": 1.5, "sample_seconds": 0.5})
     try:
         yield w
     finally:
@@ -60,10 +61,15 @@ def test_no_user_request_reaches_the_candidate_before_its_model_gate_is_approved
     assert world.applied()["metadata"]["annotations"]["kimi-ops.io/release"] == newer
     assert world.route_admission() == "closed"
     at_gate = world.users_at_model()
-    time.sleep(2.0)  # background users keep coming
-    counts = world.gateway.counts_by_admission()
+    cohort, others = ("closed", Routed(FALLBACK_SERVICE, True)), ("closed", Routed(FALLBACK_SERVICE, False))
+    closed_out = world.gateway.counts_by_admission()
+
+    def more_users_closed_out() -> bool:
+        now = world.gateway.counts_by_admission()
+        return now[cohort] >= closed_out[cohort] + 4 and now[others] >= closed_out[others] + 12
+
+    wait_until("more users while closed out", more_users_closed_out)  # background users keep coming
     assert world.kimi_at_gateway("closed") == 0
-    assert counts[("closed", Routed(FALLBACK_SERVICE, False))] > 0 and counts[("closed", Routed(FALLBACK_SERVICE, True))] > 0
     # Counted at the model server too: not one user request since it was closed, and every one it ever got
     # came through the gateway while the route let users in.
     assert world.users_at_model() == at_gate == world.kimi_at_gateway()
@@ -94,7 +100,8 @@ def test_no_user_request_reaches_the_candidate_before_its_model_gate_is_approved
 @pytest.fixture(scope="module")
 def live_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """One sandbox whose older release went live (with the traffic gate's limits accepted); each test ends a candidate."""
-    w = start_world(tmp_path_factory.mktemp("endings") / "sandbox")
+    # No test here ramps (each candidate ends before its ramp), so the older release's own ramp needs no soak.
+    w = start_world(tmp_path_factory.mktemp("endings") / "sandbox", ramp={"steps": [], "soak_seconds": 0})
     try:
         w.deploy(w.releases[0])
         yield w

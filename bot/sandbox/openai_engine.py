@@ -55,6 +55,7 @@ class EngineStats:
     prefix_hits: int
     prefix_queries: int
     kv_usage: float
+    scrapes: int  # reads of /metrics (a drain or a soak watching the server shows as these)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Engine:
         self._running: dict[int, Ticket] = {}
         self._waiting = 0
         self._served = self._rejected = self._aborted = 0
+        self._scrapes = 0
         self._prefix = PrefixCache(block_tokens=behaviour.prefix_block_tokens)
         self._hits = self._queries = self._prompt_tokens = self._generation_tokens = 0
         # vLLM creates a request_success series per finish reason at start, so the counter reads 0, not absent.
@@ -252,6 +254,7 @@ class Engine:
         return EngineStats(
             running=len(self._running), waiting=self._waiting, served=self._served, rejected=self._rejected,
             aborted=self._aborted, prefix_hits=self._hits, prefix_queries=self._queries, kv_usage=self._kv_usage(),
+            scrapes=self._scrapes,
         )
 
     def _kv_usage(self) -> float:
@@ -264,7 +267,11 @@ class Engine:
             return self._cond.wait_for(lambda: predicate(self._stats()), timeout=timeout)
 
     def metrics_text(self) -> bytes:
-        return generate_latest(self.registry)
+        text = generate_latest(self.registry)
+        with self._cond:
+            self._scrapes += 1
+            self._cond.notify_all()  # for a wait_for on scrapes
+        return text
 
     def _families(self) -> Iterator[Metric]:
         with self._cond:
