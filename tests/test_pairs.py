@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Root
 from bot.domain.admission import Admission
 from bot.sandbox.slack_stub import SlackStub
-from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
+from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SANDBOX_PAIR_RAMP, SERVICE, Sandbox
 from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
 from bot.services.admission import apply_admission
@@ -137,8 +138,11 @@ def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Coun
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
+    # Most tests here only need a ramp to walk its steps, so its soaks are short; the ones about what a soak sees
+    # (or stopping during one) soak as long as the sandbox does (:func:`side_settings`).
     sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
-                      endpoint_overrides={"ttft_objective_ms": 1000}).start()
+                      endpoint_overrides={"ttft_objective_ms": 1000},
+                      service_overrides={"ramp": {**SANDBOX_PAIR_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}}).start()
     slack = SlackStub().start()
     w = PairWorld(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2), slack=slack)
     try:
@@ -149,6 +153,22 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
         sandbox.stop()
         slack.stop()
         HTTP.close()
+
+
+@contextmanager
+def side_settings(world: PairWorld, side: str, *, ramp: dict[str, Any] | None = None, **changes: Any) -> Iterator[None]:
+    """The side's stored settings with ``changes`` (and ``ramp`` changes) for the test's deployments, then as before."""
+    with world.ctx.uow() as uow:
+        row = uow.endpoints.get(side)
+        saved = dict(row.settings)
+        row.settings = {**saved, **changes, "ramp": {**saved["ramp"], **(ramp or {})}}
+        uow.commit()
+    try:
+        yield
+    finally:
+        with world.ctx.uow() as uow:
+            uow.endpoints.get(side).settings = saved
+            uow.commit()
 
 
 def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_steps(world: PairWorld) -> None:
@@ -268,11 +288,15 @@ def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_r
 
 
 
+def _idle(world: PairWorld) -> str:
+    """The side users are not on (where the next deploy to the service goes)."""
+    return GREEN if world.users_on() == BLUE else BLUE
+
+
 def _to_the_traffic_gate(world: PairWorld) -> tuple[int, str, str]:
     """A deploy to the service, approved up to its traffic gate (waiting): its id, the users' side, the idle one."""
     older, newer = world.releases
-    users = world.users_on()
-    idle = GREEN if users == BLUE else BLUE
+    users, idle = world.users_on(), _idle(world)
     release = newer if world.live_release(users) == older else older
     dep = request_deploy(world.ctx, release, SERVICE, Identity(DEPLOYER)).id
     view = world.approve(dep, until="traffic_gate")
@@ -281,33 +305,37 @@ def _to_the_traffic_gate(world: PairWorld) -> tuple[int, str, str]:
 
 
 def test_a_crash_mid_ramp_resumes_at_the_recorded_step(world: PairWorld) -> None:
-    dep, users, idle = _to_the_traffic_gate(world)
-    first = world.engine
-    driver, result = in_background(lambda: first.advance(dep))
-    wait_until("the 25% step", lambda: world.admission(idle) == "25%")
-    first.stop_all()  # the replica stops mid-soak (SIGTERM): it drives no further step
-    joined(driver, result)
-    assert get_deployment(world.ctx, dep).state == "ramping"
-    assert world.weights() == {users: 75, idle: 25}  # nothing moved the weights while nobody drove
+    # Soaks long enough to be stopped during one.
+    with side_settings(world, _idle(world), ramp={"soak_seconds": 1.0, "sample_seconds": 0.5}):
+        dep, users, idle = _to_the_traffic_gate(world)
+        first = world.engine
+        driver, result = in_background(lambda: first.advance(dep))
+        wait_until("the 25% step", lambda: world.admission(idle) == "25%")
+        first.stop_all()  # the replica stops mid-soak (SIGTERM): it drives no further step
+        joined(driver, result)
+        assert get_deployment(world.ctx, dep).state == "ramping"
+        assert world.weights() == {users: 75, idle: 25}  # nothing moved the weights while nobody drove
 
-    mark = world.audit_mark()
-    world.engine = Engine(world.ctx, readiness_pause=0.2)  # the replica that takes over
-    resumed = world.engine.resume(dep)
+        mark = world.audit_mark()
+        world.engine = Engine(world.ctx, readiness_pause=0.2)  # the replica that takes over
+        resumed = world.engine.resume(dep)
 
-    assert resumed.state == "live", resumed.state_reason
-    # It went on from the recorded step (applied again, then soaked anew), never back to the cohort or 5%.
-    assert world.admissions_since(idle, mark) == ["25%", "50%", "open"]
-    assert world.weights() == {users: 0, idle: 100}
+        assert resumed.state == "live", resumed.state_reason
+        # It went on from the recorded step (applied again, then soaked anew), never back to the cohort or 5%.
+        assert world.admissions_since(idle, mark) == ["25%", "50%", "open"]
+        assert world.weights() == {users: 0, idle: 100}
 
 
 def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_traffic(world: PairWorld) -> None:
-    dep, users, idle = _to_the_traffic_gate(world)
-    mark = world.audit_mark()
-    world.server(idle).configure(first_token_delay=2.5)  # well above the sides' 1000 ms first-token objective
-    try:
-        ended = world.engine.advance(dep)
-    finally:
-        world.server(idle).reset()
+    # The sandbox's soaks: what the candidate's users meet during one is what breaks the objective.
+    with side_settings(world, _idle(world), ramp={k: SANDBOX_PAIR_RAMP[k] for k in ("soak_seconds", "sample_seconds")}):
+        dep, users, idle = _to_the_traffic_gate(world)
+        mark = world.audit_mark()
+        world.server(idle).configure(first_token_delay=2.5)  # well above the sides' 1000 ms first-token objective
+        try:
+            ended = world.engine.advance(dep)
+        finally:
+            world.server(idle).reset()
 
     assert ended.state == "failed", ended.state_reason
     assert "broke its objectives" in (ended.state_reason or "") and "first-token p99" in (ended.state_reason or "")
@@ -331,14 +359,7 @@ def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_t
 
 
 def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_it_go_on(world: PairWorld) -> None:
-    users = world.users_on()
-    idle = GREEN if users == BLUE else BLUE
-    with world.ctx.uow() as uow:
-        row = uow.endpoints.get(idle)
-        saved = dict(row.settings)
-        row.settings = {**saved, "ramp": {**saved["ramp"], "approval_steps": [25]}}
-        uow.commit()
-    try:
+    with side_settings(world, _idle(world), ramp={"approval_steps": [25]}):
         dep, users, idle = _to_the_traffic_gate(world)
         held = world.engine.advance(dep)
         assert held.state == "ramping" and world.admission(idle) == "5%"  # it stopped before 25%
@@ -351,24 +372,13 @@ def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_i
         live = world.engine.advance(dep)
         assert live.state == "live", live.state_reason
         assert world.weights() == {users: 0, idle: 100}
-    finally:
-        with world.ctx.uow() as uow:
-            uow.endpoints.get(idle).settings = saved
-            uow.commit()
 
 
 def test_a_ramp_step_nobody_approves_expires_like_a_gate_and_returns_all_weight_to_the_previous_side(
         world: PairWorld) -> None:
-    users = world.users_on()
-    idle = GREEN if users == BLUE else BLUE
     allowed = dt.timedelta(seconds=1.2)  # gate_wait_after_apply_minutes, the wait a gate after apply has
-    with world.ctx.uow() as uow:
-        row = uow.endpoints.get(idle)
-        saved = dict(row.settings)
-        row.settings = {**saved, "ramp": {**saved["ramp"], "approval_steps": [5]},
-                        "gate_wait_after_apply_minutes": allowed.total_seconds() / 60}
-        uow.commit()
-    try:
+    with side_settings(world, _idle(world), ramp={"approval_steps": [5]},
+                       gate_wait_after_apply_minutes=allowed.total_seconds() / 60):
         dep, users, idle = _to_the_traffic_gate(world)
         held = world.engine.advance(dep)
         assert held.state == "ramping" and world.admission(idle) == "internal"  # it holds before 5%
@@ -377,10 +387,6 @@ def test_a_ramp_step_nobody_approves_expires_like_a_gate_and_returns_all_weight_
         wait_until("the step's approval to be due", lambda: world.ctx.clock.now() >= asked_at + allowed, 30)
 
         run = run_job(world.ctx, "gate-expiry", engine=world.engine)  # the scheduled job, as the elected replica runs it
-    finally:
-        with world.ctx.uow() as uow:
-            uow.endpoints.get(idle).settings = saved
-            uow.commit()
 
     assert run.ok and f"deployment #{dep}: ramp expired (all weight returning to {users})" in run.summary, run.summary
     ended = get_deployment(world.ctx, dep)

@@ -132,6 +132,7 @@ class Sandbox:
     users_per_second: float = 0.0  # background user requests through the gateway (needs ``traffic``)
     pair: bool = False  # the service of two endpoints (BLUE, GREEN), a model server each, instead of ENDPOINT
     endpoint_overrides: Mapping[str, Any] = field(default_factory=dict)  # e.g. a shorter drain_seconds for a test
+    service_overrides: Mapping[str, Any] = field(default_factory=dict)  # the pair's service, e.g. its ramp
     # Availability drills: the operator simulator also plays the controller (deleted pods come back after
     # pod_restart_seconds on ``clock``) and the model server follows the pods (503 while none is ready).
     drills: bool = False
@@ -295,7 +296,8 @@ class Sandbox:
         if not self.pair:
             return {"endpoints": [self._endpoint_config()]}
         sides, service = pair_configs({name: self.side_server(name).url for name in (BLUE, GREEN)})
-        return {"endpoints": [{**side, **self.endpoint_overrides} for side in sides], "services": [service]}
+        return {"endpoints": [{**side, **self.endpoint_overrides} for side in sides],
+                "services": [{**service, **self.service_overrides}]}
 
     def _endpoint_config(self) -> dict[str, Any]:
         return {**endpoint_config(self.stand_ins["openai"].url, self._route()), **self.endpoint_overrides}
