@@ -61,6 +61,9 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) 
                       outbox_seconds=OUTBOX_SECONDS, role="worker")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop_read, stop_write = os.pipe()  # a signal's number lands here, so the waiting loop wakes to stop at once
+    os.set_blocking(stop_write, False)
+    signal.set_wakeup_fd(stop_write)
     runner = None
     if jobs:
         from bot.scheduler import JobRunner
@@ -71,7 +74,7 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) 
     if wake_fd is not None:
         os.set_blocking(wake_fd, False)
     work = Worker(root.ctx, kimi.bolt.dispatch, threads=kimi.workers.size, lease=lease or LEASE_SECONDS, wake_fd=wake_fd,
-                  spool=kimi.spool)
+                  spool=kimi.spool, stop_fd=stop_read)
     log.info("worker %s takes follow-up work", work.holder)
     try:
         work.run(stop)

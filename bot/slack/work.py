@@ -117,13 +117,14 @@ class Worker:
 
     def __init__(self, ctx: Context, dispatch: Callable[[BoltRequest], object], *, threads: int = 8,
                  lease: float = LEASE_SECONDS, poll: float = POLL_SECONDS, wake_fd: int | None = None,
-                 spool: Spool | None = None) -> None:
+                 spool: Spool | None = None, stop_fd: int | None = None) -> None:
         self.ctx = ctx
         self.spool = spool
         self.dispatch = dispatch
         self.lease = lease
         self.poll = poll
         self.wake_fd = wake_fd
+        self.stop_fd = stop_fd  # readable once a signal asks the process to stop (``signal.set_wakeup_fd``)
         self.holder = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._slots = threading.BoundedSemaphore(threads)
         self._held: set[int] = set()
@@ -207,10 +208,13 @@ class Worker:
         if self.wake_fd is None:
             stop.wait(self.poll)
             return
-        ready, _, _ = select.select([self.wake_fd], [], [], self.poll)
-        if ready:
+        # A signal interrupts select(), which then sleeps out the rest of its timeout (PEP 475): the stop fd is
+        # what wakes it when the process is asked to stop.
+        ready, _, _ = select.select([self.wake_fd] + ([self.stop_fd] if self.stop_fd is not None else []), [], [],
+                                    self.poll)
+        for fd in ready:
             with contextlib.suppress(BlockingIOError, InterruptedError):
-                os.read(self.wake_fd, 4096)  # every nudge so far: one look takes everything that waits
+                os.read(fd, 4096)  # every nudge so far: one look takes everything that waits
 
     def _run_one(self, item: followups.Followup) -> None:
         try:
