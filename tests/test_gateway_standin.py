@@ -103,6 +103,16 @@ def model_of(response: httpx.Response) -> str:
 
 
 @pytest.fixture()
+def metrics_client() -> Iterator[HttpEndpointClient]:
+    """kimi-ops's own endpoint client, as the engine reads /metrics; closed after the test (its pool keeps sockets)."""
+    client = HttpEndpointClient(timeout=10)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture()
 def kube() -> Iterator[KubeStandIn]:
     with start_kube() as stand_in:
         seed_cluster(stand_in.rest(), namespace=NS)
@@ -196,17 +206,18 @@ def test_closed_sends_every_user_to_the_fallback_cohort_included(stack: Stack) -
     assert stack.gateway.counts() == Counter({Routed("kimi-fallback", False): 2, Routed("kimi-fallback", True): 2})
 
 
-def test_closed_without_a_fallback_is_the_gateways_500_and_kimi_sees_nothing(stack: Stack) -> None:
+def test_closed_without_a_fallback_is_the_gateways_500_and_kimi_sees_nothing(
+        stack: Stack, metrics_client: HttpEndpointClient) -> None:
     assert stack.endpoint.route is not None
     alone = stack.endpoint.model_copy(update={"route": stack.endpoint.route.model_copy(update={"fallback": None})})
-    before = HttpEndpointClient(timeout=10).metrics(alone)
+    before = metrics_client.metrics(alone)
     stack.set(Admission.closed(), alone)
 
     answers = [chat(stack.gateway.url, headers) for headers in ({}, COHORT, {})]
 
     assert [r.status_code for r in answers] == [500, 500, 500]
     assert stack.gateway.counts() == Counter({Routed(UNAVAILABLE, False): 2, Routed(UNAVAILABLE, True): 1})
-    after = HttpEndpointClient(timeout=10).metrics(alone)
+    after = metrics_client.metrics(alone)
     assert before.requests_finished is not None
     assert after.requests_finished == before.requests_finished
 
@@ -223,8 +234,9 @@ def test_internal_lets_only_the_cohort_header_reach_kimi(stack: Stack) -> None:
     assert stack.gateway.counts() == Counter({Routed("kimi-prod", True): 3, Routed("kimi-fallback", False): 3})
 
 
-def test_the_engine_can_tell_no_user_reached_kimi_while_closed_from_vllms_counter(stack: Stack) -> None:
-    client = HttpEndpointClient(timeout=10)
+def test_the_engine_can_tell_no_user_reached_kimi_while_closed_from_vllms_counter(
+        stack: Stack, metrics_client: HttpEndpointClient) -> None:
+    client = metrics_client
     stack.set(Admission.closed())
     before = client.metrics(stack.endpoint)
     for _ in range(5):
