@@ -165,18 +165,26 @@ def _migrated_pg(pg_admin_url: str) -> Iterator[str]:
 _HEAD = schema.head_revision()
 
 
+# DELETE, not TRUNCATE: the tables hold one test's few rows, and TRUNCATE gives every table new files (0.15 s
+# against 0.03 s, before every PostgreSQL test). Children before parents; every id sequence starts again at 1.
+_EMPTY_TABLES = " ".join(f'DELETE FROM "{t.name}";' for t in reversed(Base.metadata.sorted_tables))
+_RESTART_IDS = ("DO $$ DECLARE s record; BEGIN FOR s IN SELECT sequence_name FROM information_schema.sequences "
+                "WHERE sequence_schema = 'public' LOOP EXECUTE 'ALTER SEQUENCE ' || quote_ident(s.sequence_name) || ' RESTART'; "
+                "END LOOP; END $$;")
+
+
 def _emptied(url: str) -> bool:
     """Empty every table but Alembic's, restarting ids; False when a straggler from an earlier test holds a lock."""
-    tables = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
     engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     try:
         with engine.connect() as conn:
             conn.execute(text("SET lock_timeout = '5s'"))
-            conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
             version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
             if version != _HEAD:  # an earlier test moved the schema on purpose: build it again
                 conn.execute(text("DROP SCHEMA public CASCADE"))
                 conn.execute(text("CREATE SCHEMA public"))
+            else:
+                conn.exec_driver_sql(f"BEGIN; {_EMPTY_TABLES} {_RESTART_IDS} COMMIT;")
         if version != _HEAD:
             schema.upgrade(url)
         return True
