@@ -249,10 +249,10 @@ class GatewayStandIn:
             self._counts.clear()
             self._by_admission.clear()
 
-    def _count(self, target: str, cohort: bool, admission: str = "") -> None:
+    def _count(self, target: str, cohort: bool, admission: str = "", n: int = 1) -> None:
         with self._counts_lock:
-            self._counts[Routed(target, cohort)] += 1
-            self._by_admission[(admission, Routed(target, cohort))] += 1
+            self._counts[Routed(target, cohort)] += n
+            self._by_admission[(admission, Routed(target, cohort))] += n
 
     # -- the control plane: routes in, status out -------------------------------------------------------------
 
@@ -315,6 +315,7 @@ class GatewayStandIn:
         """Read the routes now, serve the attached ones and write their status (what the poll thread does)."""
         with self._sync_lock:
             served: list[_Route] = []
+            statuses: list[tuple[Mapping[str, Any], list[dict[str, Any]], bool, list[str]]] = []
             for route in self.rest.items(collection_path("HTTPRoute")):
                 if not self._attached(route):
                     continue
@@ -323,8 +324,11 @@ class GatewayStandIn:
                 compiled, unresolved = self._compile(route)
                 if listener_ok:
                     served.append(compiled)
-                self._write_status(route, refs, accepted=bool(listener_ok), unresolved=unresolved)
+                statuses.append((route, refs, bool(listener_ok), unresolved))
+            # Serve first, then say so: a route reported Accepted already routes every new request its way.
             self._table = _Table(served)
+            for taken, parents, accepted, unresolved_refs in statuses:
+                self._write_status(taken, parents, accepted=accepted, unresolved=unresolved_refs)
 
     def _write_status(self, route: Mapping[str, Any], refs: list[dict[str, Any]], *, accepted: bool,
                       unresolved: list[str]) -> None:
@@ -450,15 +454,18 @@ class _Handler(BaseHTTPRequestHandler):
                  cohort: bool, admission: str = "") -> None:
         upstream = gateway.backends[key] + self.path
         forwarded = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        # Counted when routed, not when the upstream answers: a request taken before a route change is the old
+        # route's, however long its answer takes.
+        gateway._count(key.name, cohort, admission)
         try:
             request = gateway._client.build_request(self.command, upstream, headers=forwarded, content=body)
             response = gateway._client.send(request, stream=True)
         except httpx.TransportError:
+            gateway._count(key.name, cohort, admission, -1)
             gateway._count(UNAVAILABLE, cohort, admission)
             # A Service without ready endpoints: the specification's 503.
             self._plain(503, f"Service {key.namespace}/{key.name}:{key.port} has no ready endpoint")
             return
-        gateway._count(key.name, cohort, admission)
         try:
             self.send_response(response.status_code)
             for name, value in response.headers.multi_items():
