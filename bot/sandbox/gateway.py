@@ -249,10 +249,10 @@ class GatewayStandIn:
             self._counts.clear()
             self._by_admission.clear()
 
-    def _count(self, target: str, cohort: bool, admission: str = "", n: int = 1) -> None:
+    def _count(self, target: str, cohort: bool, admission: str = "") -> None:
         with self._counts_lock:
-            self._counts[Routed(target, cohort)] += n
-            self._by_admission[(admission, Routed(target, cohort))] += n
+            self._counts[Routed(target, cohort)] += 1
+            self._by_admission[(admission, Routed(target, cohort))] += 1
 
     # -- the control plane: routes in, status out -------------------------------------------------------------
 
@@ -454,18 +454,15 @@ class _Handler(BaseHTTPRequestHandler):
                  cohort: bool, admission: str = "") -> None:
         upstream = gateway.backends[key] + self.path
         forwarded = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-        # Counted when routed, not when the upstream answers: a request taken before a route change is the old
-        # route's, however long its answer takes.
-        gateway._count(key.name, cohort, admission)
         try:
             request = gateway._client.build_request(self.command, upstream, headers=forwarded, content=body)
             response = gateway._client.send(request, stream=True)
         except httpx.TransportError:
-            gateway._count(key.name, cohort, admission, -1)
             gateway._count(UNAVAILABLE, cohort, admission)
             # A Service without ready endpoints: the specification's 503.
             self._plain(503, f"Service {key.namespace}/{key.name}:{key.port} has no ready endpoint")
             return
+        gateway._count(key.name, cohort, admission)
         try:
             self.send_response(response.status_code)
             for name, value in response.headers.multi_items():

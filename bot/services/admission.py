@@ -30,10 +30,7 @@ from bot.services.context import Context, require
 from bot.services.errors import Invalid, NotFound, Refused
 
 STUCK = "admission-stuck"
-ROUTE_POLL_SECONDS = 0.2  # the longest pause between two reads of the route's status while the gateway takes it
-# A gateway controller usually takes a route change within tens of milliseconds: the first re-read comes that soon
-# (instead of holding every admission change, so every ramp step and close, a whole poll), then the pause doubles.
-ROUTE_FIRST_POLL_SECONDS = 0.02
+ROUTE_POLL_SECONDS = 0.2
 
 
 class AdmissionFailed(Exception):
@@ -88,7 +85,6 @@ def apply_admission(ctx: Context, endpoint: EndpointSettings, admission: Admissi
     except Exception as exc:
         raise AdmissionFailed(f"could not set {endpoint.name}'s route to {admission}: {exc}") from exc
     deadline = time.monotonic() + endpoint.route_accept_seconds
-    pause = ROUTE_FIRST_POLL_SECONDS
     while True:
         if status.accepted and status.effective == admission:
             return users_get(endpoint, admission)
@@ -99,8 +95,7 @@ def apply_admission(ctx: Context, endpoint: EndpointSettings, admission: Admissi
             raise AdmissionFailed(
                 f"the gateway did not accept {endpoint.name}'s route ({admission}) within {endpoint.route_accept_seconds:.0f} s: "
                 f"{status.summary}")
-        time.sleep(pause)
-        pause = min(2 * pause, ROUTE_POLL_SECONDS)
+        time.sleep(ROUTE_POLL_SECONDS)
         current = cluster.route_status(endpoint)
         if current is not None:
             status = current
