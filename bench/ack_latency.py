@@ -1,8 +1,9 @@
 """Acknowledgement latency of the Slack app, beside a bare Bolt app doing nothing, in the same run.
 
-Three apps are served by the same WSGI server (waitress) on 127.0.0.1 with an ephemeral port, one after the
-other, and receive the same signed requests: ``/kimi help`` slash commands and Approve button clicks (on a gate
-ticket that no longer waits, so the work after the ack is a refusal):
+Three apps, each served by waitress in a process of its own (as a Slack app is; ``--serve SHAPE``) on
+127.0.0.1 with an ephemeral port, receive the same signed requests from this process's client threads:
+``/kimi help`` slash commands and Approve button clicks (on a gate ticket that no longer waits, so the work after
+the ack is a refusal):
 
 * ``bare``: a Bolt app whose listeners only ack (the baseline);
 * ``inline``: kimi-ops running the follow-up in the process that answers (as before issue 19's item 4, and as the
@@ -11,9 +12,9 @@ ticket that no longer waits, so the work after the ack is a refusal):
   spool file (no shared database before the ack) and a ``kimi-ops worker`` process beside it (started by the
   same supervisor) claims it in the shared database and runs it.
 
-The Slack Web API stand-in runs in a process of its own, as Slack is elsewhere: the follow-ups' replies (the
-refusal each click gets, a command's answer) are then not served by threads of the process whose acknowledgements
-are timed. The follow-up of one app is let finish before the next measurement. Each level runs ``--requests``
+The Slack Web API stand-in runs in a process of its own too, as Slack is elsewhere: neither the clients nor the
+follow-ups' replies (the refusal each click gets, a command's answer) share an interpreter with an app being
+timed. The follow-up of one app is let finish before the next measurement. Each level runs ``--requests``
 requests (at least one per client) spread over 1, 10 and 50 concurrent clients, in ``--rounds`` rounds (4), the apps
 taking turns within each; the table gives p50 and p99 of the time until the HTTP answer
 (the ack Slack waits for, 3 s at most) and the worker shape's ratio to the bare app. Goals (issue 19): p50 within
@@ -49,7 +50,6 @@ from bot.cli.worker import WorkerSupervisor
 from bot.config import load_settings
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
 from bot.services import followups
-from bot.services.context import Context
 from bot.slack.app import create_app
 from bot.slack.http import HttpServer
 from bot.views.actions import APPROVE, GateTicket
@@ -88,12 +88,92 @@ class SlackElsewhere(SlackStub):
             self._proc = None
 
 
-def bare_app(stub: SlackStub) -> App:
-    app = App(client=WebClient(token="xoxb-bench", base_url=stub.api_url), signing_secret=SECRET,
+def bare_app(api_url: str) -> App:
+    app = App(client=WebClient(token="xoxb-bench", base_url=api_url), signing_secret=SECRET,
               token_verification_enabled=False, process_before_response=True)
     app.command("/kimi")(lambda ack: ack())
     app.action(APPROVE)(lambda ack: ack())
     return app
+
+
+SHAPES = ("bare", "inline", "worker")
+
+
+class Served:
+    """One shape served by a process of its own (``--serve SHAPE``): its URL, and a way to let its follow-up end.
+
+    Its own process, as a Slack app is: the benchmark's client threads would otherwise share the interpreter with
+    the app they time, and an acknowledgement that waits on anything (a local commit, a socket) would then wait
+    for the clients' turn at the GIL as well.
+    """
+
+    def __init__(self, shape: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", shape], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=REPO)
+        self.url = self._line()
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line:
+            raise SystemExit(f"the served app stopped (exit {self.proc.wait()})")
+        return line
+
+    def settle(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("settle\n")
+        self.proc.stdin.flush()
+        if self._line() != "settled":
+            raise SystemExit("the worker process did not finish the follow-up work within 120 s")
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # its end of input stops it
+        self.proc.wait(timeout=60)
+
+
+def serve(shape: str) -> None:
+    """Serve ``shape`` on an ephemeral port, print its URL, answer ``settle`` lines; stop at the end of input."""
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queueing at 50 clients is what is measured
+    api_url = os.environ["KIMI_SLACK_API_URL"]
+    if shape == "bare":
+        server = HttpServer(_bare_wsgi(bare_app(api_url)), "127.0.0.1", 0).start()
+        settle: Callable[[], bool] = lambda: True  # noqa: E731 - nothing follows a bare ack
+        close: Callable[[], None] = lambda: None  # noqa: E731
+    else:
+        ctx = build_context(load_settings())
+        supervisor = WorkerSupervisor(["--no-jobs"]) if shape == "worker" else None
+        root = build_root(ctx, slack_token="xoxb-bench")
+        kimi = (create_app(root, signing_secret=SECRET) if supervisor is None else
+                create_app(root, signing_secret=SECRET, role="front", wake_fd=supervisor.wake_write))
+        if supervisor is not None:
+            supervisor.start()
+        server = HttpServer(kimi.wsgi(), "127.0.0.1", 0).start()
+
+        def settle() -> bool:
+            if supervisor is None:
+                return kimi.wait_idle(120) is not False
+            deadline = time.monotonic() + 120
+            while (kimi.spool is not None and kimi.spool.waiting()) or followups.waiting(ctx):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+            return True
+
+        def close() -> None:
+            if supervisor is not None:
+                supervisor.stop()
+            kimi.close()
+            ctx.close()
+
+    print(server.url, flush=True)
+    try:
+        for line in sys.stdin:
+            if line.strip() == "settle":
+                print("settled" if settle() else "not settled", flush=True)
+    finally:
+        server.stop()
+        close()
 
 
 def run_level(url: str, clients: int, total: int, make_body: Callable[[], str], sender: SlackSender) -> list[float]:
@@ -135,47 +215,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="requests per kind and concurrency level (bounded)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per level, the apps taking turns in each")
+    parser.add_argument("--serve", choices=SHAPES, help=argparse.SUPPRESS)  # one app's own process (Served)
     parser.add_argument("--database-url", default=None,
                         help="an empty database to use (e.g. postgresql+psycopg://…/bench); default a new SQLite file")
     args = parser.parse_args()
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queueing at 50 clients is what is measured, not news
+    if args.serve:
+        serve(args.serve)
+        return
     total = max(10, min(args.requests, 5000))
     rounds = max(1, min(args.rounds, 20))
 
     with tempfile.TemporaryDirectory() as tmp, SlackElsewhere() as stub:
         url = args.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
         schema.upgrade(url)
-        roles = {"approver": ["U0BENCH"], "viewer": ["U0BENCH"]}
         config = Path(tmp) / "kimi.yaml"
         config.write_text("roles:\n  approver: [U0BENCH]\n  viewer: [U0BENCH]\n")
-        # The worker process reads its settings as `kimi-ops serve`'s would: from the environment it inherits.
+        # The served apps (and the worker process) read their settings as `kimi-ops serve`'s would: from the
+        # environment they inherit.
         os.environ.update(KIMI_DATABASE_URL=url, KIMI_DATA_DIR=tmp, KIMI_CONFIG=str(config), KIMI_SLACK_API_URL=stub.api_url,
                           SLACK_BOT_TOKEN="xoxb-bench", SLACK_SIGNING_SECRET=SECRET)
 
-        def context() -> Context:
-            return build_context(load_settings(database_url=url, data_dir=Path(tmp), slack_api_url=stub.api_url,
-                                               roles=roles))
-
-        inline_ctx, front_ctx = context(), context()
-        inline = create_app(build_root(inline_ctx, slack_token="xoxb-bench"), signing_secret=SECRET)
-        supervisor = WorkerSupervisor(["--no-jobs"])
-        front = create_app(build_root(front_ctx, slack_token="xoxb-bench"), signing_secret=SECRET, role="front",
-                           wake_fd=supervisor.wake_write)
-        supervisor.start()
-        servers = {
-            "bare": HttpServer(_bare_wsgi(bare_app(stub)), "127.0.0.1", 0).start(),
-            "inline": HttpServer(inline.wsgi(), "127.0.0.1", 0).start(),
-            "worker": HttpServer(front.wsgi(), "127.0.0.1", 0).start(),
-        }
+        servers = {name: Served(name) for name in SHAPES}
 
         def settle() -> None:
             # The follow-up of what was just measured finishes before the next measurement starts.
-            inline.wait_idle(120)
-            deadline = time.monotonic() + 120
-            while (front.spool is not None and front.spool.waiting()) or followups.waiting(front_ctx):
-                if time.monotonic() > deadline:
-                    raise SystemExit("the worker process did not finish the follow-up work within 120 s")
-                time.sleep(0.05)
+            for server in servers.values():
+                server.settle()
 
         sender = SlackSender(SECRET, stub)
         old_message = Message("C0BENCH", "1700000000.000001", "gate", [])
@@ -205,11 +270,6 @@ def main() -> None:
         finally:
             for server in servers.values():
                 server.stop()
-            supervisor.stop()
-            inline.close()
-            front.close()
-            inline_ctx.close()
-            front_ctx.close()
 
     print(f"{'request':<14} {'clients':>7} {'n':>5} {'bare p50/p99 ms':>17} {'inline p50/p99 ms':>19} "
           f"{'worker p50/p99 ms':>19} {'inline ratio':>13} {'worker ratio':>13}  goal")
