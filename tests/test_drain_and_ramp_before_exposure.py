@@ -152,7 +152,8 @@ def test_a_ramp_step_whose_objectives_break_returns_everyone_to_the_previous_rel
                         ramp={"steps": [50], "soak_seconds": 1.5, "sample_seconds": 0.5})
     try:
         older, newer = world.releases
-        live = world.deploy(older)
+        with world.endpoint_changed(ENDPOINT, ramp={"soak_seconds": 0}):  # only the candidate's ramp is looked at
+            live = world.deploy(older)
         dep = request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id
         world.approve(dep, until="traffic_gate")
         view = get_deployment(world.ctx, dep)

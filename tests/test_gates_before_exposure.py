@@ -52,7 +52,8 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
 
 def test_no_user_request_reaches_the_candidate_before_its_model_gate_is_approved(world: World) -> None:
     older, newer = world.releases
-    world.deploy(older)
+    with world.endpoint_changed(ENDPOINT, ramp={"soak_seconds": 0}):  # only the candidate's ramp is looked at
+        world.deploy(older)
     wait_until("user requests reaching the live release", lambda: world.users_at_model() > 0)
 
     dep = request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id

@@ -13,7 +13,6 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,7 +138,7 @@ def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Coun
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
     # Most tests here only need a ramp to walk its steps, so its soaks are short; the ones about what a soak sees
-    # (or stopping during one) soak as long as the sandbox does (:func:`side_settings`).
+    # (or stopping during one) soak as long as the sandbox does (:meth:`endpoint_changed`).
     sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
                       endpoint_overrides={"ttft_objective_ms": 1000},
                       service_overrides={"ramp": {**SANDBOX_PAIR_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}}).start()
@@ -153,22 +152,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
         sandbox.stop()
         slack.stop()
         HTTP.close()
-
-
-@contextmanager
-def side_settings(world: PairWorld, side: str, *, ramp: dict[str, Any] | None = None, **changes: Any) -> Iterator[None]:
-    """The side's stored settings with ``changes`` (and ``ramp`` changes) for the test's deployments, then as before."""
-    with world.ctx.uow() as uow:
-        row = uow.endpoints.get(side)
-        saved = dict(row.settings)
-        row.settings = {**saved, **changes, "ramp": {**saved["ramp"], **(ramp or {})}}
-        uow.commit()
-    try:
-        yield
-    finally:
-        with world.ctx.uow() as uow:
-            uow.endpoints.get(side).settings = saved
-            uow.commit()
 
 
 def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_steps(world: PairWorld) -> None:
@@ -306,7 +289,7 @@ def _to_the_traffic_gate(world: PairWorld) -> tuple[int, str, str]:
 
 def test_a_crash_mid_ramp_resumes_at_the_recorded_step(world: PairWorld) -> None:
     # Soaks long enough to be stopped during one.
-    with side_settings(world, _idle(world), ramp={"soak_seconds": 1.0, "sample_seconds": 0.5}):
+    with world.endpoint_changed(_idle(world), ramp={"soak_seconds": 1.0, "sample_seconds": 0.5}):
         dep, users, idle = _to_the_traffic_gate(world)
         first = world.engine
         driver, result = in_background(lambda: first.advance(dep))
@@ -328,7 +311,7 @@ def test_a_crash_mid_ramp_resumes_at_the_recorded_step(world: PairWorld) -> None
 
 def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_traffic(world: PairWorld) -> None:
     # The sandbox's soaks: what the candidate's users meet during one is what breaks the objective.
-    with side_settings(world, _idle(world), ramp={k: SANDBOX_PAIR_RAMP[k] for k in ("soak_seconds", "sample_seconds")}):
+    with world.endpoint_changed(_idle(world), ramp={k: SANDBOX_PAIR_RAMP[k] for k in ("soak_seconds", "sample_seconds")}):
         dep, users, idle = _to_the_traffic_gate(world)
         mark = world.audit_mark()
         world.server(idle).configure(first_token_delay=2.5)  # well above the sides' 1000 ms first-token objective
@@ -359,7 +342,7 @@ def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_t
 
 
 def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_it_go_on(world: PairWorld) -> None:
-    with side_settings(world, _idle(world), ramp={"approval_steps": [25]}):
+    with world.endpoint_changed(_idle(world), ramp={"approval_steps": [25]}):
         dep, users, idle = _to_the_traffic_gate(world)
         held = world.engine.advance(dep)
         assert held.state == "ramping" and world.admission(idle) == "5%"  # it stopped before 25%
@@ -377,7 +360,7 @@ def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_i
 def test_a_ramp_step_nobody_approves_expires_like_a_gate_and_returns_all_weight_to_the_previous_side(
         world: PairWorld) -> None:
     allowed = dt.timedelta(seconds=1.2)  # gate_wait_after_apply_minutes, the wait a gate after apply has
-    with side_settings(world, _idle(world), ramp={"approval_steps": [5]},
+    with world.endpoint_changed(_idle(world), ramp={"approval_steps": [5]},
                        gate_wait_after_apply_minutes=allowed.total_seconds() / 60):
         dep, users, idle = _to_the_traffic_gate(world)
         held = world.engine.advance(dep)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import pytest
@@ -91,6 +92,22 @@ class SandboxWorld:
     def releases(self) -> tuple[str, str]:
         older, newer = (r.name for r in self.sandbox.releases)
         return older, newer
+
+    @contextmanager
+    def endpoint_changed(self, name: str, *, ramp: dict[str, Any] | None = None, **changes: Any) -> Iterator[None]:
+        """Endpoint ``name``'s stored settings with ``changes`` (and ``ramp`` changes) while the block runs, then as
+        before: the engine reads a deployment's endpoint from its row, as after an edit of the configuration."""
+        with self.ctx.uow() as uow:
+            row = uow.endpoints.get(name)
+            saved = dict(row.settings)
+            row.settings = {**saved, **changes, "ramp": {**saved["ramp"], **(ramp or {})}}
+            uow.commit()
+        try:
+            yield
+        finally:
+            with self.ctx.uow() as uow:
+                uow.endpoints.get(name).settings = saved
+                uow.commit()
 
     def approve(self, deployment_id: int, *, until: str) -> Any:
         """Advance, approving each gate that waits, until the deployment is in state ``until``."""
