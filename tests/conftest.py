@@ -52,7 +52,7 @@ START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 REPO = Path(__file__).resolve().parents[1]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest modules first, so the whole-stack modules start at once on every worker instead of ending the run alone.
 
     A whole-stack module marks itself with a longer ``timeout``; the longest budget in a module orders the run, and
@@ -61,6 +61,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     in the whole run. (``--dist loadgroup`` would group finer, but it cannot group on pytest 9's node ids:
     pytest-xdist#1386.)
     """
+
+    # The store's own tests, the engine's, the replicas' and the whole-stack tests run on both databases; a
+    # module marked sqlite_only tests the Slack edge or the CLI's wording, where the database only holds the
+    # scene: it runs once, on SQLite (the repositories beneath are tested on PostgreSQL by those other tests).
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        on_postgres = spec is not None and spec.params.get("db_url") == "postgres"
+        (dropped if on_postgres and item.get_closest_marker("sqlite_only") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
     def budget(item: pytest.Item) -> float:
         marker = item.get_closest_marker("timeout")

@@ -25,6 +25,9 @@ from bot.services.governance import ExceptionRequest, ReviewRequest, record_exce
 from bot.services.releases import register_release
 from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, fake_ports, release_data
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 runner = CliRunner()
 
 

@@ -22,6 +22,9 @@ from commands.base import Usage
 from commands.registry import COMMANDS, dispatch, parse
 from tests.workflow_support import APPROVER_1, REQUESTER, STRANGER, workflow
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 
 @pytest.mark.parametrize("text, problem", [
     ("deploy rel-a kimi-prod", "say `to` before the endpoint: `/kimi deploy rel-a to kimi-prod`"),

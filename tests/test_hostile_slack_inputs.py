@@ -29,6 +29,9 @@ from bot.views.actions import APPROVE
 from tests.slack_support import CHANNEL, SlackBench, has_buttons, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
 QUIET = ("auth.test", "usergroups.users.list")  # made at start, or reading who is in which group: no answer

@@ -23,6 +23,9 @@ from tests.slack_support import (
 )
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "slack"
 
 

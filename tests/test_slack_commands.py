@@ -27,6 +27,9 @@ from tests.workflow_support import (
     release_data,
 )
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 
 @pytest.mark.parametrize("text, module, args", [
     ("", "help", []),

@@ -22,6 +22,9 @@ from tests.slack_support import (
 )
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 # One malformed line per sub-command; a new sub-command needs its own here (the test below checks).
 MALFORMED = {
     "help": "help me", "deploy": "deploy", "status": "status a b", "history": "history a 0", "release": "release",

@@ -17,6 +17,9 @@ from tests.conftest import START
 from tests.slack_support import CHANNEL, SlackBench, blocks_text, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, release_data
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 LATER = f"{START + dt.timedelta(days=90):%Y-%m-%d}"
 
 

@@ -10,6 +10,9 @@ from bot.cli.shell import Shell
 from bot.services.releases import register_release
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
+# The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
+pytestmark = pytest.mark.sqlite_only
+
 
 @pytest.fixture()
 def console(make_ctx):
