@@ -60,32 +60,24 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class SlackElsewhere(SlackStub):
-    """The Slack stand-in served by another process (it records nothing here: the bench reads no messages)."""
+    """The Slack stand-in served by another process (``--serve slack``; it records nothing here: the bench reads no
+    messages, it only signs requests as coming from the stand-in's workspace)."""
 
-    _proc: subprocess.Popen[str] | None = None
-    _url = ""
+    _served: Served | None = None
 
     def start(self) -> SlackElsewhere:
-        serve = ("import sys; from bot.sandbox.slack_stub import SlackStub; stub = SlackStub().start(); "
-                 "print(stub.url, flush=True); sys.stdin.read(); stub.stop()")
-        self._proc = subprocess.Popen([sys.executable, "-c", serve], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      text=True, cwd=REPO)
-        assert self._proc.stdout is not None
-        self._url = self._proc.stdout.readline().strip()
-        if not self._url:
-            raise SystemExit("the Slack stand-in did not start")
+        self._served = Served("slack")
         return self
 
     @property
     def url(self) -> str:
-        return self._url
+        assert self._served is not None, "start() the stub first"
+        return self._served.url
 
     def stop(self) -> None:
-        if self._proc is not None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()  # its end of input stops it
-            self._proc.wait(timeout=30)
-            self._proc = None
+        if self._served is not None:
+            self._served.stop()
+            self._served = None
 
 
 def bare_app(api_url: str) -> App:
@@ -96,7 +88,7 @@ def bare_app(api_url: str) -> App:
     return app
 
 
-SHAPES = ("bare", "inline", "worker")
+SHAPES = ("bare", "inline", "worker")  # the apps timed; ``--serve slack`` serves the Slack stand-in
 
 
 class Served:
@@ -135,11 +127,15 @@ class Served:
 def serve(shape: str) -> None:
     """Serve ``shape`` on an ephemeral port, print its URL, answer ``settle`` lines; stop at the end of input."""
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queueing at 50 clients is what is measured
-    api_url = os.environ["KIMI_SLACK_API_URL"]
-    if shape == "bare":
-        server = HttpServer(_bare_wsgi(bare_app(api_url)), "127.0.0.1", 0).start()
-        settle: Callable[[], bool] = lambda: True  # noqa: E731 - nothing follows a bare ack
-        close: Callable[[], None] = lambda: None  # noqa: E731
+    # The Slack stand-in and the bare app do nothing after they answer: nothing to let finish, nothing else to close.
+    settle: Callable[[], bool] = lambda: True  # noqa: E731
+    close: Callable[[], None] = lambda: None  # noqa: E731
+    if shape == "slack":
+        stub = SlackStub().start()
+        url, stop_serving = stub.url, stub.stop
+    elif shape == "bare":
+        server = HttpServer(_bare_wsgi(bare_app(os.environ["KIMI_SLACK_API_URL"])), "127.0.0.1", 0).start()
+        url, stop_serving = server.url, server.stop
     else:
         ctx = build_context(load_settings())
         supervisor = WorkerSupervisor(["--no-jobs"]) if shape == "worker" else None
@@ -149,6 +145,7 @@ def serve(shape: str) -> None:
         if supervisor is not None:
             supervisor.start()
         server = HttpServer(kimi.wsgi(), "127.0.0.1", 0).start()
+        url, stop_serving = server.url, server.stop
 
         def settle() -> bool:
             if supervisor is None:
@@ -166,13 +163,13 @@ def serve(shape: str) -> None:
             kimi.close()
             ctx.close()
 
-    print(server.url, flush=True)
+    print(url, flush=True)
     try:
         for line in sys.stdin:
             if line.strip() == "settle":
                 print("settled" if settle() else "not settled", flush=True)
     finally:
-        server.stop()
+        stop_serving()
         close()
 
 
@@ -215,7 +212,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="requests per kind and concurrency level (bounded)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per level, the apps taking turns in each")
-    parser.add_argument("--serve", choices=SHAPES, help=argparse.SUPPRESS)  # one app's own process (Served)
+    parser.add_argument("--serve", choices=(*SHAPES, "slack"), help=argparse.SUPPRESS)  # one app's own process (Served)
     parser.add_argument("--database-url", default=None,
                         help="an empty database to use (e.g. postgresql+psycopg://…/bench); default a new SQLite file")
     args = parser.parse_args()
