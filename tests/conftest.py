@@ -61,19 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     in the whole run. (``--dist loadgroup`` would group finer, but it cannot group on pytest 9's node ids:
     pytest-xdist#1386.)
     """
-
-    # The store's own tests, the engine's, the replicas' and the whole-stack tests run on both databases; a
-    # module marked sqlite_only tests the Slack edge or the CLI's wording, where the database only holds the
-    # scene: it runs once, on SQLite (the repositories beneath are tested on PostgreSQL by those other tests).
-    kept: list[pytest.Item] = []
-    dropped: list[pytest.Item] = []
-    for item in items:
-        spec = getattr(item, "callspec", None)
-        on_postgres = spec is not None and spec.params.get("db_url") == "postgres"
-        (dropped if on_postgres and item.get_closest_marker("sqlite_only") else kept).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    _sqlite_only(config, items)
 
     def budget(item: pytest.Item) -> float:
         marker = item.get_closest_marker("timeout")
@@ -84,6 +72,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.nodeid.split("::")[0]
         longest[module] = max(longest.get(module, 0.0), budget(item))
     items.sort(key=lambda item: -longest[item.nodeid.split("::")[0]])
+
+
+def _sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the PostgreSQL runs of modules marked ``sqlite_only``.
+
+    The store's own tests, the engine's, the replicas' and the whole-stack tests run on both databases; a module
+    marked sqlite_only tests the Slack edge or the CLI's wording, where the database only holds the scene: it runs
+    once, on SQLite (the repositories beneath are tested on PostgreSQL by those other tests).
+    """
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        on_postgres = spec is not None and spec.params.get("db_url") == "postgres"
+        (dropped if on_postgres and item.get_closest_marker("sqlite_only") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(autouse=True)
