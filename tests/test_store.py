@@ -20,8 +20,11 @@ from bot.adapters.store.models import (
     AuditEntry,
     Base,
     Deployment,
+    Drill,
     Endpoint,
+    Event,
     GateResult,
+    Incident,
     Release,
 )
 from bot.adapters.store.repositories import Conflict
@@ -195,6 +198,34 @@ def _endpoint_and_deployment(uow, now: dt.datetime) -> Deployment:
         Deployment(endpoint_id=ep.id, release_id=rel.id, kind="deploy", state="requested", requested_by="U1",
                    created_at=now, updated_at=now)
     )
+
+
+def test_the_reads_behind_the_slack_edge_answer_alike_on_both_databases(ctx) -> None:
+    """The repository reads that only the Slack edge's modules (``sqlite_only``) reach, here on both databases:
+    releases newest first up to a limit, an incident by id, one incident's alert events, an endpoint's drills."""
+    for day in ("01", "02", "03"):
+        register_release(ctx, example(f"kimi-k3-2026-08-{day}"), "U1")
+    with ctx.uow() as uow:
+        ep = uow.endpoints.add(Endpoint(name="ep", kind="hyperpod", environment="prod", namespace="ns", url="http://x",
+                                        settings={}, created_at=START))
+        incident = uow.incidents.add(Incident(endpoint_id=ep.id, kind="burn-rate", reason="fast burn", opened_at=START))
+        other = uow.incidents.add(Incident(endpoint_id=ep.id, kind="readiness", reason="down", opened_at=START))
+        for about, n in ((incident.id, 2), (other.id, 1)):
+            for _ in range(n):
+                uow.session.add(Event(at=START, kind="incident.alert", endpoint_name="ep", payload={"incident_id": about}))
+        for i in range(3):
+            drill = uow.drills.add(Drill(endpoint_id=ep.id, kind="pod-deletion", state="running",
+                                         requested_by="U1", requested_at=START + dt.timedelta(minutes=i)))
+            drill.state, drill.active = "passed", None  # ended: it no longer holds the endpoint
+            uow.session.flush()
+        uow.commit()
+
+        assert [r.name for r in uow.releases.list(limit=2)] == ["kimi-k3-2026-08-03", "kimi-k3-2026-08-02"]
+        assert uow.incidents.get(incident.id).reason == "fast burn" and uow.incidents.get(10_000) is None
+        alerts = uow.events.for_endpoint_kind(ep.id, "incident.alert", incident.id)
+        assert len(alerts) == 2 and {e.payload["incident_id"] for e in alerts} == {incident.id}
+        drills = uow.drills.for_endpoint(ep.id, limit=2)
+        assert [d.requested_at for d in drills] == [START + dt.timedelta(minutes=2), START + dt.timedelta(minutes=1)]
 
 
 def test_second_decision_on_a_gate_is_rejected_by_the_database(ctx) -> None:
