@@ -226,6 +226,48 @@ def test_a_spooled_follow_up_survives_the_answering_process_killed_after_its_ack
         ctx.close()
 
 
+def test_a_copy_is_refused_by_the_replica_after_its_answering_process_restarts(tmp_path, stub) -> None:
+    """The answering process tells a copy from memory, without SQL; what it acknowledged is written to the spool
+    before the answer leaves, so after kill -9 and a restart an exact replay is still refused (401) — for a
+    request that spooled work as for one whose answer was all there was (an unknown command)."""
+    env = _env(tmp_path, stub)
+    schema.upgrade(env["KIMI_DATABASE_URL"])
+    sender = SlackSender(SECRET, stub)
+    help_body = sender.slash(TYPIST, "help")
+    unknown_body = help_body.replace("command=%2Fkimi", "command=%2Fother")
+    assert unknown_body != help_body
+    signed = [(body.encode(), sender.headers(body)) for body in (help_body, unknown_body)]
+    fronts: list[subprocess.Popen[str]] = []
+
+    def start() -> str:
+        front = subprocess.Popen([sys.executable, "-c", ANSWERING_ONLY], env=env, cwd=tmp_path, text=True,
+                                 stdout=subprocess.PIPE)
+        fronts.append(front)
+        assert front.stdout is not None
+        return front.stdout.readline().strip()
+
+    try:
+        url = start()
+        answers = [httpx.post(f"{url}/slack/events", content=body, headers=headers) for body, headers in signed]
+        assert [a.status_code for a in answers] == [200, 200] and "does not handle `/other`" in answers[1].text
+        copies = [httpx.post(f"{url}/slack/events", content=body, headers=headers) for body, headers in signed]
+        assert [c.status_code for c in copies] == [401, 401]
+        fronts[0].kill()
+        fronts[0].wait(timeout=30)
+
+        url = start()
+        after = [httpx.post(f"{url}/slack/events", content=body, headers=headers) for body, headers in signed]
+        assert [a.status_code for a in after] == [401, 401]
+        assert _spooled(tmp_path) == 1  # the help request's one run, spooled once
+        fresh = sender.slash(TYPIST, "help")  # a new invocation (its own trigger) is no copy
+        assert httpx.post(f"{url}/slack/events", content=fresh.encode(), headers=sender.headers(fresh)).status_code == 200
+    finally:
+        for front in fronts:
+            if front.poll() is None:
+                front.kill()
+                front.wait()
+
+
 def test_spooled_work_a_dead_worker_already_took_on_is_not_taken_twice(tmp_path) -> None:
     """A worker killed between recording a request in the shared database and clearing it from the spool: the
     next worker's claim of the same request is refused, so the spool empties and the work is there once."""

@@ -32,10 +32,11 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from slack_bolt import BoltRequest, BoltResponse
+from slack_bolt.listener_matcher import ListenerMatcher
 from slack_sdk import WebClient
 
 from bot.adapters.slack.identity import GroupDirectory, bot_identity
@@ -50,6 +51,7 @@ from bot.slack.home_cache import HomeCache
 from bot.slack.http import Check, ReadinessProbe, WsgiApp, wsgi_app
 from bot.slack.lazy_runner import share_lazy_requests
 from bot.slack.listeners import register_listeners
+from bot.slack.matching import direct
 from bot.slack.middleware.metrics import MeteredApp, SlackMetrics, request_kind
 from bot.slack.middleware.origin import OnlyOurWorkspace, Origin, origin_of
 from bot.slack.middleware.replay_guard import CLAIM_WAIT_SECONDS, OncePerReplica, OncePerRequest
@@ -68,7 +70,19 @@ log = logging.getLogger("kimi_ops.slack")
 
 
 class KimiBolt(MeteredApp):
-    """The metered Bolt app, acknowledging with 200 a request no listener took (Bolt's 404 shows as an error in Slack)."""
+    after_dispatch: Callable[[BoltRequest], None] | None = None  # the answering process notes what it let through
+
+    """The metered Bolt app, acknowledging with 200 a request no listener took (Bolt's 404 shows as an error in Slack),
+    its built-in matchers called without Bolt's argument injection (:mod:`bot.slack.matching`)."""
+
+    def dispatch(self, req: BoltRequest) -> BoltResponse:
+        response = super().dispatch(req)
+        if self.after_dispatch is not None:
+            self.after_dispatch(req)
+        return response
+
+    def _register_listener(self, functions: Any, primary_matcher: ListenerMatcher, *args: Any, **kwargs: Any) -> Any:
+        return super()._register_listener(functions, direct(primary_matcher), *args, **kwargs)
 
     def _handle_unmatched_requests(self, req: BoltRequest, resp: BoltResponse) -> BoltResponse:
         log.info("no listener took a Slack %s; acknowledged", request_kind(req.body))
@@ -79,7 +93,7 @@ class KimiApp:
     """The Slack front end of one process; build it with :func:`create_app`."""
 
     def __init__(
-        self, root: Root, bolt: MeteredApp, client: WebClient, workers: CountingExecutor, command: str, origin: Origin,
+        self, root: Root, bolt: KimiBolt, client: WebClient, workers: CountingExecutor, command: str, origin: Origin,
         role: Role = "inline", spool: Spool | None = None,
     ) -> None:
         if root.notifier is None:
@@ -111,7 +125,9 @@ class KimiApp:
         if role == "inline":
             bolt.use(self.once)
         elif role == "front" and spool is not None:  # the worker runs requests verified and noted already
-            bolt.use(OncePerReplica(spool))
+            guard = OncePerReplica(spool)
+            bolt.use(guard)
+            bolt.after_dispatch = guard.note_unspooled
         bolt.use(Unreadable())
         bolt.use(OnlyOurWorkspace(origin, self._refused))
         bolt.use(WellFormed(ctx.settings.slack_max_command_chars, self._tell_sender))

@@ -35,7 +35,7 @@ from bot.adapters.store.spool import Spool, SpooledItem
 from bot.services import followups
 from bot.services.context import Context
 from bot.services.deliveries import forget_old_deliveries
-from bot.slack.middleware.replay_guard import KEY, PURGE_EVERY_SECONDS, delivery_key, raw_body
+from bot.slack.middleware.replay_guard import KEY, PURGE_EVERY_SECONDS, SPOOLED, delivery_key, raw_body
 from bot.slack.middleware.unreadable import read_as_form
 
 log = logging.getLogger("kimi_ops.slack")
@@ -72,6 +72,7 @@ class FollowupQueue:
         self.spool.add(request_key(request), function,
                        {"mode": request.mode, "body": body, "query": dict(request.query),
                         "headers": {k: list(v) for k, v in request.headers.items()}})
+        request.context[SPOOLED] = True
         self.nudge()
 
     def nudge(self) -> None:

@@ -9,7 +9,9 @@ is shared between replicas: the shared database still decides which replica runs
 
 Two tables: ``seen`` holds each request key this replica acknowledged (an exact replay to the same replica is
 refused in the acknowledgement, without asking the shared database), with ``claimed`` set once this replica
-won the request's claim in the shared database itself; ``items`` holds each lazy listener's run, in order.
+won the request's claim in the shared database itself; ``items`` holds each lazy listener's run, in order. A
+trigger notes an item's key in ``seen`` as the item is written: the acknowledgement of a request with work to
+spool costs one local commit, not two.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL, claimed INTEGER)",
     "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, "
     "function TEXT NOT NULL, request TEXT NOT NULL, at REAL NOT NULL)",
+    "CREATE TRIGGER IF NOT EXISTS items_seen AFTER INSERT ON items "
+    "BEGIN INSERT OR IGNORE INTO seen (key, at) VALUES (NEW.key, NEW.at); END",
 )
 MARK_CLAIMED = "INSERT INTO seen (key, at, claimed) VALUES (?, ?, 1) ON CONFLICT (key) DO UPDATE SET claimed = 1"
 BUSY_MS = 1500  # the answering process never waits longer than the replay guard did for the shared database
@@ -65,11 +69,17 @@ class Spool:
         return self._db().execute("INSERT OR IGNORE INTO seen (key, at) VALUES (?, ?)",
                                   (key, time.time())).rowcount == 1
 
+    def seen_since(self, seconds_ago: float) -> dict[str, float]:
+        """The keys acknowledged here in the last ``seconds_ago`` seconds, with when (epoch seconds)."""
+        rows = self._db().execute("SELECT key, at FROM seen WHERE at >= ?", (time.time() - seconds_ago,)).fetchall()
+        return {str(key): float(at) for key, at in rows}
+
     def mark_claimed(self, key: str) -> None:
         """This replica won ``key`` in the shared database (its spooled items need no claim of their own)."""
         self._db().execute(MARK_CLAIMED, (key, time.time()))
 
     def add(self, key: str, function: str, request: dict[str, Any]) -> None:
+        """Spool one run of request ``key`` (noting ``key`` as acknowledged here too, in the same commit)."""
         self._db().execute("INSERT INTO items (key, function, request, at) VALUES (?, ?, ?, ?)",
                            (key, function, json.dumps(request, separators=(",", ":")), time.time()))
 

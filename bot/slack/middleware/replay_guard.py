@@ -57,6 +57,8 @@ from bot.slack.middleware.retries import retry_number
 log = logging.getLogger("kimi_ops.slack")
 
 KEY = "kimi_delivery_key"  # a Bolt context key: the request's key, computed once by the guard
+NOTE = "kimi_note_key"  # a Bolt context key: OncePerReplica let this request through, its key to be written
+SPOOLED = "kimi_spooled"  # a Bolt context key: the request's work was spooled, its key written with it
 CLAIM_WAIT_SECONDS = 1.5
 PURGE_EVERY_SECONDS = 60.0
 MAX_KEY = 200  # the column's length
@@ -160,32 +162,60 @@ class OncePerRequest(Middleware):
 
 class OncePerReplica(Middleware):
     """The answering process of ``kimi-ops serve``: a copy of a request this replica acknowledged is answered
-    from its local spool (:class:`bot.adapters.store.spool.Spool`), without the shared database; the claim
-    across replicas is made by the worker before it runs the request (:meth:`bot.slack.work.Worker.move`).
+    from what this replica noted, without the shared database; the claim across replicas is made by the worker
+    before it runs the request (:meth:`bot.slack.work.Worker.move`).
 
-    A spool that cannot be written (a full disk) lets the request through: the guard in the worker still holds.
+    The keys acknowledged in the last :data:`DELIVERY_MEMORY` are held in memory (read back from the spool at
+    start), so telling a copy costs no SQL; each is written to the spool before its acknowledgement leaves, with
+    the request's spooled work (:meth:`bot.adapters.store.spool.Spool.add`, one commit) or, for a request that
+    spooled nothing, by :meth:`note_unspooled` after Bolt's dispatch (a sync Bolt middleware's ``next()`` returns
+    before the listener runs). A spool that cannot be written (a full disk) lets the request through: the guard
+    in the worker still holds.
     """
 
     def __init__(self, spool: Spool, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.spool = spool
         self._monotonic = monotonic
         self._purged_at: float | None = None
+        self._lock = threading.Lock()
+        try:
+            self._seen = spool.seen_since(DELIVERY_MEMORY.total_seconds())
+        except Exception as exc:  # the worker's claim still refuses a copy
+            log.warning("could not read the requests this replica acknowledged (%s)", type(exc).__name__)
+            self._seen = {}
 
     def process(self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]) -> BoltResponse | None:
         key = req.context[KEY] = delivery_key(req.body, raw_body(req))
-        try:
-            first = self.spool.first(key)
-            self._purge_now_and_then()
-        except Exception as exc:
-            log.warning("could not note a Slack request in the spool (%s); handling it", type(exc).__name__)
-            first = True
+        now = time.time()
+        with self._lock:
+            first = key not in self._seen
+            self._seen.setdefault(key, now)
         if not first:
             return answer_copy(req)
+        req.context[NOTE] = True
+        self._purge_now_and_then(now)
         next()
         return resp
 
-    def _purge_now_and_then(self) -> None:
-        now = self._monotonic()
-        if self._purged_at is None or now - self._purged_at >= PURGE_EVERY_SECONDS:
-            self._purged_at = now
-            self.spool.forget_seen_before(DELIVERY_MEMORY.total_seconds())
+    def note_unspooled(self, req: BoltRequest) -> None:
+        """After the dispatch of a request this guard let through: write its key to the spool unless its spooled
+        work did, so a copy is still refused after a restart."""
+        if not req.context.get(NOTE) or req.context.get(SPOOLED):
+            return
+        try:
+            self.spool.first(req.context[KEY])
+        except Exception as exc:
+            log.warning("could not note a Slack request in the spool (%s)", type(exc).__name__)
+
+    def _purge_now_and_then(self, now: float) -> None:
+        at = self._monotonic()
+        if self._purged_at is not None and at - self._purged_at < PURGE_EVERY_SECONDS:
+            return
+        self._purged_at = at
+        memory = DELIVERY_MEMORY.total_seconds()
+        with self._lock:
+            self._seen = {key: seen for key, seen in self._seen.items() if seen >= now - memory}
+        try:
+            self.spool.forget_seen_before(memory)
+        except Exception as exc:  # the next purge catches up
+            log.warning("could not forget old Slack requests in the spool (%s)", type(exc).__name__)
