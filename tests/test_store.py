@@ -33,6 +33,7 @@ from bot.config import load_settings
 from bot.domain.checks import Check, GateReport
 from bot.domain.coldstart import ColdStart
 from bot.domain.events import StateChanged
+from bot.services import followups
 from bot.services.deployments import history, pending_gates
 from bot.services.errors import Refused
 from bot.services.readiness import endpoint_status
@@ -446,3 +447,22 @@ def test_the_quick_schema_check_finds_alembics_head(db_url: str) -> None:
     engine = make_engine(db_url)
     assert schema._quick_current(engine) == schema.current_revision(engine) == schema.head_revision()
     engine.dispose()
+
+
+def test_follow_up_work_is_held_by_one_worker_at_a_time_on_both_databases(ctx) -> None:
+    """The worker's queue: a request's runs recorded once (a copy is refused), each taken by one worker, a lapsed
+    lease taken again (and counted), and only the holder finishes a run."""
+    assert followups.accept(ctx, "body:a", [("first_run", {"n": 1}), ("second_run", {"n": 2})])
+    assert not followups.accept(ctx, "body:a", [("first_run", {"n": 1})])  # another delivery of the same request
+    one, two = followups.take(ctx, "worker-1", 30), followups.take(ctx, "worker-2", 30)
+    assert one is not None and two is not None
+    assert (one.function, one.request, one.attempts) == ("first_run", {"n": 1}, 1)
+    assert (two.function, two.request, two.attempts) == ("second_run", {"n": 2}, 1)
+    assert followups.take(ctx, "worker-3", 30) is None  # both are held
+    assert not followups.finish(ctx, "worker-2", one.id) and followups.finish(ctx, "worker-1", one.id)
+
+    followups.renew(ctx, "worker-2", [two.id], -1)  # worker-2's lease lapses (it stopped renewing)
+    again = followups.take(ctx, "worker-3", 30)
+    assert again is not None and (again.id, again.attempts) == (two.id, 2)
+    assert not followups.finish(ctx, "worker-2", two.id) and followups.finish(ctx, "worker-3", two.id)
+    assert followups.waiting(ctx) == 0
