@@ -227,9 +227,10 @@ def test_a_spooled_follow_up_survives_the_answering_process_killed_after_its_ack
 
 
 def test_a_copy_is_refused_by_the_replica_after_its_answering_process_restarts(tmp_path, stub) -> None:
-    """The answering process tells a copy from memory, without SQL; what it acknowledged is written to the spool
-    before the answer leaves, so after kill -9 and a restart an exact replay is still refused (401) — for a
-    request that spooled work as for one whose answer was all there was (an unknown command)."""
+    """The answering process tells a copy from memory, without SQL; what it acknowledged is in the spool before
+    the answer leaves, so after kill -9 and a restart an exact replay is still refused (401): for a request that
+    spooled work, before and after the worker moved it, as for one whose answer was all there was (an unknown
+    command)."""
     env = _env(tmp_path, stub)
     schema.upgrade(env["KIMI_DATABASE_URL"])
     sender = SlackSender(SECRET, stub)
@@ -259,6 +260,21 @@ def test_a_copy_is_refused_by_the_replica_after_its_answering_process_restarts(t
         after = [httpx.post(f"{url}/slack/events", content=body, headers=headers) for body, headers in signed]
         assert [a.status_code for a in after] == [401, 401]
         assert _spooled(tmp_path) == 1  # the help request's one run, spooled once
+        fronts[1].kill()
+        fronts[1].wait(timeout=30)
+
+        # A worker moves the run into the shared database (off the spool): the key is still this replica's.
+        ctx = build_context(load_settings(database_url=env["KIMI_DATABASE_URL"], data_dir=tmp_path / "data"))
+        spool = Spool(spool_path(tmp_path / "data"))
+        try:
+            Worker(ctx, lambda request: None, spool=spool).move()
+        finally:
+            spool.close()
+            ctx.close()
+        assert _spooled(tmp_path) == 0
+        url = start()
+        after = [httpx.post(f"{url}/slack/events", content=body, headers=headers) for body, headers in signed]
+        assert [a.status_code for a in after] == [401, 401]
         fresh = sender.slash(TYPIST, "help")  # a new invocation (its own trigger) is no copy
         assert httpx.post(f"{url}/slack/events", content=fresh.encode(), headers=sender.headers(fresh)).status_code == 200
     finally:

@@ -10,16 +10,19 @@ is shared between replicas: the shared database still decides which replica runs
 Two tables: ``seen`` holds each request key this replica acknowledged (an exact replay to the same replica is
 refused in the acknowledgement, without asking the shared database), with ``claimed`` set once this replica
 won the request's claim in the shared database itself; ``items`` holds each lazy listener's run, in order. A
-trigger notes an item's key in ``seen`` as the item is written: the acknowledgement of a request with work to
-spool costs one local commit, not two.
+request with spooled runs is noted in ``seen`` by the worker as it moves them (until then its items name it), so
+its acknowledgement costs one insert into one table; a request with nothing to spool is noted by the answering
+process itself (:meth:`Spool.first`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +31,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL, claimed INTEGER)",
     "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, "
     "function TEXT NOT NULL, request TEXT NOT NULL, at REAL NOT NULL)",
-    "CREATE TRIGGER IF NOT EXISTS items_seen AFTER INSERT ON items "
-    "BEGIN INSERT OR IGNORE INTO seen (key, at) VALUES (NEW.key, NEW.at); END",
 )
+NOTE_SEEN = "INSERT OR IGNORE INTO seen (key, at) VALUES (?, ?)"
 MARK_CLAIMED = "INSERT INTO seen (key, at, claimed) VALUES (?, ?, 1) ON CONFLICT (key) DO UPDATE SET claimed = 1"
 BUSY_MS = 1500  # the answering process never waits longer than the replay guard did for the shared database
 
@@ -45,77 +47,86 @@ class SpooledItem:
 
 
 class Spool:
-    """The spool file at ``path``; one connection per thread (sqlite3 connections are not shared across threads)."""
+    """The spool file at ``path``, through one connection this process's threads take turns on.
+
+    One connection, not one per thread: a connection keeps its page cache only while no other connection
+    writes, so a fresh connection per request thread (waitress hands consecutive requests to different
+    threads) re-read the tables at every commit; and threads that find SQLite's write lock taken each sleep
+    out its busy handler (a millisecond at least), where waiting on a lock here wakes them as it is released.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        with self._db() as db:
-            for statement in SCHEMA:
-                db.execute(statement)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        for statement in SCHEMA:
+            self._conn.execute(statement)
 
-    def _db(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if db is None:
-            db = sqlite3.connect(self.path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            self._local.db = db
-        return db
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._conn
 
     def first(self, key: str) -> bool:
         """Note ``key`` as acknowledged here: ``True`` the first time, ``False`` for a copy this replica saw."""
-        return self._db().execute("INSERT OR IGNORE INTO seen (key, at) VALUES (?, ?)",
-                                  (key, time.time())).rowcount == 1
+        with self._db() as db:
+            return db.execute(NOTE_SEEN, (key, time.time())).rowcount == 1
 
     def seen_since(self, seconds_ago: float) -> dict[str, float]:
-        """The keys acknowledged here in the last ``seconds_ago`` seconds, with when (epoch seconds)."""
-        rows = self._db().execute("SELECT key, at FROM seen WHERE at >= ?", (time.time() - seconds_ago,)).fetchall()
+        """The keys acknowledged here in the last ``seconds_ago`` seconds, with when (epoch seconds): those noted
+        in ``seen`` and those whose runs wait in ``items``."""
+        with self._db() as db:
+            rows = db.execute("SELECT key, at FROM seen WHERE at >= ? UNION ALL SELECT key, min(at) FROM items GROUP BY key",
+                              (time.time() - seconds_ago,)).fetchall()
         return {str(key): float(at) for key, at in rows}
 
     def mark_claimed(self, key: str) -> None:
         """This replica won ``key`` in the shared database (its spooled items need no claim of their own)."""
-        self._db().execute(MARK_CLAIMED, (key, time.time()))
+        with self._db() as db:
+            db.execute(MARK_CLAIMED, (key, time.time()))
 
     def add(self, key: str, function: str, request: dict[str, Any]) -> None:
-        """Spool one run of request ``key`` (noting ``key`` as acknowledged here too, in the same commit)."""
-        self._db().execute("INSERT INTO items (key, function, request, at) VALUES (?, ?, ?, ?)",
-                           (key, function, json.dumps(request, separators=(",", ":")), time.time()))
+        """Spool one run of request ``key`` (the item names ``key`` as acknowledged here until it is moved)."""
+        row = (key, function, json.dumps(request, separators=(",", ":")), time.time())
+        with self._db() as db:
+            db.execute("INSERT INTO items (key, function, request, at) VALUES (?, ?, ?, ?)", row)
 
     def pending(self, limit: int = 100) -> list[SpooledItem]:
         """The oldest items, in the order they were acknowledged."""
-        rows = self._db().execute(
-            "SELECT items.id, items.key, items.function, items.request, seen.claimed FROM items "
-            "LEFT JOIN seen ON seen.key = items.key ORDER BY items.id LIMIT ?", (limit,)).fetchall()
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT items.id, items.key, items.function, items.request, seen.claimed FROM items "
+                "LEFT JOIN seen ON seen.key = items.key ORDER BY items.id LIMIT ?", (limit,)).fetchall()
         return [SpooledItem(row[0], row[1], row[2], json.loads(row[3]), bool(row[4])) for row in rows]
 
     def moved(self, key: str, ids: list[int], *, claimed: bool) -> None:
-        """Items ``ids`` of request ``key`` are in the shared database (or dropped there): delete them and, when
-        this replica won the claim, note it for the request's later items; one commit."""
-        db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            if claimed:
-                db.execute(MARK_CLAIMED, (key, time.time()))
-            if ids:
-                db.execute(f"DELETE FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        """Items ``ids`` of request ``key`` are in the shared database (or dropped there): delete them, note ``key``
+        as acknowledged here (their rows named it until now) and, when this replica won the claim, note that for
+        the request's later items; one commit."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(MARK_CLAIMED if claimed else NOTE_SEEN, (key, time.time()))
+                if ids:
+                    db.execute(f"DELETE FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
 
     def waiting(self) -> int:
-        return int(self._db().execute("SELECT count(*) FROM items").fetchone()[0])
+        with self._db() as db:
+            return int(db.execute("SELECT count(*) FROM items").fetchone()[0])
 
     def forget_seen_before(self, seconds_ago: float) -> int:
         """Forget keys older than ``seconds_ago`` whose items are gone (no copy of them can still be signed)."""
-        return self._db().execute(
-            "DELETE FROM seen WHERE at < ? AND key NOT IN (SELECT key FROM items)",
-            (time.time() - seconds_ago,)).rowcount
+        with self._db() as db:
+            return db.execute("DELETE FROM seen WHERE at < ? AND key NOT IN (SELECT key FROM items)",
+                              (time.time() - seconds_ago,)).rowcount
 
     def close(self) -> None:
-        db = getattr(self._local, "db", None)
-        if db is not None:
+        with self._db() as db:
             db.close()
-            self._local.db = None

@@ -166,11 +166,11 @@ class OncePerReplica(Middleware):
     before it runs the request (:meth:`bot.slack.work.Worker.move`).
 
     The keys acknowledged in the last :data:`DELIVERY_MEMORY` are held in memory (read back from the spool at
-    start), so telling a copy costs no SQL; each is written to the spool before its acknowledgement leaves, with
-    the request's spooled work (:meth:`bot.adapters.store.spool.Spool.add`, one commit) or, for a request that
-    spooled nothing, by :meth:`note_unspooled` after Bolt's dispatch (a sync Bolt middleware's ``next()`` returns
-    before the listener runs). A spool that cannot be written (a full disk) lets the request through: the guard
-    in the worker still holds.
+    start), so telling a copy costs no SQL; each is in the spool before its acknowledgement leaves: the request's
+    spooled work names it (:meth:`bot.adapters.store.spool.Spool.add`, one commit; the worker notes the key as it
+    moves the work), and a request that spooled nothing has it written by :meth:`note_unspooled` after Bolt's
+    dispatch (a sync Bolt middleware's ``next()`` returns before the listener runs). A spool that cannot be
+    written (a full disk) lets the request through: the guard in the worker still holds.
     """
 
     def __init__(self, spool: Spool, *, monotonic: Callable[[], float] = time.monotonic) -> None:
