@@ -14,7 +14,8 @@ the ack is a refusal):
 
 The Slack Web API stand-in runs in a process of its own too, as Slack is elsewhere: neither the clients nor the
 follow-ups' replies (the refusal each click gets, a command's answer) share an interpreter with an app being
-timed. The follow-up of one app is let finish before the next measurement. Each level runs ``--requests``
+timed, and it runs at the lowest CPU priority (Slack's work is done on Slack's machines, not on the cores of
+the replica being timed). The follow-up of one app is let finish before the next measurement. Each level runs ``--requests``
 requests (at least one per client) spread over 1, 10 and 50 concurrent clients, in ``--rounds`` rounds (4), the apps
 taking turns within each; the table gives p50 and p99 of the time until the HTTP answer
 (the ack Slack waits for, 3 s at most) and the worker shape's ratio to the bare app. Goals (issue 19): p50 within
@@ -131,6 +132,9 @@ def serve(shape: str) -> None:
     settle: Callable[[], bool] = lambda: True  # noqa: E731
     close: Callable[[], None] = lambda: None  # noqa: E731
     if shape == "slack":
+        # Slack's work runs on Slack's machines, not on the cores of the replica being timed: here the stand-in
+        # answering the follow-ups' calls takes a core only when no timed process wants it.
+        os.nice(19)
         stub = SlackStub().start()
         url, stop_serving = stub.url, stub.stop
     elif shape == "bare":
