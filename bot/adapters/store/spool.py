@@ -29,7 +29,10 @@ from typing import Any
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL, claimed INTEGER)",
-    "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, "
+    # A plain rowid (no AUTOINCREMENT, whose counter is one more page to write per item): a new item's id is
+    # still above every waiting one, and an id comes back only once the worker deleted its item. Spools made
+    # with AUTOINCREMENT keep it, and work alike.
+    "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, key TEXT NOT NULL, "
     "function TEXT NOT NULL, request TEXT NOT NULL, at REAL NOT NULL)",
 )
 NOTE_SEEN = "INSERT OR IGNORE INTO seen (key, at) VALUES (?, ?)"
