@@ -40,7 +40,8 @@ def _write_lock_on_sqlite(session: Session, model: type[Any], where: ColumnEleme
     interleave: both see the gate waiting and both approve it.
     """
     if session.get_bind().dialect.name == "sqlite":
-        session.execute(update(model).where(where).values(id=model.id))
+        # It changes no value, so no loaded object needs the ORM's search for the rows it matched.
+        session.execute(update(model).where(where).values(id=model.id).execution_options(synchronize_session=False))
 
 
 class Conflict(Exception):
