@@ -70,10 +70,10 @@ log = logging.getLogger("kimi_ops.slack")
 
 
 class KimiBolt(MeteredApp):
-    after_dispatch: Callable[[BoltRequest], None] | None = None  # the answering process notes what it let through
-
     """The metered Bolt app, acknowledging with 200 a request no listener took (Bolt's 404 shows as an error in Slack),
     its built-in matchers called without Bolt's argument injection (:mod:`bot.slack.matching`)."""
+
+    after_dispatch: Callable[[BoltRequest], None] | None = None  # the answering process notes what it let through
 
     def dispatch(self, req: BoltRequest) -> BoltResponse:
         response = super().dispatch(req)

@@ -58,7 +58,7 @@ log = logging.getLogger("kimi_ops.slack")
 
 KEY = "kimi_delivery_key"  # a Bolt context key: the request's key, computed once by the guard
 NOTE = "kimi_note_key"  # a Bolt context key: OncePerReplica let this request through, its key to be written
-SPOOLED = "kimi_spooled"  # a Bolt context key: the request's work was spooled, its key written with it
+SPOOLED = "kimi_spooled"  # a Bolt context key: the request's work was spooled (the spooled run names its key)
 CLAIM_WAIT_SECONDS = 1.5
 PURGE_EVERY_SECONDS = 60.0
 MAX_KEY = 200  # the column's length
@@ -198,8 +198,8 @@ class OncePerReplica(Middleware):
         return resp
 
     def note_unspooled(self, req: BoltRequest) -> None:
-        """After the dispatch of a request this guard let through: write its key to the spool unless its spooled
-        work did, so a copy is still refused after a restart."""
+        """After the dispatch of a request this guard let through: write its key to the spool unless the request
+        spooled work (whose rows name the key), so a copy is still refused after a restart."""
         if not req.context.get(NOTE) or req.context.get(SPOOLED):
             return
         try:
