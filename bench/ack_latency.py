@@ -14,11 +14,12 @@ the ack is a refusal):
 
 The Slack Web API stand-in runs in a process of its own too, as Slack is elsewhere: neither the clients nor the
 follow-ups' replies (the refusal each click gets, a command's answer) share an interpreter with an app being
-timed, and it runs at the lowest CPU priority (Slack's work is done on Slack's machines, not on the cores of
-the replica being timed). The follow-up of one app is let finish before the next measurement. Each level runs ``--requests``
-requests (at least one per client) spread over 1, 10 and 50 concurrent clients, in ``--rounds`` rounds (4), the apps
-taking turns within each; the table gives p50 and p99 of the time until the HTTP answer
-(the ack Slack waits for, 3 s at most) and the worker shape's ratio to the bare app. Goals (issue 19): p50 within
+timed, and it runs at the lowest CPU priority (``--slack-niceness``, 19: Slack's work is done on Slack's
+machines, not on the cores of the replica being timed). The follow-up of one app is let finish before the next
+measurement. Each level runs ``--requests`` requests (at least one per client) spread over 1, 10 and 50
+concurrent clients, in ``--rounds`` rounds (4), the apps taking turns within each; the table gives p50 and p99
+of the time until the HTTP answer (the ack Slack waits for, 3 s at most) and the worker shape's ratio to the
+bare app. Goals (issue 19): p50 within
 1.5x of the bare app at 1 and 10 clients, p99 within 1.5x at 50.
 
     .venv/bin/python bench/ack_latency.py [--requests 300] [--database-url postgresql+psycopg://…]
@@ -66,8 +67,12 @@ class SlackElsewhere(SlackStub):
 
     _served: Served | None = None
 
+    def __init__(self, niceness: int) -> None:
+        super().__init__()
+        self.niceness = niceness
+
     def start(self) -> SlackElsewhere:
-        self._served = Served("slack")
+        self._served = Served("slack", self.niceness)
         return self
 
     @property
@@ -100,9 +105,9 @@ class Served:
     for the clients' turn at the GIL as well.
     """
 
-    def __init__(self, shape: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", shape], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, cwd=REPO)
+    def __init__(self, shape: str, niceness: int = 0) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", shape, "--niceness", str(niceness)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
         self.url = self._line()
 
     def _line(self) -> str:
@@ -125,16 +130,14 @@ class Served:
         self.proc.wait(timeout=60)
 
 
-def serve(shape: str) -> None:
+def serve(shape: str, niceness: int = 0) -> None:
     """Serve ``shape`` on an ephemeral port, print its URL, answer ``settle`` lines; stop at the end of input."""
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queueing at 50 clients is what is measured
     # The Slack stand-in and the bare app do nothing after they answer: nothing to let finish, nothing else to close.
     settle: Callable[[], bool] = lambda: True  # noqa: E731
     close: Callable[[], None] = lambda: None  # noqa: E731
+    os.nice(niceness)
     if shape == "slack":
-        # Slack's work runs on Slack's machines, not on the cores of the replica being timed: here the stand-in
-        # answering the follow-ups' calls takes a core only when no timed process wants it.
-        os.nice(19)
         stub = SlackStub().start()
         url, stop_serving = stub.url, stub.stop
     elif shape == "bare":
@@ -216,17 +219,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="requests per kind and concurrency level (bounded)")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per level, the apps taking turns in each")
+    parser.add_argument("--slack-niceness", type=int, default=19,
+                        help="CPU niceness of the Slack stand-in's process (default 19: Slack's work is done on Slack's "
+                             "machines, so the stand-in takes a core only when nothing timed wants one; 0 where other "
+                             "work loads every core, which would starve it)")
     parser.add_argument("--serve", choices=(*SHAPES, "slack"), help=argparse.SUPPRESS)  # one app's own process (Served)
+    parser.add_argument("--niceness", type=int, default=0, help=argparse.SUPPRESS)  # that process's niceness
     parser.add_argument("--database-url", default=None,
                         help="an empty database to use (e.g. postgresql+psycopg://…/bench); default a new SQLite file")
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve)
+        serve(args.serve, args.niceness)
         return
     total = max(10, min(args.requests, 5000))
     rounds = max(1, min(args.rounds, 20))
 
-    with tempfile.TemporaryDirectory() as tmp, SlackElsewhere() as stub:
+    with tempfile.TemporaryDirectory() as tmp, SlackElsewhere(args.slack_niceness) as stub:
         url = args.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
         schema.upgrade(url)
         config = Path(tmp) / "kimi.yaml"
