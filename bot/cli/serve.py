@@ -127,11 +127,13 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
     except KeyboardInterrupt:
         pass
     finally:
+        # Intake first (what is being answered finishes, and spools its work), then the worker, then the app
+        # and its spool: a request still answering after the spool closed could not spool its work.
         if handler is not None:
             handler.close()
+        http.stop()
         supervisor.stop()
         kimi.close()
-        http.stop()
 
 
 def register(app: typer.Typer) -> None:
