@@ -58,11 +58,12 @@ class Spool:
     out its busy handler (a millisecond at least), where waiting on a lock here wakes them as it is released.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_ms: int = BUSY_MS) -> None:
         self.path = path
+        self.busy_ms = busy_ms
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
+        self._conn = sqlite3.connect(path, timeout=busy_ms / 1000, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         for statement in SCHEMA:
@@ -70,8 +71,22 @@ class Spool:
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            yield self._conn
+        """The connection, for one thread at a time; the wait for it and SQLite's for its write lock share one
+        bound (``busy_ms``), so requests queued behind a stalled writer fail side by side, not one after another."""
+        started = time.monotonic()
+        if not self._lock.acquire(timeout=self.busy_ms / 1000):
+            raise sqlite3.OperationalError(f"the spool stayed busy for {self.busy_ms} ms")
+        try:
+            waited_ms = int((time.monotonic() - started) * 1000)
+            if waited_ms:
+                self._conn.execute(f"PRAGMA busy_timeout = {max(1, self.busy_ms - waited_ms)}")
+            try:
+                yield self._conn
+            finally:
+                if waited_ms:
+                    self._conn.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
+        finally:
+            self._lock.release()
 
     def first(self, key: str) -> bool:
         """Note ``key`` as acknowledged here: ``True`` the first time, ``False`` for a copy this replica saw."""
@@ -114,7 +129,9 @@ class Spool:
             try:
                 db.execute(MARK_CLAIMED if claimed else NOTE_SEEN, (key, time.time()))
                 if ids:
-                    db.execute(f"DELETE FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
+                    # The key too: an id comes back once its item is deleted, so a second mover (an orphaned
+                    # worker, not yet gone) must not delete another request's item that took it.
+                    db.execute(f"DELETE FROM items WHERE key = ? AND id IN ({','.join('?' * len(ids))})", [key, *ids])
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -131,5 +148,5 @@ class Spool:
                               (time.time() - seconds_ago,)).rowcount
 
     def close(self) -> None:
-        with self._db() as db:
-            db.close()
+        with self._lock:
+            self._conn.close()
