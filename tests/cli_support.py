@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,14 @@ def approve_in_process(cli: CliSandbox, deployment_id: int, approvers: tuple[str
     view = engine.advance(deployment_id)
     turn = 0
     while view.state != until:
+        # A CLI process that drove it before may still hold the endpoint's lease (its release can fail on a loaded
+        # machine, and then the lease lapses instead): the engine then returns the view undriven. Wait it out.
+        deadline = time.monotonic() + 30
+        while view.pending is None and view.state != until and time.monotonic() < deadline:
+            time.sleep(0.2)
+            view = engine.advance(deployment_id)
+        if view.state == until:
+            break
         assert view.pending is not None and view.pending.approvable, view
         if view.pending.gate == "traffic":
             accept_if_above(cli, view)
