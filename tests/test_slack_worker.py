@@ -37,6 +37,8 @@ from tests.workflow_support import ROLES, endpoint_config, release_data
 SECRET = "worker-test-secret"
 TYPIST = "U0TYPIST"
 GROUP = "S0VIEWERS"
+# One recorded run of `/kimi help`, as the answering process spools it.
+HELP_RUN = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
 
 
 def _env(tmp_path: Path, stub: SlackStub, **extra: str) -> dict[str, str]:
@@ -294,9 +296,8 @@ def test_spooled_work_a_dead_worker_already_took_on_is_not_taken_twice(tmp_path)
     ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
     spool = Spool(spool_path(tmp_path / "data"))
     try:
-        run = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
-        spool.add("body:one", "run_command", run)
-        assert followups.accept(ctx, "body:one", [("run_command", run)])  # ...and the worker died here
+        spool.add("body:one", "run_command", HELP_RUN)
+        assert followups.accept(ctx, "body:one", [("run_command", HELP_RUN)])  # ...and the worker died here
         Worker(ctx, lambda request: None, spool=spool).move()
         assert spool.waiting() == 0 and followups.waiting(ctx) == 1
         # The worker also forgets claims past the delivery memory (no copy can still come): a worker looking
@@ -319,14 +320,13 @@ def test_a_run_spooled_after_its_request_was_moved_is_recorded_too(tmp_path) -> 
     schema.upgrade(url)
     ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
     here, there = Spool(spool_path(tmp_path / "a")), Spool(spool_path(tmp_path / "b"))
-    run = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
     try:
         for spool in (here, there):
             assert spool.first("body:two")
-        here.add("body:two", "first_run", run)
+        here.add("body:two", "first_run", HELP_RUN)
         Worker(ctx, lambda request: None, spool=here).move()
-        here.add("body:two", "second_run", run)
-        there.add("body:two", "first_run", run)  # the same request, delivered to the other replica too
+        here.add("body:two", "second_run", HELP_RUN)
+        there.add("body:two", "first_run", HELP_RUN)  # the same request, delivered to the other replica too
         Worker(ctx, lambda request: None, spool=here).move()
         Worker(ctx, lambda request: None, spool=there).move()
         assert here.waiting() == there.waiting() == 0 and followups.waiting(ctx) == 2
@@ -345,13 +345,12 @@ def test_requests_waiting_on_a_busy_spool_give_up_together_within_its_bound(tmp_
     spool = Spool(path, busy_ms=500)
     stalled = sqlite3.connect(path, isolation_level=None)
     stalled.execute("BEGIN IMMEDIATE")  # the worker, mid-move
-    run = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
     outcomes: list[tuple[str, float]] = []
 
     def answer(n: int) -> None:
         started = time.monotonic()
         try:
-            spool.add(f"body:{n}", "run_command", run)
+            spool.add(f"body:{n}", "run_command", HELP_RUN)
             outcomes.append(("spooled", time.monotonic() - started))
         except sqlite3.OperationalError:
             outcomes.append(("busy", time.monotonic() - started))
@@ -366,7 +365,7 @@ def test_requests_waiting_on_a_busy_spool_give_up_together_within_its_bound(tmp_
         # One after another they would have taken 0.5, 1.0, 1.5 and 2.0 s.
         assert max(seconds for _, seconds in outcomes) < 1.0, outcomes
         stalled.execute("ROLLBACK")
-        spool.add("body:later", "run_command", run)  # the worker moved on: the spool takes work again
+        spool.add("body:later", "run_command", HELP_RUN)  # the worker moved on: the spool takes work again
         assert spool.waiting() == 1
     finally:
         stalled.close()
@@ -378,13 +377,12 @@ def test_a_second_mover_never_deletes_another_requests_item_that_reused_an_id(tm
     moves it, the answering process spools a new request, whose item takes the freed id; the second mover's
     late delete of the old item leaves the new one."""
     spool = Spool(spool_path(tmp_path / "data"))
-    run = {"mode": "http", "body": "command=%2Fkimi&text=help", "query": {}, "headers": {}}
     try:
-        spool.add("body:a", "run_command", run)
+        spool.add("body:a", "run_command", HELP_RUN)
         [first] = spool.pending()
         [also] = spool.pending()  # the other mover's look
         spool.moved("body:a", [first.id], claimed=True)
-        spool.add("body:b", "run_command", run)
+        spool.add("body:b", "run_command", HELP_RUN)
         [b] = spool.pending()
         assert b.id == first.id  # the freed id came back
         spool.moved("body:a", [also.id], claimed=False)  # the second mover: its claim was refused, so it clears A
