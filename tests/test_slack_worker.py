@@ -389,3 +389,55 @@ def test_a_second_mover_never_deletes_another_requests_item_that_reused_an_id(tm
         assert [item.key for item in spool.pending()] == ["body:b"]
     finally:
         spool.close()
+
+
+
+def _worker_beside_a_busy_front(tmp_path: Path, *, quiet: float, hold: float, nudging: float) -> tuple[float, float]:
+    """The answering process nudging the worker every 10 ms for ``nudging`` seconds (as it does when it acknowledges
+    a request that often), a request spooled among them. When the worker started the follow-up and when the nudges
+    stopped, in seconds from the first nudge."""
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
+    spool = Spool(spool_path(tmp_path / "data"))
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    runs: list[float] = []
+    stop = threading.Event()
+    worker = Worker(ctx, lambda request: runs.append(time.monotonic()), spool=spool, wake_fd=wake_read, quiet=quiet,
+                    hold=hold)
+    loop = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    try:
+        loop.start()
+        first, spooled = time.monotonic(), False
+        while time.monotonic() - first < nudging:
+            os.write(wake_write, b"w")
+            if not spooled and time.monotonic() - first > 0.1:
+                # Among the others: had it come first, the worker, not yet nudged, could have taken it at once.
+                spool.add("body:one", "run_command", HELP_RUN)
+                spooled = True
+            time.sleep(0.01)
+        stopped = time.monotonic() - first
+        _until(lambda: bool(runs))
+        return runs[0] - first, stopped
+    finally:
+        stop.set()
+        os.write(wake_write, b"w")
+        loop.join(timeout=30)
+        for fd in (wake_read, wake_write):
+            os.close(fd)
+        spool.close()
+        ctx.close()
+
+
+def test_the_worker_starts_no_follow_up_while_the_answering_process_keeps_acknowledging(tmp_path) -> None:
+    """Requests arriving 10 ms apart for 1.5 s: the spooled follow-up starts once they stop, not among them (a
+    follow-up's CPU would slow the acknowledgements that Slack waits at most 3 s for)."""
+    ran, stopped = _worker_beside_a_busy_front(tmp_path, quiet=0.5, hold=30.0, nudging=1.5)
+    assert ran >= stopped, (ran, stopped)
+
+
+def test_a_busy_spell_holds_the_follow_ups_for_a_bounded_time_only(tmp_path) -> None:
+    """Requests that never stop arriving do not starve the follow-ups: past ``hold`` they run among them."""
+    ran, stopped = _worker_beside_a_busy_front(tmp_path, quiet=0.5, hold=0.3, nudging=2.0)
+    assert ran < stopped, (ran, stopped)
