@@ -241,6 +241,10 @@ def create_app(
     client = root.notifier.client
     origin = origin_of(root.ctx.settings, bot_identity(client))
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
+    bolt_log = logging.getLogger("kimi_ops.bolt")
+    # Bolt reads its logger's own level, not the effective one, before it builds a debug line for each middleware
+    # of each request: left unset (0, "below DEBUG"), it would build them all and log none.
+    bolt_log.setLevel(bolt_log.getEffectiveLevel())
     bolt = KimiBolt(
         metrics=SlackMetrics(),
         client=client,
@@ -248,7 +252,7 @@ def create_app(
         process_before_response=True,
         listener_executor=pool,
         raise_error_for_unhandled_request=False,
-        logger=logging.getLogger("kimi_ops.bolt"),
+        logger=bolt_log,
         request_verification_enabled=role != "worker",
     )
     spool = Spool(spool_path(root.ctx.settings.data_dir)) if role != "inline" else None
