@@ -41,8 +41,9 @@ from tests.world_support import APPROVER, SandboxWorld, in_background, joined, w
 
 pytestmark = pytest.mark.timeout(600)
 
-# The Gateway API conformance suite's weight check (HTTPRouteWeight): 500 requests, each share within ±0.05.
-CONFORMANCE_REQUESTS, CONFORMANCE_TOLERANCE = 500, 0.05
+# The Gateway API conformance suite's weight check (HTTPRouteWeight): 500 requests, each share within ±0.05, in
+# one of 10 tries.
+CONFORMANCE_REQUESTS, CONFORMANCE_TOLERANCE, CONFORMANCE_TRIES = 500, 0.05, 10
 HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16))
 
 
@@ -203,16 +204,24 @@ def test_the_split_at_the_gateway_matches_the_route_weights_within_the_conforman
     apply_admission(world.ctx, idle_settings, Admission.share(25), "test: a quarter to the idle side")
     world.gateway.sync()  # the gateway serves the new weights now, whatever its poll thread's pace on a busy CPU
     try:
-        before = world.gateway.counts()
-        models_seen(str(world.sandbox.gateway_url), CONFORMANCE_REQUESTS)
-        during = world.gateway.counts() - before
-        # Ordinary requests only (the background users' cohort share rides along and all goes to the idle side).
-        ordinary = {side: sum(n for routed, n in during.items() if routed.target == side and not routed.cohort)
-                    for side in (users, idle)}
-        total = sum(ordinary.values())
-        assert total >= CONFORMANCE_REQUESTS
-        assert abs(ordinary[idle] / total - 0.25) <= CONFORMANCE_TOLERANCE, ordinary
-        assert abs(ordinary[users] / total - 0.75) <= CONFORMANCE_TOLERANCE, ordinary
+        samples = []
+        # As the conformance suite does, up to CONFORMANCE_TRIES samples: one split of 500 random choices falls
+        # outside ±0.05 about once in a hundred even when the weights are served exactly.
+        for _ in range(CONFORMANCE_TRIES):
+            before = world.gateway.counts()
+            models_seen(str(world.sandbox.gateway_url), CONFORMANCE_REQUESTS)
+            during = world.gateway.counts() - before
+            # Ordinary requests only (the background users' cohort share rides along and all goes to the idle side).
+            ordinary = {side: sum(n for routed, n in during.items() if routed.target == side and not routed.cohort)
+                        for side in (users, idle)}
+            total = sum(ordinary.values())
+            assert total >= CONFORMANCE_REQUESTS
+            samples.append(ordinary)
+            if (abs(ordinary[idle] / total - 0.25) <= CONFORMANCE_TOLERANCE
+                    and abs(ordinary[users] / total - 0.75) <= CONFORMANCE_TOLERANCE):
+                break
+        else:
+            raise AssertionError(f"no sample within ±{CONFORMANCE_TOLERANCE} of 25/75: {samples}")
     finally:
         apply_admission(world.ctx, idle_settings, Admission.closed(), "test: everyone back")
     assert world.weights() == {users: 100, idle: 0}
