@@ -47,8 +47,9 @@ LEASE_SECONDS = 30.0  # a dead worker's follow-up is taken again after this
 CLAIMED = "kimi_claimed"  # a Bolt context key: this request's claim, made once before its first run here
 POLL_SECONDS = 2.0  # how often an idle worker looks without a nudge (another replica's work, a lapsed lease)
 # While requests keep arriving (nudges less than QUIET_SECONDS apart) the worker lets the acknowledgements pass
-# before it starts more follow-ups, for HOLD_SECONDS at most: Slack's 3 s for the acknowledgement is a hard limit,
-# the follow-up's reply is not, and a follow-up costs 10 to 50 times an acknowledgement's CPU on the same cores.
+# before it starts more follow-ups, for HOLD_SECONDS at most between two moments it has caught up: Slack's 3 s for
+# the acknowledgement is a hard limit, the follow-up's reply is not, and a follow-up costs 10 to 50 times an
+# acknowledgement's CPU on the same cores.
 QUIET_SECONDS = 0.02
 HOLD_SECONDS = 2.0
 
@@ -141,7 +142,7 @@ class Worker:
         self.quiet = quiet
         self.hold = hold
         self._nudged_at: float | None = None  # the last nudge read (a request the answering process just spooled)
-        self._busy_since: float | None = None  # the start of the busy spell being held
+        self._busy_since: float | None = None  # when holding began since the worker last caught up
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop``: take what is free while a thread is, else wait for a nudge or the poll."""
@@ -149,6 +150,8 @@ class Worker:
         renewer.start()
         while not stop.is_set():
             self._let_acknowledgements_pass(stop)
+            if stop.is_set():  # the signal's byte on the stop fd was read while holding: _wait would not wake
+                break
             self.move()
             if not self._slots.acquire(timeout=self.poll):
                 continue
@@ -159,6 +162,7 @@ class Worker:
                 item = None
             if item is None:
                 self._slots.release()
+                self._busy_since = None  # caught up: the next busy spell may be held again
                 self._wait(stop)
                 continue
             with self._lock:
@@ -217,6 +221,8 @@ class Worker:
             log.warning("could not forget old Slack deliveries (%s)", type(exc).__name__)
 
     def _wait(self, stop: threading.Event) -> None:
+        if stop.is_set():
+            return
         if self.wake_fd is None:
             stop.wait(self.poll)
             return
@@ -237,9 +243,10 @@ class Worker:
     def _let_acknowledgements_pass(self, stop: threading.Event) -> None:
         """While the answering process is busy acknowledging (nudges keep coming), start no follow-up.
 
-        A busy spell is held ``hold`` at most: past that the backlog runs even as requests keep coming, until a
-        quiet moment ends the spell. The follow-ups already running go on; a request that arrives alone waits
-        ``quiet`` before its follow-up starts.
+        Holding is bounded: once the worker has held ``hold`` since it last caught up (nothing left to take), it
+        runs its backlog without holding, requests or not, until it catches up again; so a follow-up waits at most
+        ``hold`` for the acknowledgements, however the requests come. The follow-ups already running go on; a
+        request that arrives alone waits ``quiet`` before its follow-up starts.
         """
         if self.wake_fd is None or self.quiet <= 0:
             return
@@ -252,7 +259,6 @@ class Worker:
             # A sleep, not a wait for the next nudge: the answering process nudges once per request.
             stop.wait(min(self.quiet, self._busy_since + self.hold - now))
             self._read_nudges(0)
-        self._busy_since = None
 
     def _run_one(self, item: followups.Followup) -> None:
         try:
