@@ -16,7 +16,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -392,6 +395,51 @@ def test_a_second_mover_never_deletes_another_requests_item_that_reused_an_id(tm
 
 
 
+@dataclass
+class RunningWorker:
+    """A :class:`Worker` running on a thread, nudged as the answering process nudges it."""
+
+    spool: Spool
+    wake: int  # the nudge pipe's write end
+    halt: int  # the stop pipe's write end (where a signal's wake-up byte lands)
+    stop: threading.Event
+    thread: threading.Thread
+
+    def nudge(self) -> None:
+        os.write(self.wake, b"w")
+
+    def terminate(self) -> None:
+        """What SIGTERM does: the handler sets ``stop``, and the signal's byte lands on the stop fd."""
+        self.stop.set()
+        os.write(self.halt, b"\x0f")
+
+
+@contextmanager
+def _running_worker(tmp_path: Path, dispatch: Callable[[object], None], **options: Any) -> Iterator[RunningWorker]:
+    """A worker on a thread over a new SQLite database and spool (``options`` for :class:`Worker`), stopped after."""
+    url = f"sqlite:///{tmp_path / 'kimi.db'}"
+    schema.upgrade(url)
+    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
+    spool = Spool(spool_path(tmp_path / "data"))
+    (wake_read, wake_write), (stop_read, stop_write) = os.pipe(), os.pipe()
+    for fd in (wake_read, stop_read):
+        os.set_blocking(fd, False)
+    stop = threading.Event()
+    worker = Worker(ctx, dispatch, spool=spool, wake_fd=wake_read, stop_fd=stop_read, **options)
+    running = RunningWorker(spool, wake_write, stop_write, stop, threading.Thread(target=worker.run, args=(stop,),
+                                                                                  daemon=True))
+    try:
+        running.thread.start()
+        yield running
+    finally:
+        running.terminate()
+        running.thread.join(timeout=90)
+        for fd in (wake_read, wake_write, stop_read, stop_write):
+            os.close(fd)
+        spool.close()
+        ctx.close()
+
+
 def _worker_beside_a_busy_front(tmp_path: Path, *, quiet: float, hold: float, nudging: float, requests: int = 1,
                                 run_seconds: float = 0.0, pause_every: float = 0.0,
                                 pause: float = 0.0) -> tuple[list[float], float]:
@@ -399,44 +447,26 @@ def _worker_beside_a_busy_front(tmp_path: Path, *, quiet: float, hold: float, nu
     a request that often; silent for ``pause`` seconds at the end of every ``pause_every``), ``requests`` requests
     spooled among the first nudges. When the worker (one follow-up at a time, each ``run_seconds`` long) started
     each follow-up, and when the nudges stopped, in seconds from the first nudge."""
-    url = f"sqlite:///{tmp_path / 'kimi.db'}"
-    schema.upgrade(url)
-    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
-    spool = Spool(spool_path(tmp_path / "data"))
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_read, False)
     runs: list[float] = []
-    stop = threading.Event()
 
     def run(request: object) -> None:
         runs.append(time.monotonic())
         time.sleep(run_seconds)
 
-    worker = Worker(ctx, run, threads=1, spool=spool, wake_fd=wake_read, quiet=quiet, hold=hold)
-    loop = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-    try:
-        loop.start()
+    with _running_worker(tmp_path, run, threads=1, quiet=quiet, hold=hold) as worker:
         first, spooled = time.monotonic(), False
         while (now := time.monotonic() - first) < nudging:
             if not pause_every or now % pause_every < pause_every - pause:
-                os.write(wake_write, b"w")
+                worker.nudge()
             if not spooled and now > 0.1:
                 # Among the others: had they come first, the worker, not yet nudged, could have taken them at once.
                 for n in range(requests):
-                    spool.add(f"body:{n}", "run_command", HELP_RUN)
+                    worker.spool.add(f"body:{n}", "run_command", HELP_RUN)
                 spooled = True
             time.sleep(0.01)
         stopped = time.monotonic() - first
         _until(lambda: len(runs) == requests)
         return [at - first for at in runs], stopped
-    finally:
-        stop.set()
-        os.write(wake_write, b"w")
-        loop.join(timeout=30)
-        for fd in (wake_read, wake_write):
-            os.close(fd)
-        spool.close()
-        ctx.close()
 
 
 def test_the_worker_starts_no_follow_up_while_the_answering_process_keeps_acknowledging(tmp_path) -> None:
@@ -463,30 +493,9 @@ def test_short_pauses_between_requests_do_not_restart_the_hold(tmp_path) -> None
 
 def test_a_worker_asked_to_stop_while_holding_stops_at_once(tmp_path) -> None:
     """SIGTERM while the worker holds for the acknowledgements: it stops then, not after its idle poll."""
-    url = f"sqlite:///{tmp_path / 'kimi.db'}"
-    schema.upgrade(url)
-    ctx = build_context(load_settings(database_url=url, data_dir=tmp_path / "data"))
-    spool = Spool(spool_path(tmp_path / "data"))
-    (wake_read, wake_write), (stop_read, stop_write) = os.pipe(), os.pipe()
-    for fd in (wake_read, stop_read):
-        os.set_blocking(fd, False)
-    stop = threading.Event()
-    worker = Worker(ctx, lambda request: None, spool=spool, wake_fd=wake_read, stop_fd=stop_read, quiet=5.0,
-                    hold=30.0, poll=60.0)
-    loop = threading.Thread(target=worker.run, args=(stop,), daemon=True)
-    try:
-        loop.start()
-        os.write(wake_write, b"w")  # a request: the worker holds for 5 s of quiet
+    with _running_worker(tmp_path, lambda request: None, quiet=5.0, hold=30.0, poll=60.0) as worker:
+        worker.nudge()  # a request: the worker holds for 5 s of quiet
         time.sleep(0.3)
-        stop.set()  # what the SIGTERM handler does; the signal's wake-up byte lands on the stop fd
-        os.write(stop_write, b"\x0f")
-        loop.join(timeout=20)
-        assert not loop.is_alive(), "the worker slept out its idle poll before it stopped"
-    finally:
-        stop.set()
-        os.write(wake_write, b"w")
-        loop.join(timeout=90)
-        for fd in (wake_read, wake_write, stop_read, stop_write):
-            os.close(fd)
-        spool.close()
-        ctx.close()
+        worker.terminate()
+        worker.thread.join(timeout=20)
+        assert not worker.thread.is_alive(), "the worker slept out its idle poll before it stopped"
