@@ -15,13 +15,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bot.sandbox.capacity_http import SageMakerFace
 from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, Sandbox
+from tests.world_support import wait_until
 
 KIMI_OPS = Path(sys.executable).with_name("kimi-ops")
 # No Slack workspace here to read user groups from, so the second approver is listed by user ID.
@@ -104,14 +104,13 @@ def approve_in_process(cli: CliSandbox, deployment_id: int, approvers: tuple[str
     view = engine.advance(deployment_id)
     turn = 0
     while view.state != until:
-        # A CLI process that drove it before may still hold the endpoint's lease (its release can fail on a loaded
-        # machine, and then the lease lapses instead): the engine then returns the view undriven. Wait it out.
-        deadline = time.monotonic() + 30
-        while view.pending is None and view.state != until and time.monotonic() < deadline:
-            time.sleep(0.2)
-            view = engine.advance(deployment_id)
-        if view.state == until:
-            break
+        if view.pending is None:
+            # A CLI process that drove it before may still hold the endpoint's lease (its release can fail on a
+            # loaded machine, and then the lease lapses instead): the engine then returns the view undriven.
+            view = wait_until("lapse of the lease another CLI process held", lambda: _driven(engine, deployment_id, until),
+                              timeout=30, poll=0.2)
+            if view.state == until:
+                break
         assert view.pending is not None and view.pending.approvable, view
         if view.pending.gate == "traffic":
             accept_if_above(cli, view)
@@ -120,6 +119,12 @@ def approve_in_process(cli: CliSandbox, deployment_id: int, approvers: tuple[str
         turn += 1
         view = engine.advance(deployment_id)
     return get_deployment(cli.ctx, deployment_id)
+
+
+def _driven(engine: Any, deployment_id: int, until: str) -> Any:
+    """The deployment's view once this process could drive it (a gate waits, or it reached ``until``), else None."""
+    view = engine.advance(deployment_id)
+    return view if view.pending is not None or view.state == until else None
 
 
 def accept_if_above(cli: CliSandbox, view: Any) -> None:
