@@ -80,7 +80,7 @@ def _sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
     The store's own tests, the engine's, the replicas' and the whole-stack tests run on both databases; a module
     marked sqlite_only tests the Slack edge or the CLI's wording, where the database only holds the scene: it runs
     once, on SQLite. The repository reads beneath it are made on PostgreSQL by those other tests; the few that only
-    the Slack edge made have a test of their own in tests/test_store.py (found by comparing coverage of the store
+    the Slack edge made have a test of their own in tests/adapters/test_store.py (found by comparing coverage of the store
     adapters between the two sets on PostgreSQL).
     """
     kept: list[pytest.Item] = []

@@ -26,7 +26,7 @@ from bot.adapters.endpoint import (
 from bot.config import EndpointSettings
 from bot.sandbox.openai_server import OpenAIServer
 
-SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "vllm"
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "protocol-samples" / "vllm"
 SERVED = "Kimi-K3"
 
 

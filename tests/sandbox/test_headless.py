@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.test_slack_serve import env_for
+from tests.slack.test_serve import env_for
 
 CLI = [sys.executable, "-c", "from bot.cli.main import main; main()"]
 READY_LINE = "# the sandbox is running"

@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 from bot.adapters.store import schema
 from bot.sandbox.slack_stub import SlackSender, SlackStub
 from tests.fault_support import FaultProxy, unreachable
-from tests.test_slack_serve import env_for
+from tests.slack.test_serve import env_for
 from tests.world_support import wait_until
 
 SECRET = "replica-test-signing-secret"

@@ -28,7 +28,7 @@ from bot.config import ConfigError, EndpointSettings, load_settings
 from bot.domain.admission import Admission, AdmissionError, parse_admission
 from bot.route_config import RouteSettings
 
-EXAMPLES = Path(__file__).resolve().parent / "fixtures" / "gateway-api"
+EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "gateway-api"
 STATES = ["closed", "internal", "1%", "25%", "99%", "open"]
 AT = "2026-12-01T09:00:00+00:00"
 

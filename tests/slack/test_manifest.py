@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = {"socket": ROOT / "deploy/slack/manifest.yaml", "http": ROOT / "deploy/slack/manifest-http.yaml"}
 # The bot scope each Web API method needs (https://api.slack.com/methods); views.* and auth.test need none.
 METHOD_SCOPES: dict[str, frozenset[str]] = {

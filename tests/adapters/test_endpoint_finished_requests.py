@@ -11,7 +11,7 @@ import httpx
 from bot.adapters.endpoint import HttpEndpointClient, parse_metrics
 from bot.config import EndpointSettings
 from bot.sandbox.openai_server import OpenAIServer
-from tests.test_endpoint_metrics import doc_sample
+from tests.adapters.test_endpoint_metrics import doc_sample
 
 
 def test_the_docs_sample_counts_finished_requests_over_every_finish_reason() -> None:

@@ -49,7 +49,7 @@ from bot.sandbox.traffic import (
 from tests.conftest import START
 
 NS = "model-serving"
-EXAMPLES = Path(__file__).resolve().parent / "fixtures" / "gateway-api"
+EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "gateway-api"
 COHORT = {"x-kimi-cohort": "internal"}
 # The conformance suite's weight check (conformance/utils/weight/weight.go, TestWeightedDistribution).
 CONFORMANCE_REQUESTS, CONFORMANCE_CONCURRENCY, CONFORMANCE_TOLERANCE = 500, 10, 0.05

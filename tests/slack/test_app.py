@@ -26,7 +26,7 @@ from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_d
 # The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
 pytestmark = pytest.mark.sqlite_only
 
-SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "slack"
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "protocol-samples" / "slack"
 
 
 @pytest.fixture()

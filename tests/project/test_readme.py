@@ -1,6 +1,6 @@
 """The README says what ships: its commands exist, its endpoint is the sandbox's, its diff is the shipped releases'.
 
-The read-only terminal examples also run against the sandbox in ``tests/test_cli_end_to_end.py``.
+The read-only terminal examples also run against the sandbox in ``tests/stack/test_cli_end_to_end.py``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bot.domain.release_diff import diff_releases, render_diff
 from bot.sandbox.stack import ENDPOINT
 from tests.readme_support import README, command_lines, text_block_after
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _command_path(words: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bot.config import Settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_import_contracts_hold() -> None:

@@ -18,7 +18,7 @@ from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.services.engine import Engine
 from bot.services.releases import register_release
-from tests.test_store import example
+from tests.adapters.test_store import example
 
 NOW = dt.datetime(2027, 1, 21, 10, 0, tzinfo=dt.UTC)
 LEASE = dt.timedelta(seconds=15)

@@ -21,7 +21,7 @@ from httpx_sse import connect_sse
 
 from bot.sandbox.openai_server import OpenAIServer
 
-SAMPLES = Path(__file__).resolve().parent / "fixtures" / "protocol-samples" / "vllm"
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "protocol-samples" / "vllm"
 SERVED = "Kimi-K3"
 WEATHER = {
     "type": "function",

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(300)
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _run(script: str, *args: str, cwd: Path) -> str:

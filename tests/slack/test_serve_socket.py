@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 
 from bot.sandbox.slack_stub import SlackStub
-from tests.test_slack_serve import env_for
-from tests.test_slack_socket_mode import SocketServer
+from tests.slack.test_serve import env_for
+from tests.slack.test_socket_mode import SocketServer
 
 
 def test_serve_socket_answers_commands_and_counts_them_in_metrics(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from bot.cli.main import app as cli_app
 from bot.config import Settings, load_settings
 from bot.domain.release import ReleaseManifest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BOT = REPO / "deploy" / "bot"
 KUBE = BOT / "kubernetes"
 # EKS's standard-support versions; the oldest one we claim to support is the one validated against.

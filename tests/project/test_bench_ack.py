@@ -13,7 +13,7 @@ import pytest
 # Runs the benchmark script end to end in a subprocess.
 pytestmark = pytest.mark.timeout(300)
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "ack_latency.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "ack_latency.py"
 
 
 def test_the_benchmark_prints_p50_p99_and_the_ratio_to_a_bare_bolt_app(tmp_path: Path) -> None:
