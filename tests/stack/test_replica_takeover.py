@@ -38,8 +38,8 @@ from bot.sandbox.stack import ADMIN, APPROVER_2
 from bot.services.access import Identity
 from bot.services.deployments import cancel, decide_gate, get_deployment, history
 from tests.cli_support import CliSandbox, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
-from tests.slack_support import blocks_text, has_buttons
 from tests.services.test_crash_recovery import _applies, _record, _watching
+from tests.slack_support import blocks_text, has_buttons
 from tests.world_support import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
