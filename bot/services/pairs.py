@@ -1,7 +1,7 @@
 """Services: one name users call, one HTTPRoute, a pair of endpoints behind it (blue/green).
 
 Each side is an ordinary endpoint (its own node and reservation) whose route is the service's, written with
-its own Service as the model backend and the other side's as the fallback (``bot/config.py`` derives it), so
+its own Service as the model backend and the other side's as the fallback (``bot/config/service.py`` derives it), so
 the single-node procedure runs on a side unchanged: ``closing`` sends every user to the other side, the gates
 run with no user traffic, the ramp shifts the weight step by step, and an ending after apply sends all of it
 back in one route change. This module answers the questions that concern both sides at once: which side a
