@@ -176,6 +176,9 @@ class DeploymentRepository(_Repository):
 
 
 class GateResultRepository(_Repository):
+    def get(self, row_id: int) -> GateResult | None:
+        return self.session.get(GateResult, row_id)
+
     def latest(self, deployment_id: int, gate: str) -> GateResult | None:
         return self.session.scalar(
             select(GateResult)

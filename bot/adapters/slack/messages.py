@@ -1,0 +1,127 @@
+"""What each message the notifier sends says, read from the stored rows it reports on.
+
+The notifier (:mod:`bot.adapters.slack.notifier`) decides when a message is
+posted or edited; this module decides what it reads like at that moment: a
+thread's root, its progress message, a gate message (buttons while undecided,
+who decided, the traffic limits part), a gate message a re-check replaced, an
+incident alert. It turns store rows into the chat-neutral parts of
+:mod:`bot.views` (which read the domain only) and renders no Block Kit itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from bot.adapters.slack.blocks import slack_text
+from bot.adapters.store.models import Deployment, GateResult, Incident
+from bot.adapters.store.uow import SqlUnitOfWork
+from bot.config import EndpointSettings
+from bot.domain.checks import GateReport
+from bot.domain.events import RolloutProgress
+from bot.domain.limits import LIMITS_ACCEPTED, LimitsAcceptance, find_acceptance, proposal_open
+from bot.domain.states import State
+from bot.views.actions import GateTicket
+from bot.views.deployments import PODS, deployment_title, progress_text
+from bot.views.gates import decided_note, gate_parts, limits_parts, waiting_for
+from bot.views.incidents import alert_parts
+from bot.views.parts import Note, Part, Text, person
+
+# What a plot is called in the thread, per gate, after the endpoint and release (a file saved from Slack says whose).
+PLOT_NAMES = {"traffic": "traffic-sweep.png", "model": "model-pass-rates.png"}
+PLOT_TITLES = {"traffic": "latency and 429/error rate against concurrency, knee marked",
+               "model": "pass rate per kind, this release beside production"}
+
+
+def plot_filename(endpoint: str, release: str, gate: str) -> str:
+    """``kimi-prod-kimi-k3-2026-09-01-traffic-sweep.png``: the endpoint, the release, then what the plot shows."""
+    return f"{endpoint}-{release}-{PLOT_NAMES.get(gate, f'{gate}-plot.png')}"
+
+
+def gate_plot_title(gate: str, deployment_id: int) -> str:
+    return f"{gate.capitalize()} gate · deployment #{deployment_id}: {PLOT_TITLES.get(gate, 'plot')}"
+
+
+def gate_plot_alt_text(gate: str, deployment_id: int) -> str:
+    return f"{gate} gate plot of deployment #{deployment_id}: {PLOT_TITLES.get(gate, 'plot')}"
+
+
+def root_text(dep: Deployment, state: str | None = None, reason: str | None = None) -> str:
+    """A thread's root: its title, who asked, why it is where it is."""
+    # The title follows the event being delivered, not the database (which may already be further on).
+    state, reason = (state, reason) if state else (dep.state, dep.state_reason)
+    return slack_text(deployment_title(dep.id, dep.kind, dep.release.name, dep.endpoint.name, state)
+                      + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{reason}_" if reason else ""))
+
+
+def pods_line(uow: SqlUnitOfWork, dep: Deployment) -> str | None:
+    """The newest thing the rollout watch said about ready pods or replicas, if it said any."""
+    for event in reversed(list(uow.events.for_deployment(dep.id))):
+        if event.kind == RolloutProgress.KIND:
+            message = str((event.payload or {}).get("message") or "")
+            if PODS.search(message):
+                return message
+    return None
+
+
+def progress_parts(uow: SqlUnitOfWork, dep: Deployment, step: State, now: dt.datetime, last: str | None) -> list[Part]:
+    """The deployment's one progress message at ``step``: time since requested, pods while running, the last event."""
+    pods = pods_line(uow, dep) if not step.terminal else None
+    return [Text(slack_text(progress_text(step, now - dep.created_at, pods, last)))]
+
+
+def _acceptance(uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> LimitsAcceptance | None:
+    return find_acceptance(uow.audit.actions(f"endpoint:{dep.endpoint.name}", LIMITS_ACCEPTED), dep.id, row.report_hash)
+
+
+def traffic_limits_parts(uow: SqlUnitOfWork, dep: Deployment, row: GateResult, report: GateReport) -> tuple[Part, ...]:
+    """The accept-limits part of a traffic gate message, as things stand in the database now."""
+    latest = uow.gates.latest(dep.id, "traffic")
+    open_ = latest is not None and latest.id == row.id and proposal_open(dep.state)
+    effective = EndpointSettings.model_validate(dep.endpoint.settings).effective_request_limits.model_dump(mode="json")
+    ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if open_ else None
+    undecided = row.decision is None and not State(dep.state).terminal
+    return limits_parts(report, effective=effective, acceptance=_acceptance(uow, dep, row), ticket=ticket,
+                        undecided=undecided)
+
+
+def gate_message(uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[Part]:
+    """A gate message as it should read now: buttons while undecided, who decided, the limits part."""
+    report = GateReport.model_validate(row.report)
+    waiting = row.decision is None and not State(dep.state).terminal
+    ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if waiting else None
+    parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
+                            kind=dep.kind, ticket=ticket))
+    if waiting:
+        parts.insert(1, Text(waiting_for(EndpointSettings.model_validate(dep.endpoint.settings), dep.requested_by)))
+    elif row.decision and row.decided_by and row.decided_at:
+        override = ((row.seen or {}).get("limits_override") or {}).get("reason")
+        why = row.decision_reason or (f"above the measured limits: {override}" if override else None)
+        parts.append(decided_note(row.decision, row.decided_by, row.decided_at, why))
+    if row.gate == "traffic":
+        parts += traffic_limits_parts(uow, dep, row, report)
+    return parts
+
+
+def replaced_gate_message(uow: SqlUnitOfWork, dep: Deployment, older: GateResult, newer: GateResult) -> list[Part]:
+    """A gate message a re-check replaced: the old report, no buttons, where the new one is."""
+    old_report = GateReport.model_validate(older.report)
+    stale = [*gate_parts(old_report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
+                         kind=dep.kind),
+             Note(f"Re-checked at {newer.checked_at:%Y-%m-%d %H:%M} UTC: the new report is further down the thread.")]
+    if older.gate == "traffic":
+        stale += traffic_limits_parts(uow, dep, older, old_report)  # no button now; who accepted it, if anyone did
+    return stale
+
+
+def limits_accepted_text(accepted_by: str, accepted: dict[str, Any]) -> str:
+    """Said in the thread when the gate message it belongs to was never posted."""
+    return (f"Limits accepted by {person(accepted_by)}: maxConcurrentRequests "
+            f"{accepted.get('max_concurrent_requests')}, maxQueueSize {accepted.get('max_queue_size')}")
+
+
+def incident_parts(incident: Incident, text: str, context: dict[str, Any]) -> list[Part]:
+    """A metrics-watch alert as it reads now: who took it, a silence, recovered (no buttons then)."""
+    return alert_parts(text, incident.id, context, acknowledged_by=incident.acknowledged_by,
+                       silenced_by=incident.silenced_by, silenced_until=incident.silenced_until,
+                       silence_reason=incident.silence_reason, closed=not incident.open)

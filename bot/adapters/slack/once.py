@@ -1,0 +1,163 @@
+"""Posts a Slack message (or uploads a file) exactly once, across replicas and retries.
+
+Every message the notifier posts has a key (``deployment:<id>`` for a thread's
+root, ``gate:<id>`` for a gate message, ``event:<id>`` for an event's reply or
+upload, ``…/<n>`` for overflow pieces), claimed in ``slack_posts`` and committed
+before the Web API call, with the message's ``ts`` committed right after it,
+each in a transaction of its own. A retry finds the ``ts`` and posts nothing; a
+claim without one (the replica died mid-call, or Slack's answer was lost) is
+looked up in Slack by the key the message carries in its metadata (an upload:
+by its title) before it is sent again. So nothing that fails around a post (the
+database, a guard, a stop) makes it post twice, and posts go out without
+slack_sdk's connection-error retries, which would resend a message Slack may
+already have taken. Edits (``chat.update``) are idempotent and need none of this.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
+
+from bot.adapters.clock import Clock
+from bot.adapters.store.posts import PostClaim
+from bot.adapters.store.uow import UnitOfWorkFactory
+
+log = logging.getLogger(__name__)
+
+# The metadata event type of every message the notifier posts; its payload's ``key`` finds the message again.
+POST_EVENT_TYPE = "kimi_ops_post"
+# How many pages (200 messages each) of a thread or channel a lookup reads before it posts again.
+LOOKUP_PAGES = 5
+
+
+def without_connection_retries(client: WebClient) -> WebClient:
+    """``client`` for posts: a connection error may come after Slack took the message, so it is not resent blindly."""
+    poster = copy.copy(client)
+    poster.retry_handlers = [h for h in client.retry_handlers if not isinstance(h, ConnectionErrorRetryHandler)]
+    return poster
+
+
+def post_key(message: dict[str, Any]) -> str | None:
+    """The key a message the notifier posted carries in its metadata (``None`` for anyone else's message)."""
+    metadata = message.get("metadata") or {}
+    if metadata.get("event_type") != POST_EVENT_TYPE:
+        return None
+    key = (metadata.get("event_payload") or {}).get("key")
+    return str(key) if key is not None else None
+
+
+def slack_error(exc: BaseException) -> str:
+    """What went wrong, in a log line: Slack's error code, or the exception."""
+    return str(exc.response.get("error")) if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
+
+
+class PostOnce:
+    """Posts and uploads keyed in ``slack_posts``; ``client`` also reads Slack to find an earlier try's message."""
+
+    def __init__(self, client: WebClient, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self.client = client
+        self.poster = without_connection_retries(client)
+        self.uow = uow
+        self.clock = clock
+
+    def post(self, key: str, channel: str, text: str, *, blocks: list[dict[str, Any]] | None = None,
+             thread_ts: str | None = None, broadcast: bool = False) -> tuple[str, str]:
+        """Post the message ``key`` names once, whatever fails around it: its channel and ``ts``."""
+        extra: dict[str, Any] = {"thread_ts": thread_ts, "reply_broadcast": broadcast} if thread_ts else {}
+
+        def send() -> tuple[str, str]:
+            answer = self.poster.chat_postMessage(
+                channel=channel, text=text, blocks=blocks,
+                metadata={"event_type": POST_EVENT_TYPE, "event_payload": {"key": key}}, **extra,
+            )
+            return str(answer["channel"]), str(answer["ts"])
+
+        return self.once(key, channel, thread_ts, lambda message: post_key(message) == key, send)
+
+    def upload(self, key: str, channel: str, thread_ts: str | None, data: bytes, *, filename: str, title: str,
+               alt_text: str | None = None) -> tuple[str, str]:
+        """Upload ``data`` once (``files_upload_v2``): the channel and ``file:<id>`` (a file's id, not a message ts)."""
+        extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
+
+        def send() -> tuple[str, str]:
+            answer = self.poster.files_upload_v2(channel=channel, file=data, filename=filename, title=title,
+                                                 alt_txt=alt_text or title, **extra)
+            return channel, f"file:{(answer.get('files') or [{}])[0].get('id', '')}"
+
+        # An upload carries no metadata: an earlier try's file is recognised by its title.
+        return self.once(key, channel, thread_ts,
+                         lambda message: any(f.get("title") == title for f in message.get("files") or []), send)
+
+    def once(self, key: str, channel: str, thread_ts: str | None, earlier: Callable[[dict[str, Any]], bool],
+             send: Callable[[], tuple[str, str]]) -> tuple[str, str]:
+        """``send`` what ``key`` names unless it was sent before: where it went.
+
+        The claim is committed before the call and where it went right after it, each on its own, so a delivery
+        that fails later (or a replica that stops) leaves a record the retry reuses instead of sending again. A
+        claim with no record (an earlier try died mid-call or lost Slack's answer) is looked for first: the
+        message ``earlier`` recognises in the thread of ``thread_ts`` (else among the channel's newest).
+        """
+        claim = self._claim(key, channel)
+        if claim.ts is not None:
+            return claim.channel, claim.ts
+        if not claim.first and (found := self._find(claim.channel, thread_ts, earlier)) is not None:
+            self._record(key, claim.channel, found)
+            return claim.channel, found
+        try:
+            sent = send()
+        except SlackApiError:
+            self._release(key)  # Slack answered no: nothing was sent, so the next try need not look for it
+            raise
+        self._record(key, *sent)
+        return sent
+
+    def posted(self, key: str) -> tuple[str, str] | None:
+        """Where the message ``key`` names went, if it was posted."""
+        with self.uow() as uow:
+            return uow.posts.posted(key)
+
+    def _claim(self, key: str, channel: str) -> PostClaim:
+        with self.uow() as uow:
+            claim = uow.posts.claim(key, channel, self.clock.now())
+            uow.commit()
+            return claim
+
+    def _record(self, key: str, channel: str, ts: str) -> None:
+        with self.uow() as uow:
+            uow.posts.record(key, channel, ts, self.clock.now())
+            uow.commit()
+
+    def _release(self, key: str) -> None:
+        with self.uow() as uow:
+            uow.posts.release(key)
+            uow.commit()
+
+    def _find(self, channel: str, thread_ts: str | None, match: Callable[[dict[str, Any]], bool]) -> str | None:
+        """The ``ts`` of the message ``match`` picks in the thread of ``thread_ts`` (else among the channel's newest)."""
+        cursor: str | None = None
+        for _ in range(LOOKUP_PAGES):
+            try:
+                if thread_ts:
+                    page = self.client.conversations_replies(channel=channel, ts=thread_ts, include_all_metadata=True,
+                                                             limit=200, cursor=cursor)
+                else:
+                    page = self.client.conversations_history(channel=channel, include_all_metadata=True, limit=200,
+                                                             cursor=cursor)
+            except SlackApiError as exc:
+                # Without channels:history / groups:history the message cannot be looked for: post it, maybe twice.
+                log.warning("cannot look in %s for a message an earlier try may have posted (%s); posting it",
+                            channel, slack_error(exc))
+                return None
+            for message in page.get("messages") or []:
+                if match(message):
+                    return str(message["ts"])
+            cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+            if cursor is None:
+                return None
+        return None

@@ -1,0 +1,274 @@
+"""A deployment's Slack thread: its root, its one progress message, gate messages, plots and the ramp.
+
+The notifier (:mod:`bot.adapters.slack.notifier`) hands each outbox event of a
+deployment here, through one handler per event class (:attr:`DeploymentThread.HANDLERS`):
+
+* the first event of a deployment posts the thread's root message in the
+  endpoint's channel (or the channel the request came from) and keeps its ``ts``;
+* ``deployment.state``, ``rollout.progress`` and ``admission.changed`` edit the
+  deployment's one progress message in place (``progress:<id>``: the step, the
+  time since it was requested, pods ready, the last event), posted in the thread
+  the first time, and refresh the root's title: a deploy's thread is its root,
+  one message per gate report and this one message;
+* ``gate.waiting`` posts the check report with Approve/Reject buttons in the
+  thread (the part that does not fit Slack's limits follows as replies);
+* ``gate.decided`` updates that gate message in place: no buttons, who and when;
+* a traffic gate message also offers "Accept proposed limits" while its
+  proposal differs from the endpoint's limits; ``limits.accepted`` updates it
+  in place to say who accepted which limits and when;
+* a gate report with a plot gets it uploaded into the thread
+  (``files_upload_v2``) by its own ``gate.plot`` event, written in the same
+  transaction that records the gate message, so a failed upload is retried
+  without posting the gate message twice.
+
+Every post goes through :class:`~bot.adapters.slack.once.PostOnce`; what each
+message says comes from :mod:`bot.adapters.slack.messages`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from slack_sdk import WebClient
+
+from bot.adapters.clock import Clock
+from bot.adapters.slack.blocks import render, slack_text
+from bot.adapters.slack.messages import (
+    gate_message,
+    gate_plot_alt_text,
+    gate_plot_title,
+    limits_accepted_text,
+    plot_filename,
+    progress_parts,
+    replaced_gate_message,
+    root_text,
+)
+from bot.adapters.slack.once import PostOnce
+from bot.adapters.store.models import Deployment, GateResult
+from bot.adapters.store.uow import SqlUnitOfWork
+from bot.domain.events import (
+    AdmissionChanged,
+    ChannelNotice,
+    DeploymentRequested,
+    GateDecided,
+    GatePlot,
+    GateWaiting,
+    LimitsAccepted,
+    OutboxEvent,
+    RampPlot,
+    RampSplit,
+    RolloutProgress,
+    StateChanged,
+)
+from bot.domain.states import State
+from bot.views.deployments import state_words
+from bot.views.gates import decided_note
+from bot.views.parts import Part, Text
+from bot.views.ramp import ramp_parts
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["DeploymentThread", SqlUnitOfWork, Deployment, Any, str], None]
+"""Delivers one event of a deployment whose thread exists; the last argument keys the event's own post."""
+
+
+def thread_of(channel: str | None, ts: str | None) -> tuple[str, str]:
+    """Where a message already posted lives; callers reach here only after it was posted."""
+    if channel is None or ts is None:
+        raise RuntimeError("the Slack message has no channel or ts yet")
+    return channel, ts
+
+
+class DeploymentThread:
+    """Delivers the events of one deployment into its thread; ``on_follow_up`` is told when one wrote another event."""
+
+    def __init__(self, client: WebClient, posts: PostOnce, clock: Clock, *, fallback_channel: str | None,
+                 on_follow_up: Callable[[], None]) -> None:
+        self.client = client
+        self.posts = posts
+        self.clock = clock
+        self.fallback_channel = fallback_channel
+        self.on_follow_up = on_follow_up
+        self._origins: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def remember_origin(self, deployment_id: int, channel: str | None) -> None:
+        """The channel a request came from: the thread goes there when the endpoint names no channel."""
+        if channel:
+            with self._lock:
+                self._origins[deployment_id] = channel
+
+    def deliver(self, uow: SqlUnitOfWork, dep: Deployment, event: OutboxEvent, key: str) -> None:
+        """Deliver ``event`` into the thread of ``dep``, posting its root first; nothing without a channel."""
+        if not self._ensure_root(uow, dep):
+            return
+        handler = next((h for cls in type(event).__mro__ if (h := self.HANDLERS.get(cls)) is not None), None)
+        if handler is not None:
+            handler(self, uow, dep, event, key)
+
+    def _requested(self, uow: SqlUnitOfWork, dep: Deployment, event: DeploymentRequested, key: str) -> None:
+        """The root message is the whole announcement, and ``_ensure_root`` posted it."""
+
+    def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress, key: str) -> None:
+        known = {s.value for s in State}
+        self._show_progress(uow, dep, State(event.state) if event.state and event.state in known else None, event.message)
+
+    def _ramp_split(self, uow: SqlUnitOfWork, dep: Deployment, event: RampSplit, key: str) -> None:
+        """One message per ramp (key ``ramp:<deployment>``), posted once and edited in place by every later event."""
+        service = ((dep.endpoint.settings or {}).get("pair") or {}).get("service")
+        rendered = render(ramp_parts(event, service))
+        channel, ts = self._reply(dep, f"ramp:{dep.id}", rendered.text, parts=ramp_parts(event, service))
+        self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
+
+    def _ramp_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: RampPlot, key: str) -> None:
+        """The ramp's PNG into its thread, once; one not readable on this replica (or changed) becomes a note."""
+        try:
+            data: bytes | None = Path(event.path).read_bytes()
+        except OSError:
+            data = None
+        if data is None or hashlib.sha256(data).hexdigest() != event.sha256:
+            self._reply(dep, key, "The ramp's plot is not available on this kimi-ops replica; the ramp message above "
+                                  "has its numbers.")
+            return
+        channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
+        self.posts.upload(key, channel, thread_ts, data, filename=Path(event.path).name, title=event.title)
+
+    def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
+        if event.text:
+            self._reply(dep, key, slack_text(event.text))
+
+    def _admission_changed(self, uow: SqlUnitOfWork, dep: Deployment, event: AdmissionChanged, key: str) -> None:
+        # Each ramp step changes admission: the progress message says it, the thread does not grow.
+        self._show_progress(uow, dep, None, event.text)
+
+    # ------------------------------------------------------------------ the one progress message
+    def _show_progress(self, uow: SqlUnitOfWork, dep: Deployment, state: State | None, last: str | None) -> None:
+        """Post the deployment's progress message once (``progress:<id>``), then edit it in place by its recorded ts."""
+        rendered = render(progress_parts(uow, dep, state or State(dep.state), self.clock.now(), last))
+        key = f"progress:{dep.id}"
+        where = self.posts.posted(key)
+        if where is not None:
+            self.client.chat_update(channel=where[0], ts=where[1], text=rendered.text, blocks=rendered.blocks)
+            return
+        channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
+        self.posts.post(key, channel, rendered.text, blocks=rendered.blocks, thread_ts=thread_ts)
+
+    def _ensure_root(self, uow: SqlUnitOfWork, dep: Deployment) -> bool:
+        if dep.slack_thread_ts:
+            return True
+        with self._lock:
+            origin = self._origins.get(dep.id)
+        channel = (dep.endpoint.settings or {}).get("channel") or origin or self.fallback_channel
+        if not channel:
+            log.warning("no channel for deployment #%s; set the channel of endpoint %s", dep.id, dep.endpoint.name)
+            return False
+        text = root_text(dep)
+        dep.slack_channel, dep.slack_thread_ts = self.posts.post(f"deployment:{dep.id}", channel, text,
+                                                                 blocks=render([Text(text)]).blocks)
+        return True
+
+    def _reply(self, dep: Deployment, key: str, text: str, *, broadcast: bool = False,
+               parts: list[Part] | None = None) -> tuple[str, str]:
+        """Reply in the deployment's thread (what does not fit follows as replies keyed ``key/1``…): channel and ts."""
+        rendered = render(parts or [Text(text)])
+        channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
+        posted = self.posts.post(key, channel, rendered.text if parts else text, blocks=rendered.blocks, thread_ts=thread_ts,
+                                 broadcast=broadcast)
+        for number, piece in enumerate(rendered.overflow, 1):
+            self.posts.post(f"{key}/{number}", channel, piece, thread_ts=thread_ts)
+        return posted
+
+    def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged, key: str) -> None:
+        target, reason = State(event.to_state), event.reason
+        self._show_progress(uow, dep, target, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""))
+        self._update_root(dep, target, reason)
+        if target == State.LIVE:
+            # The release this one replaced is no longer live: its thread's title must say so too.
+            for older in uow.deployments.in_states(dep.endpoint_id, [State.SUPERSEDED]):
+                if older.slack_thread_ts and older.state_reason == f"superseded by deployment #{dep.id}":
+                    self._update_root(older)
+
+    def _update_root(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> None:
+        text = root_text(dep, state, reason)
+        channel, ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
+        self.client.chat_update(channel=channel, ts=ts, text=text, blocks=render([Text(text)]).blocks)
+
+    def _gate_row(self, uow: SqlUnitOfWork, row_id: int | None) -> GateResult | None:
+        return uow.gates.get(row_id) if row_id else None
+
+    def _update_gate(self, uow: SqlUnitOfWork, row: GateResult, parts: list[Part]) -> None:
+        rendered = render(parts)
+        channel, ts = thread_of(row.slack_channel, row.slack_ts)
+        self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
+
+    def _gate_waiting(self, uow: SqlUnitOfWork, dep: Deployment, event: GateWaiting, key: str) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
+        if row is None or row.slack_ts:
+            return  # already posted (a redelivery), or the report is gone
+        # Keyed by the gate result, not the event: one report is one message, whoever asks to post it.
+        row.slack_channel, row.slack_ts = self._reply(dep, f"gate:{row.id}", "", parts=gate_message(uow, dep, row))
+        if ((row.report.get("attachments") or {}).get("plot") or {}).get("path"):
+            # Its own event, committed with the gate message's ts: a failed upload is retried alone.
+            uow.events.emit(GatePlot(deployment_id=dep.id, endpoint_name=dep.endpoint.name, gate=row.gate, gate_result_id=row.id),
+                            at=self.clock.now())
+            self.on_follow_up()
+        uow.flush()
+        for older in uow.gates.for_deployment(dep.id):
+            if older.gate == row.gate and older.id < row.id and older.decision is None and older.slack_ts:
+                # A re-check replaced this report: its buttons must not be pressed any more.
+                self._update_gate(uow, older, replaced_gate_message(uow, dep, older, row))
+
+    def _gate_decided(self, uow: SqlUnitOfWork, dep: Deployment, event: GateDecided, key: str) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
+        if row is None or not row.slack_ts:
+            note = decided_note(event.decision, event.decided_by, event.decided_at, event.reason)
+            self._reply(dep, key, slack_text(note.text))
+            return
+        self._update_gate(uow, row, gate_message(uow, dep, row))
+
+    def _limits_accepted(self, uow: SqlUnitOfWork, dep: Deployment, event: LimitsAccepted, key: str) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
+        if row is not None and row.slack_ts:
+            self._update_gate(uow, row, gate_message(uow, dep, row))
+            return
+        # The gate message was never posted (no channel then): say it in the thread instead.
+        self._reply(dep, key, limits_accepted_text(event.accepted_by, event.accepted))
+
+    def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: GatePlot, key: str) -> None:
+        row = self._gate_row(uow, event.gate_result_id)
+        plot = (((row.report if row else {}).get("attachments") or {}).get("plot")) or {}
+        gate = event.gate or (row.gate if row else "gate")
+        path = Path(str(plot.get("path", "")))
+        try:
+            data = path.read_bytes() if plot.get("path") else None
+        except OSError:
+            data = None
+        if data is None or (plot.get("sha256") and hashlib.sha256(data).hexdigest() != plot["sha256"]):
+            # Another replica ran the sweep, or the file was cleaned up: the table in the message has the numbers.
+            log.warning("plot of the %s gate of deployment #%s is not readable at %s", gate, dep.id, path)
+            self._reply(dep, key, f"The {gate} gate's plot is not available on this kimi-ops replica; "
+                                  "the table above has the same numbers.")
+            return
+        channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
+        self.posts.upload(key, channel, thread_ts, data, filename=plot_filename(dep.endpoint.name, dep.release.name, gate),
+                          title=gate_plot_title(gate, dep.id), alt_text=gate_plot_alt_text(gate, dep.id))
+
+    # One handler per event class; a subclass without its own entry uses its nearest base's (every ChannelNotice).
+    HANDLERS: ClassVar[dict[type[OutboxEvent], Handler]] = {
+        DeploymentRequested: _requested,
+        StateChanged: _state_change,
+        GateWaiting: _gate_waiting,
+        GateDecided: _gate_decided,
+        LimitsAccepted: _limits_accepted,
+        GatePlot: _gate_plot,
+        RolloutProgress: _progress,
+        AdmissionChanged: _admission_changed,
+        RampSplit: _ramp_split,
+        RampPlot: _ramp_plot,
+        ChannelNotice: _thread_notice,
+    }
