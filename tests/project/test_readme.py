@@ -1,4 +1,5 @@
-"""The README says what ships: its commands exist, its endpoint is the sandbox's, its diff is the shipped releases'.
+"""The README and the docs say what ships: their commands exist, their endpoint is the sandbox's, their diff is the
+shipped releases'.
 
 The read-only terminal examples also run against the sandbox in ``tests/stack/test_cli_end_to_end.py``.
 """
@@ -16,7 +17,7 @@ from bot.cli.main import app
 from bot.domain.release import ReleaseManifest
 from bot.domain.release_diff import diff_releases, render_diff
 from bot.sandbox.stack import ENDPOINT
-from tests.readme_support import README, command_lines, text_block_after
+from tests.docs_support import DOCS, README, command_lines, text_block_after
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,14 +30,14 @@ def _command_path(words: list[str]) -> list[str]:
         commands = getattr(group, "commands", None)
         if not commands:
             break
-        assert word in commands, f"`kimi-ops {' '.join([*path, word])}` in the README is no kimi-ops command"
+        assert word in commands, f"`kimi-ops {' '.join([*path, word])}` in the docs is no kimi-ops command"
         path.append(word)
         group = commands[word]
-    assert not getattr(group, "commands", None), f"`kimi-ops {' '.join(path)}` in the README names no sub-command"
+    assert not getattr(group, "commands", None), f"`kimi-ops {' '.join(path)}` in the docs names no sub-command"
     return path
 
 
-def test_every_command_the_readme_shows_exists_and_answers_help() -> None:
+def test_every_command_the_docs_show_exists_and_answers_help() -> None:
     lines = command_lines()
     assert len(lines) > 30
     runner = CliRunner()
@@ -44,7 +45,7 @@ def test_every_command_the_readme_shows_exists_and_answers_help() -> None:
         assert runner.invoke(app, [*path, "--help"]).exit_code == 0, path
 
 
-def test_the_readme_terminal_workflow_names_the_sandbox_endpoint() -> None:
+def test_the_docs_terminal_workflow_names_the_sandbox_endpoint() -> None:
     for words in command_lines():
         for flag in ("--to", "history", "rollback", "open", "close"):
             if flag in words and words.index(flag) + 1 < len(words) and words[0] != "release":
@@ -53,7 +54,7 @@ def test_the_readme_terminal_workflow_names_the_sandbox_endpoint() -> None:
                     assert named == ENDPOINT, words
 
 
-def test_every_positional_endpoint_the_readme_fills_in_is_the_sandbox_endpoint() -> None:
+def test_every_positional_endpoint_the_docs_fill_in_is_the_sandbox_endpoint() -> None:
     root = typer.main.get_command(app)
     named = 0
     for words in command_lines():
@@ -72,9 +73,10 @@ def test_every_positional_endpoint_the_readme_fills_in_is_the_sandbox_endpoint()
     assert named >= 3  # drill, drills, licence review at least
 
 
-def test_the_readme_diff_is_what_the_shipped_releases_give() -> None:
+def test_the_releases_page_diff_is_what_the_shipped_releases_give() -> None:
     old, new = (ReleaseManifest.model_validate(yaml.safe_load((ROOT / f"deploy/releases/{name}.yaml").read_text()))
                 for name in ("kimi-k3-2026-08-01", "kimi-k3-2026-09-01"))
+    assert "$ kimi-ops release diff kimi-k3-2026-08-01 kimi-k3-2026-09-01" in (DOCS / "releases.md").read_text()
     shown = text_block_after("kimi-ops release diff kimi-k3-2026-08-01 kimi-k3-2026-09-01")
     assert shown.strip() == render_diff(diff_releases(old, new)).strip()
 
@@ -84,8 +86,17 @@ def test_the_readme_says_where_plots_and_stand_ins_are() -> None:
     assert "kimi-ops sandbox --addresses" in text and "KIMI_DATA_DIR/reports/" in text
 
 
-def test_the_readme_lists_the_infrastructure_gates_checks() -> None:
+def test_the_readme_is_a_front_door() -> None:
     text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    for command in ("./dev demo", "./dev test", "./dev run kimi-ops sandbox"):
+        assert command in text, command
+    for page in DOCS.glob("*.md"):
+        assert f"(docs/{page.name})" in text, f"the README does not link docs/{page.name}"
+
+
+def test_the_releases_page_lists_the_infrastructure_gates_checks() -> None:
+    text = (DOCS / "releases.md").read_text()
     table = text[text.index("The infrastructure gate (`gate recheck"):]
     table = table[:table.index("\n\n", table.index("| check |"))]
     named = {name for row in table.splitlines() if row.startswith("| `") for name in row.split(" | ")[0][2:].split("`, `")}

@@ -36,7 +36,7 @@ from tests.cli_support import (
     start_cli_sandbox,
     stop_cli_sandbox,
 )
-from tests.readme_support import read_examples
+from tests.docs_support import read_examples
 
 # Whole-stack: every stand-in plus many kimi-ops subprocesses per test.
 pytestmark = pytest.mark.timeout(300)
@@ -174,7 +174,7 @@ def test_rollback_from_the_cli_restores_the_previous_release_and_reopens_the_rou
     assert all(word in second_row for word in ("deploy", newer, "superseded"))
     assert all(word in first_row for word in ("deploy", older, "superseded"))
 
-    # The README's read-only terminal examples, as written there, against this sandbox, by an operator whose
+    # The read-only terminal examples of the README and docs/, as written there, against this sandbox, by an operator whose
     # KIMI_CLI_USER says who they are (governance and drill listings are for people with a role).
     examples = read_examples()
     assert ["history", ENDPOINT] in examples and ["release", "show", older] in examples
