@@ -32,7 +32,7 @@ PositiveHours = Annotated[float, Field(gt=0, le=24 * 366)]
 
 
 class Settings(BaseSettings):
-    """Every setting of kimi-ops; see the README's settings table."""
+    """Every setting of kimi-ops; docs/configuration.md lists them, generated from these models."""
 
     model_config = SettingsConfigDict(env_prefix="KIMI_", extra="ignore", populate_by_name=True)
 

@@ -51,7 +51,7 @@ class EnvSource(EnvSettingsSource):
         except ValueError as exc:
             reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not JSON"
             form = "JSON or comma-separated values" if scalar_list else "JSON"
-            example = EXAMPLES.get(field_name, "see the README")
+            example = EXAMPLES.get(field_name, "see docs/configuration.md")
             raise ConfigError(
                 f"{env_name(self.settings_cls, field_name)}: not valid {form} ({reason}); e.g. {example}"
             ) from None
