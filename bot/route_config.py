@@ -53,7 +53,7 @@ class ServiceBackend(BaseModel):
 
     name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL,
                       description="Service name (a DNS label, as Services require).")
-    port: int = Field(default=MODEL_PORT, ge=1, le=65535)
+    port: int = Field(default=MODEL_PORT, ge=1, le=65535, description="The Service's port.")
 
 
 class CohortHeader(BaseModel):
@@ -61,8 +61,9 @@ class CohortHeader(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(default=DEFAULT_COHORT_HEADER, min_length=1, max_length=256, pattern=HEADER_NAME)
-    value: str = Field(default=DEFAULT_COHORT_VALUE, min_length=1, max_length=4096)
+    name: str = Field(default=DEFAULT_COHORT_HEADER, min_length=1, max_length=256, pattern=HEADER_NAME,
+                      description="Header name.")
+    value: str = Field(default=DEFAULT_COHORT_VALUE, min_length=1, max_length=4096, description="Header value.")
 
     @field_validator("value")
     @classmethod
@@ -79,13 +80,13 @@ class RouteSettings(BaseModel):
 
     name: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL,
                              description="Name of the HTTPRoute object; default: the endpoint's name (a pair's: the service's).")
-    gateway: GatewayParent
+    gateway: GatewayParent = Field(description="The Gateway the route attaches to.")
     hostnames: list[str] = Field(default_factory=list, max_length=16,
                                  description="Host headers the route answers; empty: every hostname of the listener.")
     backend: ServiceBackend | None = Field(
         default=None, description="The Kimi K3 model Service; default: named after the endpoint, port 8000.")
     fallback: ServiceBackend | None = Field(default=None, description="The smaller fallback model's Service, if any.")
-    cohort_header: CohortHeader = Field(default_factory=CohortHeader)
+    cohort_header: CohortHeader = Field(default_factory=CohortHeader, description="The header of the internal cohort.")
 
     @field_validator("hostnames")
     @classmethod

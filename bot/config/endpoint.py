@@ -21,9 +21,10 @@ class RequestLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_concurrent_requests: int = Field(default=8, ge=1, le=10_000)
-    max_queue_size: int = Field(default=16, ge=0, le=100_000)
-    overflow_status_code: Literal[429, 503] = 429
+    max_concurrent_requests: int = Field(default=8, ge=1, le=10_000,
+                                         description="Requests the model serves at once (EKS: vLLM's --max-num-seqs).")
+    max_queue_size: int = Field(default=16, ge=0, le=100_000, description="Requests that may wait beyond those.")
+    overflow_status_code: Literal[429, 503] = Field(default=429, description="The answer to a request beyond both.")
 
 
 class RampSettings(BaseModel):
@@ -38,7 +39,7 @@ class RampSettings(BaseModel):
     sample_seconds: float = Field(default=10, gt=0, le=600, description="How often /metrics is read during a soak.")
     error_rate: float = Field(default=0.01, ge=0, le=1, description="5xx share of user requests a step may see.")
     queue_depth: float = Field(default=8, ge=0, description="Requests waiting in vLLM a step may see.")
-    kv_cache_usage: float = Field(default=0.95, gt=0, le=1)
+    kv_cache_usage: float = Field(default=0.95, gt=0, le=1, description="KV-cache usage (0-1) a step may see.")
     approval_steps: list[int] = Field(default_factory=list, description="Shares (1-100 %; 100 = everyone) the ramp "
                                       "moves to only once an approver says so (`/kimi ramp approve N STEP`).")
 
@@ -62,8 +63,8 @@ class PairSide(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    service: str
-    partner: str
+    service: str = Field(description="The service this endpoint is a side of.")
+    partner: str = Field(description="The service's other side.")
 
 
 class EndpointSettings(BaseModel):
@@ -71,39 +72,47 @@ class EndpointSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-    kind: EndpointKind = "hyperpod"
-    environment: str = "prod"
-    namespace: str = "model-serving"
-    cluster_context: str | None = None
-    url: str = "http://127.0.0.1:8000"
-    served_model_name: str = "Kimi-K3"
-    channel: str | None = None
-    region: str = "us-east-1"
-    instance_type: str = "p6-b300.48xlarge"
-    availability_zone: str | None = None
-    reservation_id: str | None = None
-    request_limits: RequestLimits = Field(default_factory=RequestLimits)
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+                      description="What people call the endpoint; also the name of the objects rendered for it.")
+    kind: EndpointKind = Field(default="hyperpod",
+                               description="`hyperpod` (the HyperPod Inference Operator) or `eks` (a Deployment).")
+    environment: str = Field(default="prod", description="`prod` refuses self-approval and requires `egress` on HyperPod.")
+    namespace: str = Field(default="model-serving", description="Kubernetes namespace of the endpoint's objects.")
+    cluster_context: str | None = Field(default=None, description="kubeconfig context of its cluster (default: the current one).")
+    url: str = Field(default="http://127.0.0.1:8000", description="Base URL of its OpenAI-compatible API.")
+    served_model_name: str = Field(default="Kimi-K3", description="The model name the server must list and answer under.")
+    channel: str | None = Field(default=None, description="Slack channel ID of its threads and alerts; invite the bot there.")
+    region: str = Field(default="us-east-1", description="AWS region of its reservation.")
+    instance_type: str = Field(default="p6-b300.48xlarge", description="The node's instance type.")
+    availability_zone: str | None = Field(default=None, description="Zone the node and its reservation must be in.")
+    reservation_id: str | None = Field(default=None, description="Its Capacity Block ID or training plan ARN "
+                                       "(default: one of its region, kind, instance type and zone).")
+    request_limits: RequestLimits = Field(default_factory=RequestLimits, description="Admission limits as declared.")
     # Written by an approver accepting the traffic gate's proposal; kept across restarts by sync_endpoints.
-    accepted_request_limits: RequestLimits | None = None
-    warmup_minutes: int = Field(default=45, ge=0)
-    soak_minutes: int = Field(default=120, ge=0)
-    rollout_window_minutes: int = Field(default=240, ge=0)
-    max_deploy_seconds: int = Field(default=3600, ge=60)
-    ttft_objective_ms: int = Field(default=2000, ge=1)
-    separate_approver: bool | None = None
+    accepted_request_limits: RequestLimits | None = Field(
+        default=None, description="Limits accepted at a traffic gate; they win over request_limits (never set by hand).")
+    warmup_minutes: int = Field(default=45, ge=0, description="Warm-up the reservation must leave room for.")
+    soak_minutes: int = Field(default=120, ge=0, description="Soak the reservation must leave room for.")
+    rollout_window_minutes: int = Field(default=240, ge=0, description="Rollout the reservation must leave room for.")
+    max_deploy_seconds: int = Field(default=3600, ge=60, description="How long a rollout may take before it fails.")
+    ttft_objective_ms: int = Field(default=2000, ge=1,
+                                   description="First-token objective of readiness probes and the traffic gate's knee.")
+    separate_approver: bool | None = Field(
+        default=None, description="Whether a requester may not approve their own gates (default: true on `prod`).")
     client_namespaces: list[str] = Field(
         default_factory=lambda: ["kimi-ops"],
         description="Namespaces besides the endpoint's own allowed to reach its API port (EKS NetworkPolicy).",
     )
-    rollback_approvals: int = Field(default=1, ge=0, le=4)
+    rollback_approvals: int = Field(default=1, ge=0, le=4,
+                                    description="Approvals a rollback's artifact gate needs (0: none when no check fails).")
     # The Gateway API HTTPRoute kimi-ops keeps in front of the endpoint (bot/route_config.py); None: no route.
-    route: RouteSettings | None = None
+    route: RouteSettings | None = Field(default=None, description="The HTTPRoute in front of the endpoint (none: the "
+                                        "admission ConfigMap only).")
     route_accept_seconds: float = Field(default=60, gt=0, le=3600,
                                         description="How long the gateway may take to accept a route change.")
     drain_seconds: float = Field(default=600, gt=0, le=86_400,
                                  description="How long closed admission waits for requests to finish.")
-    ramp: RampSettings = Field(default_factory=RampSettings)
+    ramp: RampSettings = Field(default_factory=RampSettings, description="How users meet a candidate after its gates.")
     gate_wait_before_apply_minutes: float = Field(default=24 * 60, gt=0, description="A gate waits this long before apply.")
     gate_wait_after_apply_minutes: float = Field(default=30, gt=0,
                                                  description="A gate waits this long once users are closed out.")
@@ -134,7 +143,7 @@ class EndpointSettings(BaseModel):
     )
     pair: PairSide | None = Field(default=None, description="Derived from services: (never set by hand).")
     # After go-live (the metrics watch): objectives and budgets, and the node's DCGM exporter if it has one.
-    slo: SloSettings = Field(default_factory=SloSettings)
+    slo: SloSettings = Field(default_factory=SloSettings, description="Objectives and error budgets after go-live.")
     dcgm_url: str | None = Field(default=None, description="URL of the node's NVIDIA DCGM exporter /metrics.")
     gpus: int = Field(default=8, ge=1, le=64, description="GPUs the node should report to DCGM.")
 

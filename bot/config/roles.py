@@ -14,10 +14,12 @@ class Roles(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    viewer: list[str] = Field(default_factory=list)
-    deployer: list[str] = Field(default_factory=list)
-    approver: list[str] = Field(default_factory=list)
-    admin: list[str] = Field(default_factory=list)
+    viewer: list[str] = Field(default_factory=list, description="See endpoints and deployments.")
+    deployer: list[str] = Field(default_factory=list, description="Viewers who may also register, deploy, roll back, "
+                                "cancel, re-run checks, ask for drills and acknowledge alerts.")
+    approver: list[str] = Field(default_factory=list, description="Viewers who may also decide gates, stalled drains, "
+                                "drills, proposed limits, licence reviews and exceptions.")
+    admin: list[str] = Field(default_factory=list, description="Every role, plus admission by hand and forced cancels.")
 
     @property
     def members(self) -> set[str]:

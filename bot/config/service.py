@@ -13,7 +13,7 @@ class ServiceSide(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    endpoint: str
+    endpoint: str = Field(description="The side's endpoint.")
     backend: ServiceBackend | None = Field(default=None, description="Default: named after the endpoint, port 8000.")
 
 
@@ -22,9 +22,10 @@ class ServiceRoute(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    gateway: GatewayParent
-    hostnames: list[str] = Field(default_factory=list, max_length=16)
-    cohort_header: CohortHeader = Field(default_factory=CohortHeader)
+    gateway: GatewayParent = Field(description="The Gateway the route attaches to.")
+    hostnames: list[str] = Field(default_factory=list, max_length=16,
+                                 description="Host headers the route answers; empty: every hostname of the listener.")
+    cohort_header: CohortHeader = Field(default_factory=CohortHeader, description="The header of the internal cohort.")
 
 
 class ServiceSettings(BaseModel):
@@ -32,10 +33,11 @@ class ServiceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL,
+                      description="What users call the service; also the name of its HTTPRoute.")
     sides: list[str | ServiceSide] = Field(min_length=2, max_length=2,
                                            description="The two endpoints, each its own node and reservation.")
-    route: ServiceRoute
+    route: ServiceRoute = Field(description="The service's one HTTPRoute.")
     ramp: RampSettings = Field(default_factory=lambda: RampSettings(steps=[1, 5, 25, 50]),
                                description="Weight steps (1-99 %) shifted to the candidate side, each soaked.")
 

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     config: Path | None = Field(default=None, description="YAML file with `endpoints:` and `roles:`.")
     auto_migrate: bool = Field(default=False, description="Upgrade the database schema at start instead of refusing.")
     log_format: Literal["text", "json"] = Field(default="text", description="`json` in production, `text` locally.")
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="The least severe line logged.")
     aws_regions: list[str] = Field(
         default_factory=lambda: ["us-east-1"], min_length=1, description="Regions watched for reservations."
     )
@@ -58,9 +58,10 @@ class Settings(BaseSettings):
         default_factory=lambda: [168.0, 72.0, 24.0, 6.0, 1.0], min_length=1,
         description="Hours before a reservation ends at which to warn; each positive.",
     )
-    readiness_failures_to_alert: int = Field(default=3, ge=1)
-    reservation_watch_minutes: int = Field(default=15, ge=1)
-    readiness_probe_minutes: int = Field(default=5, ge=1)
+    readiness_failures_to_alert: int = Field(
+        default=3, ge=1, description="Failed (or slow) readiness completions in a row before an alert.")
+    reservation_watch_minutes: int = Field(default=15, ge=1, description="How often the reservation watch runs.")
+    readiness_probe_minutes: int = Field(default=5, ge=1, description="How often each live endpoint gets a readiness completion.")
     probe_concurrency: int = Field(
         default=16, ge=1, le=256,
         description="Endpoints a readiness probe or metrics watch run asks at once (500 one-second completions: ~32 s at 16).",
@@ -89,9 +90,14 @@ class Settings(BaseSettings):
     lease_takeover_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often every replica looks for in-flight deployments whose lease lapsed."
     )
-    slack_bot_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"))
-    slack_signing_secret: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"))
-    slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"))
+    slack_bot_token: str | None = Field(
+        default=None, validation_alias=AliasChoices("SLACK_BOT_TOKEN"),
+        description="Bot token (xoxb-…), needed by serve; with it the CLI also honours roles granted through user groups.")
+    slack_signing_secret: str | None = Field(
+        default=None, validation_alias=AliasChoices("SLACK_SIGNING_SECRET"),
+        description="Verifies Slack's request signatures; needed by serve over HTTP.")
+    slack_app_token: str | None = Field(default=None, validation_alias=AliasChoices("SLACK_APP_TOKEN"),
+                                        description="App-level token (xapp-…) for serve --socket.")
     # Where Slack requests may come from; each left unset is learned from the bot token's auth.test at start.
     slack_allowed_team_ids: list[str] = Field(
         default_factory=list, description="Slack workspace IDs (T…) whose requests are served (default: the bot token's)."
@@ -103,13 +109,14 @@ class Settings(BaseSettings):
     slack_max_command_chars: int = Field(
         default=2000, ge=1, le=40_000, description="Longest `/kimi` text read; longer is refused before it is parsed."
     )
-    endpoints: list[EndpointSettings] = Field(default_factory=list)
+    endpoints: list[EndpointSettings] = Field(default_factory=list,
+                                              description="The serving targets (normally in the KIMI_CONFIG file).")
     capture_max_sampling_percent: int = Field(
         default=5, ge=1, le=100,
         description="Highest share of requests whose payloads an endpoint may capture (with a payload-capture exception).",
     )
     services: list[ServiceSettings] = Field(default_factory=list, description="Pairs of endpoints behind one route.")
-    roles: Roles = Field(default_factory=Roles)
+    roles: Roles = Field(default_factory=Roles, description="Who may do what (normally in the KIMI_CONFIG file).")
     evaluation_set: Path | None = Field(
         default=None, description="YAML evaluation set of the model gate (default: deploy/evaluation/kimi-k3-default.yaml)."
     )

@@ -32,11 +32,11 @@ class Objectives(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_p99_ms: float | None = Field(default=None, gt=0, description="unset: the endpoint's ttft_objective_ms")
-    completion_p99_ms: float = Field(default=30_000, gt=0)
+    completion_p99_ms: float = Field(default=30_000, gt=0, description="p99 of a whole completion")
     reject_rate: float = Field(default=0.01, ge=0, le=1, description="429/503 share of requests")
     error_rate: float = Field(default=0.01, ge=0, le=1, description="other failures (5xx, timeouts, broken streams)")
     queue_depth: float = Field(default=8, ge=0, description="requests waiting in vLLM (num_requests_waiting)")
-    kv_cache_usage: float = Field(default=0.95, gt=0, le=1)
+    kv_cache_usage: float = Field(default=0.95, gt=0, le=1, description="peak KV-cache usage (0-1)")
 
 
 class SweepPlan(BaseModel):
@@ -44,18 +44,18 @@ class SweepPlan(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    ceiling: int = Field(default=64, ge=1, le=4096)
-    warmup_requests: int = Field(default=2, ge=0)
+    ceiling: int = Field(default=64, ge=1, le=4096, description="highest concurrency tried")
+    warmup_requests: int = Field(default=2, ge=0, description="requests before each prefix mode, not measured")
     steady_requests_per_slot: int = Field(default=3, ge=1, description="steady requests per concurrent client")
-    steady_seconds: float = Field(default=60, gt=0)
+    steady_seconds: float = Field(default=60, gt=0, description="longest steady interval of one level")
     burst_rounds: int = Field(default=1, ge=0, description="times all clients fire at the same instant")
     refine_steps: int = Field(default=3, ge=0, description="bisections between the last good level and the knee")
     max_requests: int = Field(default=2000, ge=1, description="total requests of the whole sweep")
     max_seconds: float = Field(default=900, gt=0, description="wall time of the whole sweep")
-    request_timeout_seconds: float = Field(default=60, gt=0)
-    max_tokens: int = Field(default=64, ge=1)
+    request_timeout_seconds: float = Field(default=60, gt=0, description="bound of one whole streamed request")
+    max_tokens: int = Field(default=64, ge=1, description="tokens each request asks for")
     prompt_words: int = Field(default=200, ge=1, description="size of the shared/unique prompt prefix")
-    prefix_modes: tuple[PrefixMode, ...] = ("shared", "unique")
+    prefix_modes: tuple[PrefixMode, ...] = Field(default=("shared", "unique"), description="prompt prefix modes swept")
 
     def levels(self) -> list[int]:
         """1, 2, 4, … and the ceiling itself."""

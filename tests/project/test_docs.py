@@ -95,3 +95,11 @@ def test_every_link_between_pages_resolves() -> None:
             if "://" in target:
                 continue
             assert (document.parent / target).exists(), f"{document.name} links {target}, which does not exist"
+
+
+def test_every_setting_and_field_says_what_it_means() -> None:
+    # A field without a description would be a blank cell in the generated reference.
+    rows = [row for row in (DOCS / "configuration.md").read_text().splitlines() if row.startswith("| `")]
+    assert len(rows) > 80
+    blank = [row.split(" | ")[0] for row in rows if row.rstrip().endswith("|  |")]
+    assert not blank, f"add a description= to these settings' fields: {', '.join(blank)}"
