@@ -1,6 +1,8 @@
 """Logging setup: readable text locally, one JSON object per line in production.
 
-Records may carry ``correlation_id``; it is printed so a user-facing id can be found in the log.
+Records may carry ``correlation_id``; it is printed so a user-facing id can be found in the log. Every logger of
+kimi-ops is in one hierarchy, ``kimi_ops.<layer>.<module>`` (:func:`logger_for`), so one name sets the level of a
+layer (``kimi_ops.slack``) or of the whole bot (``kimi_ops``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+ROOT_LOGGER = "kimi_ops"
+# Bolt's own logger (signatures, listeners), at the Slack edge it serves.
+BOLT_LOGGER = f"{ROOT_LOGGER}.slack.bolt"
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+def logger_name(module: str) -> str:
+    """``bot.services.gates`` → ``kimi_ops.services.gates``; ``commands.deploy`` → ``kimi_ops.commands.deploy``."""
+    return f"{ROOT_LOGGER}.{module.removeprefix('bot.')}"
+
+
+def logger_for(module: str) -> logging.Logger:
+    """The logger of the module named ``module`` (pass ``__name__``), in the ``kimi_ops`` hierarchy."""
+    return logging.getLogger(logger_name(module))
 
 
 class JsonFormatter(logging.Formatter):

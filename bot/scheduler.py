@@ -19,7 +19,6 @@ from :mod:`bot.runtime`, which :meth:`JobRunner.start` installs.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import threading
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -31,10 +30,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 from bot import runtime
 from bot.adapters.leader import LeaderLock, leader_lock
 from bot.bootstrap import Root
+from bot.logs import logger_for
 from bot.services.context import Context
 from bot.services.scheduling import JOBS
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 MISFIRE_GRACE_SECONDS = 300
 ELECTION_SECONDS = 10.0

@@ -6,6 +6,7 @@ from bot.bootstrap import Root
 from bot.services.access import Identity
 from bot.views.parts import Heading, Reply, Text
 from commands.base import Usage, extra
+from commands.catalog import OTHERS
 
 NAME = "help"
 USAGE = "/kimi help"
@@ -18,7 +19,5 @@ def parse(args: list[str]) -> None:
 
 
 def run(root: Root, identity: Identity, parsed: None) -> Reply:
-    from commands.registry import COMMANDS  # the registry imports this module
-
-    lines = [f"`{m.USAGE}` — {m.HELP}" for m in COMMANDS]
+    lines = [f"`{USAGE}` — {HELP}", *(f"`{m.USAGE}` — {m.HELP}" for m in OTHERS)]
     return Reply(parts=(Heading("kimi-ops commands"), Text("\n".join(lines))), text="\n".join(lines))

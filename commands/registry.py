@@ -1,6 +1,6 @@
 """The one explicit list of ``/kimi`` sub-commands, and the dispatch from a command's text to a module.
 
-A new sub-command is one new module in ``commands/`` plus one line here.
+A new sub-command is one new module in ``commands/`` plus one line in :mod:`commands.catalog`.
 A command's text is parsed once (:func:`parse`, pure); the :class:`Parsed`
 value it returns is what :func:`run` hands to the module, so the Slack app
 parses in its acknowledgement and carries the result to the work after it.
@@ -16,33 +16,11 @@ from bot.bootstrap import Root
 from bot.domain.names import did_you_mean
 from bot.services.access import Identity
 from bot.views.parts import Reply
-from commands import (
-    admission,
-    cancel,
-    deploy,
-    diff,
-    drain,
-    drill,
-    drills,
-    exception,
-    exceptions,
-    gates,
-    help,
-    history,
-    licence,
-    ramp,
-    release,
-    reservations,
-    rollback,
-    slo,
-    status,
-)
+from commands import help
 from commands.base import Usage, q
+from commands.catalog import OTHERS
 
-COMMANDS: tuple[ModuleType, ...] = (
-    help, deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, ramp, admission, reservations,
-    licence, exceptions, exception, drill, drills,
-)
+COMMANDS: tuple[ModuleType, ...] = (help, *OTHERS)
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
 
 

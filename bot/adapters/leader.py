@@ -19,7 +19,6 @@ whether this process leads now; ``release`` gives leadership up):
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import socket
 import threading
 import uuid
@@ -29,7 +28,9 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, text
 
-log = logging.getLogger(__name__)
+from bot.logs import logger_for
+
+log = logger_for(__name__)
 
 ADVISORY_KEY = 0x6B696D69  # "kimi": one well-known key for the whole bot
 LEASE_NAME = "kimi-ops-scheduler"

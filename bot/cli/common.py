@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bot.bootstrap import Root
+    from bot.services.access import Identity
     from bot.services.context import Context
 
 
@@ -34,3 +35,14 @@ def default_actor() -> str:
         return f"cli:{getpass.getuser()}"
     except Exception:  # no login name in some containers
         return "cli:unknown"
+
+
+def identity(ctx: Context, user: str | None) -> Identity:
+    """Whom a command acts as: ``--as USER``, else ``KIMI_CLI_USER``; refused when neither says."""
+    from bot.services.access import identify
+    from bot.services.errors import Refused
+
+    user = user or ctx.settings.cli_user
+    if not user:
+        raise Refused("say who you are: --as U123ABC (a Slack user ID) or set KIMI_CLI_USER")
+    return identify(ctx, user)

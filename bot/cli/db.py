@@ -6,6 +6,7 @@ import typer
 
 from bot.cli import output
 from bot.cli.conventions import typer_app
+from bot.cli.guard import run_guarded
 
 app = typer_app(help="Manage the database schema (Alembic migrations).")
 
@@ -26,7 +27,6 @@ def _safe(url: str) -> str:
 def upgrade(revision: str = typer.Argument("head", help="Target revision (default: the newest).")) -> None:
     """Upgrade the database schema to REVISION (creates the SQLite file if needed)."""
     from bot.adapters.store import schema
-    from bot.cli.main import run_guarded
 
     def body() -> None:
         url = _url()
@@ -40,7 +40,6 @@ def upgrade(revision: str = typer.Argument("head", help="Target revision (defaul
 def downgrade(revision: str = typer.Argument(..., metavar="REVISION", help="Target revision, e.g. -1 or base.")) -> None:
     """Downgrade the database schema to REVISION."""
     from bot.adapters.store import schema
-    from bot.cli.main import run_guarded
 
     def body() -> None:
         url = _url()
@@ -54,7 +53,6 @@ def downgrade(revision: str = typer.Argument(..., metavar="REVISION", help="Targ
 def current() -> None:
     """Show the database's schema revision and the one this code expects."""
     from bot.adapters.store import make_engine, schema
-    from bot.cli.main import run_guarded
 
     def body() -> None:
         url = _url()

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from bot.cli import output
+from bot.cli.guard import run_guarded
 
 if TYPE_CHECKING:
     from bot.cli.shell import Shell
@@ -343,7 +344,6 @@ def demo(
                               "between them and a one-click rollback."),
 ) -> None:
     """Deploy, approve and roll back Kimi K3 on local stand-ins, printing the Slack conversation."""
-    from bot.cli.main import run_guarded
 
     require_sandbox()
 
@@ -382,7 +382,6 @@ def sandbox(
                               "kimi-green) behind one route: try /kimi deploy RELEASE to kimi, /kimi rollback kimi."),
 ) -> None:
     """An interactive Slack console on the local stand-ins: deploy, approve and roll back yourself."""
-    from bot.cli.main import run_guarded
     from bot.cli.shell import repl
     from bot.config import load_settings
 

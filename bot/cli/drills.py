@@ -11,8 +11,10 @@ from __future__ import annotations
 import typer
 
 from bot.cli import output
+from bot.cli.common import identity
 from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format
-from bot.cli.workflow import AS_OPTION, _identity
+from bot.cli.guard import run_guarded
+from bot.cli.workflow import AS_OPTION
 
 
 def drill(
@@ -26,7 +28,6 @@ def drill(
 ) -> None:
     """Ask for an availability drill, or approve (and run) or reject someone else's."""
     from bot.cli.common import context
-    from bot.cli.main import run_guarded
     from bot.services.drills import check_kind, decide_drill, request_drill, run_drill
     from bot.services.errors import Invalid, Refused
 
@@ -39,7 +40,7 @@ def drill(
             if head == "reject" and not (reason or "").strip():
                 raise Invalid('say why the drill is rejected: --reason "…" is recorded and said in the channel')
             ctx = context()
-            actor = _identity(ctx, user)
+            actor = identity(ctx, user)
             if head == "reject":
                 view = decide_drill(ctx, actor, number, approve=False, reason=reason or "")
                 output.info(f"drill #{view.id} ({view.kind} on {view.endpoint}) rejected: {view.reason}")
@@ -58,7 +59,7 @@ def drill(
         except Refused as exc:  # a wrong kind is a wrong command line (exit 2), seen before anything is read
             raise Invalid(str(exc)) from None
         ctx = context()
-        view = request_drill(ctx, _identity(ctx, user), words[0], kind, accept_user_impact=accept_user_impact)
+        view = request_drill(ctx, identity(ctx, user), words[0], kind, accept_user_impact=accept_user_impact)
         output.info(f"drill #{view.id} ({view.kind} on {view.endpoint}) waits for an approver other than you: "
                     f"`/kimi drill approve {view.id}` or `/kimi drill reject {view.id} REASON`")
 
@@ -70,13 +71,12 @@ def drills(endpoint: str = typer.Argument(..., metavar="ENDPOINT", help="Endpoin
            user: str = AS_OPTION, fmt: Format = OUTPUT_OPTION) -> None:
     """An endpoint's last availability drills: kind, outcome, detection and recovery time, alerts."""
     from bot.cli.common import context
-    from bot.cli.main import run_guarded
     from bot.services.drills import list_drills
     from bot.views.drills import HEADER, drill_rows
 
     def body() -> None:
         ctx = context()
-        views = list_drills(ctx, _identity(ctx, user), endpoint, limit)
+        views = list_drills(ctx, identity(ctx, user), endpoint, limit)
         output.emit(fmt, views, lambda: output.table(f"Last availability drills of {endpoint}", HEADER,
                                                      [tuple(r) for r in drill_rows(views)],
                                                      empty="no drill yet: kimi-ops drill ENDPOINT KIND asks for one"))

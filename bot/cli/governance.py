@@ -11,9 +11,10 @@ import datetime as dt
 import typer
 
 from bot.cli import output
-from bot.cli.common import context
+from bot.cli.common import context, identity
 from bot.cli.conventions import OUTPUT_OPTION, Format, typer_app
-from bot.cli.workflow import AS_OPTION, _identity, _run
+from bot.cli.guard import run_guarded
+from bot.cli.workflow import AS_OPTION
 
 licence_app = typer_app(help="Licence reviews per endpoint and licence version.")
 exception_app = typer_app(help="Security exceptions (trust-remote-code, unscanned image, …).")
@@ -50,7 +51,7 @@ def review(
 
     def body() -> None:
         ctx = context()
-        stored = record_licence_review(ctx, _identity(ctx, user), ReviewRequest(
+        stored = record_licence_review(ctx, identity(ctx, user), ReviewRequest(
             endpoint=endpoint, licence_version=licence_version, classification=classification,
             third_party_exposure=third_party, maas_revenue_over_threshold=maas_over, attribution=attribution,
             expires_at=_day(expires), separate_agreement=agreement,
@@ -58,7 +59,7 @@ def review(
         output.info(f"licence review #{stored.id} recorded for {stored.endpoint} ({stored.licence_version}, "
                     f"{stored.classification}) until {stored.expires_at:%Y-%m-%d}")
 
-    _run(body)
+    run_guarded(body)
 
 
 @licence_app.command("list")
@@ -71,14 +72,14 @@ def list_reviews(
 
     def body() -> None:
         ctx = context()
-        found = reviews(ctx, _identity(ctx, user), endpoint)
+        found = reviews(ctx, identity(ctx, user), endpoint)
         rows = [(r.id, r.endpoint, r.licence_version, r.classification, r.reviewer, f"{r.reviewed_at:%Y-%m-%d}",
                  f"{r.expires_at:%Y-%m-%d}", r.attribution) for r in found]
         output.emit(fmt, found, lambda: output.table(
             "Licence reviews", ["#", "endpoint", "licence", "exposure", "reviewer", "reviewed", "expires",
                                 "attribution"], rows))
 
-    _run(body)
+    run_guarded(body)
 
 
 @exception_app.command("add")
@@ -100,13 +101,13 @@ def add_exception(
             raise Refused("scope the exception to one release (--release NAME) or one endpoint (--endpoint NAME)")
         scope, target = ("release", release) if release is not None else ("endpoint", endpoint)
         ctx = context()
-        stored = record_exception(ctx, _identity(ctx, user), ExceptionRequest(
+        stored = record_exception(ctx, identity(ctx, user), ExceptionRequest(
             id=ident, kind=kind, scope=scope, target=str(target), reason=reason, expires_at=_day(expires),
         ))
         output.info(f"security exception {stored.id} ({stored.kind}) recorded for {stored.scope} {stored.target} "
                     f"until {stored.expires_at:%Y-%m-%d}")
 
-    _run(body)
+    run_guarded(body)
 
 
 @exception_app.command("list")
@@ -119,13 +120,13 @@ def list_exceptions(
 
     def body() -> None:
         ctx = context()
-        found = exceptions(ctx, _identity(ctx, user), include_expired=include_expired)
+        found = exceptions(ctx, identity(ctx, user), include_expired=include_expired)
         rows = [(e.id, e.kind, f"{e.scope} {e.target}", e.reviewer, f"{e.expires_at:%Y-%m-%d}", e.reason)
                 for e in found]
         output.emit(fmt, found, lambda: output.table(
             "Security exceptions", ["id", "kind", "scope", "reviewer", "expires", "reason"], rows))
 
-    _run(body)
+    run_guarded(body)
 
 
 def register(app: typer.Typer) -> None:

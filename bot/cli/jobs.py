@@ -10,7 +10,6 @@ foreground (with leader election) until interrupted. ``reservations`` and
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -18,18 +17,13 @@ import typer
 from bot.cli import output
 from bot.cli.common import context, default_actor
 from bot.cli.conventions import OUTPUT_OPTION, Format, plain, typer_app
+from bot.cli.guard import run_guarded
 
 if TYPE_CHECKING:
     from bot.services.metrics_watch import SloView
     from bot.services.readiness import EndpointStatus
 
 app = typer_app(help="Scheduled jobs: the reservation watch, readiness probes and gate expiry.")
-
-
-def _run(body: Callable[[], None]) -> None:
-    from bot.cli.main import run_guarded
-
-    run_guarded(body)
 
 
 def _at(value: dt.datetime | None) -> str:
@@ -60,7 +54,7 @@ def list_(fmt: Format = OUTPUT_OPTION) -> None:
             ],
         ))
 
-    _run(body)
+    run_guarded(body)
 
 
 @app.command("run")
@@ -79,7 +73,7 @@ def run(name: str = typer.Argument(..., metavar="JOB", help="Job name, as `kimi-
         output.error(f"{name} failed: {result.summary}")
         raise typer.Exit(1)
 
-    _run(body)
+    run_guarded(body)
 
 
 @app.command("start")
@@ -101,7 +95,7 @@ def start() -> None:
         finally:
             runner.stop()
 
-    _run(body)
+    run_guarded(body)
 
 
 def reservations(all_: bool = typer.Option(False, "--all", help="Also show reservations that are gone."),
@@ -127,7 +121,7 @@ def reservations(all_: bool = typer.Option(False, "--all", help="Also show reser
             empty="none seen yet; `kimi-ops jobs run reservation-watch` reads AWS now",
         ))
 
-    _run(body)
+    run_guarded(body)
 
 
 def status(endpoint: str = typer.Argument(None, metavar="ENDPOINT", help="Endpoint (default: all)."),
@@ -139,7 +133,7 @@ def status(endpoint: str = typer.Argument(None, metavar="ENDPOINT", help="Endpoi
         statuses = endpoint_status(context(), endpoint)
         output.emit(fmt, statuses, lambda: _show_status(statuses))
 
-    _run(body)
+    run_guarded(body)
 
 
 def _show_status(statuses: list[EndpointStatus]) -> None:
@@ -233,7 +227,7 @@ def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all)."),
 
         output.emit(fmt, [_slo_data(v) for v in views], tables)
 
-    _run(body)
+    run_guarded(body)
 
 
 def register(root: typer.Typer) -> None:

@@ -8,19 +8,16 @@ the operator.
 
 from __future__ import annotations
 
-import logging
 import sys
-import uuid
-from collections.abc import Callable
-from typing import Any
 
 import typer
 
 from bot.cli import output
-from bot.cli.conventions import EXIT_BUG, EXIT_CODES_HELP, EXIT_SCHEMA, EXIT_USAGE, typer_app
+from bot.cli.conventions import EXIT_CODES_HELP, EXIT_USAGE, typer_app
 from bot.config_error import ConfigError
+from bot.logs import logger_for
 
-log = logging.getLogger("kimi_ops.cli")
+log = logger_for(__name__)
 
 app = typer_app(
     name="kimi-ops",
@@ -66,37 +63,6 @@ _drills.register(app)
 _serve.register(app)
 _shell.register(app)
 _worker.register(app)
-
-
-def run_guarded(fn: Callable[[], Any]) -> Any:
-    """Run a CLI body, turning every failure into one line and an exit code."""
-    from bot.adapters.store.schema import SchemaMismatch
-    from bot.services.errors import UserError, ValidationFailed
-
-    try:
-        return fn()
-    except (typer.Exit, typer.Abort, SystemExit):
-        raise
-    except ConfigError as exc:
-        output.error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
-    except SchemaMismatch as exc:
-        output.error(str(exc))
-        raise typer.Exit(EXIT_SCHEMA) from None
-    except ValidationFailed as exc:
-        output.error(f"{len(exc.problems)} problem(s); nothing was stored:")
-        for problem in exc.problems:
-            output.error(f"  - {problem}")
-        raise typer.Exit(exc.exit_code) from None
-    except UserError as exc:
-        output.error(str(exc))
-        raise typer.Exit(exc.exit_code) from None
-    except Exception:
-        correlation = uuid.uuid4().hex[:12]
-        log.exception("unexpected error", extra={"correlation_id": correlation})
-        output.error("kimi-ops hit an unexpected error; kimi-ops.log in the data directory has the details "
-                     f"under correlation id {correlation}")
-        raise typer.Exit(EXIT_BUG) from None
 
 
 def _only_help(args: list[str]) -> bool:

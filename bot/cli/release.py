@@ -10,6 +10,7 @@ import typer
 from bot.cli import output
 from bot.cli.common import context, default_actor
 from bot.cli.conventions import EXIT_USAGE, OUTPUT_OPTION, Format, typer_app
+from bot.cli.guard import run_guarded
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -23,7 +24,6 @@ app = typer_app(help="Release tuples: the immutable rollback units.")
 def list_(limit: int = typer.Option(50, "--limit", "-n", min=1, metavar="N", help="Show at most N releases."),
           fmt: Format = OUTPUT_OPTION) -> None:
     """List registered releases, newest first."""
-    from bot.cli.main import run_guarded
     from bot.services.releases import list_releases
 
     def body() -> None:
@@ -57,7 +57,6 @@ def _release_data(r: ReleaseView) -> dict[str, object]:
 @app.command()
 def show(name: str = typer.Argument(..., metavar="NAME", help="Release name."), fmt: Format = OUTPUT_OPTION) -> None:
     """Show every field of one release tuple."""
-    from bot.cli.main import run_guarded
     from bot.services.releases import get_release
 
     def body() -> None:
@@ -95,7 +94,6 @@ def register(
     actor: str = typer.Option(None, "--as", metavar="USER", help="Identity to record (default: cli:<login>)."),
 ) -> None:
     """Validate and register a release manifest; nothing is stored if any field is wrong."""
-    from bot.cli.main import run_guarded
     from bot.services.release_build import load_yaml_file
     from bot.services.releases import register_release
 
@@ -189,7 +187,6 @@ def build(
     old_out: str | None = typer.Option(None, "--output", "-o", hidden=True),
 ) -> None:
     """Write a release manifest by listing the weights prefix and reading every object's SHA-256."""
-    from bot.cli.main import run_guarded
 
     if old_out is not None:
         output.error(f"release build writes its manifest with --out FILE (e.g. --out {old_out}); -o is the output "
@@ -229,7 +226,6 @@ def diff(
     fmt: Format = OUTPUT_OPTION,
 ) -> None:
     """Field-by-field difference of two release tuples."""
-    from bot.cli.main import run_guarded
     from bot.domain.release_diff import render_diff
     from bot.services.releases import diff_releases
 
@@ -248,7 +244,6 @@ def verify(
     ),
 ) -> None:
     """Run the artifact gate's checks against S3 and ECR; exits 1 when the report blocks approval."""
-    from bot.cli.main import run_guarded
     from bot.services.artifact_gate import verify_release
 
     def body() -> None:

@@ -12,7 +12,6 @@ series. A missing credential stops start-up with one line naming it.
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from typing import TYPE_CHECKING, Any
@@ -20,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from bot.cli import output
+from bot.cli.guard import run_guarded
 from bot.config_error import ConfigError
+from bot.logs import logger_for
 
 if TYPE_CHECKING:
     from bot.bootstrap import Root
     from bot.config import Settings
 
-log = logging.getLogger("kimi_ops.serve")
+log = logger_for(__name__)
 
 # Connections this (answering) process may open on PostgreSQL; its worker gets the rest of the replica's budget.
 FRONT_CONNECTIONS = 8
@@ -73,7 +74,6 @@ def serve(
 ) -> None:
     """Run the Slack bot until interrupted."""
     from bot.bootstrap import build_root
-    from bot.cli.main import run_guarded
 
     def body() -> None:
         from bot.bootstrap import build_context

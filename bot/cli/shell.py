@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from bot.cli.guard import run_guarded
 from bot.views.actions import COMMAND_FORM, REJECT
 
 if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts (the CLI starts faster)
@@ -223,7 +224,6 @@ def shell(
 ) -> None:
     """A local console for the Slack bot: /kimi commands, numbered buttons, /as to switch user."""
     from bot.cli.common import context
-    from bot.cli.main import run_guarded
 
     def body() -> None:
         ctx = context()

@@ -11,7 +11,6 @@ by hand (hidden from ``--help``).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import subprocess
@@ -22,7 +21,10 @@ from typing import Any
 
 import typer
 
-log = logging.getLogger("kimi_ops.worker")
+from bot.cli.guard import run_guarded
+from bot.logs import logger_for
+
+log = logger_for(__name__)
 
 OUTBOX_SECONDS = 5.0
 RESTART_PAUSE_SECONDS = 1.0
@@ -38,7 +40,6 @@ def worker(
     """Run the follow-up work of `kimi-ops serve` (started by serve)."""
     from bot.bootstrap import build_root
     from bot.cli.common import context
-    from bot.cli.main import run_guarded
 
     def body() -> None:
         ctx = context()

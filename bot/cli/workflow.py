@@ -11,19 +11,17 @@ process after the request is recorded, until the deployment waits for a person.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import typer
 
 from bot.cli import output
-from bot.cli.common import context, root
+from bot.cli.common import context, identity, root
 from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format, typer_app
+from bot.cli.guard import run_guarded
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
-    from bot.services.access import Identity
-    from bot.services.context import Context
     from bot.services.deployments import StoredGateReport
 
 gate_app = typer_app(help="Decide or re-run a deployment's gates.")
@@ -32,16 +30,6 @@ AS_OPTION = typer.Option(None, "--as", metavar="USER", help="Slack user ID to ac
 # The gates' names are spelled out (bot.domain.checks.GATES): importing the domain would slow every --help.
 GATE_ARGUMENT = typer.Argument(..., metavar="GATE", help="artifact | infrastructure | model | traffic")
 DEPLOYMENT_ARGUMENT = typer.Argument(..., metavar="DEPLOYMENT", help="Deployment number.")
-
-
-def _identity(ctx: Context, user: str | None) -> Identity:
-    from bot.services.access import identify
-    from bot.services.errors import Refused
-
-    user = user or ctx.settings.cli_user
-    if not user:
-        raise Refused("say who you are: --as U123ABC (a Slack user ID) or set KIMI_CLI_USER")
-    return identify(ctx, user)
 
 
 def _show(view: DeploymentView) -> None:
@@ -71,12 +59,6 @@ def _outcome(view: DeploymentView) -> None:
         raise typer.Exit(EXIT_REFUSED)
 
 
-def _run(body: Callable[[], None]) -> None:
-    from bot.cli.main import run_guarded
-
-    run_guarded(body)
-
-
 def deploy(
     release: str = typer.Argument(..., metavar="RELEASE", help="Release name."),
     to: str = typer.Option(None, "--to", metavar="ENDPOINT", help="Endpoint (optional when only one is configured)."),
@@ -87,11 +69,11 @@ def deploy(
 
     def body() -> None:
         here = root()
-        view = here.engine.advance(request_deploy(here.ctx, release, to, _identity(here.ctx, user)).id)
+        view = here.engine.advance(request_deploy(here.ctx, release, to, identity(here.ctx, user)).id)
         _show(view)
         _outcome(view)
 
-    _run(body)
+    run_guarded(body)
 
 
 def rollback(
@@ -105,11 +87,11 @@ def rollback(
 
     def body() -> None:
         here = root()
-        view = here.engine.advance(request_rollback(here.ctx, endpoint, _identity(here.ctx, user), to).id)
+        view = here.engine.advance(request_rollback(here.ctx, endpoint, identity(here.ctx, user), to).id)
         _show(view)
         _outcome(view)
 
-    _run(body)
+    run_guarded(body)
 
 
 def cancel(
@@ -122,11 +104,11 @@ def cancel(
 
     def body() -> None:
         here = root()
-        _show(cancel_deployment(here.ctx, deployment, _identity(here.ctx, user), force=force))
+        _show(cancel_deployment(here.ctx, deployment, identity(here.ctx, user), force=force))
         # Cancelled while closed: users get the running release back; after apply: its restore runs to the end.
         _show(here.engine.advance(deployment))
 
-    _run(body)
+    run_guarded(body)
 
 
 def drain(
@@ -139,12 +121,12 @@ def drain(
 
     def body() -> None:
         here = root()
-        decide_drain(here.ctx, deployment, choice, _identity(here.ctx, user))
+        decide_drain(here.ctx, deployment, choice, identity(here.ctx, user))
         view = here.engine.advance(deployment)
         _show(view)
         _outcome(view)
 
-    _run(body)
+    run_guarded(body)
 
 
 def admission(
@@ -158,10 +140,10 @@ def admission(
 
     def body() -> None:
         ctx = context()
-        view = override_admission(ctx, endpoint, "open" if word == "open" else word, reason, _identity(ctx, user))
+        view = override_admission(ctx, endpoint, "open" if word == "open" else word, reason, identity(ctx, user))
         output.info(f"admission of {view.endpoint} is now {view.admission}: {view.users_get}")
 
-    _run(body)
+    run_guarded(body)
 
 
 def resume() -> None:
@@ -173,7 +155,7 @@ def resume() -> None:
         for view in views:
             _show(view)
 
-    _run(body)
+    run_guarded(body)
 
 
 def history(
@@ -200,7 +182,7 @@ def history(
                    "why"]
         output.emit(fmt, views, lambda: output.table("History", columns, history_rows(views), empty="no deployments yet"))
 
-    _run(body)
+    run_guarded(body)
 
 
 @gate_app.command("show")
@@ -212,7 +194,7 @@ def gate_show(deployment: int = DEPLOYMENT_ARGUMENT, fmt: Format = OUTPUT_OPTION
         view = get_deployment(context(), deployment)
         output.emit(fmt, view, lambda: _show(view))
 
-    _run(body)
+    run_guarded(body)
 
 
 def _decide(deployment: int, named: str, decision: str, user: str | None, reason: str | None,
@@ -226,7 +208,7 @@ def _decide(deployment: int, named: str, decision: str, user: str | None, reason
             raise Invalid("say why the gate is rejected: --reason \"…\" is recorded and shown in the thread and the history")
         here = root()
         ctx = here.ctx
-        who = _identity(ctx, user)
+        who = identity(ctx, user)
         seen = get_deployment(ctx, deployment).pending
         if seen is None or seen.gate != gate:
             raise Refused(f"the {gate} gate of deployment #{deployment} is not waiting for a decision")
@@ -239,7 +221,7 @@ def _decide(deployment: int, named: str, decision: str, user: str | None, reason
         if decision == "approved":
             _outcome(view)
 
-    _run(body)
+    run_guarded(body)
 
 
 @gate_app.command("approve")
@@ -276,11 +258,11 @@ def gate_recheck(
     """Run the waiting GATE's automated checks again."""
     def body() -> None:
         here = root()
-        view = here.engine.recheck(deployment, _gate(gate), _identity(here.ctx, user))
+        view = here.engine.recheck(deployment, _gate(gate), identity(here.ctx, user))
         _show(view)
         _outcome(view)
 
-    _run(body)
+    run_guarded(body)
 
 
 @gate_app.command("report")
@@ -296,7 +278,7 @@ def gate_report(
         stored = stored_gate_report(context(), deployment, _gate(gate))
         output.emit(fmt, stored, lambda: _print_report(stored))
 
-    _run(body)
+    run_guarded(body)
 
 
 def _print_report(stored: StoredGateReport) -> None:
@@ -338,7 +320,7 @@ def gate_accept_limits(
 
     def body() -> None:
         ctx = context()
-        who = _identity(ctx, user)
+        who = identity(ctx, user)
         stored = stored_gate_report(ctx, deployment, "traffic")
         if report is not None and not stored.report_hash.startswith(report.strip().lower()):
             raise Refused(f"the traffic report of deployment #{deployment} is now {stored.report_hash[:12]}, not {report} "
@@ -358,7 +340,7 @@ def gate_accept_limits(
         else:
             output.info("  the next deployment's manifest carries them (a rollback re-applies its stored manifest unchanged)")
 
-    _run(body)
+    run_guarded(body)
 
 
 def register(app: typer.Typer) -> None:

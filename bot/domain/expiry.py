@@ -12,15 +12,35 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
-from bot.config import EndpointSettings
 from bot.domain.reservations import ReservationInfo, same_instance_type
+
+
+class CapacityNeed(Protocol):
+    """What an endpoint needs of a reservation; the settings' ``EndpointSettings`` is one (the domain reads no settings)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def region(self) -> str: ...
+    @property
+    def instance_type(self) -> str: ...
+    @property
+    def availability_zone(self) -> str | None: ...
+    @property
+    def reservation_id(self) -> str | None: ...
+
+
+Need = TypeVar("Need", bound=CapacityNeed)
 
 # States in which a reservation holds, or will hold, capacity.
 USABLE_STATES = frozenset({"active", "scheduled", "pending", "payment-pending", "assessing", "delayed"})
 
 
-def expected_kind(endpoint: EndpointSettings) -> str:
+def expected_kind(endpoint: CapacityNeed) -> str:
     """HyperPod consumes a flexible training plan; EKS targets an EC2 Capacity Block."""
     return "training-plan" if endpoint.kind == "hyperpod" else "capacity-block"
 
@@ -30,7 +50,7 @@ def names_reservation(reservation_id: str, wanted: str) -> bool:
     return wanted in {reservation_id, reservation_id.rsplit("/", 1)[-1]}
 
 
-def fits(info: ReservationInfo, endpoint: EndpointSettings) -> bool:
+def fits(info: ReservationInfo, endpoint: CapacityNeed) -> bool:
     """Would this reservation serve the endpoint: region, kind, what AWS lets it be used by, instance type and zone."""
     return (
         info.region == endpoint.region
@@ -41,7 +61,7 @@ def fits(info: ReservationInfo, endpoint: EndpointSettings) -> bool:
     )
 
 
-def match_endpoint(info: ReservationInfo, endpoints: Sequence[EndpointSettings]) -> EndpointSettings | None:
+def match_endpoint(info: ReservationInfo, endpoints: Sequence[Need]) -> Need | None:
     """The endpoint naming this reservation, else the first (by name) it fits without naming one."""
     for endpoint in endpoints:
         if endpoint.reservation_id and names_reservation(info.id, endpoint.reservation_id):
@@ -52,7 +72,7 @@ def match_endpoint(info: ReservationInfo, endpoints: Sequence[EndpointSettings])
     return None
 
 
-def mismatches(info: ReservationInfo, endpoint: EndpointSettings) -> list[str]:
+def mismatches(info: ReservationInfo, endpoint: CapacityNeed) -> list[str]:
     """Ways the reservation does not fit its endpoint, each a short phrase."""
     problems: list[str] = []
     if info.kind != expected_kind(endpoint):

@@ -35,7 +35,6 @@ was annotated with (``kimi-ops.io/admission``) when the request was routed.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import random
 import re
 import threading
@@ -51,8 +50,9 @@ import httpx
 
 from bot.adapters.cluster.rest import Rest, collection_path, object_path
 from bot.adapters.cluster.route import ADMISSION_ANNOTATION
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 CONTROLLER = "kimi-ops.io/gateway-stand-in"

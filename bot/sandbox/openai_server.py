@@ -26,7 +26,6 @@ their first token (:meth:`OpenAIServer.hold`) so a drain can be watched.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections import Counter
@@ -38,6 +37,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from bot.logs import logger_for
 from bot.sandbox.openai_answers import (
     Answer,
     Behaviour,
@@ -50,7 +50,7 @@ from bot.sandbox.openai_answers import (
 )
 from bot.sandbox.openai_engine import Engine, EngineStats, Overflow, Stopped, Ticket
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 422: "UnprocessableEntityError",
                429: "TooManyRequestsError", 500: "InternalServerError", 503: "ServiceUnavailableError"}

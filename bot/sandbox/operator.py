@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -32,8 +31,9 @@ from typing import Any, Literal
 from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster.rest import Rest, collection_path, object_path
 from bot.adapters.cluster.rollout import belongs_to
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 Behaviour = Literal["succeed", "fail", "hang"]
 DEFAULT_FAILURE = "CUDA out of memory while loading experts: tried to allocate 24.00 GiB"

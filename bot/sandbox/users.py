@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import logging
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -27,7 +26,9 @@ from types import TracebackType
 
 import httpx
 
-log = logging.getLogger(__name__)
+from bot.logs import logger_for
+
+log = logger_for(__name__)
 
 USER = "sandbox-user"
 COHORT_USER = "sandbox-cohort"

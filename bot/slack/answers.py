@@ -8,7 +8,6 @@ by whatever way back its body offers.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -19,10 +18,11 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
 from bot.adapters.slack.blocks import one_post, render
+from bot.logs import logger_for
 from bot.services.errors import UserError
 from bot.views.parts import Reply, reply
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 T = TypeVar("T")
 Tell = Callable[[Reply], None]

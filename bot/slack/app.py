@@ -43,6 +43,7 @@ from bot.adapters.slack.identity import GroupDirectory, bot_identity
 from bot.adapters.store.engine import bound_sqlite_waits
 from bot.adapters.store.spool import Spool
 from bot.bootstrap import Root
+from bot.logs import BOLT_LOGGER, logger_for
 from bot.services.access import refuse_foreign_request
 from bot.services.health import database_problems
 from bot.slack.answers import sender_line
@@ -61,12 +62,10 @@ from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
 from bot.slack.work import FollowupQueue, spool_path
 
-log = logging.getLogger(__name__)
-
 Role = Literal["inline", "front", "worker"]
 
 NO_NOTIFIER = "the Slack app needs a root with a notifier: build it with build_root(ctx, slack_token=...)"
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 
 class KimiBolt(MeteredApp):
@@ -241,7 +240,7 @@ def create_app(
     client = root.notifier.client
     origin = origin_of(root.ctx.settings, bot_identity(client))
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
-    bolt_log = logging.getLogger("kimi_ops.bolt")
+    bolt_log = logging.getLogger(BOLT_LOGGER)
     # Bolt reads its logger's own level, not the effective one, before it builds a debug line for each middleware
     # of each request: left unset (0, "below DEBUG"), it would build them all and log none.
     bolt_log.setLevel(bolt_log.getEffectiveLevel())

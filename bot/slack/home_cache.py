@@ -8,19 +8,19 @@ readiness probe emits no event at all.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
 from slack_sdk import WebClient
 
 from bot.adapters.slack.blocks import home_view
+from bot.logs import logger_for
 from bot.services.access import Identity
 from bot.services.context import Context
 from bot.services.readiness import status_version
 from commands import home
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 HOME_VIEWERS_MAX = 1000
 

@@ -13,7 +13,6 @@ would not bring the database back.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
@@ -24,12 +23,13 @@ from slack_bolt import App, BoltResponse
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_bolt.adapter.wsgi.http_request import WsgiHttpRequest
 
+from bot.logs import logger_for
 from bot.slack.middleware.unreadable import bolt_request
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 Check = Callable[[], list[str]]
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 READY_WAIT_SECONDS = 2.0  # under the probe's 3-second timeout
 

@@ -14,7 +14,6 @@ which claim the request across replicas first (the spooled ones are claimed by t
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -22,12 +21,13 @@ from slack_bolt import App, BoltContext, BoltRequest
 from slack_bolt.listener.thread_runner import ThreadListenerRunner
 from slack_bolt.util.utils import get_name_for_callable
 
+from bot.logs import logger_for
 from bot.slack.middleware.unreadable import read_as_form
 
 if TYPE_CHECKING:
     from bot.slack.work import FollowupQueue
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 # Bolt's own per-thread plumbing, which it never copies either; the runner sets what the lazy thread needs.
 _NOT_SHARED = frozenset(BoltContext.non_copyable_standard_property_names)

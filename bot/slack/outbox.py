@@ -7,14 +7,14 @@ Home refresh). A failed delivery is logged and retried on the next pass.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.adapters.store import outbox_writes
+from bot.logs import logger_for
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 
 class Outbox:

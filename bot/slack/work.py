@@ -19,7 +19,6 @@ a form) still run at once in the answering process, which claims the request in 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import select
 import threading
@@ -32,13 +31,14 @@ from typing import Any
 from slack_bolt import BoltRequest
 
 from bot.adapters.store.spool import Spool, SpooledItem
+from bot.logs import logger_for
 from bot.services import followups
 from bot.services.context import Context
 from bot.services.deliveries import forget_old_deliveries
 from bot.slack.middleware.replay_guard import KEY, PURGE_EVERY_SECONDS, SPOOLED, delivery_key, raw_body
 from bot.slack.middleware.unreadable import read_as_form
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 # Lazy listeners that call views.open with the click's trigger_id (valid 3 s): never queued.
 IMMEDIATE = frozenset({"ask_reason", "ask_override", "ask_silence"})

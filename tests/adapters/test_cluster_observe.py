@@ -224,7 +224,7 @@ def test_an_endpoint_with_nothing_applied_runs_nothing(kind: str, cluster: Kuber
 
 
 def test_an_unreachable_api_server_is_unknown_quickly_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="bot.adapters.cluster.observe")
+    caplog.set_level(logging.WARNING, logger="kimi_ops.adapters.cluster.observe")
     with unreachable_client() as api:
         started = time.monotonic()
         seen = KubernetesCluster(api).observe(endpoint())

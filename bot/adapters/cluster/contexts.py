@@ -9,7 +9,6 @@ and kept for the life of the process.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,8 +29,9 @@ from bot.domain.rollout import (
     RolloutOutcome,
     RolloutProgress,
 )
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 ClientFactory = Callable[[str | None], Any]
 

@@ -7,7 +7,6 @@ absent (the rule reads that as node loss). Reads are short; a cluster that canno
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from bot.adapters.cluster.rest import Rest, api_error, collection_path, object_path
@@ -15,8 +14,9 @@ from bot.adapters.cluster.rollout import belongs_to
 from bot.config import EndpointSettings
 from bot.domain.coldstart import ColdStart, breakdown
 from bot.domain.health import ContainerHealth, NodeHealth, PodHealth, WorkloadHealth
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 HEALTH_TIMEOUT = (3.0, 10.0)
 
 

@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -66,8 +65,9 @@ from bot.domain.rollout import (
     RolloutOutcome,
     RolloutProgress,
 )
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 FIELD_MANAGER = "kimi-ops"
 ADMISSION_MANAGER = "kimi-ops-admission"

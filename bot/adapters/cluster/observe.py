@@ -26,7 +26,6 @@ server did not answer, nor pass it off as agreement.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from bot.adapters.cluster import render as rendering
@@ -35,8 +34,9 @@ from bot.adapters.cluster.route import read_route_status, route_path
 from bot.config import EndpointSettings
 from bot.domain.admission import RouteStatus
 from bot.domain.drift import Observed
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 # A status reply waits on these reads: fail fast rather than hold the person (connect, read seconds).
 OBSERVE_TIMEOUT: Timeout = (3.0, 10.0)

@@ -10,7 +10,6 @@ request budget or wall-time budget runs out: it always stops by itself.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -34,8 +33,9 @@ from bot.domain.sweep import (
     level_stats,
     next_level,
 )
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 MetricsReader = Callable[[EndpointSettings], MetricsSnapshot]
 _WORDS = [

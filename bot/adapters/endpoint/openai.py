@@ -15,7 +15,6 @@ Prompts and answers are never stored or logged: only sizes and timings.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,8 +28,9 @@ from bot.adapters.endpoint.metrics import MetricsUnavailable, scrape
 from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
 from bot.domain.readiness import FailureKind, MetricsSnapshot, ReadinessResult
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 READINESS_PROMPT = "Reply with the single word: ready."
 REASON_LIMIT = 300

@@ -15,7 +15,6 @@ member lists for ``ttl_seconds``. A group that cannot be read counts as empty
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -25,7 +24,9 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 
-log = logging.getLogger(__name__)
+from bot.logs import logger_for
+
+log = logger_for(__name__)
 
 
 class GroupDirectory:

@@ -29,7 +29,6 @@ logged.
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -55,9 +54,10 @@ from bot.domain.events import (
     WatchAlert,
     WatchRecovered,
 )
+from bot.logs import logger_for
 from bot.views.parts import Text
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 MAX_ATTEMPTS = 5
 NoticeHandler = Callable[["SlackNotifier", SqlUnitOfWork, Any, str], None]

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from sqlalchemy import select
 
 from bot.adapters.store.models import Drill
-from bot.adapters.store.repositories import _Repository, _write_lock_on_sqlite
+from bot.adapters.store.repository import Repository, write_lock_on_sqlite
 
 
-class DrillRepository(_Repository):
+class DrillRepository(Repository):
     def add(self, drill: Drill) -> Drill:
         return self._add(drill)
 
@@ -18,7 +18,7 @@ class DrillRepository(_Repository):
         return self.session.get(Drill, drill_id)
 
     def get_for_update(self, drill_id: int) -> Drill | None:
-        _write_lock_on_sqlite(self.session, Drill, Drill.id == drill_id)
+        write_lock_on_sqlite(self.session, Drill, Drill.id == drill_id)
         return self.session.scalar(select(Drill).where(Drill.id == drill_id).with_for_update())
 
     def active_for(self, endpoint_id: int) -> Drill | None:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, true, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, aliased, defer, selectinload
+from sqlalchemy import func, select, true
+from sqlalchemy.orm import aliased, defer, selectinload
 from sqlalchemy.orm.interfaces import LoaderOption
 
 from bot.adapters.store import outbox, outbox_writes
@@ -28,50 +27,17 @@ from bot.adapters.store.models import (
     Release,
     Reservation,
 )
+from bot.adapters.store.repository import Conflict as Conflict  # re-exported: services catch it from here
+from bot.adapters.store.repository import Repository, write_lock_on_sqlite
 from bot.domain.events import OutboxEvent
 
-_Row = TypeVar("_Row")
 
-
-def _write_lock_on_sqlite(session: Session, model: type[Any], where: ColumnElement[bool]) -> None:
-    """SQLite ignores ``FOR UPDATE``; a no-op write takes its database write lock until commit instead.
-
-    Without it two replicas' (or two clicks') read-check-write sequences on the same row
-    interleave: both see the gate waiting and both approve it.
-    """
-    if session.get_bind().dialect.name == "sqlite":
-        # It changes no value, so no loaded object needs the ORM's search for the rows it matched.
-        session.execute(update(model).where(where).values(id=model.id).execution_options(synchronize_session=False))
-
-
-class Conflict(Exception):
-    """A write broke a database constraint (unique name, one decision per gate, one deployment in flight)."""
-
-
-def flush(session: Session) -> None:
-    """Flush, translating constraint violations into :class:`Conflict` so services need no SQL types."""
-    try:
-        session.flush()
-    except IntegrityError as exc:
-        raise Conflict(str(exc.orig).splitlines()[0] if exc.orig else str(exc)) from exc
-
-
-class _Repository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def _add(self, obj: _Row) -> _Row:
-        self.session.add(obj)
-        flush(self.session)
-        return obj
-
-
-class EndpointRepository(_Repository):
+class EndpointRepository(Repository):
     def get(self, name: str) -> Endpoint | None:
         return self.session.scalar(select(Endpoint).where(Endpoint.name == name))
 
     def get_for_update(self, name: str) -> Endpoint | None:
-        _write_lock_on_sqlite(self.session, Endpoint, Endpoint.name == name)
+        write_lock_on_sqlite(self.session, Endpoint, Endpoint.name == name)
         return self.session.scalar(select(Endpoint).where(Endpoint.name == name).with_for_update())
 
     def list(self) -> Sequence[Endpoint]:
@@ -81,7 +47,7 @@ class EndpointRepository(_Repository):
         return self._add(endpoint)
 
 
-class ReleaseRepository(_Repository):
+class ReleaseRepository(Repository):
     def get(self, name: str) -> Release | None:
         return self.session.scalar(select(Release).where(Release.name == name))
 
@@ -113,12 +79,12 @@ def _listing(manifests: bool = False) -> tuple[LoaderOption, ...]:
     return related if manifests else (defer(Deployment.applied_manifest), *related)
 
 
-class DeploymentRepository(_Repository):
+class DeploymentRepository(Repository):
     def get(self, deployment_id: int) -> Deployment | None:
         return self.session.get(Deployment, deployment_id)
 
     def get_for_update(self, deployment_id: int) -> Deployment | None:
-        _write_lock_on_sqlite(self.session, Deployment, Deployment.id == deployment_id)
+        write_lock_on_sqlite(self.session, Deployment, Deployment.id == deployment_id)
         return self.session.scalar(select(Deployment).where(Deployment.id == deployment_id).with_for_update(of=Deployment))
 
     def in_flight(self, endpoint_id: int) -> Deployment | None:
@@ -175,7 +141,7 @@ class DeploymentRepository(_Repository):
         return self._add(deployment)
 
 
-class GateResultRepository(_Repository):
+class GateResultRepository(Repository):
     def get(self, row_id: int) -> GateResult | None:
         return self.session.get(GateResult, row_id)
 
@@ -227,7 +193,7 @@ class GateResultRepository(_Repository):
         return self._add(result)
 
 
-class ReservationRepository(_Repository):
+class ReservationRepository(Repository):
     def get(self, reservation_id: str) -> Reservation | None:
         return self.session.get(Reservation, reservation_id)
 
@@ -244,7 +210,7 @@ class ReservationRepository(_Repository):
         return self._add(reservation)
 
 
-class ReadinessRepository(_Repository):
+class ReadinessRepository(Repository):
     def add(self, check: ReadinessCheck) -> ReadinessCheck:
         return self._add(check)
 
@@ -285,7 +251,7 @@ class ReadinessRepository(_Repository):
         return int(self.session.scalar(select(func.max(ReadinessCheck.id))) or 0)
 
 
-class IncidentRepository(_Repository):
+class IncidentRepository(Repository):
     def open_for(self, endpoint_id: int, kind: str) -> Incident | None:
         return self.session.scalar(
             select(Incident).where(Incident.endpoint_id == endpoint_id, Incident.kind == kind, Incident.open.is_(True))
@@ -298,7 +264,7 @@ class IncidentRepository(_Repository):
         return self.session.get(Incident, incident_id)
 
     def get_for_update(self, incident_id: int) -> Incident | None:
-        _write_lock_on_sqlite(self.session, Incident, Incident.id == incident_id)
+        write_lock_on_sqlite(self.session, Incident, Incident.id == incident_id)
         return self.session.scalar(select(Incident).where(Incident.id == incident_id).with_for_update())
 
     def open_of(self, endpoint_id: int, kinds: Sequence[str]) -> Sequence[Incident]:
@@ -322,7 +288,7 @@ class IncidentRepository(_Repository):
         return found
 
 
-class ManifestRevisionRepository(_Repository):
+class ManifestRevisionRepository(Repository):
     def add(self, revision: ManifestRevision) -> ManifestRevision:
         return self._add(revision)
 
@@ -333,7 +299,7 @@ class ManifestRevisionRepository(_Repository):
         ).all()
 
 
-class AuditRepository(_Repository):
+class AuditRepository(Repository):
     def record(
         self,
         *,
@@ -366,7 +332,7 @@ class AuditRepository(_Repository):
         return int(self.session.scalar(select(func.max(AuditEntry.id))) or 0)
 
 
-class EventRepository(_Repository):
+class EventRepository(Repository):
     def emit(self, event: OutboxEvent, *, at: dt.datetime) -> Event:
         """Store ``event`` in the outbox, in the caller's transaction (the notifier sends it after the commit)."""
         kind, payload = outbox.to_row(event)

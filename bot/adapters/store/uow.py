@@ -30,8 +30,8 @@ from bot.adapters.store.repositories import (
     ReadinessRepository,
     ReleaseRepository,
     ReservationRepository,
-    flush,
 )
+from bot.adapters.store.repository import flush
 from bot.adapters.store.samples import SampleRepository
 from bot.adapters.store.work import WorkRepository
 

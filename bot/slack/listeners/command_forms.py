@@ -11,13 +11,13 @@ completed command for the submitter, whose role and audit are the service's, as 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from slack_bolt import Ack, App, BoltContext
 from slack_sdk.errors import SlackApiError
 
 from bot.adapters.slack.blocks import COMMAND_FORM_MODAL, command_form_modal
+from bot.logs import logger_for
 from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.reason_modal import dig, reason
@@ -25,7 +25,7 @@ from bot.views.parts import Reply, reply
 from commands import registry
 from commands.base import Usage
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 COMPLETED = "kimi_completed_command"  # the Bolt context key the completed command travels under
 LOST = "This form no longer says which command it completes; nothing was recorded. Close it and type the command again."

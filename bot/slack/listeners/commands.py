@@ -12,12 +12,12 @@ here with the command's trigger.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
 from slack_bolt import Ack, App, BoltContext, Respond
 
+from bot.logs import logger_for
 from bot.slack.answers import clicker, guard, responder
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
@@ -29,7 +29,7 @@ from bot.views.parts import Reply, reply
 from commands import registry
 from commands.base import Usage
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 PARSED = "kimi_parsed_command"  # the Bolt context key the parsed command travels under
 

@@ -10,13 +10,14 @@ their answer or their correlation id from :func:`bot.slack.answers.guard`.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
 from slack_bolt import App, BoltResponse
 
-log = logging.getLogger("kimi_ops.slack")
+from bot.logs import logger_for
+
+log = logger_for(__name__)
 
 
 def register(app: App) -> None:

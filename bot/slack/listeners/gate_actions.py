@@ -10,7 +10,6 @@ the acknowledgement when the reason is empty.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from slack_bolt import App, Respond
@@ -18,6 +17,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.adapters.slack.blocks import OVERRIDE_MODAL, REJECT_MODAL, override_modal, reject_modal
+from bot.logs import logger_for
 from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
@@ -26,7 +26,7 @@ from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECH
 from bot.views.parts import Reply
 from commands import actions
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 
 def click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:

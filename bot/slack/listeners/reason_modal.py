@@ -11,7 +11,6 @@ form's action on the lazy pool.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +18,12 @@ from typing import Any
 from slack_bolt import Ack, App
 from slack_sdk.errors import SlackApiError
 
+from bot.logs import logger_for
 from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.views.parts import Reply, reply
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 
 def dig(value: Any, key: str) -> Any:

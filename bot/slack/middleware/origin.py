@@ -18,7 +18,6 @@ says (:func:`origin_of`).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,9 +27,10 @@ from slack_bolt.middleware import Middleware
 
 from bot.adapters.slack.identity import BotIdentity
 from bot.config import ConfigError, Settings
+from bot.logs import logger_for
 from bot.slack.middleware.metrics import request_kind
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 
 @dataclass(frozen=True)

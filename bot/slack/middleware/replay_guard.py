@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -50,11 +49,12 @@ from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
 from bot.adapters.store.spool import Spool
+from bot.logs import logger_for
 from bot.services.context import Context
 from bot.services.deliveries import DELIVERY_MEMORY, first_delivery, forget_old_deliveries
 from bot.slack.middleware.retries import retry_number
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 KEY = "kimi_delivery_key"  # a Bolt context key: the request's key, computed once by the guard
 NOTE = "kimi_note_key"  # a Bolt context key: OncePerReplica let this request through, its key to be written

@@ -16,16 +16,16 @@ itself (``url_verification``, ``ssl_check``) never reach this middleware.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
+from bot.logs import logger_for
 from bot.slack.middleware.metrics import request_kind
 
-log = logging.getLogger("kimi_ops.slack")
+log = logger_for(__name__)
 
 Tell = Callable[[Mapping[str, Any], str], None]  # (request body, the one line for its sender)
 

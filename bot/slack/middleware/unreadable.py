@@ -13,7 +13,6 @@ from a body that cannot be read. A slash command whose text holds the word
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import parse_qsl
 
@@ -21,7 +20,9 @@ from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 from slack_bolt.request.internals import build_context
 
-log = logging.getLogger("kimi_ops.slack")
+from bot.logs import logger_for
+
+log = logger_for(__name__)
 
 UNREADABLE = "kimi_unreadable_body"  # the context key holding why the body could not be read
 
