@@ -16,7 +16,6 @@ already have taken. Edits (``chat.update``) are idempotent and need none of this
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -27,8 +26,9 @@ from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 from bot.adapters.clock import Clock
 from bot.adapters.store.posts import PostClaim
 from bot.adapters.store.uow import UnitOfWorkFactory
+from bot.logs import logger_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 # The metadata event type of every message the notifier posts; its payload's ``key`` finds the message again.
 POST_EVENT_TYPE = "kimi_ops_post"

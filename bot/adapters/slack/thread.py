@@ -28,7 +28,6 @@ message says comes from :mod:`bot.adapters.slack.messages`.
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -66,12 +65,13 @@ from bot.domain.events import (
     StateChanged,
 )
 from bot.domain.states import State
+from bot.logs import logger_for
 from bot.views.deployments import state_words
 from bot.views.gates import decided_note
 from bot.views.parts import Part, Text
 from bot.views.ramp import ramp_parts
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 Handler = Callable[["DeploymentThread", SqlUnitOfWork, Deployment, Any, str], None]
 """Delivers one event of a deployment whose thread exists; the last argument keys the event's own post."""
