@@ -89,6 +89,20 @@ def test_every_migration_the_docs_name_exists_and_makes_what_they_say() -> None:
     assert named >= 5
 
 
+def test_the_design_is_short_enough_to_read() -> None:
+    assert len(DESIGN.read_text().splitlines()) <= 400
+
+
+def test_every_design_section_the_code_points_to_exists() -> None:
+    text = DESIGN.read_text()
+    titles = [t.lower() for t in re.findall(r"^#+ (.+)$|^\*\*([^*]+)\.\*\*", text, flags=re.M) for t in t if t]
+    for folder in ("bot", "commands", "jobs", "bench"):
+        for module in (ROOT / folder).rglob("*.py"):
+            for section in re.findall(r'DESIGN\.md,\s+"([^"]+)"', module.read_text()):
+                assert any(section.lower() in title for title in titles), \
+                    f"{module.relative_to(ROOT)} points to DESIGN.md's \"{section}\", which has no such section"
+
+
 def test_every_link_between_pages_resolves() -> None:
     for document in _documents():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text()):

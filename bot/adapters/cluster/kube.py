@@ -11,7 +11,7 @@
 * ``watch`` polls the endpoint object, its pods and its events every
   ``poll_seconds`` until success, failure, the deadline or ``stop``. It only
   reads, so it resumes after a restart by simply being called again.
-* Admission (see DESIGN.md, "Admission control"): the ConfigMap
+* Admission (see DESIGN.md, "Admission and the traffic layer"): the ConfigMap
   ``kimi-ops-admission-<endpoint>`` holds ``open: "true"|"false"``, ``reason``
   and ``changed-at``; the application layer in front of the model reads it.
   The endpoint object gets the annotation ``kimi-ops.io/admission`` for people
