@@ -18,6 +18,7 @@ from bot.services.deployments import decide_gate, stored_gate_report
 from bot.services.errors import Refused
 from bot.services.traffic_gate import accept_proposed_limits
 from bot.views.actions import GateTicket
+from bot.views.deployments import next_step_words
 from bot.views.gates import all_checks_parts
 from bot.views.parts import Reply, plain, reply
 
@@ -58,10 +59,32 @@ def decide(root: Root, identity: Identity, value: str | None, decision: str, rea
         root.engine.advance(view.id)
 
     if decision == "approved":
-        return reply(f"You approved the {seen.gate} gate of deployment #{view.id}; the next step is running.", then=advance)
+        return reply(f"You approved the {seen.gate} gate of deployment #{view.id}; next: "
+                     f"{next_step_words(view.kind, view.state)} (the progress message in its thread follows it).",
+                     then=advance)
     # A rejection after apply started a restore of the previous release (and one while closed reopens first):
     # advancing the ended deployment drives that, so the endpoint never stays on the rejected candidate.
     return reply(f"You rejected the {seen.gate} gate of deployment #{view.id}; the deployment ended.", then=advance)
+
+
+def accept_and_approve(root: Root, identity: Identity, value: str | None) -> Reply:
+    """One press on a traffic gate above its measured limits: accept the proposal, then approve the gate.
+
+    Whether the presser may decide is checked before anything is accepted; a refusal of either step changes nothing
+    the gate message shows (an acceptance that went through before a refused approval is a decision taken, and said).
+    """
+    seen = ticket(value)
+    if seen.gate != "traffic":
+        raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits")
+    authorize(root.ctx, identity, "decide", f"deployment:{seen.deployment_id}")
+    done = accept_proposed_limits(root.ctx, None, seen.deployment_id, identity, seen_report_hash=seen.report_hash)
+    try:
+        approved = decide(root, identity, value, "approved")
+    except Refused as exc:
+        raise Refused(f"you accepted {limits_words(done.accepted)} for {done.endpoint}, but the gate was not approved: "
+                      f"{exc}") from None
+    return reply(f"You accepted {limits_words(done.accepted)} for {done.endpoint} and approved the traffic gate of "
+                 f"deployment #{seen.deployment_id}.", then=approved.then)
 
 
 def show_checks(ctx: Context, identity: Identity, value: str | None) -> Reply:

@@ -136,8 +136,10 @@ class Shell:
             return [f"no button [{number}]; buttons are numbered in the messages above"]
         message, element = self.buttons[number - 1]
         out = self._send(self.sender.click(self.user, message, element["action_id"], element.get("value", "")))
-        if element["action_id"] == REJECT and self._new_view():
-            out.append("Reason for rejecting (one line):")
+        if self._new_view():  # Reject, Approve above the limits…, Silence…: the form asks why
+            title = str(((self._awaiting_reason or {}).get("title") or {}).get("text") or "")
+            out.append("Reason for rejecting (one line):" if element["action_id"] == REJECT
+                       else f"{title or 'Reason'}: why (one line):")
         return out
 
     def _new_view(self) -> bool:

@@ -85,3 +85,12 @@ def limits_above(proposal: Mapping[str, Any] | None, limits: Mapping[str, Any]) 
     if admitted <= safe:
         return None
     return f"{admitted} concurrent requests admitted, above the measured safe {safe} (proposed {limits_words(proposal)})"
+
+
+def approval_above_limits(report: GateReport, effective: Mapping[str, Any]) -> str | None:
+    """What approving ``report``'s gate as it stands would go live with, when that is above its measured safe limits.
+
+    Only a traffic gate measures limits; a plain approval is refused while this is not ``None`` (the decision
+    service applies the same rule), so the gate message offers only the approvals that can succeed.
+    """
+    return limits_above(proposed_limits(report), effective) if report.gate == "traffic" else None

@@ -29,6 +29,8 @@ class PendingGate:
     endpoint: str
     requested_by: str
     checked_at: dt.datetime
+    above_limits: str | None = None
+    """What a plain approval would go live with when that is above the traffic gate's measured safe limits."""
 
     @property
     def approvable(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bot.adapters.store.models import Deployment, Endpoint, GateResult
@@ -26,7 +26,7 @@ from bot.domain.events import (
     RolloutProgress,
     StateChanged,
 )
-from bot.domain.limits import limits_above, proposed_limits
+from bot.domain.limits import approval_above_limits, limits_above, proposed_limits
 from bot.domain.names import did_you_mean, match
 from bot.domain.read_models import DeploymentView, GateSummary, PendingGate
 from bot.domain.states import BEFORE_APPLY_CLOSED, STATE_OF_GATE, USERS_CLOSED_OUT, State, check_transition, is_past_apply
@@ -594,11 +594,12 @@ def pending_gates(ctx: Context, actor: Identity | None = None) -> list[PendingGa
             view = views[dep.id]
             if view.pending is None or view.pending.gate != row.gate:
                 continue
-            if actor is not None:
-                endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
-                if endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
-                    continue
-            result.append(view.pending)
+            endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
+            if actor is not None and endpoint.requires_separate_approver and actor.user_id == dep.requested_by:
+                continue
+            above = approval_above_limits(GateReport.model_validate(row.report),
+                                          endpoint.effective_request_limits.model_dump(mode="json"))
+            result.append(replace(view.pending, above_limits=above))
         return result
 
 

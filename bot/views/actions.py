@@ -23,6 +23,8 @@ NEXT_PAGE = "page_next"
 # under a pair's ramp message: the one-click fast path back.
 RUN_COMMAND = "command_run"
 APPROVE_ABOVE_LIMITS = "traffic_approve_above_limits"  # opens a reason form; the approval records the override
+# A traffic gate whose proposal is below what the endpoint admits: accept the proposal, then approve, in one press.
+ACCEPT_AND_APPROVE = "traffic_accept_and_approve"
 # "Show all N checks" under a gate report whose passing checks are counted, not listed: the full list, to the clicker.
 SHOW_CHECKS = "gate_show_checks"
 

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 
 from bot.domain.read_models import DeploymentView
-from bot.domain.states import State
+from bot.domain.states import IllegalTransition, State, next_state
 from bot.views.icons import state_icon
 from bot.views.parts import Note, Part, Text, person
 
@@ -17,6 +17,18 @@ def state_words(state: str) -> str:
 
 def deployment_title(deployment_id: int, kind: str, release: str, endpoint: str, state: str) -> str:
     return f"{state_icon(state)} Deployment #{deployment_id}: {kind} of *{release}* to *{endpoint}* — {state_words(state)}"
+
+
+def next_step_words(kind: str, state: str) -> str:
+    """What comes after ``state`` on the path of a ``kind`` of work, as a person reads it: ``the model gate's checks``."""
+    try:
+        following = next_state(kind, state)
+    except IllegalTransition:
+        return "the next step"
+    if following.gate is not None:
+        return f"the {following.gate} gate's checks"
+    return {State.CLOSING: "closing the endpoint to users", State.RAMPING: "the ramp to users",
+            State.LIVE: "going live"}.get(following, following.words)
 
 
 # A rollout watch's line about readiness: "1/1 replicas updated and ready", "pods 0/1 ready".

@@ -20,7 +20,16 @@ from bot.domain.limits import (
     proposed_limits,
     same_limits,
 )
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, SHOW_CHECKS, GateTicket
+from bot.views.actions import (
+    ACCEPT_AND_APPROVE,
+    ACCEPT_LIMITS,
+    APPROVE,
+    APPROVE_ABOVE_LIMITS,
+    RECHECK,
+    REJECT,
+    SHOW_CHECKS,
+    GateTicket,
+)
 from bot.views.icons import STATUS_ICON, Icon
 from bot.views.parts import Button, Buttons, Heading, Note, Part, Table, Text, person
 from bot.views.tables import (
@@ -66,8 +75,14 @@ def gate_parts(
     endpoint: str,
     kind: str = "deploy",
     ticket: GateTicket | None = None,
+    above_limits: str | None = None,
 ) -> tuple[Part, ...]:
-    """A gate's check report with Approve/Reject buttons when ``ticket`` is given (undecided gates)."""
+    """A gate's check report with Approve/Reject buttons when ``ticket`` is given (undecided gates).
+
+    ``above_limits`` (a traffic gate whose endpoint admits more than its sweep measured safe: what it would go live
+    with) replaces the plain Approve, which would be refused, with the two approvals that can succeed: accept the
+    proposal and approve, or approve above the limits and say why.
+    """
     rep = _report(report)
     title = f"{rep.gate.capitalize()} gate · deployment #{deployment_id}"
     parts: list[Part] = [
@@ -84,7 +99,14 @@ def gate_parts(
     show_all = (Button(f"Show every check ({len(rep.checks)})", SHOW_CHECKS, show_checks_value(deployment_id, rep.gate)),) \
         if passed and ticket is not None else ()
     if ticket is not None:
-        if rep.approvable:
+        if rep.approvable and above_limits is not None:
+            parts.append(Buttons((
+                Button("Accept limits and approve", ACCEPT_AND_APPROVE, ticket.encode(), "primary"),
+                Button("Approve above the limits…", APPROVE_ABOVE_LIMITS, ticket.encode()),
+                Button("Reject", REJECT, ticket.encode(), "danger"),
+                *show_all,
+            )))
+        elif rep.approvable:
             parts.append(Buttons((
                 Button("Approve", APPROVE, ticket.encode(), "primary"),
                 Button("Reject", REJECT, ticket.encode(), "danger"),
@@ -148,8 +170,8 @@ def limits_parts(
     """Under a traffic report: who accepted its proposal, or the Accept button while it differs from ``effective``.
 
     ``ticket`` is ``None`` where the proposal may no longer be accepted (an older report, a deployment that ended).
-    While the gate is ``undecided`` and ``effective`` admits more than the report measured safe, a second button
-    approves anyway, after asking why (plain Approve is refused then).
+    While the gate is ``undecided`` and ``effective`` admits more than the report measured safe, the gate's own
+    buttons (:func:`gate_parts` with ``above_limits``) approve with the proposal or above it; this part says why.
     """
     if acceptance is not None:
         return (accepted_note(acceptance),)
@@ -159,15 +181,13 @@ def limits_parts(
     if same_limits(proposal, effective):
         return (Note(f"The endpoint already runs with the proposed limits ({limits_words(proposal)})."),)
     above = limits_above(proposal, effective)
-    buttons = [Button("Accept proposed limits", ACCEPT_LIMITS, ticket.encode())]
-    if above is not None and undecided:
-        buttons.append(Button("Approve above the measured limits", APPROVE_ABOVE_LIMITS, ticket.encode(), "danger"))
+    buttons = (Button("Accept proposed limits", ACCEPT_LIMITS, ticket.encode()),)
     return (
         Text(f"*Proposed limits:* {limits_words(proposal)} — the endpoint now admits "
              f"{effective.get('max_concurrent_requests')} concurrent, queue {effective.get('max_queue_size')}."
-             + ("\nApproving as it stands goes live above the measured safe concurrency: accept the proposal first, "
-                "or approve above the measured limits and say why." if above is not None and undecided else "")),
-        Buttons(tuple(buttons)),
+             + ("\nApproving as it stands goes live above the measured safe concurrency: accept the limits and "
+                "approve, or approve above the limits and say why." if above is not None and undecided else "")),
+        Buttons(buttons),
     )
 
 

@@ -124,10 +124,12 @@ def test_approve_updates_the_message_in_place_and_a_double_click_is_refused(benc
     assert bench.click("U0APPROVER1", gate, APPROVE).status_code == 200
     bench.stub.wait_for(lambda s: not has_buttons(gate) and "Approved by <@U0APPROVER1>" in blocks_text(gate.blocks))
     bench.gate_message("infrastructure", 1)
-    # The click changed the message at once (before the engine's next step and the outbox): no buttons, what runs now.
+    # The press was decided before the message changed: its first edit already says who approved, without buttons.
     first = next(c for c in bench.stub.calls_to("chat.update") if c.params["ts"] == gate.ts)
-    assert first.params["text"].startswith(":hourglass_flowing_sand: Approved by <@U0APPROVER1>: the next step is starting")
+    assert "Approved by <@U0APPROVER1>" in blocks_text(first.params["blocks"])
     assert not [b for b in first.params["blocks"] if b["type"] == "actions"]
+    said = bench.replies_to("U0APPROVER1")[0].text
+    assert "You approved the artifact gate of deployment #1; next: the infrastructure gate's checks" in said
     assert bench.click("U0APPROVER2", as_seen_before, APPROVE).status_code == 200  # the old message, clicked
     refusal = bench.replies_to("U0APPROVER2")[0].text
     assert "is not waiting for a decision" in refusal
@@ -140,6 +142,8 @@ def test_self_approval_and_strangers_are_refused_with_an_audit_row(bench) -> Non
     assert "you requested deployment #1; someone else must approve" in bench.replies_to("U0ADMIN")[0].text
     bench.click("U0STRANGER", gate, APPROVE)
     assert "you need the approver role" in bench.replies_to("U0STRANGER")[0].text
+    # Refused presses never showed on the shared message: no approval that did not happen, not even for a moment.
+    assert not [c for c in bench.stub.calls_to("chat.update") if c.params["ts"] == gate.ts]
     with bench.app.ctx.uow() as uow:
         refused = {(a.actor, a.action) for a in uow.audit.list(limit=50)}
     assert {("U0ADMIN", "gate.decision_refused"), ("U0STRANGER", "access.refused")} <= refused

@@ -36,7 +36,7 @@ from bot.services.deployments import (
 )
 from bot.services.errors import Refused
 from bot.services.releases import register_release
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS
+from bot.views.actions import ACCEPT_AND_APPROVE, ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS
 from bot.views.gates import gate_parts
 from tests.slack_support import (
     CHANNEL,
@@ -145,7 +145,9 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
     text = blocks_text(message.blocks)
     assert f"*Proposed limits:* maxConcurrentRequests {LIMIT}" in text and "now admits 32 concurrent, queue 64" in text
     assert "*Sweep*" in text and "429/503 rate" in text  # the compact sweep table beside the checks
-    assert has(message, APPROVE)  # accepting limits and deciding the gate are separate acts
+    # A plain Approve would be refused above the measured limits: not offered. The two approvals that can succeed
+    # are, and accepting limits alone stays a separate act.
+    assert not has(message, APPROVE) and has(message, ACCEPT_AND_APPROVE) and has(message, APPROVE_ABOVE_LIMITS)
     value = button(message, ACCEPT_LIMITS)["value"]
     assert len(value) < 2000
     assert rendered_limits(bench)["maxConcurrentRequests"] == 32
@@ -165,6 +167,7 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
     assert f"Limits accepted by <@{GROUP_APPROVER}> at 2026-" in text and f"maxConcurrentRequests {LIMIT}" in text
     assert "(was 32 / 64)" in text
     assert not has(message, ACCEPT_LIMITS) and has(message, APPROVE)  # updated in place, the gate still waits
+    assert not has(message, ACCEPT_AND_APPROVE) and not has(message, APPROVE_ABOVE_LIMITS)  # within limits now
     limits = rendered_limits(bench)
     assert limits["maxConcurrentRequests"] == LIMIT
     assert endpoint_settings(bench.app.ctx, "kimi-prod").request_limits.max_concurrent_requests == 32  # YAML untouched
@@ -315,12 +318,15 @@ def test_approving_above_the_measured_limits_is_refused_until_a_reason_is_given_
     message = to_traffic_gate(bench)
     assert "Approving as it stands goes live above the measured safe concurrency" in blocks_text(message.blocks)
 
-    # Plain Approve: refused to the clicker, naming the proposal; the gate still waits.
-    bench.click(APPROVER, message, APPROVE)
+    # Plain Approve is not offered; pressed anyway (an older copy of the message): refused to the clicker alone,
+    # naming the proposal, and the shared message is not touched; the gate still waits.
+    edits_before = len([c for c in bench.stub.calls_to("chat.update") if c.params.get("ts") == message.ts])
+    bench.post(bench.sender.click(APPROVER, message, APPROVE, button(message, ACCEPT_AND_APPROVE)["value"]))
     said_to(bench, APPROVER, f"would go live with 32 concurrent requests admitted, above the measured safe {LIMIT} "
                              f"(proposed maxConcurrentRequests {LIMIT}")
     with bench.app.ctx.uow() as uow:
         assert uow.gates.latest(1, "traffic").decision is None
+    assert len([c for c in bench.stub.calls_to("chat.update") if c.params.get("ts") == message.ts]) == edits_before
 
     # The second button asks why; an empty reason is refused in the form itself.
     bench.click(APPROVER, message, APPROVE_ABOVE_LIMITS)
@@ -334,3 +340,26 @@ def test_approving_above_the_measured_limits_is_refused_until_a_reason_is_given_
     with bench.app.ctx.uow() as uow:
         seen = uow.gates.latest(1, "traffic").seen
         assert seen["limits_override"]["reason"] == "launch traffic is capped upstream"
+
+
+def test_accept_limits_and_approve_is_one_press_and_a_refused_one_changes_nothing(bench: SlackBench) -> None:
+    message = to_traffic_gate(bench)
+    edits = lambda: [c for c in bench.stub.calls_to("chat.update") if c.params.get("ts") == message.ts]  # noqa: E731
+    before = len(edits())
+
+    # The requester may neither accept its limits nor approve: told alone, nothing accepted, the message untouched.
+    bench.click("U0DEPLOYER", message, ACCEPT_AND_APPROVE)
+    said_to(bench, "U0DEPLOYER", "you need the approver role")
+    assert not accepted_audit(bench) and len(edits()) == before
+    with bench.app.ctx.uow() as uow:
+        assert uow.gates.latest(1, "traffic").decision is None
+
+    bench.click(APPROVER, message, ACCEPT_AND_APPROVE)
+    said_to(bench, APPROVER, f"You accepted maxConcurrentRequests {LIMIT}")
+    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+    text = blocks_text(message.blocks)
+    assert "Limits accepted by" in text and "above the measured limits" not in text
+    assert rendered_limits(bench)["maxConcurrentRequests"] == LIMIT and len(accepted_audit(bench)) == 1
+    # Every edit of the gate message was made after the decision: none shows buttons being taken away and back.
+    shown = [blocks_text(c.params.get("blocks") or []) for c in edits()[before:]]
+    assert shown and all("Approved by" in t or "Limits accepted by" in t for t in shown)

@@ -19,7 +19,13 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
 from bot.domain.events import RolloutProgress
-from bot.domain.limits import LIMITS_ACCEPTED, LimitsAcceptance, find_acceptance, proposal_open
+from bot.domain.limits import (
+    LIMITS_ACCEPTED,
+    LimitsAcceptance,
+    approval_above_limits,
+    find_acceptance,
+    proposal_open,
+)
 from bot.domain.states import State
 from bot.views.actions import GateTicket
 from bot.views.deployments import PODS, deployment_title, progress_text
@@ -86,14 +92,18 @@ def traffic_limits_parts(uow: SqlUnitOfWork, dep: Deployment, row: GateResult, r
 
 
 def gate_message(uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[Part]:
-    """A gate message as it should read now: buttons while undecided, who decided, the limits part."""
+    """A gate message as it should read now: buttons while undecided (only those that can succeed), who decided,
+    the limits part."""
     report = GateReport.model_validate(row.report)
     waiting = row.decision is None and not State(dep.state).terminal
     ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if waiting else None
+    endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
+    effective = endpoint.effective_request_limits.model_dump(mode="json")
+    above = approval_above_limits(report, effective) if waiting else None
     parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                            kind=dep.kind, ticket=ticket))
+                            kind=dep.kind, ticket=ticket, above_limits=above))
     if waiting:
-        parts.insert(1, Text(waiting_for(EndpointSettings.model_validate(dep.endpoint.settings), dep.requested_by)))
+        parts.insert(1, Text(waiting_for(endpoint, dep.requested_by)))
     elif row.decision and row.decided_by and row.decided_at:
         override = ((row.seen or {}).get("limits_override") or {}).get("reason")
         why = row.decision_reason or (f"above the measured limits: {override}" if override else None)

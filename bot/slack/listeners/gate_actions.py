@@ -1,16 +1,21 @@
-"""Gate buttons (Approve, Reject, Re-run checks, Accept proposed limits, Approve above the measured limits) and the reason modals.
+"""Gate buttons (Approve, Reject, Re-run checks, Accept proposed limits, Accept limits and approve, Approve above
+the limits…) and the reason modals.
 
 Each button is acknowledged at once; the lazy function resolves the clicker and
 calls :mod:`commands.actions` with the ticket the button carried (deployment,
 gate, report hash, release hash), so the services refuse stale, decided or
-self-approved clicks. Reject, and approving a traffic gate above the limits its
+self-approved clicks. A press is decided before anything is shown: a refusal
+goes to the presser alone, and the shared gate message changes only for a
+decision that was taken. Reject, and approving a traffic gate above the limits its
 sweep measured safe, first open a modal asking why; a submission is refused in
 the acknowledgement when the reason is empty.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from slack_bolt import App, Respond
 from slack_sdk import WebClient
@@ -22,11 +27,22 @@ from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
 from bot.slack.listeners.acks import ack_now
 from bot.slack.listeners.reason_modal import ReasonForm, dig, open_form, register_form
-from bot.views.actions import ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, RECHECK, REJECT, SHOW_CHECKS
-from bot.views.parts import Reply
+from bot.views.actions import (
+    ACCEPT_AND_APPROVE,
+    ACCEPT_LIMITS,
+    APPROVE,
+    APPROVE_ABOVE_LIMITS,
+    RECHECK,
+    REJECT,
+    SHOW_CHECKS,
+)
+from bot.views.parts import Reply, reply
 from commands import actions
 
 log = logger_for(__name__)
+T = TypeVar("T")
+CHECKING_AFTER = 1.5
+"""Seconds a press may take to be decided before its presser is told it is being checked."""
 
 
 def click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:
@@ -38,11 +54,9 @@ def click(body: dict[str, Any]) -> tuple[str, str | None, str | None]:
 
 
 def now_running(client: WebClient, body: dict[str, Any], line: str) -> None:
-    """The clicked message, changed at once: its buttons gone and ``line`` saying what runs now.
+    """The clicked message, changed at once after a press that was accepted: its buttons gone, ``line`` saying what runs.
 
-    The gate message is rewritten with the decision when the outbox delivers it (seconds later, after the
-    engine's next step has been handed on); until then nobody looks at buttons that no longer do anything.
-    Called before the decision, so that rewrite always lands after this edit; :func:`restore` undoes it on a refusal.
+    Only ever called once the press was decided (a refused press never changes the shared message).
     """
     message, container = body.get("message"), body.get("container")
     channel = dig(body.get("channel"), "id") or dig(container, "channel_id")
@@ -54,31 +68,32 @@ def now_running(client: WebClient, body: dict[str, Any], line: str) -> None:
     kept.append({"type": "context", "elements": [{"type": "mrkdwn", "text": line}]})
     try:
         client.chat_update(channel=channel, ts=ts, text=line, blocks=kept)
-    except SlackApiError as exc:  # the decision stands; the outbox rewrites the message anyway
+    except SlackApiError as exc:  # the press stands; the outbox rewrites the message anyway
         log.info("could not mark the clicked message as running (%s)", exc.response.get("error"))
 
 
-def refused(client: WebClient, body: dict[str, Any], tell: Tell) -> Tell:
-    """``tell``, after putting the clicked message back: a refused click leaves the buttons where they were."""
+def decided_first(work: Callable[[], T], tell: Tell, checking: str) -> T | None:
+    """``work`` (a press that may be refused) decided before anything is shown; the presser alone hears ``checking``
+    if the decision takes longer than :data:`CHECKING_AFTER` seconds. The shared message changes afterwards, through
+    the outbox, only for a decision that was taken."""
+    told = threading.Event()
+    done = threading.Lock()
 
-    def tell_back(answer: Reply) -> None:
-        restore(client, body)
-        tell(answer)
+    def say_checking() -> None:
+        with done:
+            if not told.is_set():
+                told.set()
+                tell(reply(checking))
 
-    return tell_back
-
-
-def restore(client: WebClient, body: dict[str, Any]) -> None:
-    """The clicked message as it was before :func:`now_running` changed it (the click was refused)."""
-    message, container = body.get("message"), body.get("container")
-    channel = dig(body.get("channel"), "id") or dig(container, "channel_id")
-    ts, blocks = dig(container, "message_ts"), dig(message, "blocks")
-    if not (isinstance(channel, str) and isinstance(ts, str) and isinstance(blocks, list)):
-        return
+    timer = threading.Timer(CHECKING_AFTER, say_checking)
+    timer.daemon = True
+    timer.start()
     try:
-        client.chat_update(channel=channel, ts=ts, text=str(dig(message, "text") or ""), blocks=blocks)
-    except SlackApiError as exc:
-        log.warning("could not put the clicked message back after a refusal (%s)", exc.response.get("error"))
+        return guard(work, tell)
+    finally:
+        timer.cancel()
+        with done:
+            told.set()
 
 
 REJECT_FORM = ReasonForm(
@@ -95,12 +110,17 @@ def register(app: App, deps: SlackDeps) -> None:
     def approve(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
         tell = clicker(deps.client, user, channel, respond)
-        # The message changes first, so the outbox's rewrite with the decision always comes after it; a refused click
-        # gets the message back as it was.
-        now_running(deps.client, body, f":hourglass_flowing_sand: Approved by <@{user}>: the next step is starting; "
-                                       "the progress message in this thread follows it.")
-        answer = guard(lambda: actions.decide(deps.root, deps.identity(user), value, "approved"),
-                       refused(deps.client, body, tell))
+        # Decided first: a refused press is told to its presser alone and the gate message never shows it; an
+        # approval reaches the message through the outbox (no buttons, who approved), right after this answer.
+        answer = decided_first(lambda: actions.decide(deps.root, deps.identity(user), value, "approved"), tell,
+                               "Checking your approval…")
+        deps.follow(answer, tell, channel)
+
+    def accept_and_approve(body: dict[str, Any], respond: Respond) -> None:
+        user, channel, value = click(body)
+        tell = clicker(deps.client, user, channel, respond)
+        answer = decided_first(lambda: actions.accept_and_approve(deps.root, deps.identity(user), value), tell,
+                               "Checking the limits and your approval…")
         deps.follow(answer, tell, channel)
 
     def ask_reason(body: dict[str, Any], respond: Respond) -> None:
@@ -126,9 +146,10 @@ def register(app: App, deps: SlackDeps) -> None:
     def recheck(body: dict[str, Any], respond: Respond) -> None:
         user, channel, value = click(body)
         tell = clicker(deps.client, user, channel, respond)
-        now_running(deps.client, body, f":hourglass_flowing_sand: <@{user}> is re-running these checks; "
-                                       "the new report follows in this thread.")
-        answer = guard(lambda: actions.recheck(deps.root, deps.identity(user), value), refused(deps.client, body, tell))
+        answer = decided_first(lambda: actions.recheck(deps.root, deps.identity(user), value), tell, "Checking…")
+        if answer is not None:  # accepted: these buttons no longer do anything, and the new report follows
+            now_running(deps.client, body, f":hourglass_flowing_sand: <@{user}> is re-running these checks; "
+                                           "the new report follows in this thread.")
         deps.follow(answer, tell, channel)
 
     def accept_limits(body: dict[str, Any], respond: Respond) -> None:
@@ -152,6 +173,7 @@ def register(app: App, deps: SlackDeps) -> None:
 
     app.action(SHOW_CHECKS)(ack=ack_now, lazy=[show_checks])
     app.action(APPROVE)(ack=ack_now, lazy=[approve])
+    app.action(ACCEPT_AND_APPROVE)(ack=ack_now, lazy=[accept_and_approve])
     app.action(APPROVE_ABOVE_LIMITS)(ack=ack_now, lazy=[ask_override])
     register_form(app, deps, OVERRIDE_FORM, approve_above)
     app.action(RECHECK)(ack=ack_now, lazy=[recheck])
