@@ -55,7 +55,6 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) 
     from bot.slack.work import LEASE_SECONDS, Worker
 
     settings = root.ctx.settings
-    _exit_with_parent()
     # Below the answering process: when both want a core, the acknowledgement Slack waits for gets it first.
     os.nice(WORKER_NICENESS)
     kimi = create_app(root, signing_secret=settings.slack_signing_secret or "the-worker-verifies-nothing",
@@ -87,23 +86,6 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) 
         kimi.close()
 
 
-def _exit_with_parent(every_seconds: float = 0.5) -> None:
-    """Die at once when the process that started this one dies (kill -9 of ``serve`` takes its worker with it).
-
-    A worker outliving its replica would go on driving deployments for a replica that is gone; dying as the
-    replica does lets their leases lapse, so another replica takes them over.
-    """
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every_seconds)
-        log.error("the serving process is gone; the worker stops with it")
-        os._exit(70)
-
-    threading.Thread(target=watch, name="kimi-worker-parent", daemon=True).start()
-
-
 class WorkerSupervisor:
     """Starts ``kimi-ops worker`` beside the answering process and starts it again whenever it exits unasked."""
 
@@ -118,7 +100,10 @@ class WorkerSupervisor:
         self._thread = threading.Thread(target=self._keep, name="kimi-worker-supervisor", daemon=True)
 
     def command(self) -> list[str]:
-        return [sys.executable, "-c", "from bot.cli.main import main; main()", "worker",
+        # The worker's first instruction ties it to this process (bot/cli/orphan_guard.py): a kill -9 of serve at
+        # any moment, the worker's start-up included, takes the worker with it.
+        first = f"from bot.cli.orphan_guard import die_with; die_with({os.getpid()})"
+        return [sys.executable, "-c", f"{first}; from bot.cli.main import main; main()", "worker",
                 "--wake-fd", str(self.wake_read), *self.args]
 
     def start(self) -> WorkerSupervisor:

@@ -143,9 +143,11 @@ class Worker:
         self.hold = hold
         self._nudged_at: float | None = None  # the last nudge read (a request the answering process just spooled)
         self._busy_since: float | None = None  # when holding began since the worker last caught up
+        self._stop: threading.Event | None = None
 
     def run(self, stop: threading.Event) -> None:
-        """Until ``stop``: take what is free while a thread is, else wait for a nudge or the poll."""
+        """Until ``stop`` (or the server's end): take what is free while a thread is, else wait for a nudge or the poll."""
+        self._stop = stop
         renewer = threading.Thread(target=self._renew, args=(stop,), name="kimi-followup-lease", daemon=True)
         renewer.start()
         while not stop.is_set():
@@ -230,15 +232,24 @@ class Worker:
 
     def _read_nudges(self, timeout: float) -> None:
         """Wait up to ``timeout`` for a nudge (or the stop fd), then read every nudge so far."""
-        assert self.wake_fd is not None
+        if self.wake_fd is None:
+            return
         # A signal interrupts select(), which then sleeps out the rest of its timeout (PEP 475): the stop fd is
         # what wakes it when the process is asked to stop.
         ready, _, _ = select.select([self.wake_fd] + ([self.stop_fd] if self.stop_fd is not None else []), [], [],
                                     timeout)
         for fd in ready:
             with contextlib.suppress(BlockingIOError, InterruptedError):
-                if os.read(fd, 4096) and fd == self.wake_fd:  # every nudge so far: one look takes all that waits
+                read = os.read(fd, 4096)
+                if read and fd == self.wake_fd:  # every nudge so far: one look takes all that waits
                     self._nudged_at = time.monotonic()
+                elif not read and fd == self.wake_fd:
+                    # End of file: no process holds the pipe's write end, so the server is gone. Reading it again
+                    # would return at once, for ever (a core at 100%): stop instead.
+                    log.error("the serving process is gone (its nudge pipe closed); the worker stops")
+                    self.wake_fd = None
+                    if self._stop is not None:
+                        self._stop.set()
 
     def _let_acknowledgements_pass(self, stop: threading.Event) -> None:
         """While the answering process is busy acknowledging (nudges keep coming), start no follow-up.
