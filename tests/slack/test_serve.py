@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,45 @@ def test_serve_answers_health_and_metrics_and_stops_on_sigterm(tmp_path) -> None
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
         assert proc.returncode == 0
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:  # bound, never listening: a connection to it is refused
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _one_named_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The one ``error:`` line ``serve`` stopped with (exit 2), never an unexpected error or a traceback."""
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "unexpected" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+    return errors[0]
+
+
+def test_slack_unreachable_at_start_is_one_line_naming_the_url_and_the_cause(tmp_path) -> None:
+    api_url = f"http://127.0.0.1:{_closed_port()}/api/"
+    done = kimi_ops(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
+                    SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=api_url)
+    line = _one_named_line(done)
+    assert f"{api_url}auth.test did not answer" in line and "Connection refused" in line
+
+
+def test_slack_refusing_the_bot_token_at_start_is_one_line_naming_the_token(tmp_path) -> None:
+    with SlackStub() as stub:
+        stub.fail_next("auth.test", "invalid_auth", times=10)
+        done = kimi_ops(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
+                        SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=stub.api_url)
+        line = _one_named_line(done)
+        assert line.startswith("error: SLACK_BOT_TOKEN:") and "refused the bot token (invalid_auth)" in line
+        assert stub.api_url in line
+
+
+def test_the_database_unreachable_at_start_is_one_line_naming_it(tmp_path) -> None:
+    with SlackStub() as stub:
+        done = kimi_ops(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
+                        SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=stub.api_url,
+                        KIMI_DATABASE_URL=f"postgresql+psycopg://kimi:hunter2pw@127.0.0.1:{_closed_port()}/kimi")
+    line = _one_named_line(done)
+    assert "cannot reach the database postgresql+psycopg://kimi:***@127.0.0.1" in line and "refused" in line
+    assert "hunter2pw" not in done.stderr

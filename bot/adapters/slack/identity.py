@@ -24,6 +24,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 
+from bot.config_error import ConfigError
 from bot.logs import logger_for
 
 log = logger_for(__name__)
@@ -78,9 +79,26 @@ class BotIdentity:
     enterprise_install: bool
 
 
+class SlackUnavailable(ConfigError):
+    """Slack's Web API did not answer, or refused the bot token, when kimi-ops asked who it is: one line naming the
+    URL and the cause (the CLI's exit 2), never "an unexpected error"."""
+
+
 def bot_identity(client: WebClient) -> BotIdentity:
-    """The bot token's workspace, organisation and app (``auth.test``; raises ``SlackApiError`` on a bad token)."""
-    answer = client.auth_test()
+    """The bot token's workspace, organisation and app (``auth.test``); :class:`SlackUnavailable` when Slack cannot
+    say (unreachable, or the token refused)."""
+    url = f"{client.base_url}auth.test"
+    try:
+        answer = client.auth_test()
+    except SlackApiError as exc:
+        error = exc.response.get("error") if isinstance(exc.response.data, dict) else exc.response.status_code
+        raise SlackUnavailable(f"SLACK_BOT_TOKEN: Slack's Web API at {url} refused the bot token ({error}); give the bot "
+                               "token (xoxb-…) of the installed Slack app") from None
+    except OSError as exc:  # urllib's URLError, a timeout, a reset: the retries are spent
+        reason = getattr(exc, "reason", None) or exc
+        raise SlackUnavailable(f"Slack's Web API at {url} did not answer ({reason}); kimi-ops asks it at start which "
+                               "app and workspace it serves: check the network to Slack (or KIMI_SLACK_API_URL) and start "
+                               "kimi-ops again") from None
 
     def text(key: str) -> str | None:
         value = answer.get(key)
