@@ -103,6 +103,18 @@ def test_every_design_section_the_code_points_to_exists() -> None:
                     f"{module.relative_to(ROOT)} points to DESIGN.md's \"{section}\", which has no such section"
 
 
+def test_the_slack_page_names_every_button() -> None:
+    listed = set(re.findall(r"\*\*([^*]+)\*\*", (DOCS / "slack.md").read_text().split("## Buttons", 1)[1]))
+    labels = set()
+    for folder in ("bot/views", "commands"):
+        for module in (ROOT / folder).rglob("*.py"):
+            # The words of each label the code builds, up to its first placeholder: "Next: {shown}" is "Next".
+            labels |= {re.split(r"[:{(]", label)[0].strip() for label in re.findall(r'Button\(f?"([^"]+)"', module.read_text())}
+    assert len(labels) >= 10
+    missing = {label for label in labels if not any(item.startswith(label) for item in listed)}
+    assert not missing, f"docs/slack.md's Buttons table misses: {', '.join(sorted(missing))}"
+
+
 def test_every_link_between_pages_resolves() -> None:
     for document in _documents():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", document.read_text()):
