@@ -49,6 +49,13 @@ class SloSettings(BaseModel):
     min_requests: int = Field(default=20, ge=1, description="requests a long window needs before it can alert")
     kv_cache_pressure: float = Field(default=0.95, gt=0, le=1,
                                      description="KV-cache usage that pages when requests are also rejected")
+    alerting: Literal["builtin", "prometheus"] = Field(
+        default="builtin", description="who pages after go-live: kimi-ops's own metrics watch, or Prometheus and "
+        "Alertmanager on the rules kimi-ops renders from these objectives (docs/alerting.md)")
+    selector: str | None = Field(
+        default=None, max_length=500, pattern=r'^[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"',
+        description='PromQL label matchers of the endpoint\'s series in Prometheus, e.g. `job="kimi-prod"` '
+        '(unset: namespace="<namespace>", pod=~"<endpoint>-.*")')
 
 
 @dataclass(frozen=True)
