@@ -18,6 +18,7 @@ from bot.cli import output
 from bot.cli.common import context, default_actor
 from bot.cli.conventions import OUTPUT_OPTION, Format, plain, typer_app
 from bot.cli.guard import run_guarded
+from bot.cli.slo_rules import RULES_FORM_OPTION, RulesForm, print_rules
 
 if TYPE_CHECKING:
     from bot.services.metrics_watch import SloView
@@ -190,11 +191,16 @@ def _slo_data(view: SloView) -> dict[str, Any]:
     }
 
 
-def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all)."),
+def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all); `rules NAME` prints NAME's Prometheus rules."),
+        name: str = typer.Argument(None, hidden=True),
         png: str = typer.Option(None, "--png", help="Also draw the last hours of ENDPOINT into this PNG file."),
-        fmt: Format = OUTPUT_OPTION) -> None:
+        form: RulesForm = RULES_FORM_OPTION, fmt: Format = OUTPUT_OPTION) -> None:
     """Each endpoint's objectives: burn rate over the alert windows, error budget left, open watch alerts."""
     from pathlib import Path
+
+    if endpoint == "rules":
+        run_guarded(lambda: print_rules(name, form))
+        return
 
     from bot.services.metrics_watch import slo_view
     from bot.views.slo import burn_rows

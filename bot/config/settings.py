@@ -54,6 +54,15 @@ class Settings(BaseSettings):
     cli_user: str | None = Field(default=None, description="Slack user ID the CLI acts as when --as is not given.")
     slack_api_url: str | None = Field(default=None, description="Base URL of the Slack Web API (tests, sandbox).")
     oncall_group: str | None = Field(default=None, description="Slack user group mentioned on escalations.")
+    # Pages from Prometheus for endpoints with slo.alerting: prometheus (docs/alerting.md).
+    alertmanager_url: str | None = Field(
+        default=None, pattern=r"^https?://", description="Alertmanager's base URL, where Silence buttons create silences.")
+    alertmanager_webhook_token: str | None = Field(
+        default=None, min_length=16, description="Bearer token Alertmanager's webhook must send to /alertmanager/webhook "
+        "(from a Secret; unset: the path refuses every request).")
+    prometheus_rule_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels every rendered PrometheusRule carries, so Prometheus's ruleSelector "
+        "picks it (kube-prometheus-stack: release: <its Helm release>).")
     alert_thresholds_hours: list[PositiveHours] = Field(
         default_factory=lambda: [168.0, 72.0, 24.0, 6.0, 1.0], min_length=1,
         description="Hours before a reservation ends at which to warn; each positive.",

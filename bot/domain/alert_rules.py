@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
+
 from bot.domain.health import BAD_NODE_CONDITIONS, HARDWARE_XIDS
 from bot.domain.slo import PAIRS, TITLES, Objective, WindowPair
 
@@ -285,3 +287,22 @@ def prometheus_rule(name: str, namespace: str, targets: Sequence[RuleTarget],
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
             "metadata": {"name": rule_object_name(name), "namespace": namespace, "labels": labels},
             "spec": rules_file(targets)}
+
+
+class _RulesDumper(yaml.SafeDumper):
+    """Multi-line PromQL as a literal block and no anchors, so a person reviews the rules file as written."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_RulesDumper.add_representer(str, _string)
+
+
+def rules_yaml(document: dict[str, Any]) -> str:
+    """A rule object or rules file as YAML, keys in the order Prometheus documents them."""
+    return yaml.dump(document, Dumper=_RulesDumper, sort_keys=False, width=1_000_000, allow_unicode=True)

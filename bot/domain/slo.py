@@ -26,6 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.domain.sweep import Objectives
+
 ObjectiveName = Literal["ttft", "queue", "e2e", "errors", "rejects"]
 OBJECTIVES: tuple[ObjectiveName, ...] = ("ttft", "queue", "e2e", "errors", "rejects")
 LATENCY_BUDGET = 0.01  # a p99 bound: 1 % of requests may be slower
@@ -85,6 +87,13 @@ def resolve(slo: SloSettings, *, ttft_p99_ms: float, completion_p99_ms: float, e
         Objective("errors", errors, errors),
         Objective("rejects", rejects, rejects),
     )
+
+
+def endpoint_objectives(slo: SloSettings, traffic: Objectives, ttft_objective_ms: float) -> tuple[Objective, ...]:
+    """An endpoint's objectives from its settings: its ``slo``, else the traffic gate's (``traffic_objectives``)."""
+    return resolve(slo, ttft_p99_ms=traffic.ttft_p99_ms or float(ttft_objective_ms),
+                   completion_p99_ms=traffic.completion_p99_ms, error_rate=traffic.error_rate,
+                   reject_rate=traffic.reject_rate)
 
 
 # ---------------------------------------------------------------------------- counting

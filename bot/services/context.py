@@ -18,6 +18,7 @@ from bot.adapters.store import UnitOfWorkFactory
 from bot.config import Settings
 from bot.services.errors import NotConfigured
 from bot.services.ports import (
+    AlertSilences,
     ArtifactVerifier,
     Cluster,
     Directory,
@@ -45,6 +46,7 @@ class Ports:
     directory: Directory | None = None
     objectives: ObjectiveCheck | None = None  # None: the ramp's own window objectives (services/objectives.py)
     gpus: GpuTelemetry | None = None  # DCGM exporters, read by the metrics watch where an endpoint names one
+    silences: AlertSilences | None = None  # Alertmanager, for endpoints Prometheus watches (KIMI_ALERTMANAGER_URL)
 
     def over(self, base: Ports) -> Ports:
         """These ports, with ``base``'s filling every one not set here (given adapters win over defaults)."""

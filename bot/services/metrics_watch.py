@@ -110,10 +110,7 @@ class WatchReport:
 
 def endpoint_objectives(ctx: Context, spec: EndpointSettings) -> tuple[slo.Objective, ...]:
     """The endpoint's objectives: its ``slo`` where set, else what its traffic gate measured against."""
-    measured = objectives_for(ctx, spec)
-    return slo.resolve(spec.slo, ttft_p99_ms=measured.ttft_p99_ms or float(spec.ttft_objective_ms),
-                       completion_p99_ms=measured.completion_p99_ms, error_rate=measured.error_rate,
-                       reject_rate=measured.reject_rate)
+    return slo.endpoint_objectives(spec.slo, objectives_for(ctx, spec), spec.ttft_objective_ms)
 
 
 def retention(spec: EndpointSettings) -> dt.timedelta:
@@ -230,8 +227,10 @@ def watch_metrics(ctx: Context) -> WatchReport:
                 report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="no live release"))
             elif not row.admission_open:
                 report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="admission closed"))
+            elif (spec := _spec(ctx, row)).slo.alerting == "prometheus":  # its pages come from Alertmanager
+                report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="Prometheus watches it"))
             else:
-                targets.append(_spec(ctx, row))
+                targets.append(spec)
     # KIMI_PROBE_CONCURRENCY endpoints are read at once (outside any transaction: scrapes and cluster reads take
     # time); each reading is recorded on this thread as it arrives, so the database sees one writer.
     with ThreadPoolExecutor(max_workers=max(1, min(ctx.settings.probe_concurrency, len(targets))),

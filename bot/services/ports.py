@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
@@ -176,6 +176,24 @@ class WorkloadReader(Protocol):
 
     def health(self, endpoint: EndpointSettings) -> WorkloadHealth | None:
         """Pods (restarts, waiting reasons, last termination) and their nodes' conditions; None when unreadable."""
+        ...
+
+
+@runtime_checkable
+class RuleApplier(Protocol):
+    """A cluster adapter that can apply an endpoint's ``PrometheusRule`` (server-side apply, kimi-ops's manager)."""
+
+    def apply_rules(self, endpoint: EndpointSettings, rule_object: dict[str, Any]) -> bool:
+        """Validate and apply ``rule_object`` in the endpoint's namespace; whether the server's copy changed."""
+        ...
+
+
+class AlertSilences(Protocol):
+    """Alertmanager's API v2 silences; raises with a one-line reason when Alertmanager refuses or cannot be reached."""
+
+    def create_silence(self, matchers: dict[str, str], starts: dt.datetime, ends: dt.datetime, created_by: str,
+                       comment: str) -> str:
+        """Silence alerts whose labels equal ``matchers``; the new silence's id."""
         ...
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.config import Settings
+from bot.services.alert_rules import PUBLISHER
 from bot.services.context import Context, require
 from bot.services.errors import NotFound, UserError
 from bot.services.gate_expiry import watch_gates
@@ -74,7 +75,8 @@ def _probe(ctx: Context, engine: Engine | None) -> str:
 
 
 def _metrics(ctx: Context, engine: Engine | None) -> str:
-    return watch_metrics(ctx).summary
+    """The built-in watch's round, then the rules of the endpoints Prometheus watches, applied where they changed."""
+    return "; ".join((watch_metrics(ctx).summary, *PUBLISHER.publish(ctx)))
 
 
 def _expire(ctx: Context, engine: Engine | None) -> str:

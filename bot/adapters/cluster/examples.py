@@ -1,5 +1,8 @@
 """The rendered manifests of the example release, written to ``deploy/endpoints/`` for readers.
 
+Beside each release manifest: the example endpoint's Prometheus rules with that release live, as the
+``PrometheusRule`` kimi-ops applies (``slo.alerting: prometheus``) and as a plain rules file.
+
 ``python -m bot.adapters.cluster.examples`` rewrites them; a test fails when
 they differ from what the renderer produces now.
 """
@@ -11,8 +14,12 @@ from pathlib import Path
 import yaml
 
 from bot.adapters.cluster.kube import render_manifest
+from bot.adapters.cluster.validate import object_errors
 from bot.config import EndpointSettings
+from bot.domain import alert_rules
 from bot.domain.release import ReleaseManifest
+from bot.domain.slo import endpoint_objectives
+from bot.domain.sweep import Objectives
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE_RELEASE = REPO / "deploy" / "releases" / "kimi-k3-2026-08-01.yaml"
@@ -37,7 +44,28 @@ def example_manifests() -> dict[str, str]:
         header = (f"# Rendered by kimi-ops for release {release.name} on endpoint {endpoint.name} ({endpoint.kind}).\n"
                   f"# Generated: python -m bot.adapters.cluster.examples. Manifest sha256 {manifest.sha256}\n")
         files[f"{release.name}.{endpoint.kind}.yaml"] = header + manifest.text
+    files.update(example_rules(release))
     return files
+
+
+def example_rules(release: ReleaseManifest) -> dict[str, str]:
+    """The example endpoint's rules with ``release`` live: the PrometheusRule (CRD-valid) and the rules file."""
+    config = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
+    endpoint = example_endpoints()[0]
+    traffic = Objectives.model_validate(config.get("traffic_objectives") or {})
+    target = alert_rules.RuleTarget(
+        endpoint=endpoint.name, namespace=endpoint.namespace,
+        objectives=endpoint_objectives(endpoint.slo, traffic, endpoint.ttft_objective_ms),
+        window_days=endpoint.slo.window_days, min_requests=endpoint.slo.min_requests,
+        kv_cache_pressure=endpoint.slo.kv_cache_pressure, gpus=endpoint.gpus, release=release.name)
+    rule_object = alert_rules.prometheus_rule(endpoint.name, endpoint.namespace, [target],
+                                              config.get("prometheus_rule_labels"))
+    if errors := object_errors(rule_object):
+        raise ValueError("; ".join(errors))
+    header = (f"# Prometheus rules kimi-ops renders for endpoint {endpoint.name} with release {release.name} live.\n"
+              "# Generated: python -m bot.adapters.cluster.examples (kimi-ops slo rules ENDPOINT prints the same).\n")
+    return {f"{release.name}.prometheusrule.yaml": header + alert_rules.rules_yaml(rule_object),
+            f"{release.name}.rules.yaml": header + alert_rules.rules_yaml(alert_rules.rules_file([target]))}
 
 
 def main() -> None:

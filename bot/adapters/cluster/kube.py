@@ -404,6 +404,10 @@ class KubernetesCluster:
     def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
         return current_route(self.rest, endpoint)
 
+    def apply_rules(self, endpoint: EndpointSettings, rule_object: dict[str, Any]) -> bool:
+        """Apply the endpoint's ``PrometheusRule`` as :meth:`apply` does (validated against its CRD); changed?"""
+        return self.apply(endpoint, RenderedManifest.of([rule_object])).changed
+
     # -- observation ----------------------------------------------------------------------------------
 
     def observe(self, endpoint: EndpointSettings) -> Observed | None:

@@ -49,6 +49,7 @@ RESOURCES: dict[str, Kind] = {
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies", True),
     "ConfigMap": Kind("v1", "configmaps", True),
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes", True),
+    "PrometheusRule": Kind("monitoring.coreos.com/v1", "prometheusrules", True),
     "Pod": Kind("v1", "pods", True),
     "Event": Kind("v1", "events", True),
     "Namespace": Kind("v1", "namespaces", False),

@@ -32,6 +32,8 @@ IEC_API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
 IEC_KIND = "InferenceEndpointConfig"
 KUBERNETES_VERSION = "1.33"
 SCHEMA_FILE = "inferenceendpointconfig-v1.schema.json"
+RULE_SCHEMA_FILE = "prometheusrule-v1.schema.json"  # from deploy/crds/ (the Prometheus Operator's CRD)
+RULE_API_VERSION = "monitoring.coreos.com/v1"
 
 
 @functools.cache
@@ -78,6 +80,18 @@ def _list_map_keys(validator: Any, list_type: Any, instance: Any, schema: dict[s
 
 
 _KubeValidator = validators.extend(Draft202012Validator, {"x-kubernetes-list-type": _list_map_keys})
+
+
+@functools.cache
+def rule_schema_document() -> dict[str, Any]:
+    """The shipped ``PrometheusRule`` CRD data (``openAPIV3Schema`` of monitoring.coreos.com/v1)."""
+    document: dict[str, Any] = json.loads(resources.files("bot").joinpath("data", RULE_SCHEMA_FILE).read_text("utf-8"))
+    return document
+
+
+@functools.cache
+def _rule_validator() -> Any:
+    return crd_validator(rule_schema_document())
 
 
 @functools.cache
@@ -153,6 +167,10 @@ def object_errors(obj: dict[str, Any]) -> list[str]:
         if api_version != IEC_API_VERSION:
             return [f"{label} apiVersion: {api_version} is not {IEC_API_VERSION}"]
         validator = _iec_validator()
+    elif kind == "PrometheusRule":
+        if api_version != RULE_API_VERSION:
+            return [f"{label} apiVersion: {api_version} is not {RULE_API_VERSION}"]
+        validator = _rule_validator()
     else:
         validator = _kubernetes_validator(kind, api_version)
         if validator is None:
