@@ -100,7 +100,8 @@ def promtool_agrees(ctx, run: Run, tmp_path: Path) -> None:
     rendered = render_rules(ctx, "kimi-prod")
     assert rendered.targets[0].release == "rel-live"
     write_yaml(tmp_path / "rules.yaml", rendered.rules_file)
-    series = [{"series": key, "values": " ".join("_" if v is None else f"{v:g}" for v in values)} for key, values in run.series.items()]
+    series = [{"series": key, "values": " ".join("_" if v is None else f"{v:g}" for v in values)}
+              for key, values in run.series.items()]
     checks = [{"expr": f'count by ({alert_rules.KIND_LABEL}) (ALERTS{{alertstate="firing", endpoint="kimi-prod"}})',
                "eval_time": f"{minute}m",
                "exp_samples": [{"labels": f'{{{alert_rules.KIND_LABEL}="{kind}"}}', "value": 1} for kind in sorted(kinds)]}
