@@ -35,6 +35,8 @@ def _exists(name: str) -> bool:
     """Whether a named path exists, read as a file, a folder, or a module path followed by ``.attribute``s."""
     if (ROOT / name).exists():
         return True
+    if re.search(r"\.(py|ya?ml|json|md|txt|toml|ini|cfg|sh|png)$", name):
+        return False  # a file named with its extension must be that file
     head, _, tail = name.rpartition("/")
     parts = tail.split(".")
     for cut in range(len(parts), 0, -1):
