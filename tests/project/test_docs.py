@@ -91,6 +91,16 @@ def test_every_migration_the_docs_name_exists_and_makes_what_they_say() -> None:
     assert named >= 5
 
 
+def test_every_setting_the_docs_name_is_a_setting() -> None:
+    from bot.config import Settings
+
+    gen = _generator()
+    known = {gen.env_name(name, field) for name, field in Settings.model_fields.items()}
+    for document in _documents():
+        named = set(re.findall(r"\b(?:KIMI|SLACK)_[A-Z_]*[A-Z]\b", document.read_text()))
+        assert named <= known, f"{document.name} names settings that do not exist: {', '.join(sorted(named - known))}"
+
+
 def test_the_design_is_short_enough_to_read() -> None:
     assert len(DESIGN.read_text().splitlines()) <= 400
 
