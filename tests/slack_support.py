@@ -119,10 +119,7 @@ def progress_texts(stub: SlackStub, deployment_id: int) -> list[str]:
 
 
 def moves(stub: SlackStub, deployment_id: int) -> list[str]:
-    """The states the progress message announced (``→ *state*``), in order, each once."""
-    seen: list[str] = []
-    for text in progress_texts(stub, deployment_id):
-        found = re.search(r"\*last:\* → \*([^*]+)\*", text)
-        if found and (not seen or seen[-1] != found.group(1)):
-            seen.append(found.group(1))
-    return seen
+    """The steps the progress message says the deployment passed, in order (its ``*steps:*`` line, newest version)."""
+    texts = progress_texts(stub, deployment_id)
+    found = re.search(r"\*steps:\* ([^\n]+)", texts[-1]) if texts else None
+    return [step.strip("*") for step in found.group(1).split(" → ")] if found else []

@@ -89,8 +89,11 @@ class Shell:
         ctx.settings.slack_api_url = self.stub.api_url
         secret = secrets.token_hex(16)
         # Delivery follows each request here, so what a line caused is printed right after it.
-        self.app: KimiApp = create_app(build_root(ctx, slack_token="xoxb-local-shell"),
-                                       signing_secret=secret, outbox_seconds=None)
+        root = build_root(ctx, slack_token="xoxb-local-shell")
+        if root.notifier is not None:
+            # The console prints what a line caused right after it: each pass's progress is shown, not held back.
+            root.notifier.thread.progress_every = 0
+        self.app: KimiApp = create_app(root, signing_secret=secret, outbox_seconds=None)
         self.sender = SlackSender(secret, self.stub)
         self.buttons: list[tuple[Message, dict[str, Any]]] = []
         self._shown: dict[tuple[str, str], int] = {}

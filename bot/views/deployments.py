@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 
 from bot.domain.read_models import DeploymentView
 from bot.domain.states import IllegalTransition, State, next_state
 from bot.views.icons import state_icon
-from bot.views.parts import Note, Part, Text, person
+from bot.views.parts import Note, Part, Text, moment, person
 
 
 def state_words(state: str) -> str:
@@ -46,10 +47,21 @@ def elapsed_words(delta: dt.timedelta) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def progress_text(state: State, elapsed: dt.timedelta, pods: str | None, last: str | None) -> str:
-    """The deployment's one progress message: the step now, time since it was requested, pods, the last event."""
-    step = state.during if not state.terminal else f"ended: {state.words}"
-    lines = [f"{state_icon(state)} *Progress:* {step} · {elapsed_words(elapsed)} since requested"]
+def progress_text(state: State, *, requested_at: dt.datetime, step_since: dt.datetime, steps: Sequence[State],
+                  pods: str | None, last: str | None) -> str:
+    """The deployment's one progress message: the newest step only, the steps so far, pods, the last event.
+
+    Its times are Slack dates (:func:`moment`), which every reader's client keeps current, so the clock moves
+    between edits; an ended deployment says how long it took.
+    """
+    if state.terminal:
+        head = f"ended: {state.words} · {elapsed_words(step_since - requested_at)} after it was requested"
+    else:
+        head = f"{state.during} (this step began {moment(step_since)}) · requested {moment(requested_at)}"
+    lines = [f"{state_icon(state)} *Progress:* {head}"]
+    if len(steps) > 1:
+        lines.append("*steps:* " + " → ".join(f"*{s.words}*" if i == len(steps) - 1 else s.words
+                                              for i, s in enumerate(steps)))
     if pods:
         lines.append(f"*pods:* {pods}")
     if last:

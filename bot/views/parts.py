@@ -8,6 +8,7 @@ cut or moved to a thread by the Slack renderer, not here.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,11 @@ _SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 def person(actor: str) -> str:
     """A Slack mention for a Slack user id; any other actor (``kimi-ops`` itself, a CLI user) by its name."""
     return f"<@{actor}>" if _SLACK_USER_ID.fullmatch(actor) else f"*{actor}*"
+
+
+def moment(at: dt.datetime, token: str = "{ago}") -> str:
+    """A time every reader sees in their own terms and kept current by Slack (``3 minutes ago``); UTC as fallback."""
+    return f"<!date^{int(at.timestamp())}^{token}|{at:%Y-%m-%d %H:%M} UTC>"
 
 
 @dataclass(frozen=True)

@@ -121,8 +121,10 @@ def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> No
     keys = sorted(((m.metadata or {}).get("event_payload") or {}).get("key", "") for m in posts)
     # The ramp has one message of its own, edited in place by each step, as the progress message is.
     assert keys == sorted(["deployment:1", "progress:1", "ramp:1", *(f"gate:{i}" for i in range(1, 5))]), keys
-    texts = "\n".join(progress_texts(bench.stub, 1))
-    assert "readiness completion answered" in texts and "*Progress:* ended: live" in progress_texts(bench.stub, 1)[-1]
+    texts = progress_texts(bench.stub, 1)
+    assert "*Progress:* ended: live" in texts[-1]
+    # Coalesced: a burst of rollout lines and moves is one edit, and no version names an older step than the one before.
+    assert len(texts) < 30, len(texts)
     # The single-node procedure: users are closed out and drained before apply, and meet it only after the gates.
     steps = moves(bench.stub, 1)
     assert steps == ["artifact gate", "infrastructure gate", "closing", "draining", "applying", "rolling out",

@@ -11,14 +11,16 @@ incident alert. It turns store rows into the chat-neutral parts of
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 from bot.adapters.slack.blocks import slack_text
 from bot.adapters.store.models import Deployment, GateResult, Incident
+from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
-from bot.domain.events import RolloutProgress
+from bot.domain.events import RolloutProgress, StateChanged
 from bot.domain.limits import (
     LIMITS_ACCEPTED,
     LimitsAcceptance,
@@ -70,10 +72,41 @@ def pods_line(uow: SqlUnitOfWork, dep: Deployment) -> str | None:
     return None
 
 
-def progress_parts(uow: SqlUnitOfWork, dep: Deployment, step: State, now: dt.datetime, last: str | None) -> list[Part]:
-    """The deployment's one progress message at ``step``: time since requested, pods while running, the last event."""
-    pods = pods_line(uow, dep) if not step.terminal else None
-    return [Text(slack_text(progress_text(step, now - dep.created_at, pods, last)))]
+@dataclass(frozen=True)
+class ThreadStep:
+    """Where a deployment's thread stands: the newest step delivered to it, when it began, why, and the steps so far."""
+
+    state: State
+    since: dt.datetime
+    reason: str | None
+    steps: tuple[State, ...]
+
+
+def thread_step(uow: SqlUnitOfWork, dep: Deployment) -> ThreadStep:
+    """The step the thread has been told of: the newest *delivered* state change, never the database's state.
+
+    The database may already be further on (its events not delivered yet), and a rollout line may name an older
+    step; reading the delivered changes keeps the progress message and the root from going back or running ahead.
+    An ending, once delivered, stays (``live`` then ``superseded`` are both endings; the later one is shown).
+    """
+    moves: list[tuple[State, dt.datetime, str | None]] = []
+    for row in uow.events.for_deployment(dep.id):
+        if row.kind == StateChanged.KIND and row.delivered_at is not None:
+            event = event_of(row)
+            if isinstance(event, StateChanged):
+                moves.append((State(event.to_state), row.at, event.reason))
+    endings = [m for m in moves if m[0].terminal]
+    state, since, reason = endings[-1] if endings else moves[-1] if moves else (State.REQUESTED, dep.created_at, None)
+    trail = [m[0] for m in moves if not m[0].terminal] + [m[0] for m in endings]
+    steps = tuple(s for i, s in enumerate(trail) if i == 0 or trail[i - 1] != s)
+    return ThreadStep(state, since, reason, steps)
+
+
+def progress_parts(uow: SqlUnitOfWork, dep: Deployment, step: ThreadStep, last: str | None) -> list[Part]:
+    """The deployment's one progress message at ``step``: pods while running, the steps so far, the last event."""
+    pods = pods_line(uow, dep) if not step.state.terminal else None
+    return [Text(slack_text(progress_text(step.state, requested_at=dep.created_at, step_since=step.since,
+                                          steps=step.steps, pods=pods, last=last)))]
 
 
 def _acceptance(uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> LimitsAcceptance | None:

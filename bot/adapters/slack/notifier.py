@@ -121,6 +121,7 @@ class SlackNotifier:
                         break
                     self._wanted = False
                 sent, endpoints = self._pass()
+                self._flush_progress()
                 total += sent
                 touched |= endpoints
                 with self._state:
@@ -160,6 +161,15 @@ class SlackNotifier:
                     touched.add(endpoint_name)
                 sent += 1
         return sent, touched
+
+    def _flush_progress(self) -> None:
+        """The progress messages and roots the pass changed, coalesced (a failure is retried after the next pass)."""
+        try:
+            with self.uow() as uow:
+                self.thread.flush(uow)
+        except Exception as exc:
+            log.warning("progress messages not updated: %s", slack_error(exc),
+                        exc_info=None if isinstance(exc, (SlackApiError, OSError)) else exc)
 
     def _failed(self, uow: SqlUnitOfWork, event_id: int, exc: Exception) -> bool:
         """Count a failed attempt at an event; ``True`` when it is given up (no later retry)."""

@@ -6,10 +6,12 @@ deployment here, through one handler per event class (:attr:`DeploymentThread.HA
 * the first event of a deployment posts the thread's root message in the
   endpoint's channel (or the channel the request came from) and keeps its ``ts``;
 * ``deployment.state``, ``rollout.progress`` and ``admission.changed`` edit the
-  deployment's one progress message in place (``progress:<id>``: the step, the
-  time since it was requested, pods ready, the last event), posted in the thread
-  the first time, and refresh the root's title: a deploy's thread is its root,
-  one message per gate report and this one message;
+  deployment's one progress message in place (``progress:<id>``: the newest step
+  delivered, the steps so far, Slack dates that every client keeps current, pods
+  ready, the last event), posted in the thread the first time, then edited at most
+  once every few seconds (an ending at once), with the root's title refreshed
+  after it, never ahead: a deploy's thread is its root, one message per gate
+  report and this one message;
 * ``gate.waiting`` posts the check report with Approve/Reject buttons in the
   thread (the part that does not fit Slack's limits follows as replies);
 * ``gate.decided`` updates that gate message in place: no buttons, who and when;
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -46,6 +49,7 @@ from bot.adapters.slack.messages import (
     progress_parts,
     replaced_gate_message,
     root_text,
+    thread_step,
 )
 from bot.adapters.slack.once import PostOnce
 from bot.adapters.store.models import Deployment, GateResult
@@ -73,6 +77,8 @@ from bot.views.ramp import ramp_parts
 
 log = logger_for(__name__)
 
+PROGRESS_EVERY_SECONDS = 4.0
+"""At most one edit of a progress message this often: Slack's chat.update allows about 50 a minute per workspace."""
 Handler = Callable[["DeploymentThread", SqlUnitOfWork, Deployment, Any, str], None]
 """Delivers one event of a deployment whose thread exists; the last argument keys the event's own post."""
 
@@ -96,6 +102,12 @@ class DeploymentThread:
         self.on_follow_up = on_follow_up
         self._origins: dict[int, str] = {}
         self._lock = threading.Lock()
+        self.progress_every = PROGRESS_EVERY_SECONDS
+        # Deployment id → the newest "last" line noted for its progress message (and its step), not shown yet.
+        self._pending: dict[int, tuple[str | None, State | None]] = {}
+        self._edited: dict[int, float] = {}  # when (time.monotonic) each progress message was last edited
+        self._root_shown: dict[int, tuple[State, str | None]] = {}
+        self._shown_step: dict[int, State] = {}
 
     def remember_origin(self, deployment_id: int, channel: str | None) -> None:
         """The channel a request came from: the thread goes there when the endpoint names no channel."""
@@ -116,7 +128,7 @@ class DeploymentThread:
 
     def _progress(self, uow: SqlUnitOfWork, dep: Deployment, event: RolloutProgress, key: str) -> None:
         known = {s.value for s in State}
-        self._show_progress(uow, dep, State(event.state) if event.state and event.state in known else None, event.message)
+        self._note_progress(dep, event.message, State(event.state) if event.state in known else None)
 
     def _ramp_split(self, uow: SqlUnitOfWork, dep: Deployment, event: RampSplit, key: str) -> None:
         """One message per ramp (key ``ramp:<deployment>``), posted once and edited in place by every later event."""
@@ -144,19 +156,57 @@ class DeploymentThread:
 
     def _admission_changed(self, uow: SqlUnitOfWork, dep: Deployment, event: AdmissionChanged, key: str) -> None:
         # Each ramp step changes admission: the progress message says it, the thread does not grow.
-        self._show_progress(uow, dep, None, event.text)
+        self._note_progress(dep, event.text)
 
     # ------------------------------------------------------------------ the one progress message
-    def _show_progress(self, uow: SqlUnitOfWork, dep: Deployment, state: State | None, last: str | None) -> None:
-        """Post the deployment's progress message once (``progress:<id>``), then edit it in place by its recorded ts."""
-        rendered = render(progress_parts(uow, dep, state or State(dep.state), self.clock.now(), last))
-        key = f"progress:{dep.id}"
-        where = self.posts.posted(key)
-        if where is not None:
-            self.client.chat_update(channel=where[0], ts=where[1], text=rendered.text, blocks=rendered.blocks)
-            return
-        channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
-        self.posts.post(key, channel, rendered.text, blocks=rendered.blocks, thread_ts=thread_ts)
+    def _note_progress(self, dep: Deployment, last: str | None, step: State | None = None) -> None:
+        """Note that the progress message (and the root's title) should change; :meth:`flush` edits it, coalesced.
+
+        ``step`` is the step ``last`` speaks of, when it names one: a line of an older step is not shown under a newer.
+        """
+        with self._lock:
+            self._pending[dep.id] = (last, step) if last else self._pending.get(dep.id, (None, None))
+
+    def flush(self, uow: SqlUnitOfWork) -> None:
+        """Edit each noted progress message, at most once every :attr:`progress_every` seconds per message.
+
+        Called after every pass over the outbox, so a burst of events is one edit showing the newest step (read
+        from the state changes delivered, :func:`thread_step`); an ending, and a message not posted yet, go at
+        once. The root's title follows in the same flush, after the progress message: it never runs ahead.
+        """
+        with self._lock:
+            noted = dict(self._pending)
+        for deployment_id, (last, said_at) in noted.items():
+            dep = uow.deployments.get(deployment_id)
+            if dep is None or not dep.slack_thread_ts:
+                self._forget(deployment_id, noted[deployment_id])
+                continue
+            step = thread_step(uow, dep)
+            key = f"progress:{dep.id}"
+            where = self.posts.posted(key)
+            edited = self._edited.get(dep.id)
+            ending = step.state.terminal and self._shown_step.get(dep.id) != step.state
+            if where is not None and not ending and edited is not None and time.monotonic() - edited < self.progress_every:
+                continue  # a later pass shows it (the outbox runs every few seconds)
+            if said_at is not None and said_at != step.state:  # a line of another step: say the step itself
+                last = f"→ *{step.state.words}*" + (f": {step.reason}" if step.reason else "")
+            rendered = render(progress_parts(uow, dep, step, last))
+            if where is not None:
+                self.client.chat_update(channel=where[0], ts=where[1], text=rendered.text, blocks=rendered.blocks)
+            else:
+                channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
+                self.posts.post(key, channel, rendered.text, blocks=rendered.blocks, thread_ts=thread_ts)
+            self._edited[dep.id], self._shown_step[dep.id] = time.monotonic(), step.state
+            self._forget(deployment_id, noted[deployment_id])
+            if self._root_shown.get(dep.id) != (step.state, step.reason):
+                self._update_root(dep, step.state, step.reason)
+                self._root_shown[dep.id] = (step.state, step.reason)
+
+    def _forget(self, deployment_id: int, noted: tuple[str | None, State | None]) -> None:
+        """Drop a noted edit once shown, unless a newer one was noted meanwhile."""
+        with self._lock:
+            if self._pending.get(deployment_id) == noted:
+                del self._pending[deployment_id]
 
     def _ensure_root(self, uow: SqlUnitOfWork, dep: Deployment) -> bool:
         if dep.slack_thread_ts:
@@ -185,8 +235,7 @@ class DeploymentThread:
 
     def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged, key: str) -> None:
         target, reason = State(event.to_state), event.reason
-        self._show_progress(uow, dep, target, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""))
-        self._update_root(dep, target, reason)
+        self._note_progress(dep, f"→ *{state_words(target)}*" + (f": {reason}" if reason else ""), target)
         if target == State.LIVE:
             # The release this one replaced is no longer live: its thread's title must say so too.
             for older in uow.deployments.in_states(dep.endpoint_id, [State.SUPERSEDED]):
