@@ -14,8 +14,9 @@ from bot.bootstrap import Root
 from bot.domain.limits import limits_words
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
-from bot.services.deployments import decide_gate, stored_gate_report
+from bot.services.deployments import decide_gate
 from bot.services.errors import Refused
+from bot.services.gate_reports import stored_gate_report
 from bot.services.traffic_gate import accept_proposed_limits
 from bot.views.actions import GateTicket
 from bot.views.deployments import next_step_words

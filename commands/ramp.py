@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from bot.bootstrap import Root
 from bot.services.access import Identity
-from bot.services.deployments import approve_ramp_step
+from bot.services.ramp_approvals import approve_ramp_step
 from bot.views.parts import Reply, reply
 from commands.base import Usage, deployment_number, extra, q
 

@@ -22,7 +22,9 @@ from bot.cli.guard import run_guarded
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
-    from bot.services.deployments import StoredGateReport
+    from bot.services.access import Identity
+    from bot.services.context import Context
+    from bot.services.gate_reports import StoredGateReport
 
 gate_app = typer_app(help="Decide or re-run a deployment's gates.")
 
@@ -272,7 +274,7 @@ def gate_report(
     fmt: Format = OUTPUT_OPTION,
 ) -> None:
     """Print the stored report of GATE of DEPLOYMENT (the newest one, decided or waiting)."""
-    from bot.services.deployments import stored_gate_report
+    from bot.services.gate_reports import stored_gate_report
 
     def body() -> None:
         stored = stored_gate_report(context(), deployment, _gate(gate))
@@ -314,8 +316,8 @@ def gate_accept_limits(
     user: str = AS_OPTION,
 ) -> None:
     """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers)."""
-    from bot.services.deployments import stored_gate_report
     from bot.services.errors import Refused
+    from bot.services.gate_reports import stored_gate_report
     from bot.services.traffic_gate import accept_proposed_limits
 
     def body() -> None:

@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from bot.config import EndpointSettings
 from bot.domain import alert_rules
+from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context
 from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound
 from bot.services.metrics_watch import endpoint_objectives
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ a report with any ``fail`` or ``error`` cannot be approved.
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 
 from bot.adapters.aws.artifacts import Progress
@@ -17,13 +16,14 @@ from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
 from bot.domain.governance import ArtifactPolicy
 from bot.domain.release import ReleaseManifest
+from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.errors import NotFound
 from bot.services.governance import artifact_policy
 from bot.services.releases import get_release
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 
 def summarise(checks: list[Check]) -> str:

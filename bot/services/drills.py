@@ -26,7 +26,6 @@ Every state change is one transaction with an audit row (``drill.requested``, ``
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,16 +42,17 @@ from bot.domain.events import DrillNotice
 from bot.domain.health import WorkloadHealth, crash_faults, node_faults
 from bot.domain.names import did_you_mean, match
 from bot.domain.rollout import RenderedManifest
+from bot.logs import logger_for
 from bot.services import ports
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
-from bot.services.deployments import live_deployment
 from bot.services.errors import NotConfigured, NotFound, Refused
 from bot.services.incidents import Incidents
 from bot.services.readiness import FAILING
 from bot.services.reservations import rehearse_expiry
+from bot.services.transitions import live_deployment
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 ACTOR = "kimi-ops:drill"
 ALERT_KINDS = (FAILING, "crashloop", "node")
 

@@ -16,7 +16,7 @@ committed first makes the decision refused as "not waiting". The reminder is
 stored with the gate report (``gate_results.reminded_at``; for a stalled drain or
 a ramp step, the ``gate.reminded`` audit row since it began waiting), so a restart or another
 replica never reminds twice. An expiry goes through
-:func:`bot.services.deployments.end`: before apply the deployment ends and
+:func:`bot.services.transitions.end`: before apply the deployment ends and
 frees its endpoint; a deploy that closed users out but applied nothing reopens
 first; after apply the previous release's restore starts in the same
 transaction, and a pair side's deploy (a ramp step included) returns all the
@@ -27,7 +27,6 @@ drive (``to_drive``): the job does that after the transactions committed.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass, field
 
 from bot.adapters.store.models import Deployment
@@ -36,10 +35,12 @@ from bot.config import EndpointSettings
 from bot.domain.events import GateReminder
 from bot.domain.gate_deadlines import Due, GateClock, words
 from bot.domain.states import USERS_CLOSED_OUT, WAITING, State, is_past_apply
+from bot.logs import logger_for
 from bot.services.context import Context
-from bot.services.deployments import end, live_deployment, path_kind, ramp_step_waiting
+from bot.services.ramp_approvals import ramp_step_waiting
+from bot.services.transitions import end, live_deployment, path_kind
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 DRAIN = "drain"
 """What a stalled drain is called where a gate's name would be (events, audit rows)."""
@@ -196,7 +197,7 @@ def _remind(uow: SqlUnitOfWork, ctx: Context, dep: Deployment, endpoint: Endpoin
 
 
 def _ending_after_apply(uow: SqlUnitOfWork, dep: Deployment, endpoint: EndpointSettings) -> str:
-    """What an expiry after the apply does (as :func:`bot.services.deployments.end` does it), for the reminder."""
+    """What an expiry after the apply does (as :func:`bot.services.transitions.end` does it), for the reminder."""
     if endpoint.pair is not None:
         return f"the deployment ends and all of {endpoint.pair.service}'s weight returns to {endpoint.pair.partner}"
     live = live_deployment(uow, dep.endpoint_id)

@@ -7,7 +7,6 @@ check, never a ``pass``: a report with an error cannot be approved.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from bot.domain.checks import Check, GateReport
 from bot.domain.egress import pod_boundary_check
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
+from bot.logs import logger_for
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context, require
 from bot.services.drills import drill_check_reason
@@ -27,7 +27,7 @@ from bot.services.model_gate import run_model_gate, with_release_report
 from bot.services.reservations import reservation_for
 from bot.services.traffic_gate import run_traffic_gate
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 
 @dataclass(frozen=True)

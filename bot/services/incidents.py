@@ -21,9 +21,9 @@ from bot.config import EndpointSettings
 from bot.domain.events import IncidentHandled, WatchAlert, WatchRecovered
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
-from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound, Refused
 from bot.services.pairs import fast_path
+from bot.services.transitions import live_deployment
 
 ACTOR = "kimi-ops:metrics-watch"
 SILENCE_CHOICES_HOURS = (1, 4, 24)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -45,14 +44,15 @@ from bot.domain.health import (
     node_faults,
 )
 from bot.domain.readiness import MetricsSnapshot
+from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context, require
-from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound
 from bot.services.incidents import Incidents
 from bot.services.traffic_gate import objectives_for
+from bot.services.transitions import live_deployment
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 MINUTES_KEPT = dt.timedelta(hours=7)  # minute rows for the 6-hour windows, one row an hour before that
 DIRECT = ("kv-pressure", "gpu", "node", "crashloop")

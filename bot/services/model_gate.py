@@ -9,7 +9,6 @@ so the next release's gate compares against them.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,12 @@ from bot.domain.evaluation import (
 )
 from bot.domain.own_requests import own_requests_of
 from bot.domain.release_report import MAX_REPORT_BYTES, pass_rate_of, release_report_check
+from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 DEFAULT_EVAL_SET = Path(__file__).resolve().parents[2] / "deploy" / "evaluation" / "kimi-k3-default.yaml"
 

@@ -15,7 +15,6 @@ newer live deployment wins.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from bot.adapters.store.models import Endpoint
@@ -24,12 +23,14 @@ from bot.config import EndpointSettings, ServiceSettings
 from bot.domain.admission import Admission, AdmissionError, parse_admission
 from bot.domain.events import ServiceRolledBack
 from bot.domain.states import State
+from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
+from bot.services.reservations import reservation_for
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 
 def fast_path(endpoint: EndpointSettings) -> str:
@@ -187,8 +188,6 @@ def _split(ctx: Context, first: EndpointSettings) -> tuple[int, bool] | None:
 
 def service_status(ctx: Context, name: str) -> ServiceStatus:
     """Both sides of a service: release, route weight, reservation time left, what is in flight."""
-    from bot.services.reservations import reservation_for
-
     service = ctx.settings.service(name)
     if service is None:
         raise NotFound(f"no service named {name}")

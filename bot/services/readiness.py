@@ -29,7 +29,6 @@ any drift from the record. Reservations and incidents are read once per page.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -44,9 +43,10 @@ from bot.domain.drift import ClusterTruth, Recorded
 from bot.domain.events import ReadinessAlert, ReadinessRecovered, StateChanged
 from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.readiness import ReadinessResult
+from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context, require
-from bot.services.deployments import endpoint_row, live_deployment
+from bot.services.deployments import endpoint_row
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
 from bot.services.pairs import fast_path
 from bot.services.reservations import (
@@ -56,8 +56,9 @@ from bot.services.reservations import (
     reservation_overview,
 )
 from bot.services.status import RecordSnapshot, cluster_truths, record_of
+from bot.services.transitions import live_deployment
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 ACTOR = "kimi-ops:readiness-probe"
 FAILING = "readiness"

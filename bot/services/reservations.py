@@ -37,7 +37,6 @@ The pure rules (matching, fit, thresholds) live in :mod:`bot.domain.expiry`.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -77,11 +76,12 @@ from bot.domain.expiry import (
 )
 from bot.domain.infrastructure import select_reservation
 from bot.domain.reservations import ReservationInfo, same_instance_type
+from bot.logs import logger_for
 from bot.services.context import Context, require
-from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound
+from bot.services.transitions import live_deployment
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 ACTOR = "kimi-ops:reservation-watch"
 DEFAULT_INSTANCE_TYPE = "p6-b300.48xlarge"

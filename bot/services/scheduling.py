@@ -13,12 +13,12 @@ expiry starts restores) is given the process's engine: ``run_job(..., engine=)``
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bot.config import Settings
+from bot.logs import logger_for
 from bot.services.alert_rules import PUBLISHER
 from bot.services.context import Context, require
 from bot.services.errors import NotFound, UserError
@@ -30,7 +30,7 @@ from bot.services.reservations import watch_reservations
 if TYPE_CHECKING:  # the engine loads only in a process that runs deployments
     from bot.services.engine import Engine
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 SUMMARY_LIMIT = 2000
 

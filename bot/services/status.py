@@ -17,7 +17,6 @@ and never a hang.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -30,12 +29,13 @@ from bot.domain.admission import AdmissionError, parse_admission
 from bot.domain.drift import ClusterTruth, Observed, Recorded, compare
 from bot.domain.rollout import RenderedManifest
 from bot.domain.states import is_past_apply
+from bot.logs import logger_for
 from bot.services import ports
 from bot.services.admission import users_get
 from bot.services.context import Context
-from bot.services.deployments import path_kind
+from bot.services.transitions import path_kind
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 # The whole page waits at most this long for the cluster (the adapter's own connect timeout is 3 s).
 OBSERVE_BUDGET_SECONDS = 4.0

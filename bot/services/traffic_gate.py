@@ -19,7 +19,6 @@ release restores its own accepted limits with its exact stored manifest.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +46,13 @@ from bot.domain.sweep import (
     SweepPlan,
     propose,
 )
+from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured, NotFound, Refused
 from bot.services.releases import manifest_from_row
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 
 def objectives_for(ctx: Context, endpoint: EndpointSettings) -> Objectives:

@@ -27,12 +27,13 @@ from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.operator import OperatorSimulator
 from bot.services.access import Identity
-from bot.services.deployments import decide_gate, get_deployment, request_deploy, request_rollback, store_gate_report
+from bot.services.deployments import decide_gate, get_deployment, request_deploy, request_rollback
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.readiness import endpoint_status
 from bot.services.releases import register_release
 from bot.services.traffic_gate import accept_proposed_limits
+from bot.services.transitions import store_gate_report
 from tests.conftest import START
 from tests.workflow_support import ADMIN, APPROVER_1, REQUESTER, ROLES, endpoint_config, fake_ports, release_data, workflow
 

@@ -29,11 +29,12 @@ from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SANDBOX_PAIR_RAM
 from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
 from bot.services.admission import apply_admission
-from bot.services.deployments import approve_ramp_step, get_deployment, ramp_step_waiting, request_deploy
+from bot.services.deployments import get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.incidents import Incidents
 from bot.services.pairs import rollback_service, service_status
+from bot.services.ramp_approvals import approve_ramp_step, ramp_step_waiting
 from bot.services.reservations import endpoints_with_tested_release, watch_reservations
 from bot.services.scheduling import run_job
 from commands import incidents

@@ -25,14 +25,11 @@ from bot.domain.checks import GateReport
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services.access import Identity
 from bot.services.context import Context, Ports
-from bot.services.deployments import (
-    endpoint_settings,
-    request_deploy,
-    store_gate_report,
-)
+from bot.services.deployments import endpoint_settings, request_deploy
 from bot.services.errors import Forbidden, Refused
 from bot.services.releases import register_release
 from bot.services.traffic_gate import accept_proposed_limits, run_traffic_gate
+from bot.services.transitions import store_gate_report
 from bot.views.gate_text import render_traffic_report
 from tests.workflow_support import (
     APPROVER_1,

@@ -223,7 +223,7 @@ def test_a_delivery_failing_after_slack_took_the_message_posts_it_once_and_moves
 def test_an_upload_whose_answer_was_lost_is_found_in_the_thread_and_not_uploaded_again(make_ctx, stub, tmp_path) -> None:
     from bot.adapters.plots import plot_evaluation
     from bot.domain.checks import GateReport
-    from bot.services.deployments import store_gate_report
+    from bot.services.transitions import store_gate_report
 
     ctx = setup(make_ctx, "C0PROD")
     view = request_deploy(ctx, "rel-a", None, REQUESTER)
