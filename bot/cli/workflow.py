@@ -22,8 +22,6 @@ from bot.cli.guard import run_guarded
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
-    from bot.services.access import Identity
-    from bot.services.context import Context
     from bot.services.gate_reports import StoredGateReport
 
 gate_app = typer_app(help="Decide or re-run a deployment's gates.")

@@ -23,9 +23,9 @@ from bot.domain import alert_rules
 from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context
-from bot.services.deployments import live_deployment
 from bot.services.errors import NotFound
 from bot.services.metrics_watch import endpoint_objectives
+from bot.services.transitions import live_deployment
 
 log = logger_for(__name__)
 
