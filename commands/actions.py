@@ -15,20 +15,31 @@ from bot.domain.limits import limits_words
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
 from bot.services.deployments import decide_gate
-from bot.services.errors import Refused
+from bot.services.errors import NotFound, Refused
 from bot.services.gate_reports import stored_gate_report
 from bot.services.traffic_gate import accept_proposed_limits
 from bot.views.actions import GateTicket
 from bot.views.deployments import next_step_words
 from bot.views.gates import all_checks_parts
 from bot.views.parts import Reply, plain, reply
+from commands.base import number_words, storable
+
+DAMAGED = "this button comes from a damaged or outdated message; `/kimi gates` shows what waits"
 
 
 def ticket(value: str | None) -> GateTicket:
     try:
-        return GateTicket.decode(value or "")
+        seen = GateTicket.decode(value or "")
     except (ValueError, KeyError, TypeError):
-        raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits") from None
+        raise Refused(DAMAGED) from None
+    return GateTicket(deployment(seen.deployment_id), seen.gate, seen.report_hash, seen.release_hash)
+
+
+def deployment(number: int) -> int:
+    """``number``, if a deployment could have it; else the answer a deployment that does not exist gets."""
+    if not storable(number):
+        raise NotFound(f"no deployment {number_words(number)}; `/kimi history` lists them")
+    return number
 
 
 def may_decide(ctx: Context, identity: Identity, value: str | None) -> GateTicket:
@@ -94,7 +105,8 @@ def show_checks(ctx: Context, identity: Identity, value: str | None) -> Reply:
         data = json.loads(value or "")
         deployment_id, gate = int(data["d"]), str(data["g"])
     except (ValueError, KeyError, TypeError):
-        raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits") from None
+        raise Refused(DAMAGED) from None
+    deployment(deployment_id)
     authorize(ctx, identity, "view", f"deployment:{deployment_id}")
     stored = stored_gate_report(ctx, deployment_id, gate)
     parts = all_checks_parts(stored.report, deployment_id)
@@ -105,7 +117,7 @@ def accept_limits(ctx: Context, identity: Identity, value: str | None) -> Reply:
     """Store the traffic report's proposed limits in its endpoint's settings; the gate message says who and when."""
     seen = ticket(value)
     if seen.gate != "traffic":
-        raise Refused("this button comes from a damaged or outdated message; `/kimi gates` shows what waits")
+        raise Refused(DAMAGED)
     done = accept_proposed_limits(ctx, None, seen.deployment_id, identity, seen_report_hash=seen.report_hash)
     before = done.previous
     where = (f"applied to deployment #{done.deployment_id}'s running release (manifest revision {done.revision}, "

@@ -20,6 +20,21 @@ class Usage(Exception):
 
 # Deployment ids are database integers: a longer number is no deployment, and would overflow the query.
 MAX_DEPLOYMENT_DIGITS = 9
+LARGEST_NUMBER = 999_999_999  # the largest of nine digits
+
+
+def storable(number: int) -> bool:
+    """Whether ``number`` can name a stored row: a button's value may carry any integer, the database holds few.
+
+    Past the database's integers the query itself would fail (SQLite and psycopg refuse to bind the number), so a
+    bigger number is simply no such row.
+    """
+    return 1 <= number <= LARGEST_NUMBER
+
+
+def number_words(number: int) -> str:
+    """``#5``; a number too long to read back is cut short (``#100000000000…``)."""
+    return f"#{number}" if number <= LARGEST_NUMBER else f"#{str(number)[:12]}…"
 
 
 def q(word: str, limit: int = 40) -> str:

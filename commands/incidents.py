@@ -11,16 +11,20 @@ from bot.bootstrap import Root
 from bot.services import incidents
 from bot.services.access import Identity
 from bot.services.context import Context
-from bot.services.errors import Refused
+from bot.services.errors import NotFound, Refused
 from bot.views.parts import Reply, reply
 from commands import rollback
+from commands.base import number_words, storable
 
 
 def incident_id(value: str | None) -> int:
     try:
-        return int(value or "")
+        number = int(value or "")
     except ValueError:
         raise Refused("this button no longer says which incident it is about; use `/kimi status ENDPOINT`") from None
+    if not storable(number):
+        raise NotFound(f"no incident {number_words(number)}; `/kimi status ENDPOINT` lists the open ones")
+    return number
 
 
 def acknowledge(ctx: Context, identity: Identity, value: str | None) -> Reply:

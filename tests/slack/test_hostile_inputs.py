@@ -25,7 +25,7 @@ from bot.config import ConfigError
 from bot.sandbox.slack_stub import SlackStub, sign
 from bot.services.releases import register_release
 from bot.slack.app import create_app
-from bot.views.actions import APPROVE
+from bot.views.actions import APPROVE, INCIDENT_ACK, RECHECK, REJECT, SHOW_CHECKS
 from tests.slack_support import CHANNEL, SlackBench, has_buttons, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
@@ -322,3 +322,27 @@ def test_without_an_app_id_from_settings_or_auth_test_the_app_does_not_start(mak
         ctx.settings.slack_api_url = stub.api_url
         with pytest.raises(ConfigError, match=r"^KIMI_SLACK_APP_ID: .*A0123ABCD"):
             create_app(build_root(ctx, slack_token="xoxb-test-token"), signing_secret="s", outbox_seconds=None)
+
+
+TICKET_10_30 = json.dumps({"d": 10**30, "g": "artifact", "r": "x", "h": "y"})
+
+
+@pytest.mark.parametrize(("action_id", "value", "answer"), [
+    (APPROVE, TICKET_10_30, "no deployment #100000000000…"),
+    (RECHECK, TICKET_10_30, "no deployment #"),
+    (SHOW_CHECKS, TICKET_10_30, "no deployment #"),
+    (REJECT, TICKET_10_30, "no deployment #"),
+    (INCIDENT_ACK, str(10**30), "no incident #"),
+])
+def test_a_button_naming_an_absurd_number_is_no_such_deployment_not_a_traceback(
+    bench: SlackBench, action_id: str, value: str, answer: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A forged or corrupted button naming deployment 10**30 (past any database integer) gets the ordinary answer."""
+    body = click(bench, [{"action_id": action_id, "value": value}], user=user(bench, "U0APPROVER1"),
+                 channel={"id": CHANNEL}, container={"channel_id": CHANNEL, "message_ts": "1.2"})
+    with caplog.at_level("DEBUG"):
+        assert bench.post(body).status_code == 200
+        told = bench.stub.wait_for(lambda s: [m for m in s.messages if m.ephemeral_to or m.channel.startswith("U")])
+        assert bench.app.wait_idle(20)
+    assert len(told) == 1 and answer in told[0].text, [m.text for m in told]
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == [], "no traceback in the log"
