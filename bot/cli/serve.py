@@ -110,18 +110,22 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
             return ["the Socket Mode connection to Slack is not up"]
         return []
 
-    http = HttpServer(kimi.wsgi(checks=(slack_connected,)), host, port).start()
+    # Ready (and, in Socket Mode, connected to Slack) only once the worker takes work: the first answer after
+    # a start is then as quick as any other, not held behind the worker's start-up.
+    http = HttpServer(kimi.wsgi(checks=(supervisor.problems, slack_connected)), host, port).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     supervisor.start()
-    if socket:
-        handler = socket_handler(kimi, settings.slack_app_token or "")
-        handler.connect()
     output.info(f"kimi-ops is serving on {http.url} ({'Socket Mode' if socket else 'HTTP /slack/events'}); Ctrl-C stops it")
     budget = connection_budget(settings)
     output.info(budget)
     log.info(budget)
     try:
+        if socket:
+            while not (supervisor.ready.wait(0.5) or stop.is_set()):
+                pass
+            handler = socket_handler(kimi, settings.slack_app_token or "")
+            handler.connect()
         while not stop.wait(1.0):
             pass
     except KeyboardInterrupt:

@@ -36,6 +36,7 @@ def worker(
     jobs: bool = typer.Option(True, "--jobs/--no-jobs", help="Also run the scheduled jobs (with leader election)."),
     wake_fd: int = typer.Option(-1, "--wake-fd", help="Pipe the answering process nudges when it records work."),
     lease_seconds: float = typer.Option(0.0, "--lease-seconds", help="Lease of a taken follow-up (default 30 s)."),
+    ready_fd: int = typer.Option(-1, "--ready-fd", help="Pipe told once this worker takes work (serve is ready then)."),
 ) -> None:
     """Run the follow-up work of `kimi-ops serve` (started by serve)."""
     from bot.bootstrap import build_root
@@ -45,12 +46,12 @@ def worker(
         ctx = context()
         settings = ctx.settings
         run_worker(build_root(ctx, slack_token=settings.slack_bot_token), jobs, wake_fd if wake_fd >= 0 else None,
-                   lease_seconds or None)
+                   lease_seconds or None, ready_fd if ready_fd >= 0 else None)
 
     run_guarded(body)
 
 
-def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) -> None:
+def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, ready_fd: int | None = None) -> None:
     from bot.slack.app import create_app
     from bot.slack.work import LEASE_SECONDS, Worker
 
@@ -76,6 +77,8 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) 
     work = Worker(root.ctx, kimi.bolt.dispatch, threads=kimi.workers.size, lease=lease or LEASE_SECONDS, wake_fd=wake_fd,
                   spool=kimi.spool, stop_fd=stop_read)
     log.info("worker %s takes follow-up work", work.holder)
+    if ready_fd is not None:
+        _say_ready(ready_fd)
     try:
         work.run(stop)
     except KeyboardInterrupt:
@@ -84,6 +87,18 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None) 
         if runner is not None:
             runner.stop()
         kimi.close()
+
+
+def _say_ready(ready_fd: int) -> None:
+    """Tell serve this worker takes work: until then its ``/readyz`` says the worker is starting."""
+    try:
+        os.write(ready_fd, b"r")
+    except OSError:  # serve is gone; the parent watch ends this process
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(ready_fd)
+
 
 
 class WorkerSupervisor:
@@ -96,15 +111,33 @@ class WorkerSupervisor:
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         self._stop = threading.Event()
+        # Set while a worker that said it takes work runs; serve's readiness waits for it (the first answer after a
+        # start or a restart would otherwise wait for the worker's start-up, seconds, while Slack's user waits).
+        self.ready = threading.Event()
         self._proc: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(target=self._keep, name="kimi-worker-supervisor", daemon=True)
 
-    def command(self) -> list[str]:
+    def command(self, ready_fd: int) -> list[str]:
         # The worker's first instruction ties it to this process (bot/cli/orphan_guard.py): a kill -9 of serve at
         # any moment, the worker's start-up included, takes the worker with it.
         first = f"from bot.cli.orphan_guard import die_with; die_with({os.getpid()})"
         return [sys.executable, "-c", f"{first}; from bot.cli.main import main; main()", "worker",
-                "--wake-fd", str(self.wake_read), *self.args]
+                "--wake-fd", str(self.wake_read), "--ready-fd", str(ready_fd), *self.args]
+
+    def problems(self) -> list[str]:
+        """A readiness check: nothing while a worker takes work."""
+        return [] if self.ready.is_set() else ["the worker process is starting"]
+
+    def _await_ready(self, ready_read: int) -> None:
+        """Set :attr:`ready` when the worker writes to its ready pipe (end of file: it exited first)."""
+        try:
+            if os.read(ready_read, 1):
+                self.ready.set()
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(ready_read)
 
     def start(self) -> WorkerSupervisor:
         self._thread.start()
@@ -114,8 +147,14 @@ class WorkerSupervisor:
         pause = RESTART_PAUSE_SECONDS / 2  # the first restart comes after RESTART_PAUSE_SECONDS
         while not self._stop.is_set():
             started = time.monotonic()
-            self._proc = subprocess.Popen(self.command(), pass_fds=(self.wake_read,), env=self.env)
+            ready_read, ready_write = os.pipe()
+            try:
+                self._proc = subprocess.Popen(self.command(ready_write), pass_fds=(self.wake_read, ready_write), env=self.env)
+            finally:
+                os.close(ready_write)  # the worker holds the only write end: its exit ends the wait below
+            threading.Thread(target=self._await_ready, args=(ready_read,), name="kimi-worker-ready", daemon=True).start()
             code = self._proc.wait()
+            self.ready.clear()
             if self._stop.is_set():
                 return
             # A worker that dies at start (a bad setting) is not restarted in a tight loop: the pause doubles.

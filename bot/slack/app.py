@@ -29,7 +29,6 @@ exception is answered 200 by :mod:`bot.slack.listeners.errors` (Bolt would say
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -43,10 +42,11 @@ from bot.adapters.slack.identity import GroupDirectory, bot_identity
 from bot.adapters.store.engine import bound_sqlite_waits
 from bot.adapters.store.spool import Spool
 from bot.bootstrap import Root
-from bot.logs import BOLT_LOGGER, logger_for
+from bot.logs import logger_for
 from bot.services.access import refuse_foreign_request
 from bot.services.health import database_problems
 from bot.slack.answers import sender_line
+from bot.slack.bolt_log import bolt_logger
 from bot.slack.deps import SlackDeps, person
 from bot.slack.home_cache import HomeCache
 from bot.slack.http import Check, ReadinessProbe, WsgiApp, wsgi_app
@@ -240,10 +240,7 @@ def create_app(
     client = root.notifier.client
     origin = origin_of(root.ctx.settings, bot_identity(client))
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
-    bolt_log = logging.getLogger(BOLT_LOGGER)
-    # Bolt reads its logger's own level, not the effective one, before it builds a debug line for each middleware
-    # of each request: left unset (0, "below DEBUG"), it would build them all and log none.
-    bolt_log.setLevel(bolt_log.getEffectiveLevel())
+    bolt_log = bolt_logger()
     bolt = KimiBolt(
         metrics=SlackMetrics(),
         client=client,

@@ -206,6 +206,35 @@ def test_a_forged_malformed_body_is_still_401(bench: SlackBench) -> None:
     assert bench.post(body, forged).status_code == 401
 
 
+@pytest.fixture()
+def logged_bench(make_ctx: Any, caplog: pytest.LogCaptureFixture) -> Iterator[SlackBench]:
+    """The bench, started with the log at INFO as ``serve`` runs (Bolt takes its loggers' level when the app is made)."""
+    caplog.set_level("INFO")
+    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports())
+    b = start_bench(ctx)
+    yield b
+    stop_bench(b)
+
+
+@pytest.mark.parametrize("refusal", ["forged signature", "stale timestamp", "no signature"])
+def test_a_request_refused_for_its_signature_or_timestamp_is_logged_without_its_body(
+    logged_bench: SlackBench, refusal: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    bench = logged_bench
+    body = slash(bench, "deploy rel-a to kimi-prod because TYPED-BY-SOMEONE-ELSE")
+    now, stale = str(int(time.time())), str(int(time.time()) - 3600)
+    headers = {
+        "forged signature": {"x-slack-request-timestamp": now, "x-slack-signature": sign("not-the-secret", now, body)},
+        "stale timestamp": {"x-slack-request-timestamp": stale, "x-slack-signature": sign(bench.sender.secret, stale, body)},
+        "no signature": {"x-slack-request-timestamp": now},
+    }[refusal]
+    assert bench.post(body, {"content-type": FORM, **headers}).status_code == 401
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("refused a Slack request" in m and f"body of {len(body)} characters not logged" in m for m in logged), logged
+    assert not [m for m in logged if "TYPED-BY-SOMEONE-ELSE" in m or "rel-a" in m], "the refused body is in the log"
+    assert caused(bench) == []
+
+
 @pytest.mark.parametrize("text", ["history kimi-prod " + "9" * 5000, "history " + "9" * 5000 + " --page 2",
                                   "cancel " + "7" * 5000, "gates --page " + "1" * 5000])
 def test_thousands_of_digits_are_a_usage_line_even_past_the_length_limit(text: str) -> None:
