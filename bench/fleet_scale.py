@@ -43,7 +43,7 @@ from bot.bootstrap import build_context, build_root
 from bot.config import load_settings
 from bot.sandbox.capacity import CapacityStandIn
 from bot.sandbox.openai_server import OpenAIServer
-from bot.sandbox.stack import SANDBOX_EGRESS
+from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
 from bot.services.access import Identity
 from bot.services.context import Context, Ports
 from bot.services.readiness import endpoint_status, probe_endpoints
@@ -127,7 +127,7 @@ def run_size(count: int, completion_seconds: float, repeat: int, server: OpenAIS
         tmp = Path(tmp_name)
         url = f"sqlite:///{tmp / 'fleet.db'}"
         schema.upgrade(url)
-        endpoints = [{"name": n, "kind": "hyperpod", "url": server.url, "region": REGION, "egress": SANDBOX_EGRESS,
+        endpoints = [{"name": n, "kind": "hyperpod", "url": server.url, "region": REGION, "egress": SANDBOX_EGRESS, "door": SANDBOX_DOOR,
                       "availability_zone": f"{REGION}a"} for n in names]
         client = HttpEndpointClient(timeout=60)
         ctx = build_context(load_settings(database_url=url, data_dir=tmp, roles={"admin": [ADMIN.user_id]},

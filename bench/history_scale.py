@@ -39,7 +39,7 @@ from bot.adapters.store import schema
 from bot.adapters.store.models import UTCDateTime
 from bot.bootstrap import build_context, build_root
 from bot.config import load_settings
-from bot.sandbox.stack import SANDBOX_EGRESS
+from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
 from bot.services.access import Identity
 from bot.services.context import Context
 from bot.services.scheduling import job_overview
@@ -185,7 +185,7 @@ def run_size(url: str, tmp: Path, deployments: int, repeat: int) -> dict[str, di
     filler = create_engine(url)
     fill(filler, deployments)
     settings = load_settings(database_url=url, data_dir=tmp, roles={"admin": [ADMIN.user_id]},
-                             endpoints=[{"name": f"kimi-{e}", "egress": SANDBOX_EGRESS}
+                             endpoints=[{"name": f"kimi-{e}", "egress": SANDBOX_EGRESS, "door": SANDBOX_DOOR}
                                         for e in range(1, ENDPOINTS + 1)])
     found: dict[str, dict[str, tuple[float, int]]] = {}
     for variant in ("indexed", "baseline"):

@@ -31,6 +31,7 @@ from bot.bootstrap import build_context
 from bot.config import load_settings
 from bot.sandbox.dcgm import DcgmExporter
 from bot.sandbox.openai_server import OpenAIServer
+from bot.sandbox.stack import SANDBOX_DOOR
 from bot.services.context import Ports
 from bot.services.metrics_watch import watch_metrics
 from bot.services.releases import register_release
@@ -55,8 +56,8 @@ def main() -> None:
         names = [f"kimi-{i:04d}" for i in range(args.endpoints)]
         settings = load_settings(
             data_dir=Path(tmp), auto_migrate=True, database_url=args.database_url,
-            endpoints=[{"name": n, "kind": "eks", "url": server.url, "dcgm_url": dcgm.url, "channel": "C0BENCH"}
-                       for n in names],
+            endpoints=[{"name": n, "kind": "eks", "url": server.url, "dcgm_url": dcgm.url, "channel": "C0BENCH",
+                        "door": SANDBOX_DOOR} for n in names],
         )
         endpoint, gpus = HttpEndpointClient(timeout=10), HttpGpuTelemetry()
         ctx = build_context(settings, clock=clock, ports=Ports(endpoint=endpoint, gpus=gpus))

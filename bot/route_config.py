@@ -22,6 +22,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bot.domain.doors import PodPeer
+
 # The CRD's own patterns (gateway.networking.k8s.io_httproutes.yaml, v1.6.1).
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -31,6 +33,8 @@ HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$"
 MODEL_PORT = 8000  # bot.adapters.cluster.render.PORT: the port of the Service the EKS renderer creates
 DEFAULT_COHORT_HEADER = "x-kimi-cohort"
 DEFAULT_COHORT_VALUE = "internal"
+GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
+"""The label Gateway API implementations (Istio, the in-cluster deployment of GEP-1762) put on a Gateway's pods."""
 
 
 class GatewayParent(BaseModel):
@@ -44,6 +48,15 @@ class GatewayParent(BaseModel):
                                   description="Namespace of the Gateway; default: the endpoint's namespace.")
     section_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=SECTION_NAME,
                                      description="Listener name on the Gateway; default: every listener that allows the route.")
+    data_plane: PodPeer | None = Field(
+        default=None,
+        description="The pods that carry the Gateway's traffic, the only users' way to the model pods (NetworkPolicy); "
+                    f"default: pods labelled {GATEWAY_NAME_LABEL}=<name> in the Gateway's namespace.")
+
+    def data_plane_for(self, endpoint_namespace: str) -> PodPeer:
+        """The declared data plane, else the Gateway API's label for a Gateway's own pods in its namespace."""
+        return self.data_plane or PodPeer(namespace=self.namespace or endpoint_namespace,
+                                          pod_labels={GATEWAY_NAME_LABEL: self.name[:63]})
 
 
 class ServiceBackend(BaseModel):

@@ -17,7 +17,7 @@ from bot.adapters.store.models import Deployment
 from bot.config import EndpointSettings
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.reservations import ReservationInfo, same_instance_type
-from bot.sandbox.stack import SANDBOX_EGRESS
+from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
 from bot.services.context import Context
 from bot.services.releases import register_release
 from tests.conftest import START
@@ -73,6 +73,8 @@ def eks_endpoint(name: str, **overrides: object) -> dict:
     data.update(overrides)
     if data["kind"] == "hyperpod":  # a production HyperPod endpoint names its model pods' egress
         data.setdefault("egress", SANDBOX_EGRESS)
+    if data.get("route") is None:  # ... and every production endpoint a door kimi-ops controls
+        data.setdefault("door", SANDBOX_DOOR)
     return data
 
 

@@ -17,6 +17,7 @@ import yaml
 from bot.config import EndpointSettings
 from bot.domain.checks import Check
 from bot.domain.coldstart import ColdStart
+from bot.domain.doors import DoorPath
 from bot.domain.governance import ArtifactPolicy
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
@@ -28,7 +29,7 @@ from bot.domain.rollout import (
     RolloutProgress,
 )
 from bot.sandbox.aws import INFERENCE_ROLE
-from bot.sandbox.stack import SANDBOX_EGRESS
+from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
 from bot.services.access import Identity
 from bot.services.context import Ports
 from tests.conftest import EXAMPLE_RELEASE, START
@@ -53,6 +54,8 @@ def endpoint_config(name: str = "kimi-prod", **overrides: object) -> dict:
         "url": "http://127.0.0.1:9", "availability_zone": "us-east-1a",
         "reservation_id": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/kimi",
         "inference_roles": [INFERENCE_ROLE], "egress": SANDBOX_EGRESS,
+        # The door: an application layer that enforces admission (FakeCluster acknowledges every change at once).
+        "door": SANDBOX_DOOR,
     }
     data.update(overrides)
     return data
@@ -120,6 +123,14 @@ class FakeCluster:
     def preflight(self, endpoint: EndpointSettings) -> list[Check]:
         return [Check.passed("gpu_nodes", "1 node with 8 GPUs", zones=["us-east-1a"])]
 
+    def doors(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> list[DoorPath]:
+        """The declared door only: a cluster without side doors."""
+        if endpoint.route is not None:
+            return [DoorPath("route", f"HTTPRoute {endpoint.name}", "through the gateway", door=True)]
+        if endpoint.door.application_layer is not None:
+            return [DoorPath("application layer", "", endpoint.door.application_layer.describe(), door=True)]
+        return []
+
     def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult:
         changed = not self.applied or self.applied[-1] != manifest.text
         self.applied.append(manifest.text)
@@ -135,8 +146,13 @@ class FakeCluster:
             return RolloutOutcome("succeeded", "DeploymentComplete", 1.0)
         return RolloutOutcome("failed", "DeploymentFailed: image pull backoff", 1.0)  # type: ignore[arg-type]
 
-    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> int:
         self.admission.append(open_)
+        return len(self.admission)
+
+    def admission_enforced(self, endpoint: EndpointSettings) -> int | None:
+        """An application layer that takes every change at once."""
+        return len(self.admission) or None
 
 
 @dataclass

@@ -85,7 +85,8 @@ def list_reviews(
 @exception_app.command("add")
 def add_exception(
     ident: str = typer.Argument(..., help="Exception id, e.g. SEC-EXC-2026-0142 (what a release names)."),
-    kind: str = typer.Option(..., "--kind", help="trust-remote-code, unscanned-image, payload-capture or tensor-parallel."),
+    kind: str = typer.Option(
+        ..., "--kind", help="trust-remote-code, unscanned-image, payload-capture, tensor-parallel or side-door."),
     release: str | None = typer.Option(None, "--release", help="Scope: this release."),
     endpoint: str | None = typer.Option(None, "--endpoint", help="Scope: this endpoint."),
     reason: str = typer.Option(..., "--reason", help="Why the rule may be broken here."),

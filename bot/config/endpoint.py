@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bot.domain.capture import DataCapture
+from bot.domain.doors import DoorSettings
 from bot.domain.egress import REQUIRED as REQUIRED_EGRESS
 from bot.domain.egress import EgressPolicy
 from bot.domain.slo import SloSettings
@@ -99,15 +100,14 @@ class EndpointSettings(BaseModel):
                                    description="First-token objective of readiness probes and the traffic gate's knee.")
     separate_approver: bool | None = Field(
         default=None, description="Whether a requester may not approve their own gates (default: true on `prod`).")
-    client_namespaces: list[str] = Field(
-        default_factory=lambda: ["kimi-ops"],
-        description="Namespaces besides the endpoint's own allowed to reach its API port (EKS NetworkPolicy).",
-    )
     rollback_approvals: int = Field(default=1, ge=0, le=4,
                                     description="Approvals a rollback's artifact gate needs (0: none when no check fails).")
     # The Gateway API HTTPRoute kimi-ops keeps in front of the endpoint (bot/route_config.py); None: no route.
     route: RouteSettings | None = Field(default=None, description="The HTTPRoute in front of the endpoint (none: the "
                                         "admission ConfigMap only).")
+    # Who besides the route's Gateway may reach the model pods, and any declared side door (bot/domain/doors.py).
+    door: DoorSettings = Field(default_factory=DoorSettings, description="Who besides the route's Gateway may reach "
+                               "the model pods (ingress NetworkPolicy), and any declared SageMaker endpoint or ALB.")
     route_accept_seconds: float = Field(default=60, gt=0, le=3600,
                                         description="How long the gateway may take to accept a route change.")
     drain_seconds: float = Field(default=600, gt=0, le=86_400,
@@ -155,6 +155,12 @@ class EndpointSettings(BaseModel):
             data = dict(data)
             if data.pop("egress_cidrs") not in (["0.0.0.0/0"], []):
                 raise ValueError(f"egress_cidrs was replaced by {REQUIRED_EGRESS}")
+        if isinstance(data, dict) and "client_namespaces" in data:
+            # Rows stored before hold the old default; anything else let a namespace past the route.
+            data = dict(data)
+            if data.pop("client_namespaces") not in (["kimi-ops"], []):
+                raise ValueError("client_namespaces was replaced by door: (kimi_ops, metrics_scraper, application_layer); "
+                                 "users reach the model through the route's Gateway only")
         return data
 
     @model_validator(mode="after")

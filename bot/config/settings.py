@@ -195,6 +195,16 @@ class Settings(BaseSettings):
         self.endpoints = with_pair_sides(self.endpoints, self.services)
         return self
 
+    @model_validator(mode="after")
+    def _prod_door(self) -> Settings:
+        """A production endpoint has a door kimi-ops controls (after ``_pairs``: a pair side's route is the service's)."""
+        for endpoint in self.endpoints:
+            if endpoint.environment == "prod" and endpoint.route is None and endpoint.door.application_layer is None:
+                raise ValueError(f"endpoint {endpoint.name} (prod) has no door kimi-ops controls: add a route: block "
+                                 "(gateway, fallback), or declare door.application_layer (the layer that enforces "
+                                 "admission and acknowledges each change); see deploy/kimi-ops.example.yaml")
+        return self
+
     def service(self, name: str) -> ServiceSettings | None:
         return next((s for s in self.services if s.name == name), None)
 

@@ -28,8 +28,10 @@ NODE_GPUS = 8
 
 Exposure = Literal["internal", "third-party", "maas"]
 EXPOSURES: tuple[Exposure, ...] = ("internal", "third-party", "maas")
-ExceptionKind = Literal["trust-remote-code", "unscanned-image", "payload-capture", "tensor-parallel"]
-EXCEPTION_KINDS: tuple[ExceptionKind, ...] = ("trust-remote-code", "unscanned-image", "payload-capture", "tensor-parallel")
+ExceptionKind = Literal["trust-remote-code", "unscanned-image", "payload-capture", "tensor-parallel", "side-door"]
+EXCEPTION_KINDS: tuple[ExceptionKind, ...] = ("trust-remote-code", "unscanned-image", "payload-capture", "tensor-parallel",
+                                              "side-door")
+"""``side-door``: a production endpoint reached by something besides its route (a SageMaker endpoint and its ALB)."""
 Scope = Literal["release", "endpoint"]
 MAAS_THRESHOLD_USD = 20_000_000
 """Model-as-a-Service revenue over 12 months above which Moonshot's licence asks for a separate agreement."""

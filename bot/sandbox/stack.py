@@ -17,7 +17,8 @@ traffic layer (:mod:`bot.sandbox.traffic`: a fallback model server and the Gatew
 API gateway stand-in), gives the endpoint its ``route`` block and a ramp of a few
 seconds per step, and :attr:`Sandbox.gateway_url` is where users' requests go;
 ``users_per_second`` starts background users there (:mod:`bot.sandbox.users`).
-``traffic=False`` gives the endpoint without a route (the admission ConfigMap).
+``traffic=False`` gives the endpoint without a route: an application layer stand-in
+(:mod:`bot.sandbox.app_layer`) holds the door and acknowledges each admission change.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ SANDBOX_EGRESS: dict[str, Any] = {
     "control_plane_cidrs": ["10.0.0.0/26"],
 }
 """Where the sandbox's production HyperPod model pods may connect (a production HyperPod endpoint must name it)."""
+
+
+SANDBOX_APPLICATION_LAYER: dict[str, Any] = {
+    "namespace": NAMESPACE, "pod_labels": {"app.kubernetes.io/name": "kimi-app-layer"}, "acknowledge_seconds": 15}
+"""``traffic=False``: the application layer that holds the door instead of a route (bot/sandbox/app_layer.py)."""
+SANDBOX_DOOR: dict[str, Any] = {"application_layer": SANDBOX_APPLICATION_LAYER}
+"""The ``door`` of a production endpoint without a route (a prod endpoint must have one or the other)."""
 
 
 def endpoint_config(url: str, route: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -208,6 +216,12 @@ class Sandbox:
                 self.stand_ins["users"] = UserTraffic(
                     self.stand_ins["traffic"].url, cohort=(DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE),
                     per_second=self.users_per_second).start()
+        else:
+            from bot.sandbox.app_layer import ApplicationLayerStandIn
+
+            # Without a route the door is an application layer that enforces admission and acknowledges it.
+            self.stand_ins["app_layer"] = ApplicationLayerStandIn(kube.rest(), NAMESPACE, ENDPOINT,
+                                                                  changed=kube.changes()).start()
         capacity = self.stand_ins["capacity"] = CapacityStandIn()
         self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
 
@@ -300,7 +314,10 @@ class Sandbox:
                 "services": [{**service, **self.service_overrides}]}
 
     def _endpoint_config(self) -> dict[str, Any]:
-        return {**endpoint_config(self.stand_ins["openai"].url, self._route()), **self.endpoint_overrides}
+        config = endpoint_config(self.stand_ins["openai"].url, self._route())
+        if config.get("route") is None:
+            config["door"] = SANDBOX_DOOR
+        return {**config, **self.endpoint_overrides}
 
     def _route(self) -> dict[str, Any] | None:
         if "traffic" not in self.stand_ins:
@@ -374,7 +391,7 @@ class Sandbox:
         if self.ctx is not None:
             self.ctx.close()
             self.ctx = None
-        for name in ("users", "sagemaker", "traffic", "openai_green", "openai", "operator", "kube", "moto"):
+        for name in ("users", "sagemaker", "app_layer", "traffic", "openai_green", "openai", "operator", "kube", "moto"):
             stand_in = self.stand_ins.pop(name, None)
             if stand_in is not None:
                 stand_in.stop()

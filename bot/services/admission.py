@@ -30,6 +30,7 @@ from bot.services.context import Context, require
 from bot.services.errors import Invalid, NotFound, Refused
 
 STUCK = "admission-stuck"
+UNGUARDED = "users are not kept off the candidate"
 ROUTE_POLL_SECONDS = 0.2
 
 
@@ -48,6 +49,8 @@ def users_get(endpoint: EndpointSettings, admission: Admission) -> str:
     """What an ordinary user's request reaches under ``admission``, in words."""
     route = endpoint.route
     if route is None:
+        if endpoint.door.application_layer is None:
+            return f"{UNGUARDED}: {endpoint.name} has no route and no application layer"
         if admission.state is AdmissionState.OPEN:
             return "everyone reaches Kimi K3"
         return "the application layer turns users away (admission ConfigMap closed; no route is configured)"
@@ -79,9 +82,12 @@ def apply_admission(ctx: Context, endpoint: EndpointSettings, admission: Admissi
         raise AdmissionFailed(f"{admission} needs a fallback backend in {endpoint.name}'s route settings to send the rest to")
     try:
         if endpoint.route is None:
-            cluster.set_admission(endpoint, admission.state is AdmissionState.OPEN, reason)
+            generation = cluster.set_admission(endpoint, admission.state is AdmissionState.OPEN, reason)
+            _await_application_layer(ctx, endpoint, admission, generation)
             return users_get(endpoint, admission)
         status = cluster.set_route(endpoint, admission, reason)
+    except AdmissionFailed:
+        raise
     except Exception as exc:
         raise AdmissionFailed(f"could not set {endpoint.name}'s route to {admission}: {exc}") from exc
     deadline = time.monotonic() + endpoint.route_accept_seconds
@@ -99,6 +105,36 @@ def apply_admission(ctx: Context, endpoint: EndpointSettings, admission: Admissi
         current = cluster.route_status(endpoint)
         if current is not None:
             status = current
+
+
+def _await_application_layer(ctx: Context, endpoint: EndpointSettings, admission: Admission, generation: int) -> None:
+    """The declared application layer must write back ``generation`` as enforced in time, or this fails closed and pages.
+
+    Without a route the ConfigMap is only a request to the layer that holds the door: an unacknowledged change is
+    not one users see. Failing closed writes ``closed`` again (it cannot be waited for: the layer is not answering)
+    and opens the ``admission-stuck`` incident, which pages on-call until admission opens again.
+    """
+    layer = endpoint.door.application_layer
+    if layer is None:
+        return
+    cluster = require(ctx.ports.cluster, "cluster access", "to change admission")
+    deadline = time.monotonic() + layer.acknowledge_seconds
+    while True:
+        enforced = cluster.admission_enforced(endpoint)
+        if enforced is not None and enforced >= generation:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(ROUTE_POLL_SECONDS)
+    said = "nothing" if enforced is None else f"generation {enforced}"
+    why = (f"the application layer ({layer.describe()}) did not acknowledge {endpoint.name}'s admission {admission} "
+           f"(generation {generation}) within {layer.acknowledge_seconds:.0f} s; it enforces {said}")
+    if admission.state is not AdmissionState.CLOSED:
+        cluster.set_admission(endpoint, False, f"failed closed: {why}")
+    with ctx.uow() as uow:
+        open_stuck_incident(uow, ctx, endpoint.name, why)
+        uow.commit()
+    raise AdmissionFailed(why)
 
 
 def record_admission(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, admission: Admission, reason: str, *,

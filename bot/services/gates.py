@@ -14,10 +14,13 @@ from typing import Any
 from bot.config import EndpointSettings
 from bot.domain.capture import capture_check
 from bot.domain.checks import Check, GateReport
+from bot.domain.doors import CHECK as DOORS_CHECK
+from bot.domain.doors import SIDE_DOOR_EXCEPTION, door_check
 from bot.domain.egress import pod_boundary_check
 from bot.domain.infrastructure import reservation_checks
 from bot.domain.release import ReleaseManifest
 from bot.logs import logger_for
+from bot.services.admission import UNGUARDED
 from bot.services.artifact_gate import run_artifact_checks
 from bot.services.context import Context, require
 from bot.services.drills import drill_check_reason
@@ -108,7 +111,21 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
         artifact_policy(ctx, endpoint, subject.requester),
     )]))
     checks.extend(guarded("drills.recent", lambda: [_drills_check(ctx, endpoint)]))
+    checks.extend(guarded(DOORS_CHECK, lambda: [_doors_check(ctx, subject)]))
     return GateReport(gate="infrastructure", checks=checks)
+
+
+def _doors_check(ctx: Context, subject: GateSubject) -> Check:
+    """``cluster.doors``: the route is the one way to the model pods once this release is applied (prod: or it fails)."""
+    try:
+        cluster = require(ctx.ports.cluster, "cluster access")
+    except NotConfigured as absent:
+        return Check.errored(DOORS_CHECK, str(absent))
+    manifest = cluster.render(subject.release, subject.endpoint, subject.release_hash)
+    paths = cluster.doors(subject.endpoint, manifest)
+    policy = artifact_policy(ctx, subject.endpoint, subject.requester)
+    return door_check(paths, environment=subject.endpoint.environment,
+                      exception=policy.exception(SIDE_DOOR_EXCEPTION, subject.release.name))
 
 
 def _drills_check(ctx: Context, endpoint: EndpointSettings) -> Check:
@@ -148,6 +165,17 @@ def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:
 
 
 def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
+    """Run one gate's checks, and say on each gate when nothing keeps users off the candidate."""
+    report = _run_gate(ctx, gate, subject)
+    endpoint = subject.endpoint
+    if endpoint.route is not None or endpoint.door.application_layer is not None:
+        return report
+    unguarded = Check.warned("door.none", f"{UNGUARDED}: {endpoint.name} has no route and no application layer, so "
+                                          "users reach whatever runs, gates or not; add a route: block")
+    return report.model_copy(update={"checks": [*report.checks, unguarded]})
+
+
+def _run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
     """Run one gate's checks; an unexpected failure becomes an ``error`` report, never a crash."""
     try:
         if gate == "artifact":

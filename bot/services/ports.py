@@ -16,6 +16,7 @@ from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.coldstart import ColdStart
+from bot.domain.doors import DoorPath
 from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.governance import ArtifactPolicy
@@ -82,6 +83,11 @@ class Cluster(Protocol):
 
     def preflight(self, endpoint: EndpointSettings) -> list[Check]: ...
 
+    def doors(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> list[DoorPath]:
+        """Every way to the model pods once ``manifest`` is applied: the route (or declared application layer) first,
+        then each Service, Ingress, HTTPRoute, SageMaker endpoint or ingress policy that opens another."""
+        ...
+
     def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult: ...
 
     def watch(
@@ -98,7 +104,13 @@ class Cluster(Protocol):
         deployment's apply) are an earlier deployment's and are not told."""
         ...
 
-    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None: ...
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> int:
+        """Write the admission ConfigMap (an endpoint without a route); returns the generation written."""
+        ...
+
+    def admission_enforced(self, endpoint: EndpointSettings) -> int | None:
+        """The admission generation the application layer wrote back as enforced (``None``: never)."""
+        ...
 
     def set_route(self, endpoint: EndpointSettings, admission: Admission, reason: str) -> RouteStatus:
         """Write the endpoint's HTTPRoute for ``admission`` (field manager ``kimi-ops-admission``) and read it back.

@@ -23,7 +23,8 @@ from bot.adapters.cluster import (
     InvalidManifest,
     KubernetesCluster,
 )
-from bot.adapters.cluster.kube import ADMISSION_ANNOTATION, crd_name
+from bot.adapters.cluster.kube import ADMISSION_ANNOTATION
+from bot.adapters.cluster.preflight import crd_name
 from bot.adapters.cluster.rest import collection_path, object_path
 from bot.adapters.cluster.rollout import read_hyperpod
 from bot.config import EndpointSettings

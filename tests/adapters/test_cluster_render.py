@@ -38,8 +38,9 @@ def by_kind(manifest: RenderedManifest) -> dict[str, dict[str, Any]]:
 
 def test_hyperpod_rendering_follows_the_guide_with_s3_weights_a_pinned_image_and_request_limits(release: ReleaseManifest) -> None:
     manifest = render_manifest(release, endpoint(), release.tuple_hash())
-    [egress, iec] = manifest.objects  # the model pods' egress policy, then the endpoint
+    [egress, ingress, iec] = manifest.objects  # the model pods' egress and ingress policies, then the endpoint
     assert egress["kind"] == "NetworkPolicy" and egress["spec"]["policyTypes"] == ["Egress"]
+    assert ingress["kind"] == "NetworkPolicy" and ingress["spec"]["policyTypes"] == ["Ingress"]
     assert (iec["apiVersion"], iec["kind"]) == ("inference.sagemaker.aws.amazon.com/v1", "InferenceEndpointConfig")
     assert iec["metadata"]["name"] == "kimi-prod" and iec["metadata"]["namespace"] == "model-serving"
     spec = iec["spec"]
@@ -144,6 +145,10 @@ def test_a_release_serving_another_model_name_than_the_endpoint_expects_is_not_r
 
 
 def test_the_example_manifests_in_deploy_endpoints_are_current() -> None:
+    """Every object kimi-ops applies for the example: both paths' manifests and the route in each admission state."""
+    assert {p.name for p in OUTPUT.glob("*.yaml")} == set(example_manifests()), "run python -m bot.adapters.cluster.examples"
+    assert {"kimi-k3-prod.httproute.closed.yaml", "kimi-k3-prod.httproute.internal.yaml",
+            "kimi-k3-prod.httproute.open.yaml"} <= set(example_manifests())
     for name, text in example_manifests().items():
         path = OUTPUT / name
         assert path.exists(), f"{path} is missing: run python -m bot.adapters.cluster.examples"
@@ -152,15 +157,16 @@ def test_the_example_manifests_in_deploy_endpoints_are_current() -> None:
 
 def test_limits_accepted_from_a_traffic_gate_are_the_ones_rendered(release: ReleaseManifest) -> None:
     accepted = RequestLimits(max_concurrent_requests=9, max_queue_size=20, overflow_status_code=429)
-    [_, iec] = render_manifest(release, endpoint(accepted_request_limits=accepted), release.tuple_hash()).objects
+    [*_, iec] = render_manifest(release, endpoint(accepted_request_limits=accepted), release.tuple_hash()).objects
     limits = iec["spec"]["worker"]["requestLimits"]
     assert (limits["maxConcurrentRequests"], limits["maxQueueSize"]) == (9, 20)
 
 
 def test_eks_network_policy_lets_kimi_ops_reach_the_api_port(release: ReleaseManifest) -> None:
     policy = by_kind(render_manifest(release, endpoint("eks"), release.tuple_hash()))["NetworkPolicy"]
-    sources = policy["spec"]["ingress"][0]["from"]
-    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kimi-ops"}}} in sources
+    sources = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kimi-ops"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kimi-ops"}}} in sources
 
 
 def test_eks_renders_the_request_limits_as_vllms_max_num_seqs_and_deployment_annotations(release: ReleaseManifest) -> None:

@@ -110,6 +110,7 @@ def test_invalid_manifest_lists_every_problem_and_stores_nothing(tmp_path: Path)
 def test_settings_yaml_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "kimi.yaml"
     cfg.write_text("endpoints:\n  - name: kimi-k3-prod\n    kind: eks\n    environment: prod\n"
+                   "    route: {gateway: {name: kimi-gateway}}\n"
                    "roles:\n  approver: [U1]\nlog_format: json\n")
     monkeypatch.setenv("KIMI_CONFIG", str(cfg))
     monkeypatch.setenv("KIMI_LOG_FORMAT", "text")
@@ -172,7 +173,7 @@ def test_a_command_that_reaches_no_aws_or_cluster_imports_neither(tmp_path: Path
     """Adapters are built on first use: reading history loads no boto3, kubernetes or Alembic (start-up time)."""
     from bot.adapters.store import schema
 
-    env = _env(tmp_path, KIMI_ENDPOINTS='[{"name": "kimi-prod", "kind": "eks"}]')
+    env = _env(tmp_path, KIMI_ENDPOINTS='[{"name": "kimi-prod", "kind": "eks", "route": {"gateway": {"name": "gw"}}}]')
     (tmp_path / "data").mkdir()
     schema.upgrade(f"sqlite:///{tmp_path / 'data' / 'kimi-ops.db'}")
     done = subprocess.run([sys.executable, "-c", LAZY_PROBE], env=env, capture_output=True, text=True, timeout=120)

@@ -16,7 +16,7 @@ from bot.adapters.cluster.render import render_objects
 from bot.adapters.cluster.validate import manifest_errors
 from bot.config import ConfigError, EndpointSettings, load_settings
 from bot.domain.egress import EgressPolicy, TelemetryEgress, pod_boundary_check
-from bot.sandbox.stack import SANDBOX_EGRESS
+from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
 from tests.artifact_support import example_manifest
 
 EGRESS = {
@@ -73,8 +73,8 @@ def test_a_production_hyperpod_endpoint_without_named_egress_does_not_start(tmp_
         "and control_plane_cidrs (the EKS API endpoint's addresses); see deploy/kimi-ops.example.yaml"
     )
     # Named, it starts; an EKS or a staging endpoint needs none.
-    load_settings(data_dir=tmp_path, endpoints=[{**endpoint, "egress": SANDBOX_EGRESS},
-                                                {"name": "kimi-eks", "kind": "eks", "environment": "prod"},
+    load_settings(data_dir=tmp_path, endpoints=[{**endpoint, "egress": SANDBOX_EGRESS, "door": SANDBOX_DOOR},
+                                                {"name": "kimi-eks", "kind": "eks", "environment": "prod", "door": SANDBOX_DOOR},
                                                 {"name": "kimi-stage", "kind": "hyperpod", "environment": "staging"}])
 
 

@@ -24,7 +24,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from bot.adapters.cluster import kube
+from bot.adapters.cluster import kube, preflight
 from bot.adapters.cluster.rest import RESOURCES
 from bot.adapters.leader import LEASE_NAME
 from bot.cli.main import app as cli_app
@@ -59,6 +59,9 @@ EXPECTED_GRANTS: set[Grant] = (
     | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "monitoring.coreos.com", ["prometheusrules"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "", ["pods", "events"], ["get", "list", "watch"])
+    | _grants(SERVING_NAMESPACE, "", ["services"], ["list"])
+    | _grants(SERVING_NAMESPACE, "networking.k8s.io", ["ingresses", "networkpolicies"], ["list"])
+    | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes"], ["list"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["create"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["get", "patch"], ["kimi-ops-admission-kimi-k3-prod"])
     | _grants(BOT_NAMESPACE, "coordination.k8s.io", ["leases"], ["create"])
@@ -275,8 +278,8 @@ def test_the_bot_may_apply_every_object_it_renders(incluster_settings: Settings,
 
 def test_names_in_the_roles_are_the_names_the_code_uses() -> None:
     assert _allowed(BOT_NAMESPACE, "coordination.k8s.io", "leases", "patch", LEASE_NAME)
-    assert _allowed(kube.OPERATOR_NAMESPACE, "apps", "deployments", "get", kube.OPERATOR_DEPLOYMENT)
-    assert _allowed(None, "apiextensions.k8s.io", "customresourcedefinitions", "get", kube.crd_name())
+    assert _allowed(preflight.OPERATOR_NAMESPACE, "apps", "deployments", "get", preflight.OPERATOR_DEPLOYMENT)
+    assert _allowed(None, "apiextensions.k8s.io", "customresourcedefinitions", "get", preflight.crd_name())
     # Every kind the cluster adapter talks to is granted somewhere (a new kind needs a new, commented rule).
     granted_plurals = {g[2] for g in EXPECTED_GRANTS}
     assert {k.plural for k in RESOURCES.values()} <= granted_plurals

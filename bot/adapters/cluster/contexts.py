@@ -20,6 +20,7 @@ from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.coldstart import ColdStart
+from bot.domain.doors import DoorPath
 from bot.domain.drift import Observed
 from bot.domain.health import WorkloadHealth
 from bot.domain.release import ReleaseManifest
@@ -81,6 +82,9 @@ class ContextClusters:
             ]
         return cluster.preflight(endpoint)
 
+    def doors(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> list[DoorPath]:
+        return self.cluster(endpoint).doors(endpoint, manifest)
+
     def apply(self, endpoint: EndpointSettings, manifest: RenderedManifest, force: bool = False) -> ApplyResult:
         return self.cluster(endpoint).apply(endpoint, manifest, force=force)
 
@@ -98,8 +102,11 @@ class ContextClusters:
             endpoint, manifest, timeout_seconds=timeout_seconds, on_progress=on_progress, stop=stop, since=since
         )
 
-    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
-        self.cluster(endpoint).set_admission(endpoint, open_, reason)
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> int:
+        return self.cluster(endpoint).set_admission(endpoint, open_, reason)
+
+    def admission_enforced(self, endpoint: EndpointSettings) -> int | None:
+        return self.cluster(endpoint).admission_enforced(endpoint)
 
     def set_route(self, endpoint: EndpointSettings, admission: Admission, reason: str) -> RouteStatus:
         return self.cluster(endpoint).set_route(endpoint, admission, reason)

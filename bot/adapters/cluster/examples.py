@@ -2,6 +2,8 @@
 
 Beside each release manifest: the example endpoint's Prometheus rules with that release live, as the
 ``PrometheusRule`` kimi-ops applies (``slo.alerting: prometheus``) and as a plain rules file.
+The release manifests carry the model pods' NetworkPolicies; the example endpoint's HTTPRoute is
+written in each admission state (closed, the internal cohort, the first ramp share, open).
 
 ``python -m bot.adapters.cluster.examples`` rewrites them; a test fails when
 they differ from what the renderer produces now.
@@ -14,9 +16,11 @@ from pathlib import Path
 import yaml
 
 from bot.adapters.cluster.kube import render_manifest
+from bot.adapters.cluster.route import render_route
 from bot.adapters.cluster.validate import object_errors
 from bot.config import EndpointSettings
 from bot.domain import alert_rules
+from bot.domain.admission import Admission
 from bot.domain.release import ReleaseManifest
 from bot.domain.slo import endpoint_objectives
 from bot.domain.sweep import Objectives
@@ -45,6 +49,20 @@ def example_manifests() -> dict[str, str]:
                   f"# Generated: python -m bot.adapters.cluster.examples. Manifest sha256 {manifest.sha256}\n")
         files[f"{release.name}.{endpoint.kind}.yaml"] = header + manifest.text
     files.update(example_rules(release))
+    files.update(example_routes(example_endpoints()[0]))
+    return files
+
+
+def example_routes(endpoint: EndpointSettings) -> dict[str, str]:
+    """The endpoint's HTTPRoute in each admission state a deployment moves it through."""
+    files: dict[str, str] = {}
+    states = [("closed", Admission.closed()), ("internal", Admission.internal()),
+              (f"share-{endpoint.ramp.steps[0]}", Admission.share(endpoint.ramp.steps[0])), ("open", Admission.open())]
+    for word, admission in states:
+        route = render_route(endpoint, admission, f"example: {admission}", "2026-08-01T00:00:00+00:00")
+        header = (f"# The HTTPRoute kimi-ops keeps in front of {endpoint.name}, admission {admission}.\n"
+                  "# Generated: python -m bot.adapters.cluster.examples.\n")
+        files[f"{endpoint.name}.httproute.{word}.yaml"] = header + yaml.safe_dump(route, sort_keys=True)
     return files
 
 

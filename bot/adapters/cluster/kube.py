@@ -37,8 +37,10 @@ from bot.adapters.clock import Clock, SystemClock
 from bot.adapters.cluster import drills as drilling
 from bot.adapters.cluster import observe as observation
 from bot.adapters.cluster import render as rendering
+from bot.adapters.cluster.doors import find_doors
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.health import read_cold_start, read_health
+from bot.adapters.cluster.preflight import preflight_checks
 from bot.adapters.cluster.rest import ApplyConflict, Rest, api_error, collection_path, describe_object, object_path
 from bot.adapters.cluster.rollout import (
     Reading,
@@ -51,11 +53,12 @@ from bot.adapters.cluster.rollout import (
     read_hyperpod,
 )
 from bot.adapters.cluster.route import apply_route, current_route
-from bot.adapters.cluster.validate import crd_schema_document, manifest_errors
+from bot.adapters.cluster.validate import manifest_errors
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
 from bot.domain.coldstart import ColdStart
+from bot.domain.doors import DoorPath
 from bot.domain.drift import Observed
 from bot.domain.health import WorkloadHealth
 from bot.domain.release import ReleaseManifest
@@ -72,17 +75,17 @@ log = logger_for(__name__)
 FIELD_MANAGER = "kimi-ops"
 ADMISSION_MANAGER = "kimi-ops-admission"
 ADMISSION_ANNOTATION = "kimi-ops.io/admission"
-OPERATOR_NAMESPACE = "hyperpod-inference-system"
-OPERATOR_DEPLOYMENT = "hyperpod-inference-operator-controller-manager"
-GPU_RESOURCE = "nvidia.com/gpu"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-ZONE_LABEL = "topology.kubernetes.io/zone"
 EVENTS_PER_POLL = 5
+GENERATION_KEY = "generation"
+"""Counts kimi-ops's admission writes; the application layer writes back the one it enforces (:data:`ENFORCED_KEY`)."""
+ENFORCED_KEY = "enforced-generation"
 
 
-def crd_name() -> str:
-    doc = crd_schema_document()
-    return f"{doc['plural']}.{doc['group']}"
+def _generation(text: str | None) -> int:
+    try:
+        return max(0, int(str(text)))
+    except ValueError:
+        return 0
 
 
 def admission_configmap_name(endpoint: EndpointSettings) -> str:
@@ -96,33 +99,6 @@ def render_manifest(release: ReleaseManifest, endpoint: EndpointSettings, releas
     if errors:
         raise InvalidManifest(errors)
     return RenderedManifest.of(objects)
-
-
-def _gpus(node: dict[str, Any]) -> int:
-    raw = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0)
-    try:
-        return int(str(raw))
-    except ValueError:
-        return 0
-
-
-def _node_state(node: dict[str, Any]) -> str:
-    if (node.get("spec") or {}).get("unschedulable"):
-        return "is cordoned"
-    ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-    return "is Ready" if ready is not None and str(ready.get("status")) == "True" else "is not Ready"
-
-
-def _schedulable(node: dict[str, Any]) -> bool:
-    return _node_state(node) == "is Ready"
-
-
-def _available(deployment: dict[str, Any]) -> bool:
-    status = deployment.get("status") or {}
-    condition = next((c for c in status.get("conditions") or [] if c.get("type") == "Available"), None)
-    if condition is not None:
-        return str(condition.get("status")) == "True"
-    return int(status.get("availableReplicas") or 0) >= 1
 
 
 class KubernetesCluster:
@@ -141,93 +117,10 @@ class KubernetesCluster:
     # -- preflight ------------------------------------------------------------------------------------
 
     def preflight(self, endpoint: EndpointSettings) -> list[Check]:
-        checks: list[Check] = []
-        if endpoint.kind == "hyperpod":
-            checks.append(self._check("cluster.crd", self._crd_check))
-            checks.append(self._check("cluster.operator", self._operator_check))
-        checks.append(self._check("cluster.namespace", lambda: self._namespace_check(endpoint)))
-        checks.append(self._check("cluster.gpu_nodes", lambda: self._nodes_check(endpoint)))
-        return checks
+        return preflight_checks(self.rest, endpoint)
 
-    @staticmethod
-    def _check(name: str, run: Callable[[], Check]) -> Check:
-        try:
-            return run()
-        except Exception as exc:  # an unreachable API server is an error, never a pass
-            return Check.errored(name, f"could not ask the Kubernetes API: {api_error(exc)}")
-
-    def _crd_check(self) -> Check:
-        name = crd_name()
-        crd = self.rest.get(object_path("CustomResourceDefinition", name))
-        if crd is None:
-            return Check.failed("cluster.crd", f"CRD {name} is missing; install the HyperPod inference operator add-on")
-        versions = {v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")}
-        if "v1" not in versions:
-            return Check.failed(
-                "cluster.crd",
-                f"CRD {name} does not serve v1 (serves {', '.join(sorted(map(str, versions))) or 'nothing'}); "
-                "upgrade the operator",
-            )
-        return Check.passed("cluster.crd", f"CRD {name} serves v1")
-
-    def _operator_check(self) -> Check:
-        deployment = self.rest.get(object_path("Deployment", OPERATOR_DEPLOYMENT, OPERATOR_NAMESPACE))
-        where = f"{OPERATOR_NAMESPACE}/{OPERATOR_DEPLOYMENT}"
-        if deployment is None:
-            return Check.failed("cluster.operator", f"operator Deployment {where} not found; install the inference operator")
-        if not _available(deployment):
-            return Check.failed("cluster.operator", f"operator Deployment {where} is not available; check its pods")
-        return Check.passed("cluster.operator", f"operator {where} is available")
-
-    def _namespace_check(self, endpoint: EndpointSettings) -> Check:
-        if self.rest.get(object_path("Namespace", endpoint.namespace)) is None:
-            return Check.failed("cluster.namespace", f"namespace {endpoint.namespace} does not exist; create it first")
-        return Check.passed("cluster.namespace", f"namespace {endpoint.namespace} exists")
-
-    def _nodes_check(self, endpoint: EndpointSettings) -> Check:
-        bare = endpoint.instance_type.removeprefix("ml.")
-        # HyperPod labels its nodes ml.<type>, EKS node groups <type>: either is the instance type.
-        wanted = {bare, f"ml.{bare}"}
-        selector = f"{INSTANCE_TYPE_LABEL} in ({bare},ml.{bare})"
-        nodes = [
-            n
-            for n in self.rest.items(collection_path("Node"), label_selector=selector)
-            if ((n.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL) in wanted
-        ]
-        with_gpus = [n for n in nodes if _gpus(n) >= rendering.GPUS]
-        full = [n for n in with_gpus if _schedulable(n)]
-        zones = sorted(
-            {
-                str(((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL))
-                for n in full
-                if ((n.get("metadata") or {}).get("labels") or {}).get(ZONE_LABEL)
-            }
-        )
-        if not nodes:
-            return Check.failed(
-                "cluster.gpu_nodes", f"no node of type {bare} in the cluster; is the reserved capacity attached?", zones=[]
-            )
-        if not with_gpus:
-            counts = ", ".join(f"{n['metadata'].get('name')}={_gpus(n)}" for n in nodes)
-            return Check.failed(
-                "cluster.gpu_nodes",
-                f"no {bare} node reports {rendering.GPUS} allocatable {GPU_RESOURCE} ({counts}); check the NVIDIA device plugin",
-                zones=[],
-            )
-        if not full:
-            states = ", ".join(f"{n['metadata'].get('name')} {_node_state(n)}" for n in with_gpus)
-            return Check.failed(
-                "cluster.gpu_nodes",
-                f"no {bare} node with {rendering.GPUS} GPUs can take the pod ({states}); uncordon it or wait for it to be Ready",
-                zones=[],
-            )
-        names = [str(n["metadata"].get("name")) for n in full]
-        return Check.passed(
-            "cluster.gpu_nodes",
-            f"{len(full)} {bare} node(s) with {rendering.GPUS} GPUs in {', '.join(zones) or 'an unlabelled zone'}",
-            zones=zones,
-            nodes=names,
-        )
+    def doors(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> list[DoorPath]:
+        return find_doors(self.rest, endpoint, manifest.objects)
 
     # -- apply ----------------------------------------------------------------------------------------
 
@@ -355,15 +248,17 @@ class KubernetesCluster:
 
     # -- admission ------------------------------------------------------------------------------------
 
-    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
+    def set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> int:
         try:
-            self._set_admission(endpoint, open_, reason)
+            return self._set_admission(endpoint, open_, reason)
         except Exception as exc:  # said in one line: the thread and the incident quote it
             raise ClusterError(f"setting {endpoint.name}'s admission ConfigMap in {endpoint.namespace} failed: "
                                f"{api_error(exc)}") from exc
 
-    def _set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> None:
+    def _set_admission(self, endpoint: EndpointSettings, open_: bool, reason: str) -> int:
         now = self.clock.now().isoformat()
+        before = self.admission(endpoint) or {}
+        generation = _generation(before.get(GENERATION_KEY)) + 1
         configmap = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -372,13 +267,14 @@ class KubernetesCluster:
                 "namespace": endpoint.namespace,
                 "labels": {"app.kubernetes.io/managed-by": "kimi-ops", rendering.ENDPOINT_LABEL: endpoint.name},
             },
-            "data": {"open": "true" if open_ else "false", "reason": reason, "changed-at": now, "endpoint": endpoint.name},
+            "data": {"open": "true" if open_ else "false", "reason": reason, "changed-at": now, "endpoint": endpoint.name,
+                     GENERATION_KEY: str(generation)},
         }
         # force: this manager is the only writer of the admission fields by design.
         self.rest.apply(configmap, manager=ADMISSION_MANAGER, force=True)
         kind, path = self._endpoint_object(endpoint)
         if self.rest.get(path) is None:
-            return  # nothing deployed yet: the ConfigMap alone is the switch
+            return generation  # nothing deployed yet: the ConfigMap alone is the switch
         marker = {
             "apiVersion": rendering.IEC_API_VERSION if kind == "InferenceEndpointConfig" else "apps/v1",
             "kind": kind,
@@ -389,6 +285,15 @@ class KubernetesCluster:
             },
         }
         self.rest.apply(marker, manager=ADMISSION_MANAGER, force=True)
+        return generation
+
+    def admission_enforced(self, endpoint: EndpointSettings) -> int | None:
+        try:
+            data = self.admission(endpoint)
+        except Exception as exc:
+            raise ClusterError(f"reading {endpoint.name}'s admission ConfigMap failed: {api_error(exc)}") from exc
+        enforced = (data or {}).get(ENFORCED_KEY)
+        return None if enforced is None else _generation(enforced)
 
     def admission(self, endpoint: EndpointSettings) -> dict[str, str] | None:
         """The admission ConfigMap's data, or ``None`` when it was never written (admission open)."""

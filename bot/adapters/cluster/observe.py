@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bot.adapters.cluster import eks_limits
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.rest import Rest, Timeout, api_error, object_path
 from bot.adapters.cluster.route import read_route_status, route_path
@@ -47,9 +48,9 @@ HYPERPOD_LIMIT_KEYS = {
     "overflowStatusCode": "overflow_status_code",
 }
 EKS_LIMIT_ANNOTATIONS = {
-    rendering.MAX_CONCURRENT_ANNOTATION: "max_concurrent_requests",
-    rendering.MAX_QUEUE_ANNOTATION: "max_queue_size",
-    rendering.OVERFLOW_STATUS_ANNOTATION: "overflow_status_code",
+    eks_limits.MAX_CONCURRENT_ANNOTATION: "max_concurrent_requests",
+    eks_limits.MAX_QUEUE_ANNOTATION: "max_queue_size",
+    eks_limits.OVERFLOW_STATUS_ANNOTATION: "overflow_status_code",
 }
 
 
@@ -99,9 +100,9 @@ def max_num_seqs(args: list[Any]) -> object:
     found: object = None
     for index, arg in enumerate(args):
         text = str(arg)
-        if text == rendering.MAX_NUM_SEQS and index + 1 < len(args):
+        if text == eks_limits.MAX_NUM_SEQS and index + 1 < len(args):
             found = _number(args[index + 1])
-        elif text.startswith(rendering.MAX_NUM_SEQS + "="):
+        elif text.startswith(eks_limits.MAX_NUM_SEQS + "="):
             found = _number(text.split("=", 1)[1])
     return found
 

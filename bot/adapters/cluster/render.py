@@ -3,14 +3,17 @@
 HyperPod: one ``InferenceEndpointConfig`` following the guide's launch manifest,
 with the weights read from the release's versioned S3 prefix
 (``modelSourceType: s3``), the image by digest, the release's vLLM arguments and
-environment, ``worker.requestLimits`` from the endpoint settings and metrics on.
+environment, ``worker.requestLimits`` from the endpoint settings and metrics on;
+no SageMaker endpoint (``endpointName: ""``) and no ``loadBalancer`` unless the
+endpoint's ``door:`` declares them, after its egress and ingress policies.
 
 EKS: a dedicated ServiceAccount (no token mounted, no IAM role), the weights as
 a read-only Mountpoint-for-S3 volume (PersistentVolume + claim: the CSI driver's
 own role reads the bucket, the pod holds no AWS credentials), a Deployment on
 one ``p6-b300.48xlarge`` of the reservation with 8 GPUs, startup and readiness
 probes on ``/health``, a private ClusterIP Service, a PodDisruptionBudget and a
-NetworkPolicy that admits only the serving port and lets out only DNS.
+NetworkPolicy that admits only the door's peers and lets out only DNS
+(:mod:`.policies`).
 
 Request limits: HyperPod's operator enforces ``worker.requestLimits``. vLLM has
 no such block, so on EKS the concurrency limit becomes vLLM's own
@@ -37,9 +40,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.config import EndpointSettings, RequestLimits
+from bot.adapters.cluster.eks_limits import eks_serving_args, limit_annotations
+from bot.adapters.cluster.policies import eks_policy, hyperpod_policies
+from bot.config import EndpointSettings
 from bot.domain.capture import hyperpod_data_capture
-from bot.domain.egress import DNS_PEER, DNS_PORTS, egress_rules
 from bot.domain.release import ReleaseManifest
 from bot.domain.secrets import SecretRef
 
@@ -52,14 +56,8 @@ GPUS = 8
 PORT = 8000
 MODEL_MOUNT = "/opt/ml/model"
 CAPTURE_ANNOTATION = "kimi-ops.io/data-capture"
-OPERATOR_POD_LABEL = "app"
-"""The label the HyperPod inference operator sets to the InferenceEndpointConfig's name on its pods."""
 MOUNTPOINT_S3_DRIVER = "s3.csi.aws.com"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
-MAX_NUM_SEQS = "--max-num-seqs"
-MAX_CONCURRENT_ANNOTATION = "kimi-ops.io/max-concurrent-requests"
-MAX_QUEUE_ANNOTATION = "kimi-ops.io/max-queue-size"
-OVERFLOW_STATUS_ANNOTATION = "kimi-ops.io/overflow-status-code"
 AWS_SECRETS_ANNOTATION = "kimi-ops.io/aws-secrets"
 
 
@@ -137,36 +135,6 @@ def secret_sources(release: ReleaseManifest) -> dict[str, str]:
     return {AWS_SECRETS_ANNOTATION: json.dumps(dict(sorted(sources.items())), separators=(",", ":"))}
 
 
-def eks_serving_args(release: ReleaseManifest, limits: RequestLimits) -> list[str]:
-    """The release's vLLM arguments with ``--max-num-seqs`` set to the endpoint's concurrency limit.
-
-    A ``--max-num-seqs`` the release carries is dropped rather than left for argparse's
-    last-one-wins, so the container's arguments say one value, the one that runs.
-    """
-    args: list[str] = []
-    skip_value = False
-    for arg in release.serving.args:
-        if skip_value:
-            skip_value = False
-            continue
-        if arg == MAX_NUM_SEQS:
-            skip_value = True
-            continue
-        if arg.startswith(MAX_NUM_SEQS + "="):
-            continue
-        args.append(arg)
-    return [*args, MAX_NUM_SEQS, str(limits.max_concurrent_requests)]
-
-
-def limit_annotations(limits: RequestLimits) -> dict[str, str]:
-    """The EKS Deployment's request limits, for the application layer in front of vLLM and for read-back."""
-    return {
-        MAX_CONCURRENT_ANNOTATION: str(limits.max_concurrent_requests),
-        MAX_QUEUE_ANNOTATION: str(limits.max_queue_size),
-        OVERFLOW_STATUS_ANNOTATION: str(limits.overflow_status_code),
-    }
-
-
 def _zone_affinity(endpoint: EndpointSettings) -> dict[str, Any] | None:
     if not endpoint.availability_zone:
         return None
@@ -187,7 +155,8 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
     gpus = {"nvidia.com/gpu": GPUS}
     spec: dict[str, Any] = {
         "modelName": served_model_name(release, endpoint),
-        "endpointName": endpoint.name,
+        # No SageMaker endpoint unless the endpoint declares one: the CRD's empty name creates none (one door).
+        "endpointName": endpoint.door.sagemaker_endpoint or "",
         "instanceType": endpoint.sagemaker_instance_type,
         "invocationEndpoint": "v1/chat/completions",
         "replicas": 1,
@@ -199,7 +168,6 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
             # Copy the weights to local storage before vLLM starts: a cold pod reads them at NVMe speed.
             "prefetchEnabled": True,
         },
-        "loadBalancer": {"healthCheckPath": "/health"},
         "dataCapture": hyperpod_data_capture(endpoint.data_capture),
         "metrics": {"enabled": True, "modelMetrics": {"port": PORT, "path": "/metrics"}},
         "tags": [
@@ -220,12 +188,14 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
             },
         },
     }
+    if endpoint.door.load_balancer is not None:  # the operator's ALB, only when declared (prod: a side-door exception)
+        spec["loadBalancer"] = {"healthCheckPath": endpoint.door.load_balancer.health_check_path}
     affinity = _zone_affinity(endpoint)
     if affinity is not None:
         spec["nodeAffinity"] = affinity
-    # The egress policy first: it holds before the operator starts a model pod.
+    # The policies first: they hold before the operator starts a model pod.
     return [
-        _hyperpod_egress_policy(release, endpoint, release_hash),
+        *hyperpod_policies(endpoint, _metadata(endpoint.name, endpoint.namespace, release, endpoint, release_hash)),
         {
             "apiVersion": IEC_API_VERSION,
             "kind": "InferenceEndpointConfig",
@@ -233,28 +203,6 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
             "spec": spec,
         },
     ]
-
-
-def _hyperpod_egress_policy(release: ReleaseManifest, endpoint: EndpointSettings, release_hash: str) -> dict[str, Any]:
-    """The model pods may reach kube-dns and the endpoint's named destinations only (bot/domain/egress.py).
-
-    The pods are selected by ``app: <InferenceEndpointConfig name>``, the label the HyperPod inference operator puts
-    on the pods it creates (with ``deploying-service: hyperpod-inference``): awslabs/ai-on-sagemaker-hyperpod,
-    website/docs/00-eks-orchestration/inference/inference-gateway/01-first-gateway.md ("The operator labels its pods
-    app=<metadata.name>", and its ``kubectl get pods --show-labels`` output). The operator's sidecars
-    (reverse proxy, OpenTelemetry collector) share the pod, so the same rules hold for them. The load balancer's way
-    in is the operator's business, so only egress is limited.
-    """
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _metadata(f"{endpoint.name}-egress", endpoint.namespace, release, endpoint, release_hash),
-        "spec": {
-            "podSelector": {"matchLabels": {OPERATOR_POD_LABEL: endpoint.name}},
-            "policyTypes": ["Egress"],
-            "egress": egress_rules(endpoint.egress),
-        },
-    }
 
 
 def weights_volume_name(endpoint: EndpointSettings, release_hash: str) -> str:
@@ -405,29 +353,7 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
             "metadata": meta(name),
             "spec": {"minAvailable": 1, "selector": {"matchLabels": dict(selector)}},
         },
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": meta(name),
-            "spec": {
-                "podSelector": {"matchLabels": dict(selector)},
-                "policyTypes": ["Ingress", "Egress"],
-                # Only pods of the namespace (the application layer, the metrics scraper) and kimi-ops itself
-                # (readiness completions, drain) reach the API port.
-                "ingress": [
-                    {
-                        "from": [{"podSelector": {}}]
-                        + [
-                            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-                            for ns in endpoint.client_namespaces
-                        ],
-                        "ports": [{"protocol": "TCP", "port": PORT}],
-                    }
-                ],
-                # Weights arrive through the node's CSI driver, so the model pod needs no way out but DNS.
-                "egress": [{"to": [DNS_PEER], "ports": DNS_PORTS}],
-            },
-        },
+        eks_policy(endpoint, meta(name), selector),
     ]
 
 

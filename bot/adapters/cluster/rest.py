@@ -50,6 +50,7 @@ RESOURCES: dict[str, Kind] = {
     "ConfigMap": Kind("v1", "configmaps", True),
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes", True),
     "PrometheusRule": Kind("monitoring.coreos.com/v1", "prometheusrules", True),
+    "Ingress": Kind("networking.k8s.io/v1", "ingresses", True),
     "Pod": Kind("v1", "pods", True),
     "Event": Kind("v1", "events", True),
     "Namespace": Kind("v1", "namespaces", False),

@@ -507,7 +507,8 @@ class SecurityExceptionRecord(Base):
 
     __table_args__ = (
         CheckConstraint(
-            "kind IN ('trust-remote-code', 'unscanned-image', 'payload-capture', 'tensor-parallel')", name="kind"
+            "kind IN ('trust-remote-code', 'unscanned-image', 'payload-capture', 'tensor-parallel', 'side-door')",
+            name="kind",
         ),
         CheckConstraint("scope IN ('release', 'endpoint')", name="scope"),
     )
