@@ -127,8 +127,8 @@ def run_size(count: int, completion_seconds: float, repeat: int, server: OpenAIS
         tmp = Path(tmp_name)
         url = f"sqlite:///{tmp / 'fleet.db'}"
         schema.upgrade(url)
-        endpoints = [{"name": n, "kind": "hyperpod", "url": server.url, "region": REGION, "egress": SANDBOX_EGRESS, "door": SANDBOX_DOOR,
-                      "availability_zone": f"{REGION}a"} for n in names]
+        endpoints = [{"name": n, "kind": "hyperpod", "url": server.url, "region": REGION, "egress": SANDBOX_EGRESS,
+                      "door": SANDBOX_DOOR, "availability_zone": f"{REGION}a"} for n in names]
         client = HttpEndpointClient(timeout=60)
         ctx = build_context(load_settings(database_url=url, data_dir=tmp, roles={"admin": [ADMIN.user_id]},
                                           endpoints=endpoints, aws_regions=[REGION]),

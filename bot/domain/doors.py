@@ -80,7 +80,7 @@ class LoadBalancerDoor(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    health_check_path: str = Field(default="/health", pattern=r"^/.*")
+    health_check_path: str = Field(default="/health", pattern=r"^/.*", description="The ALB target group's health check.")
     source_cidrs: list[Cidr] = Field(min_length=1, description="The load balancer's subnets, which reach the pods.")
 
 

@@ -3,7 +3,7 @@
 An endpoint that declares ``door.application_layer`` instead of a route leaves
 admission to that layer, which must acknowledge every change: kimi-ops writes a
 ``generation`` into the admission ConfigMap and waits until the layer writes the
-same number back as ``enforced-generation`` (DESIGN.md, "Admission control").
+same number back as ``enforced-generation`` (DESIGN.md, "Admission and the traffic layer").
 This stand-in watches the ConfigMap in the Kubernetes emulator (woken by its
 writes) and acknowledges after ``delay_seconds``; ``paused`` makes it stop
 answering, as a layer that crashed or lost its watch would.
@@ -43,6 +43,12 @@ class ApplicationLayerStandIn:
         if self._changed is not None:
             self._changed.set()
         self._thread.join(5)
+
+    def __enter__(self) -> ApplicationLayerStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -429,7 +429,7 @@ def test_admission_close_and_reopen_are_visible_in_the_configmap_and_on_the_endp
     configmap = seeded.rest().get(object_path("ConfigMap", f"kimi-ops-admission-{ep.name}", NS))
     assert configmap is not None
     assert configmap["data"] == {"open": "false", "reason": "closed for rollback #7", "changed-at": START.isoformat(),
-                                 "endpoint": ep.name}
+                                 "endpoint": ep.name, "generation": "1"}
     assert main_object(seeded, ep)["metadata"]["annotations"][ADMISSION_ANNOTATION] == "closed"  # type: ignore[index]
 
     # Re-applying the release neither conflicts with nor removes the admission marker.
@@ -439,8 +439,15 @@ def test_admission_close_and_reopen_are_visible_in_the_configmap_and_on_the_endp
 
     cluster.set_admission(ep, True, "reopened after rollback #7")
     assert cluster.admission(ep) == {"open": "true", "reason": "reopened after rollback #7",
-                                     "changed-at": START.isoformat(), "endpoint": ep.name}
+                                     "changed-at": START.isoformat(), "endpoint": ep.name, "generation": "2"}
     assert main_object(seeded, ep)["metadata"]["annotations"][ADMISSION_ANNOTATION] == "open"  # type: ignore[index]
+    # The application layer writes back what it enforces; kimi-ops reads it (and never writes it).
+    assert cluster.admission_enforced(ep) is None
+    seeded.rest().merge_patch(object_path("ConfigMap", f"kimi-ops-admission-{ep.name}", NS),
+                              {"data": {"enforced-generation": "2"}}, manager="application-layer")
+    assert cluster.admission_enforced(ep) == 2
+    cluster.set_admission(ep, False, "closed again")
+    assert cluster.admission(ep)["enforced-generation"] == "2"  # type: ignore[index]  # its own field survives the apply
 
 
 def test_admission_can_be_closed_before_anything_is_deployed(seeded: KubeStandIn, cluster: KubernetesCluster) -> None:

@@ -23,6 +23,7 @@ from bot.adapters.cluster.rest import object_path
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.domain.checks import Check, GateReport
+from bot.sandbox.app_layer import ApplicationLayerStandIn
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.operator import OperatorSimulator
@@ -51,7 +52,9 @@ pytestmark = pytest.mark.timeout(300)
 def kube() -> Iterator[KubeStandIn]:
     with start_kube() as stand_in:
         seed_cluster(stand_in.rest(), namespace=NS, zone="us-east-1a")
-        with OperatorSimulator(stand_in.rest(), NS, kind="hyperpod", step_seconds=0.02):
+        # The endpoint's door is an application layer (no route): it acknowledges each admission change.
+        with OperatorSimulator(stand_in.rest(), NS, kind="hyperpod", step_seconds=0.02), \
+                ApplicationLayerStandIn(stand_in.rest(), NS, "kimi-prod", changed=stand_in.changes()):
             yield stand_in
 
 

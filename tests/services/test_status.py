@@ -22,6 +22,7 @@ from kubernetes import client
 from bot.adapters.clock import FrozenClock
 from bot.adapters.cluster import ContextClusters, KubernetesCluster
 from bot.adapters.cluster.rest import collection_path, object_path
+from bot.sandbox.app_layer import ApplicationLayerStandIn
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.operator import OperatorSimulator
 from bot.services.context import Context
@@ -44,7 +45,9 @@ pytestmark = pytest.mark.timeout(240)
 def kube() -> Iterator[KubeStandIn]:
     with start_kube() as stand_in:
         seed_cluster(stand_in.rest(), namespace=NS, zone="us-east-1a")
-        with OperatorSimulator(stand_in.rest(), NS, kind="hyperpod", step_seconds=0.02):
+        # The endpoint's door is an application layer (no route): it acknowledges each admission change.
+        with OperatorSimulator(stand_in.rest(), NS, kind="hyperpod", step_seconds=0.02), \
+                ApplicationLayerStandIn(stand_in.rest(), NS, "kimi-prod", changed=stand_in.changes()):
             yield stand_in
 
 

@@ -22,6 +22,7 @@ from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.config import EndpointSettings
 from bot.domain.release import ReleaseManifest
 from bot.sandbox import seed_good_release, start_moto
+from bot.sandbox.app_layer import ApplicationLayerStandIn
 from bot.sandbox.capacity import CapacityStandIn
 from bot.sandbox.governance import seed_governance
 from bot.sandbox.kube import seed_cluster, start_kube
@@ -55,9 +56,12 @@ def stand_ins():
     seed_cluster(kube.rest(), namespace=NS, zone="us-east-1a")
     operator = OperatorSimulator(kube.rest(), NS).__enter__()
     openai = OpenAIServer().start()
+    # The endpoint has no route: its door is an application layer that acknowledges each admission change.
+    layer = ApplicationLayerStandIn(kube.rest(), NS, "kimi-prod", changed=kube.changes()).start()
     try:
         yield moto, kube, openai
     finally:
+        layer.stop()
         openai.stop()
         operator.stop()
         kube.stop()
