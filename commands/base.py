@@ -15,7 +15,9 @@ class Usage(Exception):
 
     def __init__(self, usage: str, problem: str | None = None) -> None:
         self.usage, self.problem = usage, problem
-        super().__init__(f"{problem}. Usage: `{usage}`" if problem else f"Usage: `{usage}`")
+        # A problem that ends its own sentence ("… did you mean `status`?") is not given a second full stop.
+        ends = "" if problem and problem.endswith(("?", ".", "!")) else "."
+        super().__init__(f"{problem}{ends} Usage: `{usage}`" if problem else f"Usage: `{usage}`")
 
 
 # Deployment ids are database integers: a longer number is no deployment, and would overflow the query.

@@ -18,7 +18,7 @@ from bot.bootstrap import Root
 from bot.domain.governance import EXCEPTION_KINDS
 from bot.services.access import Identity
 from bot.services.governance import ExceptionRequest, may_record_exception, record_exception
-from bot.views.parts import CommandForm, Reply, Text, reply
+from bot.views.parts import CommandForm, Reply, Text, person, reply
 from commands.base import Usage, q
 
 NAME = "exception"
@@ -110,4 +110,4 @@ def run(root: Root, identity: Identity, parsed: AddException) -> Reply:
         expires_at=dt.datetime.combine(parsed.expires, dt.time.max, tzinfo=dt.UTC),
     ))
     return reply(f"Security exception *{stored.id}* ({stored.kind}) recorded for {stored.scope} *{stored.target}* "
-                 f"until {stored.expires_at:%Y-%m-%d}, by <@{stored.reviewer}>.")
+                 f"until {stored.expires_at:%Y-%m-%d}, by {person(stored.reviewer)}.")

@@ -13,7 +13,7 @@ from bot.domain.states import State
 from bot.services.access import Identity, authorize
 from bot.services.deployments import history, resolve_endpoint
 from bot.views.deployments import state_words
-from bot.views.parts import Heading, Note, Part, Reply, Text, plain
+from bot.views.parts import Heading, Note, Part, Reply, Text, person, plain
 from commands.base import Usage, at, extra
 from commands.paging import next_button, number, take_page
 
@@ -56,11 +56,11 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     views = history(ctx, name, min(parsed.limit, last + 1))
     lines = []
     for v in views[first:last]:
-        approvers = ", ".join(f"{g.gate} <@{g.decided_by}>" for g in v.gates if g.decision == "approved" and g.decided_by)
+        approvers = ", ".join(f"{g.gate} {person(g.decided_by)}" for g in v.gates if g.decision == "approved" and g.decided_by)
         # Why it ended (a rejection's reason, a failure, a cancel) stays beside it; live and superseded need no why.
         why = f"\n>{v.state_reason}" if v.state_reason and v.state.terminal and v.state not in QUIET_ENDS else ""
         lines.append(f"*#{v.id}* {v.kind} of *{v.release}* — {state_words(v.state)} · {at(v.created_at)} · "
-                     f"by <@{v.requested_by}>" + (f" · approved: {approvers}" if approvers else "") + why)
+                     f"by {person(v.requested_by)}" + (f" · approved: {approvers}" if approvers else "") + why)
     parts: list[Part] = [Heading(f"History of {name}"), Text("\n".join(lines) or "No deployments yet.")]
     more = len(views) > last
     if parsed.page > 1 or more:

@@ -16,12 +16,14 @@ from bot.bootstrap import Root
 from bot.domain.names import did_you_mean
 from bot.services.access import Identity
 from bot.views.parts import Reply
-from commands import help
+from commands import gates, help
 from commands.base import Usage, q
 from commands.catalog import OTHERS
 
 COMMANDS: tuple[ModuleType, ...] = (help, *OTHERS)
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in COMMANDS}
+# Words people type for a decision that only the gate message's buttons take (each bound to the report they read).
+DECIDED_WITH_BUTTONS = {"approve": "approved", "reject": "rejected"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,10 @@ def _words(text: str) -> tuple[ModuleType, list[str]]:
     if not words:
         return help, []
     module = BY_NAME.get(words[0].lower())
+    decided = DECIDED_WITH_BUTTONS.get(words[0].lower())
+    if module is None and decided is not None:
+        raise Usage(gates.USAGE, f"a gate is {decided} with the buttons on its message in the deployment's thread; "
+                                 "`/kimi gates` lists the gates waiting for you, with those buttons")
     if module is None:
         hint = did_you_mean(words[0], BY_NAME) or f"; `{help.USAGE}` lists them"
         raise Usage(help.USAGE, f"there is no sub-command {q(words[0])}{hint}")

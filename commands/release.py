@@ -8,7 +8,7 @@ from bot.bootstrap import Root
 from bot.domain.names import did_you_mean
 from bot.services.access import Identity, authorize
 from bot.services.releases import get_release, list_releases
-from bot.views.parts import Heading, Reply, Text, plain
+from bot.views.parts import Heading, Reply, Text, person, plain
 from commands.base import Usage, at, extra, q
 
 NAME = "release"
@@ -44,7 +44,8 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     authorize(ctx, identity, "view", "releases")
     if parsed.action == "list":
         views = list_releases(ctx, limit=50)
-        lines = [f"*{v.name}* · `{v.tuple_hash[:12]}` · registered {at(v.registered_at)} by <@{v.registered_by}>" for v in views]
+        lines = [f"*{v.name}* · `{v.tuple_hash[:12]}` · registered {at(v.registered_at)} by {person(v.registered_by)}"
+                 for v in views]
         parts = (Heading("Releases"), Text("\n".join(lines) or "No releases registered yet."))
         return Reply(parts=parts, text=plain(parts))
     v = get_release(ctx, parsed.name or "")

@@ -91,7 +91,7 @@ class Shell:
         # Delivery follows each request here, so what a line caused is printed right after it.
         root = build_root(ctx, slack_token="xoxb-local-shell")
         if root.notifier is not None:
-            # The console prints what a line caused right after it: each pass's progress is shown, not held back.
+            # The console prints what a line caused right after it: each event's progress is shown, not coalesced.
             root.notifier.thread.progress_every = 0
         self.app: KimiApp = create_app(root, signing_secret=secret, outbox_seconds=None)
         self.sender = SlackSender(secret, self.stub)

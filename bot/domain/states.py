@@ -214,6 +214,12 @@ def is_past_apply(kind: str, state: str) -> bool:
     return State(state) in PAST_APPLY and not (kind == "deploy" and state == State.REOPENING)
 
 
+def work_kind(stored_kind: str, caused_by: int | None) -> str:
+    """The one word for a piece of work, everywhere it is named: ``deploy``, ``rollback`` (a person asked for it) or
+    ``restore`` (kimi-ops started it because a deploy ended after its apply; stored as a rollback with its cause)."""
+    return "restore" if stored_kind == "rollback" and caused_by is not None else stored_kind
+
+
 def path_of(kind: str) -> tuple[State, ...]:
     try:
         return PATHS[kind]

@@ -19,7 +19,7 @@ from bot.domain.events import GateDecided
 from bot.domain.limits import approval_above_limits, limits_above, proposed_limits
 from bot.domain.names import did_you_mean, match
 from bot.domain.read_models import DeploymentView, PendingGate
-from bot.domain.states import State
+from bot.domain.states import State, work_kind
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
 from bot.services.errors import Invalid, NoEndpoints, NotFound, Refused
@@ -139,17 +139,24 @@ def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, t
             current, restore_same_release = live, False
         else:
             raise Refused(f"nothing to roll back on {name}: no live release and no failed deployment past apply")
-        if to_release is None and current.kind == "rollback":
-            raise Refused(
-                f"the current release on {name} is itself a rollback (deployment #{current.id}); "
-                f"name the release to restore: `/kimi rollback {name} to RELEASE`"
-            )
         # Candidates: releases that were live before, newest first, with the manifest that made them live.
         previous = [d for d in history if State(d.state).was_live and d.applied_manifest and d.id != current.id]
+        # What can actually be restored from here: every other release that was live, newest first.
+        others = list(dict.fromkeys(d.release.name for d in previous if d.release_id != current.release_id))
+        offer = (f"`/kimi rollback {name} to {others[0]}`" + (f" (also live before: {', '.join(others[1:])})"
+                                                                if others[1:] else "")) if others else None
+        if to_release is None and current.kind == "rollback":
+            what = work_kind(current.kind, current.cause_id)
+            if offer is None:
+                raise Refused(f"{current.release.name} on {name} was put back by {what} #{current.id}, and no other "
+                              "release was live here before it: there is nothing else to roll back to")
+            raise Refused(f"{current.release.name} on {name} was put back by {what} #{current.id}; to go back further, "
+                          f"name the release: {offer}")
         if to_release is not None:
             target = next((d for d in previous if d.release.name == to_release), None)
             if target is None:
-                raise Refused(f"{to_release} was never live on {name}; a rollback restores a release that was")
+                raise Refused(f"{to_release} was never live on {name}; a rollback restores a release that was"
+                              + (f": {offer}" if offer else ", and no other release was live here"))
         else:
             target = next((d for d in previous if restore_same_release or d.release_id != current.release_id), None)
             if target is None:

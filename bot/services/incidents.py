@@ -18,6 +18,7 @@ from typing import Any
 from bot.adapters.store.models import Endpoint, Incident
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.drills import seconds
 from bot.domain.events import IncidentHandled, WatchAlert, WatchRecovered
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
@@ -86,8 +87,8 @@ class Incidents:
         self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.closed", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "opened_at": incident.opened_at.isoformat(), "reason": incident.reason,
                                        "incident_id": incident.id})
-        minutes = (self.now - incident.opened_at).total_seconds() / 60
-        text = f":large_green_circle: `{self.spec.name}` {kind} recovered after {minutes:.0f} min: {why}."
+        # The same words as a drill's recovery time ("4 s", "2 min 15 s"), never "0 min" beside "4 s".
+        text = f":large_green_circle: `{self.spec.name}` {kind} recovered after {seconds(self.now - incident.opened_at)}: {why}."
         self.uow.events.emit(WatchRecovered(endpoint_name=self.spec.name, channel=self.spec.channel, text=text,
                                             incident_id=incident.id, incident=kind, silenced=silence is not None),
                              at=self.now)

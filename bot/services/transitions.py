@@ -18,7 +18,7 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.domain.checks import GateReport
 from bot.domain.events import DeploymentRequested, GateWaiting, RestoreStarted, StateChanged
 from bot.domain.read_models import DeploymentView, GateSummary, PendingGate
-from bot.domain.states import BEFORE_APPLY_CLOSED, USERS_CLOSED_OUT, State, check_transition, is_past_apply
+from bot.domain.states import BEFORE_APPLY_CLOSED, USERS_CLOSED_OUT, State, check_transition, is_past_apply, work_kind
 from bot.services.access import Identity
 from bot.services.admission import open_stuck_incident
 from bot.services.context import Context
@@ -28,7 +28,7 @@ KIMI_OPS = Identity("kimi-ops")
 
 def path_kind(dep: Deployment) -> str:
     """Which path the deployment follows: ``deploy``, ``rollback``, or ``restore`` (a rollback kimi-ops started itself)."""
-    return "restore" if dep.kind == "rollback" and dep.cause_id is not None else dep.kind
+    return work_kind(dep.kind, dep.cause_id)
 
 
 # ---------------------------------------------------------------------------- read models
@@ -211,8 +211,9 @@ def _start_restore(uow: SqlUnitOfWork, ctx: Context, ended: Deployment, why: str
     restore.applied_manifest, restore.manifest_hash = live.applied_manifest, live.manifest_hash
     uow.events.emit(RestoreStarted(deployment_id=ended.id, endpoint_name=ended.endpoint.name, restore_id=restore.id,
                                    release=live.release.name,
-                                   text=f"Restoring {live.release.name} (deployment #{restore.id}): users stay closed out while "
-                                        f"its exact stored manifest is applied and its readiness suite passes."), at=now)
+                                   text=f"Restore of {live.release.name} started as deployment #{restore.id}: users stay closed "
+                                        "out until its exact stored manifest is applied and its readiness suite passes; "
+                                        "its own thread follows it."), at=now)
     return restore
 
 

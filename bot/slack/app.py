@@ -61,6 +61,7 @@ from bot.slack.middleware.unreadable import Unreadable, bolt_request
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
 from bot.slack.work import FollowupQueue, spool_path
+from bot.views.parts import set_bot_user
 
 Role = Literal["inline", "front", "worker"]
 
@@ -238,7 +239,9 @@ def create_app(
     if root.notifier is None:
         raise ValueError(NO_NOTIFIER)
     client = root.notifier.client
-    origin = origin_of(root.ctx.settings, bot_identity(client))
+    bot = bot_identity(client)
+    origin = origin_of(root.ctx.settings, bot)
+    set_bot_user(bot.user_id)  # what kimi-ops did itself is said with its bot user's mention
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
     bolt_log = bolt_logger()
     bolt = KimiBolt(

@@ -17,8 +17,20 @@ from typing import Literal
 _SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,}")
 
 
+BOT_ACTOR = "kimi-ops"
+"""The actor kimi-ops records for what it does itself (an automatic restore, its own gate approvals)."""
+_bot_user: list[str] = []  # the bot's own Slack user id, once ``auth.test`` named it (the Slack app sets it)
+
+
+def set_bot_user(user_id: str | None) -> None:
+    """Name kimi-ops itself by its Slack user id from now on (a mention Slack shows as the bot, never ``<@kimi-ops>``)."""
+    _bot_user[:] = [user_id] if user_id and _SLACK_USER_ID.fullmatch(user_id) else []
+
+
 def person(actor: str) -> str:
-    """A Slack mention for a Slack user id; any other actor (``kimi-ops`` itself, a CLI user) by its name."""
+    """A Slack mention for a Slack user id (kimi-ops itself: its bot user's); any other actor (a CLI user) by its name."""
+    if actor == BOT_ACTOR and _bot_user:
+        return f"<@{_bot_user[0]}>"
     return f"<@{actor}>" if _SLACK_USER_ID.fullmatch(actor) else f"*{actor}*"
 
 

@@ -7,6 +7,7 @@ the OpenAI stand-in (``simulate``) between runs while the clock moves, so hours 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -181,6 +182,10 @@ def test_node_not_ready_pages_once_and_recovers_once(world) -> None:
     cluster_faults.node_condition(world.rest, world.node, "Ready", "True")
     world.step(HEALTHY, times=2)
     assert alerts(world.ctx) == [("watch.alert", "node"), ("watch.recovered", "node")]
+    with world.ctx.uow() as uow:
+        said = [e.payload["text"] for e in uow.events.undelivered(limit=100) if e.kind == "watch.recovered"][-1]
+    # How long it took in the words a drill uses ("4 s", "2 min 15 s"), never "0 min".
+    assert re.search(r"recovered after (\d+ s|\d+ min \d\d s):", said), said
 
 
 def test_a_silenced_kind_opens_and_recovers_quietly_until_the_silence_ends(world) -> None:

@@ -254,12 +254,35 @@ def test_rollback_of_a_rollback_needs_an_explicit_release(wf) -> None:
     deploy_to_live(ctx, engine, "rel-a")
     deploy_to_live(ctx, engine, "rel-b")
     approve(ctx, engine, engine.advance(request_rollback(ctx, "kimi-prod", REQUESTER).id).id)
-    with pytest.raises(Refused, match="itself a rollback"):
+    with pytest.raises(Refused) as refused:
         request_rollback(ctx, "kimi-prod", REQUESTER)
+    # It names what can actually be restored, as a command to type.
+    assert str(refused.value) == ("rel-a on kimi-prod was put back by rollback #3; to go back further, name the release: "
+                                  "`/kimi rollback kimi-prod to rel-b`")
     view = engine.advance(request_rollback(ctx, "kimi-prod", REQUESTER, to_release="rel-b").id)
     assert approve(ctx, engine, view.id).release == "rel-b"
     with pytest.raises(Refused, match="never live"):
         request_rollback(ctx, "kimi-prod", REQUESTER, to_release="rel-c")
+
+
+def test_after_an_automatic_restore_rollback_offers_only_what_can_be_restored(wf) -> None:
+    ctx, engine = wf
+    deploy_to_live(ctx, engine, "rel-a")
+    view = _to_model_gate(ctx, engine)
+    view = decide_gate(ctx, view.id, "model", "rejected", APPROVER_1, seen_report_hash=view.pending.report_hash,
+                       seen_release_hash=view.pending.release_hash, reason="worse answers")
+    engine.advance(view.id)
+    restore = _restore_of(ctx, view.id)
+    assert restore is not None and restore.state == "live"
+    # No dead end: not "name a release" followed by a refusal of the only other one.
+    with pytest.raises(Refused) as refused:
+        request_rollback(ctx, "kimi-prod", REQUESTER)
+    assert str(refused.value) == (f"rel-a on kimi-prod was put back by restore #{restore.id}, and no other release was "
+                                  "live here before it: there is nothing else to roll back to")
+    with pytest.raises(Refused) as named:
+        request_rollback(ctx, "kimi-prod", REQUESTER, to_release="rel-b")
+    assert str(named.value).endswith("rel-b was never live on kimi-prod; a rollback restores a release that was, "
+                                     "and no other release was live here")
 
 
 def _live_manifest(ctx, deployment_id: int) -> str:

@@ -20,7 +20,7 @@ from bot.views.actions import APPROVE, RECHECK, REJECT, SHOW_CHECKS, GateTicket
 from bot.views.deployments import deployment_parts
 from bot.views.gates import all_checks_parts, decided_note, gate_parts
 from bot.views.icons import Icon
-from bot.views.parts import Button, Buttons, Text
+from bot.views.parts import Button, Buttons, Text, set_bot_user
 from tests.conftest import START
 from tests.slack_support import blocks_text
 
@@ -111,8 +111,16 @@ def test_icons_reach_slack_as_emoji_names_and_the_stored_rollback_offer_is_shown
     assert ":warning: *image.scan* (warn): 1 medium finding" in json.dumps(checks.blocks, ensure_ascii=False)
 
 
-def test_people_are_mentioned_and_kimi_ops_itself_is_named_not_mentioned() -> None:
+def test_people_are_mentioned_and_kimi_ops_itself_by_its_bot_user() -> None:
     # <@kimi-ops> would render in Slack as a broken mention of an unknown user.
     assert decided_note("approved", "U0APPROVER1", START, None).text.startswith(f"{Icon.PASS} Approved by <@U0APPROVER1> at")
+    set_bot_user(None)  # before auth.test named the bot (the CLI): kimi-ops by its name
     auto = decided_note("approved", "kimi-ops", START, "rollback_approvals is 0").text
     assert "by *kimi-ops* at" in auto and "<@" not in auto
+    try:
+        set_bot_user("UKIMIBOT")  # the Slack app does this with auth.test's user_id when it starts
+        assert "by <@UKIMIBOT> at" in decided_note("approved", "kimi-ops", START, None).text
+        set_bot_user("kimi-ops")  # never a mention of something that is not a user id
+        assert "<@kimi-ops>" not in decided_note("approved", "kimi-ops", START, None).text
+    finally:
+        set_bot_user(None)

@@ -166,6 +166,8 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
     text = blocks_text(message.blocks)
     assert f"Limits accepted by <@{GROUP_APPROVER}> at 2026-" in text and f"maxConcurrentRequests {LIMIT}" in text
     assert "(was 32 / 64)" in text
+    # Its limits warning no longer asks for what was just done.
+    assert "accept the proposal to lower it" not in text and f"accepted since by <@{GROUP_APPROVER}>" in text
     assert not has(message, ACCEPT_LIMITS) and has(message, APPROVE)  # updated in place, the gate still waits
     assert not has(message, ACCEPT_AND_APPROVE) and not has(message, APPROVE_ABOVE_LIMITS)  # within limits now
     limits = rendered_limits(bench)

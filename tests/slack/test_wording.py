@@ -36,7 +36,9 @@ pytestmark = pytest.mark.sqlite_only
     ("release shw rel-a", "`shw` is not `list` or `show`; did you mean `show`?"),
     ("rollback kimi-prod rel-a", "say `to` before the release: `/kimi rollback kimi-prod to rel-a`"),
     ("drain stop 4", "`stop` is not `wait` or `abort`"),
-    ("deplyo rel-a", "there is no sub-command `deplyo`; did you mean `deploy`?"),
+    ("deplyo rel-a", "there is no sub-command `deplyo`; did you mean `deploy`? Usage"),  # one stop, not "?."
+    ("approve 3", "a gate is approved with the buttons on its message in the deployment's thread; `/kimi gates` lists"),
+    ("reject 3 no", "a gate is rejected with the buttons on its message"),
     ("cancel " + "7" * 500, "`" + "7" * 40 + "…` is not a deployment number"),  # never echoed back whole
 ])
 def test_a_usage_error_says_which_part_is_wrong(text: str, problem: str) -> None:
@@ -101,3 +103,21 @@ def test_commands_are_written_the_way_each_place_types_them() -> None:
     assert for_terminal("`/kimi diff a b`, `/kimi release list`") == "`kimi-ops release diff a b`, `kimi-ops release list`"
     for module in COMMANDS:
         assert "kimi-ops " not in module.HELP + module.USAGE  # Slack's own help never gives the terminal's syntax
+
+
+def test_help_is_grouped_by_who_uses_it_and_first_says_how_gates_are_decided(make_ctx) -> None:
+    from commands.help import GROUPS
+
+    ctx, _ = workflow(make_ctx)
+    answer = dispatch(build_root(ctx), REQUESTER, "help")
+    text = answer.text
+    first = text.split("\n")[1]  # after the heading
+    assert "buttons on each gate message" in first and "`/kimi gates`" in first
+    titles = [title for title, _ in GROUPS]
+    assert [t for t in titles if f"*{t}*" in text] == titles
+    grouped = [name for _, names in GROUPS for name in names]
+    assert sorted(grouped) == sorted(m.NAME for m in COMMANDS)  # every sub-command, in exactly one group
+    for module in COMMANDS:
+        assert module.USAGE in text
+    entries = [line for line in text.split("\n") if line.startswith("`/kimi")]
+    assert len(entries) == len(COMMANDS) and all(len(line.split(" — ", 1)[1]) <= 142 for line in entries)

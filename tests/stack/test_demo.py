@@ -97,7 +97,7 @@ def test_demo_ends_with_the_rejected_candidate_restored(demo_run: subprocess.Com
     out = demo_run.stdout
     assert "Traceback" not in out + demo_run.stderr
     for deployment, what in ((1, "deploy of *kimi-k3-2026-08-01*"), (2, "deploy of *kimi-k3-2026-09-01*"),
-                             (3, "rollback of *kimi-k3-2026-08-01*"), (5, "rollback of *kimi-k3-2026-08-01*")):
+                             (3, "rollback of *kimi-k3-2026-08-01*"), (5, "restore of *kimi-k3-2026-08-01*")):
         assert f"Deployment #{deployment}: {what} to *kimi-prod* — live" in out
     rollback = out.split("Roll back to the complete previous release")[1].split("once more;")[0]
     # Each thread's steps are one progress message, edited in place: the console shows how it ended.
@@ -105,8 +105,8 @@ def test_demo_ends_with_the_rejected_candidate_restored(demo_run: subprocess.Com
     # The rejected candidate: its thread says so and names the restore, which runs the rollback's steps by itself.
     rejected = out.split("once more;")[1]
     assert "→ *rejected*: model gate rejected by @U0APPROVER1: the refusal answers changed; not for production" in rejected
-    assert "Restoring kimi-k3-2026-08-01 (deployment #5): users stay closed out" in rejected
-    assert "*Progress:* ended: live" in rejected.split("Restoring kimi-k3-2026-08-01")[1]
+    assert "Restore of kimi-k3-2026-08-01 started as deployment #5: users stay closed out" in rejected
+    assert "*Progress:* ended: live" in rejected.split("Restore of kimi-k3-2026-08-01 started")[1]
     assert "*live release:* kimi-k3-2026-08-01" in rejected  # the status at the end
     for line in ("*#5* restore of *kimi-k3-2026-08-01* — live", "*#4* deploy of *kimi-k3-2026-09-01* — rejected",
                  "*#3* rollback of *kimi-k3-2026-08-01* — superseded"):

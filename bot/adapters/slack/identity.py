@@ -77,6 +77,7 @@ class BotIdentity:
     enterprise_id: str | None
     app_id: str | None
     enterprise_install: bool
+    user_id: str | None = None  # the bot's own user: how Slack mentions kimi-ops
 
 
 class SlackUnavailable(ConfigError):
@@ -104,7 +105,8 @@ def bot_identity(client: WebClient) -> BotIdentity:
         value = answer.get(key)
         return str(value) if value else None
 
-    return BotIdentity(text("team_id"), text("enterprise_id"), text("app_id"), bool(answer.get("is_enterprise_install")))
+    return BotIdentity(text("team_id"), text("enterprise_id"), text("app_id"), bool(answer.get("is_enterprise_install")),
+                       text("user_id"))
 
 
 # A rate-limited call waits Retry-After and tries again (twice at most: a person is usually waiting).

@@ -28,7 +28,7 @@ from bot.domain.limits import (
     find_acceptance,
     proposal_open,
 )
-from bot.domain.states import State
+from bot.domain.states import State, work_kind
 from bot.views.actions import GateTicket
 from bot.views.deployments import PODS, deployment_title, progress_text
 from bot.views.gates import decided_note, gate_parts, limits_parts, waiting_for
@@ -58,7 +58,7 @@ def root_text(dep: Deployment, state: str | None = None, reason: str | None = No
     """A thread's root: its title, who asked, why it is where it is."""
     # The title follows the event being delivered, not the database (which may already be further on).
     state, reason = (state, reason) if state else (dep.state, dep.state_reason)
-    return slack_text(deployment_title(dep.id, dep.kind, dep.release.name, dep.endpoint.name, state)
+    return slack_text(deployment_title(dep.id, work_kind(dep.kind, dep.cause_id), dep.release.name, dep.endpoint.name, state)
                       + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{reason}_" if reason else ""))
 
 
@@ -124,17 +124,28 @@ def traffic_limits_parts(uow: SqlUnitOfWork, dep: Deployment, row: GateResult, r
                         undecided=undecided)
 
 
+def limits_settled(report: GateReport, acceptance: LimitsAcceptance) -> GateReport:
+    """``report`` as shown once its proposal was accepted: its limits warning no longer asks for the acceptance."""
+    checks = [check.model_copy(update={"reason": f"{check.reason.split('; accept the proposal')[0]}; accepted since by "
+                                                 f"{person(acceptance.accepted_by)}"})
+              if check.name == "traffic.limits" and check.status == "warn" else check for check in report.checks]
+    return report.model_copy(update={"checks": checks})
+
+
 def gate_message(uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[Part]:
     """A gate message as it should read now: buttons while undecided (only those that can succeed), who decided,
     the limits part."""
     report = GateReport.model_validate(row.report)
+    acceptance = _acceptance(uow, dep, row) if row.gate == "traffic" else None
+    if acceptance is not None:
+        report = limits_settled(report, acceptance)
     waiting = row.decision is None and not State(dep.state).terminal
     ticket = GateTicket(dep.id, row.gate, row.report_hash, dep.release.tuple_hash) if waiting else None
     endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
     effective = endpoint.effective_request_limits.model_dump(mode="json")
     above = approval_above_limits(report, effective) if waiting else None
     parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                            kind=dep.kind, ticket=ticket, above_limits=above))
+                            kind=work_kind(dep.kind, dep.cause_id), ticket=ticket, above_limits=above))
     if waiting:
         parts.insert(1, Text(waiting_for(endpoint, dep.requested_by)))
     elif row.decision and row.decided_by and row.decided_at:
@@ -150,7 +161,7 @@ def replaced_gate_message(uow: SqlUnitOfWork, dep: Deployment, older: GateResult
     """A gate message a re-check replaced: the old report, no buttons, where the new one is."""
     old_report = GateReport.model_validate(older.report)
     stale = [*gate_parts(old_report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                         kind=dep.kind),
+                         kind=work_kind(dep.kind, dep.cause_id)),
              Note(f"Re-checked at {newer.checked_at:%Y-%m-%d %H:%M} UTC: the new report is further down the thread.")]
     if older.gate == "traffic":
         stale += traffic_limits_parts(uow, dep, older, old_report)  # no button now; who accepted it, if anyone did

@@ -160,6 +160,8 @@ class SlackNotifier:
                 if endpoint_name:
                     touched.add(endpoint_name)
                 sent += 1
+            if self.thread.progress_every <= 0:
+                self._flush_progress()  # nothing coalesced (the console): each event's progress is shown
         return sent, touched
 
     def _flush_progress(self) -> None:

@@ -78,7 +78,8 @@ from bot.views.ramp import ramp_parts
 log = logger_for(__name__)
 
 PROGRESS_EVERY_SECONDS = 4.0
-"""At most one edit of a progress message this often: Slack's chat.update allows about 50 a minute per workspace."""
+"""At most one edit of a progress message this often: Slack's chat.update allows about 50 a minute per workspace.
+0 shows each event's progress as it is delivered (the local console, where nobody else's rate limit counts)."""
 Handler = Callable[["DeploymentThread", SqlUnitOfWork, Deployment, Any, str], None]
 """Delivers one event of a deployment whose thread exists; the last argument keys the event's own post."""
 
