@@ -29,13 +29,10 @@ from bot.domain.release import ReleaseManifest
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.slack_stub import Message, SlackStub
 from bot.services.access import Identity
-from bot.services.deployments import (
-    endpoint_settings,
-    request_deploy,
-    store_gate_report,
-)
+from bot.services.deployments import endpoint_settings, request_deploy
 from bot.services.errors import Refused
 from bot.services.releases import register_release
+from bot.services.transitions import store_gate_report
 from bot.views.actions import ACCEPT_AND_APPROVE, ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS
 from bot.views.gates import gate_parts
 from tests.slack_support import (
