@@ -499,7 +499,8 @@ def _dockerignore_admits(path: str) -> bool:
 def test_image_contains_every_package_and_the_build_context_keeps_local_state_out() -> None:
     copy_lines = re.findall(r"^COPY (?!--from)(.+)$", _dockerfile(), re.M)
     copied = {source for line in copy_lines for source in line.split()[:-1]}
-    assert copied == {"bot", "commands", "jobs", "migrations", "pyproject.toml", "README.md", "deploy/evaluation"}
+    assert copied == {"bot", "commands", "jobs", "migrations", "pyproject.toml", "README.md", "deploy/evaluation",
+                      ".ci/constraints.txt"}
     for source in copied:
         assert _dockerignore_admits(source), f".dockerignore excludes {source}, which the Dockerfile copies"
     for private in (".venv/bin/python", ".kimi-ops/kimi-ops.db", ".git/config", "tests/conftest.py", ".env",
@@ -571,13 +572,24 @@ def test_the_image_leaves_the_sandbox_extra_out_and_says_so() -> None:
     # The image installs the bare wheel; `kimi-ops demo` there answers with the install hint (tested in
     # test_sandbox_demo), so the Dockerfile must not half-install the stand-ins either.
     text = _dockerfile()
-    installs = re.findall(r"pip install (\S+)", text)
+    installs = re.findall(r"pip install --constraint constraints.txt (\S+)", text)
     assert installs == ["/wheels/kimi_ops-*.whl"], installs
     instructions = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     assert not re.search(r"sandbox|moto|kmock|aiohttp|deploy/releases", instructions)
     assert "WITHOUT the `sandbox` extra" in text and "kimi-ops demo" in text
     assert not _dockerignore_admits("deploy/releases/kimi-k3-2026-08-01.yaml")
     assert not {"moto", "kmock"} & _runtime_closure()  # (aiohttp comes with the Kubernetes client anyway)
+
+
+def test_the_image_installs_the_versions_ci_pinned() -> None:
+    # The image resolves nothing afresh: every distribution it installs is pinned in .ci/constraints.txt, the
+    # file CI installs from, and the build copies that very file (the .dockerignore admits it).
+    text = _dockerfile()
+    assert re.search(r"^COPY \.ci/constraints\.txt \./constraints\.txt$", text, re.M)
+    assert re.findall(r"pip install (\S+)", text) == ["--constraint"]
+    pinned = {canonicalize_name(line.split("==")[0]) for line in (REPO / ".ci" / "constraints.txt").read_text().splitlines()
+              if "==" in line and not line.lstrip().startswith("#")}
+    assert _runtime_closure() - pinned == set(), "installed by the image but not pinned in .ci/constraints.txt"
 
 
 def test_the_sandbox_extra_provides_every_library_the_stand_ins_import() -> None:

@@ -105,3 +105,15 @@ def test_the_releases_page_lists_the_infrastructure_gates_checks() -> None:
     assert named >= {"cluster.access", "cluster.crd", "cluster.operator", "cluster.namespace", "cluster.gpu_nodes",
                      "reservation", "reservation.instance_type", "reservation.target", "reservation.zone",
                      "reservation.window", "pods.boundary", "capture.policy", "drills.recent"}, named
+
+
+def test_files_the_docs_write_stay_out_of_the_repository() -> None:
+    # `kimi-ops sandbox --headless > FILE` holds the stand-in signing secret: under .kimi-ops/ (ignored) or ignored.
+    import re
+
+    ignored = {line.strip().rstrip("/") for line in (ROOT / ".gitignore").read_text().splitlines() if line.strip()}
+    for page in (README, *sorted(DOCS.glob("*.md"))):
+        for target in re.findall(r"kimi-ops [^\n`]*? > ([\w./-]+)", page.read_text()):
+            if target.startswith("/"):
+                continue
+            assert target.split("/")[0] in ignored or target in ignored, f"{page.name} writes {target} into the repository"
