@@ -25,8 +25,31 @@ def describe(error: Mapping[str, Any]) -> str:
     if variable and len(loc) > 1:
         where += f" ({'item ' + str(int(loc[1]) + 1) if loc[1].isdigit() else '.'.join(loc[1:])})"
     msg = error.get("msg", "invalid value").removeprefix("Value error, ")
-    example = EXAMPLES.get(top)
+    kind, given = str(error.get("type", "")), error.get("input")
+    if kind in NUMBER_WORDS:  # pydantic's "Input should be a valid integer, unable to parse string as an integer"
+        msg = f"{str(given)[:40]!r} is not {NUMBER_WORDS[kind]}"
+    elif kind in BOUND_WORDS:
+        msg = f"{given} is too {BOUND_WORDS[kind][0]}: it must be {BOUND_WORDS[kind][1]} {_bound(error)}"
+    example = EXAMPLES.get(top) or (_default_example(variable, field.default) if variable and field is not None else None)
     return f"{where}: {msg}" + (f"; e.g. {example}" if example else "")
+
+
+NUMBER_WORDS = {"int_parsing": "a whole number", "int_type": "a whole number", "int_from_float": "a whole number",
+                "float_parsing": "a number", "float_type": "a number"}
+BOUND_WORDS = {"greater_than_equal": ("small", "at least"), "greater_than": ("small", "more than"),
+               "less_than_equal": ("large", "at most"), "less_than": ("large", "less than")}
+
+
+def _bound(error: Mapping[str, Any]) -> str:
+    value = next(iter((error.get("ctx") or {}).values()), "")
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _default_example(variable: str, default: Any) -> str | None:
+    """A number setting without an example of its own shows its default as one (``KIMI_DB_POOL_SIZE=10``)."""
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return None
+    return f"{variable}={default:g}" if isinstance(default, float) else f"{variable}={default}"
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -76,6 +76,30 @@ def test_bad_setting_stops_with_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("name, value, said", [
+    ("KIMI_PROBE_CONCURRENCY", "lots", "KIMI_PROBE_CONCURRENCY: 'lots' is not a whole number; e.g. KIMI_PROBE_CONCURRENCY=16"),
+    ("KIMI_PROBE_CONCURRENCY", "-3", "KIMI_PROBE_CONCURRENCY: -3 is too small: it must be at least 1; e.g. "
+                                     "KIMI_PROBE_CONCURRENCY=16"),
+    ("KIMI_DB_POOL_SIZE", "x", "KIMI_DB_POOL_SIZE: 'x' is not a whole number; e.g. KIMI_DB_POOL_SIZE=10"),
+    ("KIMI_LEASE_SECONDS", "soon", "KIMI_LEASE_SECONDS: 'soon' is not a number; e.g. KIMI_LEASE_SECONDS=15"),
+])
+def test_a_bad_number_setting_says_what_a_good_value_looks_like(monkeypatch: pytest.MonkeyPatch, name: str, value: str,
+                                                                said: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    assert str(refused.value) == said
+
+
+def test_every_number_setting_has_an_example() -> None:
+    from bot.config.loading import describe
+    from bot.config.settings import Settings
+
+    for name, field in Settings.model_fields.items():
+        if field.annotation in (int, float):
+            assert "; e.g. KIMI_" in describe({"loc": (name,), "msg": "bad", "type": "int_parsing", "input": "x"}), name
+
+
 def test_bad_config_file_names_the_field(tmp_path: Path) -> None:
     cfg = tmp_path / "kimi.yaml"
     cfg.write_text("endpoints:\n  - name: Bad_Name\n")
