@@ -140,7 +140,7 @@ class FakeCluster:
         self.watched_since.append(since)
         on_progress(RolloutProgress("DeploymentInProgress", state="DeploymentInProgress"))
         if self.block is not None:
-            self.block.wait(timeout=10)
+            self.block.wait(timeout=30)
         if self.outcome == "succeeded" and not any(marker in manifest.text for marker in self.failing):
             on_progress(RolloutProgress("DeploymentComplete", state="DeploymentComplete"))
             return RolloutOutcome("succeeded", "DeploymentComplete", 1.0)

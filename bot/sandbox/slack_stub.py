@@ -475,7 +475,7 @@ class SlackStub:
         with self._lock:
             return [c for c in self.calls if c.method == method]
 
-    def wait_for(self, predicate: Any, timeout: float = 10.0) -> Any:
+    def wait_for(self, predicate: Any, timeout: float = 30.0) -> Any:
         """Block until ``predicate(self)`` is truthy (the bot answers after its acknowledgement)."""
         deadline = time.monotonic() + timeout
         with self._changed:

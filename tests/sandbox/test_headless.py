@@ -50,10 +50,10 @@ def test_headless_sandbox_prints_exports_that_aim_the_cli_at_it_and_stops_on_sig
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=60)
+            proc.wait(timeout=180)
         except subprocess.TimeoutExpired:
             proc.kill()  # never leave a sandbox running behind a failed test
-            proc.wait(timeout=10)
+            proc.wait(timeout=30)
             raise
     stderr = proc.stderr.read()  # type: ignore[union-attr]
     assert proc.returncode == 0 and "the sandbox stopped" in stderr and "Traceback" not in stderr

@@ -150,7 +150,7 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
         request_deploy(cli.ctx, other, None, Identity(DEPLOYER))
 
     # While the dead process's lease is alive, a start-up leaves the deployment alone (it might still be driving) …
-    early = cli.run("resume", timeout=60)
+    early = cli.run("resume", timeout=180)
     assert early.returncode == 0, cli.explain(early)
     if _lease_alive(cli, dep):  # (still alive after the run: so it was alive throughout)
         assert _record(cli, dep)[1] == events_at_kill

@@ -120,7 +120,7 @@ def test_an_answer_arriving_after_admission_closed_is_dropped(probe, server) -> 
     server.hold()  # the completion waits before its first token
 
     def rollback_closes_admission() -> None:
-        server.wait_for(lambda s: s.running >= 1, timeout=30)
+        server.wait_for(lambda s: s.running >= 1, timeout=90)
         with ctx.uow() as uow:
             uow.endpoints.get("kimi-prod").admission_open = False
             uow.commit()
@@ -205,7 +205,7 @@ def test_a_fleet_is_probed_several_endpoints_at_once_never_more_than_the_setting
     seen: list[int] = []
 
     def watch_then_release() -> None:
-        seen.append(int(server.wait_for(lambda s: s.running >= 3, timeout=30)))
+        seen.append(int(server.wait_for(lambda s: s.running >= 3, timeout=90)))
         seen.append(int(server.wait_for(lambda s: s.running > 3, timeout=0.5)))  # a fourth must not start
         server.release()
 

@@ -314,7 +314,7 @@ def test_serve_starts_the_scheduler_and_stops_it_on_sigterm(tmp_path: Path, monk
                 ctx.close()
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     log = (tmp_path / "data" / "kimi-ops.log").read_text()
     assert "scheduler started as" in log and "(leader)" in log

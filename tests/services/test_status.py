@@ -99,7 +99,7 @@ def test_status_reads_the_cluster_and_names_hand_edits_as_drift(make_ctx: Any, k
     bench = start_bench(ctx)
     try:
         bench.slash(APPROVER_1.user_id, "status kimi-prod")
-        text = bench.stub.wait_for(lambda s: [m.text for m in s.messages if "*cluster runs:*" in m.text], timeout=30)[-1]
+        text = bench.stub.wait_for(lambda s: [m.text for m in s.messages if "*cluster runs:*" in m.text], timeout=90)[-1]
         assert "*cluster runs:* rel-a (tuple " in text and "image vllm-openai@sha256:ffffffffffff" in text
         assert "*users get:* open — everyone reaches Kimi K3" in text
         assert "*limits applied:* 16 concurrent, queue 16, overflow 429" in text
@@ -107,7 +107,7 @@ def test_status_reads_the_cluster_and_names_hand_edits_as_drift(make_ctx: Any, k
         assert "*drift:* request limits: kimi-ops recorded max_concurrent_requests=8, " in text
 
         assert bench.home(APPROVER_1.user_id).status_code == 200
-        home = bench.stub.wait_for(lambda s: s.calls_to("views.publish"), timeout=30)[-1]
+        home = bench.stub.wait_for(lambda s: s.calls_to("views.publish"), timeout=90)[-1]
         home_text = blocks_text(home.params["view"]["blocks"])
         assert "*cluster runs:* rel-a" in home_text and "*drift:* image: kimi-ops recorded" in home_text
     finally:

@@ -56,7 +56,7 @@ def test_serve_answers_health_and_metrics_and_stops_on_sigterm(tmp_path) -> None
             assert stub.calls_to("auth.test")  # the bot token was checked at start
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+            proc.wait(timeout=90)
         assert proc.returncode == 0
 
 

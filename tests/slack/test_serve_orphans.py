@@ -91,7 +91,7 @@ def test_killing_serve_at_any_moment_of_its_start_leaves_no_process(tmp_path: Pa
         try:
             wait_until(f"serve's start to reach the moment {moment!r}", MOMENTS[moment](serve), timeout=120, poll=0.005)
             os.kill(serve.pid, signal.SIGKILL)
-            serve.wait(timeout=30)
+            serve.wait(timeout=90)
             left = wait_until("every process of the killed serve gone",
                               lambda: not _processes_naming(tmp_path / "data") or [], timeout=60)
             assert left is True

@@ -54,7 +54,7 @@ def serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, SlackS
             yield proc, found.group(1), stub, tmp_path / "data" / "kimi-ops.log"
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            proc.wait(timeout=180)
 
 
 def _ready(url: str) -> httpx.Response | None:
@@ -67,7 +67,7 @@ def _help_is_answered(url: str, stub: SlackStub) -> None:
     before = len(stub.calls_to("response_url"))
     body = sender.slash("U0VIEWER", "help")
     assert httpx.post(f"{url}/slack/events", content=body.encode(), headers=sender.headers(body), timeout=10).status_code == 200
-    wait_until("the answer to /kimi help", lambda: len(stub.calls_to("response_url")) > before, timeout=60)
+    wait_until("the answer to /kimi help", lambda: len(stub.calls_to("response_url")) > before, timeout=180)
     assert "kimi-ops commands" in stub.calls_to("response_url")[-1].params.get("text", "")
 
 

@@ -43,18 +43,18 @@ def test_serve_socket_answers_commands_and_counts_them_in_metrics(tmp_path: Path
             assert found, line + (proc.stderr.read() if proc.poll() is not None else "")  # type: ignore[union-attr]
             acks = {}
             while len(acks) < 2:
-                ack = server.acks.get(timeout=30)
+                ack = server.acks.get(timeout=90)
                 acks[ack["envelope_id"]] = ack
             usage = acks["env-2"]["payload"]["text"]  # what is missing, then the usage line
             assert usage.startswith("name the release to deploy") and "/kimi deploy RELEASE [to ENDPOINT]" in usage
-            answer = stub.wait_for(lambda s: s.calls_to("response_url"), timeout=30)[0]
+            answer = stub.wait_for(lambda s: s.calls_to("response_url"), timeout=90)[0]
             assert "/kimi deploy RELEASE [to ENDPOINT]" in str(answer.params)  # help, taken from the modules
             metrics = httpx.get(f"{found.group(1)}/metrics").text
             assert 'kimi_slack_requests_total{kind="command",status="200"} 2.0' in metrics
             assert 'kimi_slack_ack_seconds_count{kind="command"} 2.0' in metrics
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+            proc.wait(timeout=90)
             server.stop()
         assert proc.returncode == 0, proc.stderr.read()  # type: ignore[union-attr]
 
@@ -83,4 +83,4 @@ def test_serve_socket_is_ready_only_while_its_connection_to_slack_is_up(tmp_path
             assert httpx.get(f"{url}/healthz").status_code == 200
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
+            proc.wait(timeout=90)

@@ -92,7 +92,7 @@ def to_traffic_gate(bench: SlackBench) -> Message:
     for gate in ("artifact", "infrastructure", "model"):
         message = bench.gate_message(gate, 1)
         bench.click(APPROVER, message, APPROVE)
-        bench.stub.wait_for(lambda s, message=message: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+        bench.stub.wait_for(lambda s, message=message: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=90)
     # The sweep takes a while on a busy machine: wait for the message itself (gate_message gives up after 10 s).
     return bench.stub.wait_for(lambda s: next((m for m in s.messages if m.ephemeral_to is None and has(m, ACCEPT_LIMITS)
                                                and "Traffic gate · deployment #1" in blocks_text(m.blocks)), None), timeout=90)
@@ -113,7 +113,7 @@ def recheck_once_the_gate_is_free(bench: SlackBench) -> None:
             raise
         return True
 
-    wait_until("the traffic gate free for a recheck", attempt, timeout=60)
+    wait_until("the traffic gate free for a recheck", attempt, timeout=180)
 
 
 def has(message: Message, action_id: str) -> bool:
@@ -121,7 +121,7 @@ def has(message: Message, action_id: str) -> bool:
 
 
 def said_to(bench: SlackBench, user: str, words: str) -> Message:
-    return bench.stub.wait_for(lambda s: next((m for m in s.seen_by(user) if words in m.text), None), timeout=30)
+    return bench.stub.wait_for(lambda s: next((m for m in s.seen_by(user) if words in m.text), None), timeout=90)
 
 
 def accepted_audit(bench: SlackBench) -> list:
@@ -159,7 +159,7 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
 
     bench.click(GROUP_APPROVER, message, ACCEPT_LIMITS)
     said_to(bench, GROUP_APPROVER, f"You accepted maxConcurrentRequests {LIMIT}")
-    bench.stub.wait_for(lambda s: "Limits accepted by" in blocks_text(message.blocks), timeout=30)
+    bench.stub.wait_for(lambda s: "Limits accepted by" in blocks_text(message.blocks), timeout=90)
     text = blocks_text(message.blocks)
     assert f"Limits accepted by <@{GROUP_APPROVER}> at 2026-" in text and f"maxConcurrentRequests {LIMIT}" in text
     assert "(was 32 / 64)" in text
@@ -182,7 +182,7 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
 
     # Deciding the gate afterwards keeps the acceptance on the message.
     bench.click(APPROVER, message, APPROVE)
-    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=90)
     assert "Limits accepted by" in blocks_text(message.blocks) and message.blocks[-1]["type"] != "actions"
 
 
@@ -192,7 +192,7 @@ def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: Slac
 
     recheck_once_the_gate_is_free(bench)
     bench.app.deliver()
-    bench.stub.wait_for(lambda s: "Re-checked at" in blocks_text(old.blocks), timeout=30)
+    bench.stub.wait_for(lambda s: "Re-checked at" in blocks_text(old.blocks), timeout=90)
     assert not has(old, ACCEPT_LIMITS)  # the superseded report lost its buttons
 
     bench.post(bench.sender.click(APPROVER, old, ACCEPT_LIMITS, value))
@@ -212,7 +212,7 @@ def test_the_sweep_plot_lands_in_the_thread_once_even_when_slack_fails_first(ben
     to_traffic_gate(bench)
     thread = root(bench)
 
-    files = bench.stub.wait_for(lambda s: s.files_in(CHANNEL, thread.ts), timeout=30)
+    files = bench.stub.wait_for(lambda s: s.files_in(CHANNEL, thread.ts), timeout=90)
     (shared, upload), = files
     (file,) = shared.files
     with bench.app.ctx.uow() as uow:
@@ -333,7 +333,7 @@ def test_approving_above_the_measured_limits_is_refused_until_a_reason_is_given_
     assert view["title"]["text"] == "Approve above limits"
     assert bench.post(bench.sender.submit(APPROVER, view, {"reason": {"reason": " "}})).json()["response_action"] == "errors"
     bench.post(bench.sender.submit(APPROVER, view, {"reason": {"reason": "launch traffic is capped upstream"}}))
-    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=90)
     assert "above the measured limits: launch traffic is capped upstream" in blocks_text(message.blocks)
     assert not has(message, APPROVE_ABOVE_LIMITS)
     with bench.app.ctx.uow() as uow:
@@ -355,7 +355,7 @@ def test_accept_limits_and_approve_is_one_press_and_a_refused_one_changes_nothin
 
     bench.click(APPROVER, message, ACCEPT_AND_APPROVE)
     said_to(bench, APPROVER, f"You accepted maxConcurrentRequests {LIMIT}")
-    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=30)
+    bench.stub.wait_for(lambda s: f"Approved by <@{APPROVER}>" in blocks_text(message.blocks), timeout=90)
     text = blocks_text(message.blocks)
     assert "Limits accepted by" in text and "above the measured limits" not in text
     assert rendered_limits(bench)["maxConcurrentRequests"] == LIMIT and len(accepted_audit(bench)) == 1

@@ -105,15 +105,15 @@ def test_a_follow_up_whose_worker_is_killed_is_completed_once_by_the_next_worker
         workers.append(_kimi_ops(env, tmp_path, "worker", "--no-jobs", "--lease-seconds", "2"))
         assert hold.reached.wait(60), "the first worker never took the follow-up"
         workers[0].kill()  # kill -9: no chance to finish or give the work back
-        workers[0].wait(timeout=30)
+        workers[0].wait(timeout=90)
         hold.release()
         assert _replies(stub) == [] and followups.waiting(ctx) == 1 and _spooled(tmp_path) == 0  # moved, claimed
 
         workers.append(_kimi_ops(env, tmp_path, "worker", "--no-jobs", "--lease-seconds", "2"))
-        stub.wait_for(lambda s: _replies(s), timeout=60)
+        stub.wait_for(lambda s: _replies(s), timeout=180)
         _until(lambda: followups.waiting(ctx) == 0)  # the worker removes what it finished
         workers[1].send_signal(signal.SIGTERM)
-        assert workers[1].wait(timeout=30) == 0
+        assert workers[1].wait(timeout=90) == 0
         replies = _replies(stub)
         assert len(replies) == 1 and "/kimi" in replies[0]  # the help text, once
     finally:
@@ -150,14 +150,14 @@ def test_serve_answers_through_its_worker_and_starts_it_again_when_it_dies(tmp_p
         for round_ in (1, 2):
             body = sender.slash(TYPIST, "help")
             assert httpx.post(f"{url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
-            stub.wait_for(lambda s, n=round_: len(_replies(s)) == n, timeout=60)
+            stub.wait_for(lambda s, n=round_: len(_replies(s)) == n, timeout=180)
             if round_ == 1:
                 (worker,) = _children(serve.pid)
                 os.kill(worker, signal.SIGKILL)  # the supervisor starts another; the next request still gets its answer
         assert len(_replies(stub)) == 2
     finally:
         serve.send_signal(signal.SIGTERM)
-        serve.wait(timeout=60)
+        serve.wait(timeout=180)
     assert serve.returncode == 0
 
 
@@ -174,7 +174,7 @@ def test_what_needs_the_trigger_runs_at_once_in_the_answering_process(tmp_path, 
     try:
         body = sender.slash("U0APPROVER1", "exception add SEC-2 kind=unscanned-image release=rel-a")
         assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
-        opened = stub.wait_for(lambda s: s.calls_to("views.open"), timeout=30)
+        opened = stub.wait_for(lambda s: s.calls_to("views.open"), timeout=90)
         assert "SEC-2" in str(opened[0].params["view"]) and _spooled(tmp_path) == 0
         body = sender.slash("U0APPROVER1", "help")  # anything else is left to the worker
         assert httpx.post(f"{http.url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
@@ -215,14 +215,14 @@ def test_a_spooled_follow_up_survives_the_answering_process_killed_after_its_ack
         body = sender.slash(TYPIST, "help")
         assert httpx.post(f"{url}/slack/events", content=body.encode(), headers=sender.headers(body)).status_code == 200
         front.kill()  # kill -9 right after the ack
-        front.wait(timeout=30)
+        front.wait(timeout=90)
         assert _spooled(tmp_path) == 1 and followups.waiting(ctx) == 0 and _replies(stub) == []
 
         worker = _kimi_ops(env, tmp_path, "worker", "--no-jobs")
-        stub.wait_for(lambda s: _replies(s), timeout=60)
+        stub.wait_for(lambda s: _replies(s), timeout=180)
         _until(lambda: _spooled(tmp_path) == 0 and followups.waiting(ctx) == 0)
         worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=30) == 0
+        assert worker.wait(timeout=90) == 0
         replies = _replies(stub)
         assert len(replies) == 1 and "/kimi" in replies[0]
     finally:
@@ -261,14 +261,14 @@ def test_a_copy_is_refused_by_the_replica_after_its_answering_process_restarts(t
         copies = [httpx.post(f"{url}/slack/events", content=body, headers=headers) for body, headers in signed]
         assert [c.status_code for c in copies] == [401, 401]
         fronts[0].kill()
-        fronts[0].wait(timeout=30)
+        fronts[0].wait(timeout=90)
 
         url = start()
         after = [httpx.post(f"{url}/slack/events", content=body, headers=headers) for body, headers in signed]
         assert [a.status_code for a in after] == [401, 401]
         assert _spooled(tmp_path) == 1  # the help request's one run, spooled once
         fronts[1].kill()
-        fronts[1].wait(timeout=30)
+        fronts[1].wait(timeout=90)
 
         # A worker moves the run into the shared database (off the spool): the key is still this replica's.
         ctx = build_context(load_settings(database_url=env["KIMI_DATABASE_URL"], data_dir=tmp_path / "data"))

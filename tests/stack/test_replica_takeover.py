@@ -108,7 +108,7 @@ def stop(replica: Replica, sig: int = signal.SIGTERM) -> None:
     if replica.proc.poll() is None:
         replica.proc.send_signal(sig)
     try:
-        replica.proc.communicate(timeout=30)
+        replica.proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         replica.proc.kill()
         replica.proc.communicate()

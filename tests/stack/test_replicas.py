@@ -57,7 +57,7 @@ def replica(tmp_path: Path, database_url: str, stub: SlackStub, name: str) -> It
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.communicate(timeout=30)
+            proc.communicate(timeout=90)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()

@@ -101,7 +101,7 @@ def root_of(bench, deployment_id: int):
 
 
 def wait_state(bench, deployment_id: int, words: str):
-    return bench.stub.wait_for(lambda s: (root := root_of(bench, deployment_id)) and words in root.text and root, timeout=60)
+    return bench.stub.wait_for(lambda s: (root := root_of(bench, deployment_id)) and words in root.text and root, timeout=180)
 
 
 def approve_all(bench, deployment_id: int, gates: tuple[str, ...]) -> None:
@@ -112,7 +112,7 @@ def approve_all(bench, deployment_id: int, gates: tuple[str, ...]) -> None:
         who = approvers[i % 2]
         assert bench.click(who, message, APPROVE).status_code == 200
         bench.stub.wait_for(lambda s, who=who, message=message: f"Approved by <@{who}>" in blocks_text(message.blocks)
-                            and not has_buttons(message), timeout=60)
+                            and not has_buttons(message), timeout=180)
 
 
 def test_deploy_four_approvals_live_then_rollback_all_through_slack(bench) -> None:
