@@ -7,7 +7,7 @@ An operator declares, per endpoint::
       hostnames: [kimi.example.com]
       backend: {name: kimi-prod, port: 8000}        # optional: the model Service
       fallback: {name: kimi-fallback, port: 8000}   # optional: the smaller fallback model
-      cohort_header: {name: x-kimi-cohort, value: internal}
+      cohort_header: {name: x-kimi-cohort, source: token}   # a per-deployment token in a Secret (or jwt)
 
 Every value is checked with the same patterns and bounds the HTTPRoute CRD
 (``gateway.networking.k8s.io/v1``) uses, so a setting that loads always renders
@@ -19,6 +19,7 @@ inference operator makes the Service, so name it here when it differs.
 from __future__ import annotations
 
 import re
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -70,20 +71,69 @@ class ServiceBackend(BaseModel):
 
 
 class CohortHeader(BaseModel):
-    """The request header that marks the internal cohort (e.g. ``x-kimi-cohort: internal``)."""
+    """The request header that marks the internal cohort, and where its value comes from.
+
+    * ``token`` (default): a random token made anew each time the route closes (each deployment starts by
+      closing it), kept only in the Kubernetes Secret ``secret`` (key ``token``) that the application layer reads
+      for its internal users; an old or guessed value is an ordinary request.
+    * ``jwt``: the gateway verifies the request's JWT and writes a claim into the header itself (HyperPod's
+      Inference Gateway ``spec.auth.jwt``, Envoy Gateway's JWT ``SecurityPolicy`` ``claimToHeaders``) after removing
+      any copy the client sent; ``value`` is the claim's value that marks the cohort.
+    * ``static``: a fixed ``value`` any client can send; refused on a production endpoint.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default=DEFAULT_COHORT_HEADER, min_length=1, max_length=256, pattern=HEADER_NAME,
                       description="Header name.")
-    value: str = Field(default=DEFAULT_COHORT_VALUE, min_length=1, max_length=4096, description="Header value.")
+    source: Literal["token", "jwt", "static"] = Field(
+        default="token", description="token: a per-deployment token in a Secret; jwt: a claim the gateway verifies and "
+                                     "writes; static: a fixed value any client can set (not on prod).")
+    secret: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN,
+                               description="token: the Secret holding it (key `token`); default: <route name>-cohort.")
+    claim: str | None = Field(default=None, min_length=1, max_length=256,
+                              description="jwt: the claim the gateway copies into the header (said in messages).")
+    value: str | None = Field(default=None, min_length=1, max_length=4096,
+                              description="jwt: the claim value marking the cohort; static: the header value "
+                                          "(default for both: internal).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_static(cls, data: Any) -> Any:
+        """A ``value`` without a ``source`` is the old fixed header (loads, and is refused on prod)."""
+        if isinstance(data, dict) and "value" in data and "source" not in data:
+            return {**data, "source": "static"}
+        return data
 
     @field_validator("value")
     @classmethod
-    def _printable(cls, value: str) -> str:
-        if value != value.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and (value != value.strip() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)):
             raise ValueError("the cohort header value must be printable, without leading or trailing spaces")
         return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CohortHeader:
+        if self.source == "token" and self.value is not None:
+            raise ValueError("cohort_header.value: a token cohort's value is made per deployment and kept in its "
+                             "Secret; remove value (or use source: jwt or static)")
+        if self.source != "token" and self.secret is not None:
+            raise ValueError("cohort_header.secret is for source: token")
+        if self.source != "token" and self.value is None:
+            self.value = DEFAULT_COHORT_VALUE
+        return self
+
+    def secret_for(self, route_name: str) -> str:
+        """The token's Secret: the declared one, else ``<route name>-cohort``."""
+        return self.secret or f"{route_name}-cohort"
+
+    def describe(self, route_name: str) -> str:
+        """How a request joins the cohort, in words (never the token itself)."""
+        if self.source == "token":
+            return f"{self.name}: the token in Secret {self.secret_for(route_name)}"
+        if self.source == "jwt":
+            return f"{self.name}: {self.value}, written by the gateway from the verified JWT claim {self.claim or '(its claim)'}"
+        return f"{self.name}: {self.value}"
 
 
 class RouteSettings(BaseModel):

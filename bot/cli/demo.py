@@ -386,8 +386,8 @@ def sandbox(
     from bot.config import load_settings
 
     require_sandbox()
-    from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
-    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, SERVICE, USERS_PER_SECOND
+    from bot.route_config import DEFAULT_COHORT_HEADER
+    from bot.sandbox.stack import APPROVER_1, APPROVER_2, DEPLOYER, ENDPOINT, NAMESPACE, SERVICE, USERS_PER_SECOND
 
     def body() -> None:
         data_dir = load_settings().data_dir / "sandbox"
@@ -401,7 +401,8 @@ def sandbox(
         called = SERVICE if pair else ENDPOINT
         typer.echo(f"Users reach {called} through the gateway stand-in at {stack.gateway_url}/v1/chat/completions "
                    f"(background users send {USERS_PER_SECOND:g} a second; the header "
-                   f"'{DEFAULT_COHORT_HEADER}: {DEFAULT_COHORT_VALUE}' makes a request the internal cohort's).")
+                   f"'{DEFAULT_COHORT_HEADER}' with the token in Secret {NAMESPACE}/{called}-cohort, made anew each "
+                   "time the route closes, makes a request the internal cohort's).")
         typer.echo(f"Gate plots are saved in {stack.ctx.settings.data_dir / 'reports'} "
                    "(the console shows each upload as [file NAME, SIZE]).")
         if addresses:

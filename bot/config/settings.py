@@ -203,6 +203,10 @@ class Settings(BaseSettings):
                 raise ValueError(f"endpoint {endpoint.name} (prod) has no door kimi-ops controls: add a route: block "
                                  "(gateway, fallback), or declare door.application_layer (the layer that enforces "
                                  "admission and acknowledges each change); see deploy/kimi-ops.example.yaml")
+            if endpoint.environment == "prod" and endpoint.route is not None and endpoint.route.cohort_header.source == "static":
+                raise ValueError(f"endpoint {endpoint.name} (prod): its internal cohort is a header value any client can "
+                                 "set; use cohort_header.source: token (a per-deployment token in a Secret) or jwt (a claim "
+                                 "the gateway verifies)")
         return self
 
     def service(self, name: str) -> ServiceSettings | None:

@@ -26,7 +26,7 @@ for the subset of HTTPRoute that kimi-ops writes and the reference examples use:
   Server-Sent Events pass through intact.
 
 Every request is counted as a :class:`Routed` (the Service it went to, or
-``unavailable`` / ``no-route``, and whether it carried the cohort header), so a
+``unavailable`` / ``no-route``, and whether the cohort's rule took it), so a
 test or the sandbox can see what users got under each admission; and, in
 :meth:`GatewayStandIn.counts_by_admission`, under the admission the route that took it
 was annotated with (``kimi-ops.io/admission``) when the request was routed.
@@ -49,7 +49,7 @@ from urllib.parse import parse_qsl, urlsplit
 import httpx
 
 from bot.adapters.cluster.rest import Rest, collection_path, object_path
-from bot.adapters.cluster.route import ADMISSION_ANNOTATION
+from bot.adapters.cluster.route_names import ADMISSION_ANNOTATION
 from bot.logs import logger_for
 
 log = logger_for(__name__)
@@ -167,13 +167,13 @@ class GatewayStandIn:
 
     def __init__(self, rest: Rest, *, name: str = "kimi-gateway", namespace: str = "gateways", listener: str = "http",
                  backends: Mapping[ServiceKey, str] | None = None,
-                 cohort_header: tuple[str, str] | None = ("x-kimi-cohort", "internal"), seed: int | None = None,
+                 cohort_header: str | None = "x-kimi-cohort", seed: int | None = None,
                  poll_seconds: float = 0.05, host: str = "127.0.0.1", port: int = 0,
                  upstream_timeout: float = 300.0, changed: threading.Event | None = None) -> None:
         self.rest = rest
         self.name, self.namespace, self.listener = name, namespace, listener
         self.backends: dict[ServiceKey, str] = dict(backends or {})
-        self.cohort_header = (cohort_header[0].lower(), cohort_header[1]) if cohort_header else None
+        self.cohort_header = cohort_header.lower() if cohort_header else None
         self.poll_seconds = poll_seconds
         self.errors: list[str] = []
         self._rng = random.Random(seed)
@@ -400,8 +400,15 @@ class GatewayStandIn:
             roll -= backend.weight
         return rule.backends[-1]
 
-    def is_cohort(self, headers: Mapping[str, str]) -> bool:
-        return self.cohort_header is not None and headers.get(self.cohort_header[0]) == self.cohort_header[1]
+    def is_cohort(self, rule: _Rule | None, headers: Mapping[str, str]) -> bool:
+        """Counted as the cohort's: taken by a rule that matches the cohort header (a forged or stale value is taken
+        by the rule for everyone else, as it is on a real gateway); with no rule, carrying the header at all."""
+        if self.cohort_header is None:
+            return False
+        if rule is None:
+            return self.cohort_header in headers
+        return any(str(h.get("name", "")).lower() == self.cohort_header
+                   for match in rule.matches for h in match.get("headers") or [])
 
 
 class _Server(ThreadingHTTPServer):
@@ -435,8 +442,8 @@ class _Handler(BaseHTTPRequestHandler):
         host = headers.get("host", "").lower().split(":", 1)[0]  # route hostnames are DNS names, never IPv6
         length = int(headers.get("content-length") or 0)
         body = self.rfile.read(length) if length else b""
-        cohort = gateway.is_cohort(headers)
         chosen = gateway.choose(host, self.command, split.path or "/", dict(parse_qsl(split.query)), headers)
+        cohort = gateway.is_cohort(chosen[0] if chosen else None, headers)
         if chosen is None:
             gateway._count(NO_ROUTE, cohort)
             self._plain(404, "no route matches this request")

@@ -210,12 +210,11 @@ class Sandbox:
                     self.stand_ins["traffic"].gateway.add_backend(ServiceKey(NAMESPACE, name, MODEL_PORT),
                                                                   self.side_server(name).url)
             if self.users_per_second > 0:
-                from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE
                 from bot.sandbox.users import UserTraffic
 
+                # The internal users read the cohort's token from its Secret, as an application layer does.
                 self.stand_ins["users"] = UserTraffic(
-                    self.stand_ins["traffic"].url, cohort=(DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE),
-                    per_second=self.users_per_second).start()
+                    self.stand_ins["traffic"].url, cohort=self.cohort, per_second=self.users_per_second).start()
         else:
             from bot.sandbox.app_layer import ApplicationLayerStandIn
 
@@ -325,6 +324,12 @@ class Sandbox:
         from bot.sandbox.traffic import route_config
 
         return route_config()
+
+    def cohort(self) -> tuple[str, str] | None:
+        """The internal cohort's header and current token, read from its Secret (``None`` before the first closing)."""
+        from bot.sandbox.traffic import cohort_secret_name, read_cohort
+
+        return read_cohort(self.stand_ins["kube"].rest(), NAMESPACE, cohort_secret_name(SERVICE if self.pair else ENDPOINT))
 
     @property
     def gateway_url(self) -> str | None:

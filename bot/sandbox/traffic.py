@@ -10,12 +10,13 @@ Service mapped to the Kimi K3 stand-in and the fallback Service to the new one.
 
 from __future__ import annotations
 
+import base64
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from bot.adapters.cluster.rest import Rest
-from bot.route_config import DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE, MODEL_PORT
+from bot.adapters.cluster.rest import Rest, object_path
+from bot.route_config import DEFAULT_COHORT_HEADER, MODEL_PORT
 from bot.sandbox.gateway import GatewayStandIn, ServiceKey
 from bot.sandbox.openai_server import OpenAIServer
 
@@ -30,8 +31,22 @@ def route_config() -> dict[str, Any]:
     return {
         "gateway": {"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE},
         "fallback": {"name": FALLBACK_SERVICE, "port": MODEL_PORT},
-        "cohort_header": {"name": DEFAULT_COHORT_HEADER, "value": DEFAULT_COHORT_VALUE},
+        # The cohort's value is a token made each time the route closes, in the Secret internal users read.
+        "cohort_header": {"name": DEFAULT_COHORT_HEADER, "source": "token"},
     }
+
+
+def cohort_secret_name(route_name: str) -> str:
+    """The Secret the sandbox's token cohort lives in (the settings' default for a route named ``route_name``)."""
+    return f"{route_name}-cohort"
+
+
+def read_cohort(rest: Rest, namespace: str, secret: str) -> tuple[str, str] | None:
+    """What an internal user sends: the header and the current token, read from the Secret as an application layer
+    would (``None`` while no token exists yet)."""
+    found = rest.get(object_path("Secret", secret, namespace))
+    encoded = ((found or {}).get("data") or {}).get("token")
+    return None if not encoded else (DEFAULT_COHORT_HEADER, base64.b64decode(str(encoded)).decode("ascii"))
 
 
 @dataclass
@@ -56,7 +71,7 @@ def start_traffic_layer(rest: Rest, *, namespace: str, endpoint: str, model_url:
     try:
         gateway = GatewayStandIn(
             rest, name=GATEWAY_NAME, namespace=GATEWAY_NAMESPACE, seed=seed,
-            cohort_header=(DEFAULT_COHORT_HEADER, DEFAULT_COHORT_VALUE),
+            cohort_header=DEFAULT_COHORT_HEADER,
             backends={ServiceKey(namespace, endpoint, MODEL_PORT): model_url,
                       ServiceKey(namespace, FALLBACK_SERVICE, MODEL_PORT): fallback.url},
             # Woken by the emulator's writes, the stand-in re-reads routes only as a backstop.

@@ -20,7 +20,7 @@ import datetime as dt
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -45,9 +45,14 @@ class UserRequest:
 
 
 class UserTraffic:
-    """Start with ``UserTraffic(gateway_url, cohort=(header, value)).start()``; :meth:`stop` ends it."""
+    """Start with ``UserTraffic(gateway_url, cohort=(header, value)).start()``; :meth:`stop` ends it.
 
-    def __init__(self, url: str, *, cohort: tuple[str, str], per_second: float = 4.0, cohort_share: float = 0.25,
+    ``cohort`` may be a function giving the header and value now (the sandbox reads the token from its Secret for
+    every cohort request, as an application layer does); ``None`` from it sends that request without the header.
+    """
+
+    def __init__(self, url: str, *, cohort: tuple[str, str] | Callable[[], tuple[str, str] | None],
+                 per_second: float = 4.0, cohort_share: float = 0.25,
                  max_in_flight: int = 16, max_tokens: int = 8, timeout: float = 60.0) -> None:
         if per_second <= 0:
             raise ValueError("user traffic needs a positive rate (requests per second)")
@@ -122,7 +127,8 @@ class UserTraffic:
 
     def _send(self, cohort: bool) -> None:
         at = dt.datetime.now(dt.UTC)
-        headers = {self.cohort[0]: self.cohort[1]} if cohort else {}
+        pair = (self.cohort() if callable(self.cohort) else self.cohort) if cohort else None
+        headers = {pair[0]: pair[1]} if pair else {}
         body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": self.max_tokens,
                 "user": COHORT_USER if cohort else USER}
         try:

@@ -54,7 +54,7 @@ def users_get(endpoint: EndpointSettings, admission: Admission) -> str:
         if admission.state is AdmissionState.OPEN:
             return "everyone reaches Kimi K3"
         return "the application layer turns users away (admission ConfigMap closed; no route is configured)"
-    cohort = f"{route.cohort_header.name}: {route.cohort_header.value}"
+    cohort = route.cohort_header.describe(route.route_name(endpoint.name))
     if endpoint.pair is not None:
         here, there = endpoint.name, endpoint.pair.partner
         return {AdmissionState.CLOSED: f"every user of {endpoint.pair.service} is on {there}; none reaches {here}",

@@ -16,14 +16,9 @@ import pytest
 import yaml
 
 from bot.adapters.cluster import InvalidManifest, RouteNotConfigured
-from bot.adapters.cluster.route import (
-    ADMISSION_ANNOTATION,
-    CHANGED_AT_ANNOTATION,
-    REASON_ANNOTATION,
-    read_route_status,
-    render_route,
-    route_errors,
-)
+from bot.adapters.cluster.route import render_route, route_errors
+from bot.adapters.cluster.route_names import ADMISSION_ANNOTATION, CHANGED_AT_ANNOTATION, REASON_ANNOTATION
+from bot.adapters.cluster.route_read import read_route_status
 from bot.config import ConfigError, EndpointSettings, load_settings
 from bot.domain.admission import Admission, AdmissionError, parse_admission
 from bot.route_config import RouteSettings
@@ -34,8 +29,10 @@ AT = "2026-12-01T09:00:00+00:00"
 
 
 def endpoint(fallback: bool = True, **route: Any) -> EndpointSettings:
+    # A fixed cohort value keeps these rendering tests about rules and weights (tokens: tests/adapters/test_cohort.py).
     block: dict[str, Any] = {"gateway": {"name": "public", "namespace": "gateways", "section_name": "https"},
-                             "hostnames": ["kimi.example.com"], **route}
+                             "hostnames": ["kimi.example.com"],
+                             "cohort_header": {"name": "x-kimi-cohort", "value": "internal"}, **route}
     if fallback:
         block["fallback"] = {"name": "kimi-fallback", "port": 8000}
     return EndpointSettings(name="kimi-prod", namespace="model-serving", route=RouteSettings.model_validate(block))
@@ -88,7 +85,7 @@ def test_the_model_backend_defaults_to_the_service_the_eks_renderer_creates() ->
     ep = endpoint()
     assert ep.route is not None
     assert (ep.route.model_backend(ep.name).name, ep.route.model_backend(ep.name).port) == ("kimi-prod", 8000)
-    assert (ep.route.cohort_header.name, ep.route.cohort_header.value) == ("x-kimi-cohort", "internal")
+    assert (ep.route.cohort_header.name, ep.route.cohort_header.source) == ("x-kimi-cohort", "static")
 
 
 @pytest.mark.parametrize(("route", "words"), [

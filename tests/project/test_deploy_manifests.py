@@ -25,6 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from bot.adapters.cluster import kube, preflight
+from bot.adapters.cluster.cohort import cohort_secret
 from bot.adapters.cluster.rest import RESOURCES
 from bot.adapters.leader import LEASE_NAME
 from bot.cli.main import app as cli_app
@@ -63,6 +64,8 @@ EXPECTED_GRANTS: set[Grant] = (
     | _grants(SERVING_NAMESPACE, "networking.k8s.io", ["ingresses", "networkpolicies"], ["list"])
     | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes"], ["list"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["create"])
+    | _grants(SERVING_NAMESPACE, "", ["secrets"], ["create"])
+    | _grants(SERVING_NAMESPACE, "", ["secrets"], ["patch"], ["kimi-k3-prod-cohort"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["get", "patch"], ["kimi-ops-admission-kimi-k3-prod"])
     | _grants(BOT_NAMESPACE, "coordination.k8s.io", ["leases"], ["create"])
     | _grants(BOT_NAMESPACE, "coordination.k8s.io", ["leases"], ["get", "patch"], ["kimi-ops-scheduler"])
@@ -221,7 +224,8 @@ def test_the_opt_in_drill_roles_grant_exactly_the_drills_writes() -> None:
 
 def test_secrets_are_never_readable() -> None:
     readable = {(g[2], g[3]) for g in EXPECTED_GRANTS}
-    assert not any(resource == "secrets" for resource, _ in readable)
+    # The one Secret kimi-ops touches, the cohort's token, it only writes.
+    assert not any(resource == "secrets" and verb in ("get", "list", "watch") for resource, verb in readable)
     assert not any(verb in ("delete", "deletecollection", "escalate", "bind", "impersonate") for _, verb in readable)
 
 
@@ -280,6 +284,8 @@ def test_admission_configmaps_and_namespaces_cover_every_configured_endpoint(inc
         assert _allowed(endpoint.namespace, "", "configmaps", "get", kube.admission_configmap_name(endpoint))
         assert (None, "", "namespaces", "get", endpoint.namespace) in EXPECTED_GRANTS
         assert any(g[0] == endpoint.namespace and g[2] == "inferenceendpointconfigs" for g in EXPECTED_GRANTS)
+        if endpoint.route is not None and endpoint.route.cohort_header.source == "token":
+            assert _allowed(endpoint.namespace, "", "secrets", "patch", cohort_secret(endpoint))  # the cohort's token
     # The IAM statements for reservations are limited to the regions the bot watches.
     policy = json.loads((BOT / "iam-policy.json").read_text())
     for statement in policy["Statement"]:

@@ -43,6 +43,8 @@ from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.traffic import (
     FALLBACK_MODEL,
     TrafficLayer,
+    cohort_secret_name,
+    read_cohort,
     route_config,
     start_traffic_layer,
 )
@@ -50,7 +52,6 @@ from tests.conftest import START
 
 NS = "model-serving"
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "gateway-api"
-COHORT = {"x-kimi-cohort": "internal"}
 # The conformance suite's weight check (conformance/utils/weight/weight.go, TestWeightedDistribution).
 CONFORMANCE_REQUESTS, CONFORMANCE_CONCURRENCY, CONFORMANCE_TOLERANCE = 500, 10, 0.05
 
@@ -66,6 +67,12 @@ class Stack:
     @property
     def gateway(self) -> GatewayStandIn:
         return self.traffic.gateway
+
+    def cohort(self) -> dict[str, str]:
+        """What an internal user sends: the header with the token the last closing put in the Secret."""
+        found = read_cohort(self.kube.rest(), NS, cohort_secret_name("kimi-prod"))
+        assert found is not None, "no cohort token yet: the route has not been closed"
+        return {found[0]: found[1]}
 
     def set(self, admission: Admission, endpoint: EndpointSettings | None = None) -> RouteStatus:
         """Write the route and wait until the gateway has accepted that generation (as the engine will)."""
@@ -199,7 +206,7 @@ def test_a_route_for_a_listener_the_gateway_lacks_is_not_accepted_and_not_served
 def test_closed_sends_every_user_to_the_fallback_cohort_included(stack: Stack) -> None:
     stack.set(Admission.closed())
 
-    answers = [chat(stack.gateway.url, headers) for headers in ({}, COHORT, {}, COHORT)]
+    answers = [chat(stack.gateway.url, headers) for headers in ({}, stack.cohort(), {}, stack.cohort())]
 
     assert [r.status_code for r in answers] == [200] * 4
     assert {model_of(r) for r in answers} == {FALLBACK_MODEL}
@@ -213,7 +220,7 @@ def test_closed_without_a_fallback_is_the_gateways_500_and_kimi_sees_nothing(
     before = metrics_client.metrics(alone)
     stack.set(Admission.closed(), alone)
 
-    answers = [chat(stack.gateway.url, headers) for headers in ({}, COHORT, {})]
+    answers = [chat(stack.gateway.url, headers) for headers in ({}, stack.cohort(), {})]
 
     assert [r.status_code for r in answers] == [500, 500, 500]
     assert stack.gateway.counts() == Counter({Routed(UNAVAILABLE, False): 2, Routed(UNAVAILABLE, True): 1})
@@ -225,7 +232,7 @@ def test_closed_without_a_fallback_is_the_gateways_500_and_kimi_sees_nothing(
 def test_internal_lets_only_the_cohort_header_reach_kimi(stack: Stack) -> None:
     stack.set(Admission.internal())
 
-    cohort = [chat(stack.gateway.url, COHORT) for _ in range(3)]
+    cohort = [chat(stack.gateway.url, stack.cohort()) for _ in range(3)]
     others = [chat(stack.gateway.url, {"x-kimi-cohort": "external"}), chat(stack.gateway.url),
               chat(stack.gateway.url, {"X-Kimi-Cohort": "Internal"})]  # header names fold case, values do not
 
@@ -251,20 +258,20 @@ def test_the_engine_can_tell_no_user_reached_kimi_while_closed_from_vllms_counte
     assert after.requests_finished - before.requests_finished - own == 0
 
     stack.set(Admission.internal())
-    chat(stack.gateway.url, COHORT)
+    chat(stack.gateway.url, stack.cohort())
     assert (client.metrics(stack.endpoint).requests_finished or 0) - after.requests_finished == 1
 
 
 def test_open_sends_everyone_to_kimi(stack: Stack) -> None:
     stack.set(Admission.open())
-    assert {model_of(chat(stack.gateway.url, h)) for h in ({}, COHORT, {})} == {"Kimi-K3"}
+    assert {model_of(chat(stack.gateway.url, h)) for h in ({}, stack.cohort(), {})} == {"Kimi-K3"}
 
 
 def test_a_share_splits_ordinary_traffic_by_weight_within_the_conformance_tolerance(stack: Stack) -> None:
     stack.set(Admission.share(25))
 
     def send(index: int) -> str:
-        response = chat(stack.gateway.url, COHORT if index % 5 == 0 else None)
+        response = chat(stack.gateway.url, stack.cohort() if index % 5 == 0 else None)
         assert response.status_code == 200
         return model_of(response)
 
@@ -295,7 +302,8 @@ def test_a_streamed_completion_passes_through_the_gateway_intact(stack: Stack) -
             "stream_options": {"include_usage": True}}
 
     direct = httpx.post(f"{stack.model.url}/v1/chat/completions", json=body, timeout=30)
-    with httpx.stream("POST", f"{stack.gateway.url}/v1/chat/completions", json=body, headers=COHORT, timeout=30) as response:
+    cohort = stack.cohort()
+    with httpx.stream("POST", f"{stack.gateway.url}/v1/chat/completions", json=body, headers=cohort, timeout=30) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         events = [line for line in response.iter_lines() if line]
 
@@ -361,7 +369,7 @@ def test_the_header_routing_example_sends_canary_requests_to_the_canary(kube: Ku
     backends = {ServiceKey(ns, "bar-svc", 8080): three_backends[0].url,
                 ServiceKey(ns, "bar-svc-canary", 8080): three_backends[1].url}
     with GatewayStandIn(kube.rest(), name="example-gateway", namespace=ns, backends=backends,
-                        cohort_header=("env", "canary"), seed=1) as gateway:
+                        cohort_header="env", seed=1) as gateway:
         host = {"Host": "bar.example.com"}
         assert model_of(chat(gateway.url, {**host, "env": "canary"})) == "infra-backend-v2"
         assert model_of(chat(gateway.url, {**host, "env": "prod"})) == "infra-backend-v1"

@@ -30,7 +30,7 @@ def test_a_sandbox_with_traffic_puts_the_endpoint_behind_the_gateway_stand_in(tm
         body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
         user = httpx.post(f"{sandbox.gateway_url}/v1/chat/completions", json=body, timeout=30)
         cohort = httpx.post(f"{sandbox.gateway_url}/v1/chat/completions", json=body, timeout=30,
-                            headers={endpoint.route.cohort_header.name: endpoint.route.cohort_header.value})
+                            headers=dict([sandbox.cohort() or ("x-kimi-cohort", "no token")]))
 
         assert user.json()["model"] == FALLBACK_MODEL
         assert cohort.json()["model"] == endpoint.served_model_name

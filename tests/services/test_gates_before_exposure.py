@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
+from bot.adapters.store.models import Base
 from bot.cli.demo import Tour
 from bot.cli.shell import Shell
 from bot.domain.admission import Admission
@@ -90,7 +92,14 @@ def test_no_user_request_reaches_the_candidate_before_its_model_gate_is_approved
     world.approve(dep, until="live")
     counts = world.gateway.counts_by_admission()
     assert counts[("internal", Routed(ENDPOINT, False))] == 0  # the cohort first: ordinary users still on the fallback
+    # The internal users read the cohort's token from its Secret (made anew when this deployment closed the route)...
     assert counts[("internal", Routed(ENDPOINT, True))] > 0
+    token = world.sandbox.cohort()
+    assert token is not None
+    # ... and nothing kimi-ops stores holds it: not a row of any table (audit, events, gate reports, settings).
+    with world.ctx.uow() as uow:
+        stored = " ".join(str(row) for table in Base.metadata.sorted_tables for row in uow.session.execute(select(table)))
+    assert token[1] not in stored
     assert counts[("50%", Routed(ENDPOINT, False))] > 0 and counts[("50%", Routed(FALLBACK_SERVICE, False))] > 0
     wait_until("users on the new release", lambda: world.users_at_model() > at_gate)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bot.adapters.cluster.contexts import ContextClusters, kubeconfig_client
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.kube import FIELD_MANAGER, KubernetesCluster, render_manifest
-from bot.adapters.cluster.route import ROUTE_MANAGER, RouteNotConfigured
+from bot.adapters.cluster.route_names import ROUTE_MANAGER, RouteNotConfigured
 
 __all__ = ["FIELD_MANAGER", "ROUTE_MANAGER", "ClusterError", "ContextClusters", "InvalidManifest", "KubernetesCluster",
            "RouteNotConfigured", "kubeconfig_client", "render_manifest"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from bot.adapters.cluster.cohort import cohort_secret
 from bot.adapters.cluster.kube import render_manifest
 from bot.adapters.cluster.route import render_route
 from bot.adapters.cluster.validate import object_errors
@@ -59,7 +60,9 @@ def example_routes(endpoint: EndpointSettings) -> dict[str, str]:
     states = [("closed", Admission.closed()), ("internal", Admission.internal()),
               (f"share-{endpoint.ramp.steps[0]}", Admission.share(endpoint.ramp.steps[0])), ("open", Admission.open())]
     for word, admission in states:
-        route = render_route(endpoint, admission, f"example: {admission}", "2026-08-01T00:00:00+00:00")
+        # The token is made when the route closes and kept only in its Secret: the example shows where it comes from.
+        placeholder = f"<the token in Secret {cohort_secret(endpoint)}>"
+        route = render_route(endpoint, admission, f"example: {admission}", "2026-08-01T00:00:00+00:00", placeholder)
         header = (f"# The HTTPRoute kimi-ops keeps in front of {endpoint.name}, admission {admission}.\n"
                   "# Generated: python -m bot.adapters.cluster.examples.\n")
         files[f"{endpoint.name}.httproute.{word}.yaml"] = header + yaml.safe_dump(route, sort_keys=True)

@@ -31,7 +31,8 @@ from typing import Any
 from bot.adapters.cluster import eks_limits
 from bot.adapters.cluster import render as rendering
 from bot.adapters.cluster.rest import Rest, Timeout, api_error, object_path
-from bot.adapters.cluster.route import read_route_status, route_path
+from bot.adapters.cluster.route import route_path
+from bot.adapters.cluster.route_read import read_route_status
 from bot.config import EndpointSettings
 from bot.domain.admission import RouteStatus
 from bot.domain.drift import Observed

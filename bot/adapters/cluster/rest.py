@@ -48,6 +48,7 @@ RESOURCES: dict[str, Kind] = {
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets", True),
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies", True),
     "ConfigMap": Kind("v1", "configmaps", True),
+    "Secret": Kind("v1", "secrets", True),
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes", True),
     "PrometheusRule": Kind("monitoring.coreos.com/v1", "prometheusrules", True),
     "Ingress": Kind("networking.k8s.io/v1", "ingresses", True),

@@ -40,42 +40,29 @@ import json
 from importlib import resources
 from typing import Any
 
+from bot.adapters.cluster import cohort as cohorts
 from bot.adapters.cluster.errors import ClusterError, InvalidManifest
 from bot.adapters.cluster.rest import Rest, api_error, object_path
-from bot.adapters.cluster.validate import crd_validator, schema_errors
-from bot.config import EndpointSettings, PairSide
-from bot.domain.admission import (
-    Admission,
-    AdmissionError,
-    AdmissionState,
-    ParentCondition,
-    ParentStatus,
-    RouteStatus,
-    parse_admission,
+from bot.adapters.cluster.route_names import (
+    ADMISSION_ANNOTATION,
+    CHANGED_AT_ANNOTATION,
+    ENDPOINT_LABEL,
+    GATEWAY_GROUP,
+    MAX_REASON,
+    REASON_ANNOTATION,
+    ROUTE_API_VERSION,
+    ROUTE_KIND,
+    ROUTE_MANAGER,
+    SCHEMA_FILE,
+    SERVICE_LABEL,
+    SIDE_ANNOTATION,
+    route_settings,
 )
+from bot.adapters.cluster.route_read import read_route_status
+from bot.adapters.cluster.validate import crd_validator, schema_errors
+from bot.config import EndpointSettings
+from bot.domain.admission import Admission, AdmissionState, RouteStatus
 from bot.route_config import RouteSettings, ServiceBackend
-
-ROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
-ROUTE_KIND = "HTTPRoute"
-GATEWAY_GROUP = "gateway.networking.k8s.io"
-ROUTE_MANAGER = "kimi-ops-admission"
-ADMISSION_ANNOTATION = "kimi-ops.io/admission"
-REASON_ANNOTATION = "kimi-ops.io/admission-reason"
-CHANGED_AT_ANNOTATION = "kimi-ops.io/admission-changed-at"
-ENDPOINT_LABEL = "kimi-ops.io/endpoint"
-SERVICE_LABEL = "kimi-ops.io/service"
-# A pair's route is written by either side; this says whose admission the other annotations describe.
-SIDE_ANNOTATION = "kimi-ops.io/admission-side"
-SCHEMA_FILE = "httproute-v1.schema.json"
-MAX_REASON = 500
-
-
-class RouteNotConfigured(Exception):
-    """The endpoint's settings have no ``route`` block, so kimi-ops keeps no route for it."""
-
-    def __init__(self, endpoint: str) -> None:
-        super().__init__(f"endpoint {endpoint} has no route in its settings; add a route: block "
-                         "(gateway, optional fallback and cohort header) to let kimi-ops steer its traffic")
 
 
 @functools.cache
@@ -113,10 +100,6 @@ def route_errors(obj: dict[str, Any]) -> list[str]:
     return schema_errors(_validator(), obj) + _backend_port_errors(obj)
 
 
-def _settings(endpoint: EndpointSettings) -> RouteSettings:
-    if endpoint.route is None:
-        raise RouteNotConfigured(endpoint.name)
-    return endpoint.route
 
 
 def _ref(backend: ServiceBackend, weight: int) -> dict[str, Any]:
@@ -135,9 +118,17 @@ def _one_line(text: str) -> str:
     return flat if len(flat) <= MAX_REASON else flat[: MAX_REASON - 1] + "…"
 
 
-def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, changed_at: str) -> dict[str, Any]:
-    """The endpoint's HTTPRoute for ``admission``; raises :class:`InvalidManifest` when it cannot be valid."""
-    route = _settings(endpoint)
+def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, changed_at: str,
+                 cohort_token: str | None = None) -> dict[str, Any]:
+    """The endpoint's HTTPRoute for ``admission``; raises :class:`InvalidManifest` when it cannot be valid.
+
+    ``cohort_token`` is the value a token cohort's requests carry (:mod:`.cohort`); a jwt or static cohort's value
+    comes from the settings.
+    """
+    route = route_settings(endpoint)
+    cohort_value = cohort_token if route.cohort_header.source == "token" else route.cohort_header.value
+    if not cohort_value:
+        raise InvalidManifest([f"{ROUTE_KIND}/{endpoint.name}: the internal cohort's token is needed to render the route"])
     if admission.needs_fallback and route.fallback is None:
         raise InvalidManifest([
             f"{ROUTE_KIND}/{endpoint.name} spec.rules: a share of {admission} needs route.fallback to send the other "
@@ -148,7 +139,7 @@ def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, 
     if route.gateway.section_name is not None:
         parent["sectionName"] = route.gateway.section_name
     everything = {"type": "PathPrefix", "value": "/"}
-    cohort = {"type": "Exact", "name": route.cohort_header.name, "value": route.cohort_header.value}
+    cohort = {"type": "Exact", "name": route.cohort_header.name, "value": cohort_value}
     spec: dict[str, Any] = {"parentRefs": [parent]}
     if route.hostnames:
         spec["hostnames"] = list(route.hostnames)
@@ -179,170 +170,21 @@ def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, 
     return obj
 
 
-# -- reading a route back -------------------------------------------------------------------------------------
-
-
-def _weight(ref: dict[str, Any]) -> int:
-    try:
-        return int(ref.get("weight", 1))  # the CRD's default weight is 1
-    except (TypeError, ValueError):
-        return 0
-
-
-def _same_service(ref: dict[str, Any], backend: ServiceBackend, namespace: str) -> bool:
-    return (ref.get("group", "") == "" and ref.get("kind", "Service") == "Service"
-            and ref.get("namespace", namespace) == namespace
-            and ref.get("name") == backend.name and ref.get("port") == backend.port)
-
-
-def _rule_percent(rule: dict[str, Any], route: RouteSettings, endpoint: EndpointSettings,
-                  problems: list[str], where: str) -> int:
-    """The share (0-100) of the rule's traffic its weights send to the model Service."""
-    model = route.model_backend(endpoint.name)
-    to_model = to_fallback = 0
-    for ref in rule.get("backendRefs") or []:
-        if not isinstance(ref, dict):
-            continue
-        if _same_service(ref, model, endpoint.namespace):
-            to_model += _weight(ref)
-        elif route.fallback is not None and _same_service(ref, route.fallback, endpoint.namespace):
-            to_fallback += _weight(ref)
-        elif _weight(ref) > 0:
-            problems.append(f"{where} sends traffic to {ref.get('kind', 'Service')} {ref.get('name')}:{ref.get('port')}, "
-                            "which is neither the model nor the fallback")
-            to_fallback += _weight(ref)
-    total = to_model + to_fallback
-    return round(100 * to_model / total) if total else 0
-
-
-def _is_cohort(match: dict[str, Any], route: RouteSettings) -> bool:
-    wanted = route.cohort_header
-    return any(isinstance(h, dict) and str(h.get("name", "")).lower() == wanted.name.lower()
-               and h.get("value") == wanted.value and h.get("type", "Exact") == "Exact"
-               for h in match.get("headers") or [])
-
-
-def _catches_all(match: dict[str, Any]) -> bool:
-    path = match.get("path") or {"type": "PathPrefix", "value": "/"}
-    return (not match.get("headers") and not match.get("queryParams") and not match.get("method")
-            and path.get("type", "PathPrefix") == "PathPrefix" and path.get("value", "/") == "/")
-
-
-def admission_from_rules(obj: dict[str, Any], endpoint: EndpointSettings) -> tuple[Admission | None, list[str]]:
-    """The admission the route's rules and weights give, or None with the reasons it fits no state."""
-    route = _settings(endpoint)
-    problems: list[str] = []
-    cohort_percent: int | None = None
-    default_percent: int | None = None
-    for index, rule in enumerate((obj.get("spec") or {}).get("rules") or []):
-        matches = rule.get("matches") or [{}]  # no matches: the CRD's default, PathPrefix /
-        where = f"rule {index + 1}"
-        if cohort_percent is None and any(_is_cohort(m, route) for m in matches):
-            cohort_percent = _rule_percent(rule, route, endpoint, problems, where)
-        elif default_percent is None and any(_catches_all(m) for m in matches):
-            default_percent = _rule_percent(rule, route, endpoint, problems, where)
-    if default_percent is None:
-        return None, [*problems, "no rule takes ordinary requests (PathPrefix / without header matches)"]
-    if cohort_percent is None:
-        cohort_percent = default_percent
-    if problems:
-        return None, problems
-    if default_percent == 100 and cohort_percent == 100:
-        return Admission.open(), []
-    if cohort_percent == 0 and default_percent == 0:
-        return Admission.closed(), []
-    if cohort_percent == 100 and default_percent == 0:
-        return Admission.internal(), []
-    if cohort_percent == 100:
-        return Admission.share(default_percent), []
-    return None, [f"the rules send {cohort_percent}% of the cohort and {default_percent}% of other requests to Kimi K3, "
-                  "which is no admission state kimi-ops writes"]
-
-
-def _parents(obj: dict[str, Any]) -> tuple[ParentStatus, ...]:
-    found: list[ParentStatus] = []
-    namespace = str((obj.get("metadata") or {}).get("namespace") or "")
-    for parent in ((obj.get("status") or {}).get("parents") or []):
-        ref = parent.get("parentRef") or {}
-        gateway = f"{ref.get('namespace') or namespace}/{ref.get('name', '?')}"
-        if ref.get("sectionName"):
-            gateway += f"/{ref['sectionName']}"
-        conditions = tuple(
-            ParentCondition(type=str(c.get("type", "")), status=str(c.get("status", "Unknown")),
-                            reason=str(c.get("reason") or ""), message=str(c.get("message") or ""),
-                            observed_generation=int(c["observedGeneration"]) if c.get("observedGeneration") is not None else None)
-            for c in parent.get("conditions") or [] if isinstance(c, dict))
-        found.append(ParentStatus(gateway=gateway, controller=str(parent.get("controllerName") or ""), conditions=conditions))
-    return tuple(found)
-
-
-def mirrored(endpoint: EndpointSettings) -> EndpointSettings:
-    """A pair side's partner as it writes the shared route: the two Services swapped (no other setting is read)."""
-    route, pair = _settings(endpoint), endpoint.pair
-    assert pair is not None
-    return endpoint.model_copy(update={
-        "name": pair.partner, "pair": PairSide(service=pair.service, partner=endpoint.name),
-        "route": route.model_copy(update={"backend": route.fallback, "fallback": route.model_backend(endpoint.name)})})
-
-
-def _complement(admission: Admission | None) -> Admission | None:
-    """The other side's admission: everything to one side is nothing to the other; a ramp between them is neither."""
-    if admission is None or admission.state not in (AdmissionState.CLOSED, AdmissionState.OPEN):
-        return None
-    return Admission.open() if admission.state is AdmissionState.CLOSED else Admission.closed()
-
-
-def read_route_status(obj: dict[str, Any], endpoint: EndpointSettings) -> RouteStatus:
-    """What the route in the cluster says: annotation, rules and weights, parent conditions.
-
-    For a pair side whose partner wrote the route last, the partner's reading is turned around: the partner
-    closed is this side open and the reverse; a ramp between them is no single admission of this side.
-    """
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    if endpoint.pair is not None and annotations.get(SIDE_ANNOTATION) == endpoint.pair.partner:
-        theirs = read_route_status(obj, mirrored(endpoint))
-        mine = _complement(theirs.effective)
-        mid_ramp = [] if mine is not None or theirs.effective is None else [
-            f"mid-ramp: {endpoint.pair.partner} is at {theirs.effective}"]
-        return RouteStatus(name=theirs.name, namespace=theirs.namespace, annotated=_complement(theirs.annotated),
-                           effective=mine, reason=theirs.reason, changed_at=theirs.changed_at,
-                           generation=theirs.generation, parents=theirs.parents, problems=(*theirs.problems, *mid_ramp))
-    problems: list[str] = []
-    annotated: Admission | None = None
-    written = annotations.get(ADMISSION_ANNOTATION)
-    if written is None:
-        problems.append(f"no {ADMISSION_ANNOTATION} annotation")
-    else:
-        try:
-            annotated = parse_admission(str(written))
-        except AdmissionError as exc:
-            problems.append(f"annotation {ADMISSION_ANNOTATION}: {exc}")
-    effective, rule_problems = admission_from_rules(obj, endpoint)
-    problems += rule_problems
-    if annotated is not None and effective is not None and annotated != effective:
-        problems.append(f"the annotation says {annotated} but the rules give {effective}")
-    generation = meta.get("generation")
-    return RouteStatus(
-        name=str(meta.get("name", _settings(endpoint).route_name(endpoint.name))),
-        namespace=str(meta.get("namespace", endpoint.namespace)),
-        annotated=annotated,
-        effective=effective,
-        reason=annotations.get(REASON_ANNOTATION),
-        changed_at=annotations.get(CHANGED_AT_ANNOTATION),
-        generation=int(generation) if generation is not None else None,
-        parents=_parents(obj),
-        problems=tuple(problems),
-    )
 
 
 def route_path(endpoint: EndpointSettings) -> str:
-    return object_path(ROUTE_KIND, _settings(endpoint).route_name(endpoint.name), endpoint.namespace)
+    return object_path(ROUTE_KIND, route_settings(endpoint).route_name(endpoint.name), endpoint.namespace)
 
 
 def apply_route(rest: Rest, endpoint: EndpointSettings, admission: Admission, reason: str, changed_at: str) -> RouteStatus:
     """Render, validate and server-side apply the route; returns what the API server stored."""
-    obj = render_route(endpoint, admission, reason, changed_at)
+    # Each closing makes a new token: whoever held the last deployment's is an ordinary user from now on.
+    try:
+        live = rest.get(route_path(endpoint)) if route_settings(endpoint).cohort_header.source == "token" else None
+    except Exception as exc:
+        raise ClusterError(f"reading {ROUTE_KIND}/{endpoint.name} in {endpoint.namespace} failed: {api_error(exc)}") from exc
+    token = cohorts.cohort_token(rest, endpoint, rotate=admission.state is AdmissionState.CLOSED, live=live)
+    obj = render_route(endpoint, admission, reason, changed_at, token)
     try:
         # force: this manager is the route's only writer by design; a hand edit of the weights is taken back.
         stored = rest.apply(obj, manager=ROUTE_MANAGER, force=True)
