@@ -28,6 +28,7 @@ from bot.adapters.store.schema import check_schema
 from bot.config import Settings, load_settings
 from bot.services.context import Context, Ports
 from bot.services.ports import (
+    AlertSilences,
     ArtifactVerifier,
     Cluster,
     Directory,
@@ -186,6 +187,11 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
 
         return HttpGpuTelemetry()
 
+    def silences() -> AlertSilences:
+        from bot.adapters.alertmanager import HttpAlertmanager
+
+        return HttpAlertmanager(str(settings.alertmanager_url))
+
     endpoint = FirstUse(endpoint_client)
 
     def loadgen() -> LoadGenerator:
@@ -201,6 +207,7 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
         evaluator=cast(Evaluator, FirstUse(evaluator)),
         loadgen=cast(LoadGenerator, FirstUse(loadgen)),
         gpus=cast(GpuTelemetry, FirstUse(gpus)),
+        silences=cast(AlertSilences, FirstUse(silences)) if settings.alertmanager_url else None,
         # The CLI resolves roles granted through Slack user groups too.
         directory=group_directory(settings, settings.slack_bot_token) if settings.slack_bot_token else None,
     )

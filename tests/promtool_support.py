@@ -45,3 +45,60 @@ def check_rules(path: Path) -> None:
 def write_yaml(path: Path, document: Any) -> Path:
     path.write_text(yaml.safe_dump(document, sort_keys=False, width=1_000_000), encoding="utf-8")
     return path
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Alertmanager:
+    """A real Alertmanager on 127.0.0.1 (no cluster), routing every alert to one webhook URL with a bearer token."""
+
+    def __init__(self, workdir: Path, webhook_url: str, token: str, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {
+            "route": {"receiver": "kimi-ops", "group_by": ["endpoint", "kimi_ops_kind"], "group_wait": "0s",
+                      "group_interval": "1s", "repeat_interval": "2s"},
+            "receivers": [{"name": "kimi-ops", "webhook_configs": [{
+                "url": webhook_url, "send_resolved": True,
+                "http_config": {"authorization": {"type": "Bearer", "credentials": token}}}]}],
+        }
+        write_yaml(workdir / "alertmanager.yml", config)
+        self.log = (workdir / "alertmanager.log").open("w")
+        self.process = subprocess.Popen(
+            [tool("alertmanager"), f"--config.file={workdir / 'alertmanager.yml'}", f"--storage.path={workdir / 'am-data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def ready(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def notifications(self) -> float:
+        """Webhook notifications Alertmanager has sent (its own counter)."""
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(httpx.get(f"{self.url}/metrics", timeout=5).text):
+            for sample in family.samples:
+                if sample.name == "alertmanager_notifications_total" and sample.labels.get("integration") == "webhook":
+                    return float(sample.value)
+        return 0.0
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.log.close()

@@ -18,11 +18,12 @@ from typing import Any
 from bot.adapters.store.models import Endpoint, Incident
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.alert_rules import KIND_LABEL
 from bot.domain.drills import seconds
 from bot.domain.events import IncidentHandled, WatchAlert, WatchRecovered
 from bot.services.access import Identity, authorize
-from bot.services.context import Context
-from bot.services.errors import NotFound, Refused
+from bot.services.context import Context, require
+from bot.services.errors import NotFound, Refused, Unavailable
 from bot.services.pairs import fast_path
 from bot.services.transitions import live_deployment
 
@@ -40,7 +41,8 @@ def deployment_context(uow: SqlUnitOfWork, row: Endpoint) -> dict[str, Any]:
     if last is not None:
         found["last_deployment"] = {"id": last.id, "kind": last.kind, "state": last.state, "release": last.release.name,
                                     "replaces": last.replaces_release.name if last.replaces_release else None,
-                                    "at": last.updated_at.isoformat()}
+                                    "at": last.updated_at.isoformat(), "channel": last.slack_channel,
+                                    "thread_ts": last.slack_thread_ts}
     return found
 
 
@@ -48,9 +50,9 @@ class Incidents:
     """Opens and closes one endpoint's watch incidents inside the watch's transaction."""
 
     def __init__(self, ctx: Context, uow: SqlUnitOfWork, row: Endpoint, spec: EndpointSettings, now: dt.datetime,
-                 open_now: dict[str, Incident]) -> None:
+                 open_now: dict[str, Incident], actor: str = ACTOR) -> None:
         self.ctx, self.uow, self.row, self.spec, self.now = ctx, uow, row, spec, now
-        self.open_now = open_now
+        self.open_now, self.actor = open_now, actor
         self._context: dict[str, Any] | None = None
 
     def _mention(self) -> str:
@@ -69,7 +71,7 @@ class Incidents:
         icon = ":rotating_light:" if severity == "page" else ":warning:"
         mention = self._mention() if severity == "page" else ""
         text = f"{icon} {mention}`{self.spec.name}` {kind}: {reason}.{fast_path(self.spec)}"
-        self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{self.spec.name}",
+        self.uow.audit.record(at=self.now, actor=self.actor, action="incident.opened", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "severity": severity, "reason": reason, "incident_id": incident.id,
                                        "silenced_by": silence.silenced_by if silence else None})
         self.uow.events.emit(WatchAlert(endpoint_name=self.spec.name, channel=self.spec.channel, text=text,
@@ -84,7 +86,7 @@ class Incidents:
         incident.open = None  # NULL, not false: the unique (endpoint, kind, open) then allows many closed ones
         incident.closed_at = self.now
         silence = self.uow.incidents.silence_of(self.row.id, kind, self.now)
-        self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.closed", subject=f"endpoint:{self.spec.name}",
+        self.uow.audit.record(at=self.now, actor=self.actor, action="incident.closed", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "opened_at": incident.opened_at.isoformat(), "reason": incident.reason,
                                        "incident_id": incident.id})
         # The same words as a drill's recovery time ("4 s", "2 min 15 s"), never "0 min" beside "4 s".
@@ -135,14 +137,29 @@ def silence(ctx: Context, actor: Identity, incident_id: int, hours: float, reaso
     with ctx.uow() as uow:
         incident, endpoint = _incident(uow, incident_id)
         now = ctx.clock.now()
+        # An alert Prometheus raised is silenced where it is routed too, before anything here changes.
+        in_alertmanager = _silence_in_alertmanager(ctx, incident, endpoint, now, now + duration, actor, reason[:500])
         incident.silenced_until, incident.silenced_by, incident.silence_reason = now + duration, actor.user_id, reason[:500]
         uow.audit.record(at=now, actor=actor.user_id, action="incident.silenced", subject=f"endpoint:{endpoint.name}",
                          details={"incident_id": incident.id, "kind": incident.kind, "hours": hours, "reason": reason[:500],
-                                  "until": (now + duration).isoformat()})
+                                  "until": (now + duration).isoformat(), "alertmanager_silence": in_alertmanager})
         uow.events.emit(IncidentHandled(endpoint_name=endpoint.name, text="", incident_id=incident.id, action="silenced",
                                         actor=actor.user_id), at=now)
         uow.commit()
         return f"{incident.kind} on {endpoint.name} silenced for {hours:g} h: {reason[:500]}"
+
+
+def _silence_in_alertmanager(ctx: Context, incident: Incident, endpoint: Endpoint, starts: dt.datetime,
+                             ends: dt.datetime, actor: Identity, reason: str) -> str | None:
+    """The Alertmanager silence's id for an incident Alertmanager raised (None for the built-in watch's)."""
+    if incident.fingerprint is None:
+        return None
+    silences = require(ctx.ports.silences, "Alertmanager", "set KIMI_ALERTMANAGER_URL to silence the alerts it sends")
+    try:
+        return silences.create_silence({"endpoint": endpoint.name, KIND_LABEL: incident.kind}, starts, ends,
+                                       created_by=actor.user_id, comment=reason)
+    except Exception as exc:  # said in one line; nothing was silenced here either
+        raise Unavailable(f"Alertmanager did not create the silence, so nothing was silenced: {exc}") from exc
 
 
 def rollback_target(ctx: Context, incident_id: int) -> str:

@@ -45,6 +45,8 @@ from bot.bootstrap import Root
 from bot.logs import logger_for
 from bot.services.access import refuse_foreign_request
 from bot.services.health import database_problems
+from bot.slack.alert_webhook import PATH as WEBHOOK_PATH
+from bot.slack.alert_webhook import webhook_app
 from bot.slack.answers import sender_line
 from bot.slack.bolt_log import bolt_logger
 from bot.slack.deps import SlackDeps, person
@@ -163,7 +165,11 @@ class KimiApp:
     def wsgi(self, path: str = "/slack/events", checks: tuple[Check, ...] = ()) -> WsgiApp:
         """The HTTP face; ``/readyz`` checks the database and schema, then ``checks`` (serve adds the Slack connection)."""
         probe = ReadinessProbe([functools.partial(database_problems, self.ctx), *checks])
-        return wsgi_app(self.bolt, self.metrics.registry, path, ready=probe)
+        def deliver_soon() -> None:  # the pages an Alertmanager notification opened, at once and off its request
+            self.workers.submit(self.deliver)
+
+        alerts = webhook_app(self.ctx, after=deliver_soon)
+        return wsgi_app(self.bolt, self.metrics.registry, path, ready=probe, routes={WEBHOOK_PATH: alerts})
 
     def start_background(self) -> None:
         """After a restart: resume in-flight deployments and send what the outbox still holds."""

@@ -1,4 +1,5 @@
-"""The HTTP face of the Slack app: Bolt's WSGI adapter on Slack's path, ``/healthz``, ``/readyz``, ``/metrics``, on waitress.
+"""The HTTP face of the Slack app: Bolt's WSGI adapter on Slack's path, ``/healthz``, ``/readyz``, ``/metrics``, on waitress
+(and Alertmanager's webhook, :mod:`bot.slack.alert_webhook`).
 
 In Socket Mode nothing arrives on the Slack path, but the cluster's probes and
 Prometheus still read the others.
@@ -14,7 +15,7 @@ would not bring the database back.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -89,13 +90,18 @@ class ReadinessProbe:
             return [f"the readiness checks did not finish within {self.wait_seconds:g} s (the database may not answer)"]
 
 
-def wsgi_app(bolt: App, metrics: CollectorRegistry, path: str = "/slack/events", ready: Check | None = None) -> WsgiApp:
-    """``POST path`` to Bolt (which verifies, dispatches and answers 404 elsewhere), ``/healthz``, ``/readyz``, ``/metrics``."""
+def wsgi_app(bolt: App, metrics: CollectorRegistry, path: str = "/slack/events", ready: Check | None = None,
+             routes: Mapping[str, WsgiApp] | None = None) -> WsgiApp:
+    """``POST path`` to Bolt (which verifies, dispatches and answers 404 elsewhere), ``/healthz``, ``/readyz``, ``/metrics``;
+    ``routes`` adds other paths (Alertmanager's webhook)."""
     slack = KimiRequestHandler(bolt, path)
     metrics_app = make_wsgi_app(metrics)
+    others = dict(routes or {})
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         route = environ.get("PATH_INFO", "")
+        if route in others:
+            return others[route](environ, start_response)
         if route == "/healthz":
             start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"ok\n"]

@@ -22,6 +22,8 @@ def _context_line(context: Mapping[str, Any]) -> str:
         change = f"{last.get('replaces')} → {last.get('release')}" if last.get("replaces") else str(last.get("release"))
         parts.append(f"last deployment #{last.get('id')} ({last.get('kind')}, {str(last.get('state')).replace('_', ' ')}): "
                      f"{change}, {str(last.get('at', ''))[:16].replace('T', ' ')} UTC")
+        if last.get("channel") and last.get("thread_ts"):  # Slack's permalink form of a message
+            parts.append(f"<https://slack.com/archives/{last['channel']}/p{str(last['thread_ts']).replace('.', '')}|its thread>")
     return " · ".join(parts)
 
 

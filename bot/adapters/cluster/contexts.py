@@ -144,6 +144,9 @@ class ContextClusters:
             return None
         return cluster.cold_start(endpoint, first_completion_s)
 
+    def apply_rules(self, endpoint: EndpointSettings, rule_object: dict[str, Any]) -> bool:
+        return self.cluster(endpoint).apply_rules(endpoint, rule_object)
+
     def delete_pods(self, endpoint: EndpointSettings) -> list[str]:
         return self.cluster(endpoint).delete_pods(endpoint)
 

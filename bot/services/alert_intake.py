@@ -1,0 +1,91 @@
+"""Alertmanager's notifications into incidents: the pages of endpoints Prometheus watches, posted like the watch's.
+
+Each of kimi-ops's alerts in a notification (:func:`bot.domain.alertmanager.signals`) opens or closes the incident
+of its endpoint and kind through :class:`bot.services.incidents.Incidents` — the same row, audit entry and
+``watch.alert`` event as the built-in watch, so the notifier posts it into the endpoint's channel with the live
+release, the last deployment and its thread, and the Acknowledge / Silence… / Roll back buttons; a resolved alert
+replies in the page's thread and edits the page.
+
+Once, across repeats and replicas: Alertmanager repeats a firing group every ``group_interval`` and each member of
+an Alertmanager cluster may send it, and every kimi-ops replica may receive one. An incident is open at most once
+per endpoint and kind (a database rule): a firing alert whose kind is open already changes nothing, and a replica
+that loses the race to open it finds the row there (the constraint refuses its copy, the transaction rolls back).
+The incident keeps the alert's ``fingerprint``; only a resolved notification of that very alert closes it (after a
+go-live the alert is raised anew with the new ``release`` label, and the old one's resolution must not close it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from bot.adapters.store.repositories import Conflict
+from bot.config import EndpointSettings
+from bot.domain.alertmanager import AlertSignal, WebhookNotification, signals
+from bot.services.context import Context
+from bot.services.incidents import Incidents
+from bot.services.metrics_watch import KINDS
+
+log = logging.getLogger(__name__)
+
+ACTOR = "alertmanager"
+
+
+@dataclass
+class Intake:
+    """What one notification did, for Alertmanager's log and kimi-ops's."""
+
+    opened: list[str] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)
+    repeated: int = 0  # firing alerts whose incident was open already (a repeat, another replica's)
+    ignored: list[str] = field(default_factory=list)  # not kimi-ops's, or for no endpoint it knows
+
+    @property
+    def summary(self) -> str:
+        said = [f"opened {', '.join(self.opened)}" if self.opened else "", f"closed {', '.join(self.closed)}" if self.closed
+                else "", f"{self.repeated} already open" if self.repeated else "",
+                f"ignored {'; '.join(self.ignored)}" if self.ignored else ""]
+        return "; ".join(s for s in said if s) or "nothing to do"
+
+
+def receive_notification(ctx: Context, notification: WebhookNotification) -> Intake:
+    """Open and close the incidents the notification's alerts say, each in its own transaction."""
+    intake = Intake()
+    found, others = signals(notification, frozenset(KINDS))
+    if others:
+        intake.ignored.append(f"{others} alert(s) without kimi-ops's endpoint and kind labels")
+    for signal in found:
+        try:
+            _apply(ctx, signal, intake)
+        except Conflict:  # another replica opened it between our read and our write: it posts, we do not
+            intake.repeated += 1
+    if intake.opened or intake.closed:
+        log.info("Alertmanager notification %s: %s", notification.groupKey[:200], intake.summary)
+    return intake
+
+
+def _apply(ctx: Context, signal: AlertSignal, intake: Intake) -> None:
+    now = ctx.clock.now()
+    with ctx.uow() as uow:
+        row = uow.endpoints.get(signal.endpoint)
+        if row is None:
+            intake.ignored.append(f"{signal.kind} for unknown endpoint {signal.endpoint[:63]}")
+            return
+        spec = ctx.settings.endpoint(row.name) or EndpointSettings.model_validate(row.settings)
+        open_now = {i.kind: i for i in uow.incidents.open_of(row.id, [signal.kind])}
+        incidents = Incidents(ctx, uow, row, spec, now, open_now, actor=ACTOR)
+        label = f"{signal.endpoint} {signal.kind}"
+        if signal.firing:
+            if signal.kind in open_now:
+                intake.repeated += 1
+                return
+            incidents.open(signal.kind, "page" if signal.severity == "page" else "warn", signal.reason)
+            open_now[signal.kind].fingerprint = signal.fingerprint
+            intake.opened.append(label)
+        else:
+            incident = open_now.get(signal.kind)
+            if incident is None or incident.fingerprint != signal.fingerprint:
+                return  # not this alert's incident (closed already, or the watch's, or an older release's alert)
+            incidents.close(signal.kind, "Alertmanager resolved the alert")
+            intake.closed.append(label)
+        uow.commit()
