@@ -79,6 +79,7 @@ def run(root: Root, identity: Identity, name: str | None) -> Reply:
             *([f"*recent probes:* {probe_history(s.recent_probes)}"] if len(s.recent_probes) > 1 else []),
             f"*reservation:* {s.reservation_left} left (ends {at(s.reservation.end)})" if s.reservation
             else "*reservation:* none seen",
+            f"*pages after go-live:* {s.watched_by}",
         ]
         if s.cold_start is not None:
             lines.append(f"*last cold start:* {s.cold_start.words()} ({at(s.cold_start_at)})")

@@ -155,6 +155,7 @@ def _show_status(statuses: list[EndpointStatus]) -> None:
                               accepted_source=s.limits_accepted),
                 ("last probe", f"{_at(last.at)}: {last.summary}" if last else "never probed"),
                 ("first-token objective", f"{s.ttft_objective_ms} ms"),
+                ("pages after go-live", s.watched_by),
                 ("last cold start", f"{s.cold_start.words()} ({_at(s.cold_start_at)})" if s.cold_start else "-"),
                 ("open incidents",
                  "; ".join(f"{i.kind} since {_at(i.opened_at)}: {i.reason}" for i in s.incidents) or "none"),

@@ -135,6 +135,13 @@ class EndpointStatus:
     cluster: ClusterTruth | None = None  # None when the cluster was not asked (``observe=False``)
     cold_start: ColdStart | None = None  # the last rollout's, with when it went ready
     cold_start_at: dt.datetime | None = None
+    alerting: str = "builtin"  # who pages after go-live (the endpoint's slo.alerting)
+
+    @property
+    def watched_by(self) -> str:
+        if self.alerting == "prometheus":
+            return "Prometheus and Alertmanager (kimi-ops applies the rules; `kimi-ops slo rules` shows them)"
+        return "kimi-ops's metrics watch (built in)"
 
     @property
     def reservation_left(self) -> str:
@@ -310,7 +317,7 @@ def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deploym
         incidents=incidents, request_limits=stored.effective_request_limits,
         limits_accepted=stored.accepted_request_limits is not None,
         cold_start=ColdStart.from_dict(cold[1]) if cold and isinstance(cold[1], dict) else None,
-        cold_start_at=cold[0] if cold else None,
+        cold_start_at=cold[0] if cold else None, alerting=spec.slo.alerting,
     )
 
 
