@@ -18,7 +18,7 @@ from bot.cli import output
 from bot.cli.common import context, default_actor
 from bot.cli.conventions import OUTPUT_OPTION, Format, plain, typer_app
 from bot.cli.guard import run_guarded
-from bot.cli.slo_rules import RULES_FORM_OPTION, RulesForm, print_rules
+from bot.cli.slo_rules import slo_app
 
 if TYPE_CHECKING:
     from bot.services.metrics_watch import SloView
@@ -192,16 +192,11 @@ def _slo_data(view: SloView) -> dict[str, Any]:
     }
 
 
-def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all); `rules NAME` prints NAME's Prometheus rules."),
-        name: str = typer.Argument(None, hidden=True),
+def slo(endpoint: str = typer.Argument(None, help="Endpoint (default: all)."),
         png: str = typer.Option(None, "--png", help="Also draw the last hours of ENDPOINT into this PNG file."),
-        form: RulesForm = RULES_FORM_OPTION, fmt: Format = OUTPUT_OPTION) -> None:
+        fmt: Format = OUTPUT_OPTION) -> None:
     """Each endpoint's objectives: burn rate over the alert windows, error budget left, open watch alerts."""
     from pathlib import Path
-
-    if endpoint == "rules":
-        run_guarded(lambda: print_rules(name, form))
-        return
 
     from bot.services.metrics_watch import slo_view
     from bot.views.slo import burn_rows
@@ -242,4 +237,4 @@ def register(root: typer.Typer) -> None:
     root.add_typer(app, name="jobs")
     root.command("reservations")(reservations)
     root.command("status")(status)
-    root.command("slo")(slo)
+    root.add_typer(slo_app(slo), name="slo")

@@ -1,17 +1,23 @@
-"""``kimi-ops slo rules NAME``: the Prometheus rules of an endpoint or a pair service, as kimi-ops renders them.
+"""``kimi-ops slo``: ``[show] [ENDPOINT]`` the objectives as the built-in watch reads them, ``rules NAME`` the
+Prometheus rules of an endpoint or a pair service as kimi-ops renders them.
 
-``--as prometheusrule`` (default) prints the Prometheus Operator object kimi-ops applies for an endpoint with
-``slo.alerting: prometheus``; ``--as rules-file`` the same groups as a plain Prometheus rules file
-(``promtool check rules`` reads either's groups; docs/alerting.md).
+``rules --as prometheusrule`` (default) prints the Prometheus Operator object kimi-ops applies for an endpoint
+with ``slo.alerting: prometheus``; ``--as rules-file`` the same groups as a plain Prometheus rules file
+(docs/alerting.md). ``show`` is the group's default, so ``kimi-ops slo kimi-prod`` reads as it always did.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from bot.cli.common import context
+from bot.cli.conventions import typer_app
+from bot.cli.guard import run_guarded
 
 
 class RulesForm(StrEnum):
@@ -19,17 +25,35 @@ class RulesForm(StrEnum):
     RULES_FILE = "rules-file"
 
 
-RULES_FORM_OPTION = typer.Option(RulesForm.PROMETHEUSRULE, "--as",
-                                 help="With `rules`: the PrometheusRule object or a plain rules file.")
+class DefaultShow(TyperGroup):
+    """A group whose first word may be its default command's argument: ``slo kimi-prod`` is ``slo show kimi-prod``."""
+
+    default_command = "show"
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer vendors its click: its Context
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
 
 
-def print_rules(name: str | None, form: RulesForm) -> None:
+def rules(name: str = typer.Argument(..., metavar="NAME", help="The endpoint, or a pair service (both sides)."),
+          form: RulesForm = typer.Option(RulesForm.PROMETHEUSRULE, "--as",
+                                         help="The PrometheusRule object, or a plain Prometheus rules file.")) -> None:
+    """The Prometheus rules of an endpoint or a pair service: recording and burn-rate alerts, the direct pages."""
     from bot.domain.alert_rules import rules_yaml
     from bot.services.alert_rules import render_rules
-    from bot.services.errors import Invalid
 
-    if not name:
-        raise Invalid("say whose rules to print: `kimi-ops slo rules ENDPOINT` (or a service's name)")
-    rendered = render_rules(context(), name)
-    document = rendered.rule_object if form is RulesForm.PROMETHEUSRULE else rendered.rules_file
-    typer.echo(rules_yaml(document), nl=False)
+    def body() -> None:
+        rendered = render_rules(context(), name)
+        document = rendered.rule_object if form is RulesForm.PROMETHEUSRULE else rendered.rules_file
+        typer.echo(rules_yaml(document), nl=False)
+
+    run_guarded(body)
+
+
+def slo_app(show: Callable[..., Any]) -> typer.Typer:
+    app = typer_app(cls=DefaultShow,
+                    help="Objectives after go-live: `slo [ENDPOINT]` shows them, `slo rules NAME` prints the rules.")
+    app.command("show")(show)
+    app.command("rules")(rules)
+    return app

@@ -22,19 +22,27 @@ from tests.docs_support import DOCS, README, command_lines, text_block_after
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _command_path(words: list[str]) -> list[str]:
-    """The sub-command path ``words`` start with, as the CLI resolves it (a group, then its command)."""
+def _resolve(words: list[str]) -> tuple[list[str], int]:
+    """The sub-command path ``words`` start with, as the CLI resolves it (a group, then its command), and how many
+    of the words name it (a group's default command, ``slo`` → ``slo show``, is named by none)."""
     group = typer.main.get_command(app)
     path: list[str] = []
-    for word in words:
-        commands = getattr(group, "commands", None)
-        if not commands:
-            break
-        assert word in commands, f"`kimi-ops {' '.join([*path, word])}` in the docs is no kimi-ops command"
-        path.append(word)
-        group = commands[word]
-    assert not getattr(group, "commands", None), f"`kimi-ops {' '.join(path)}` in the docs names no sub-command"
-    return path
+    named = 0
+    while commands := getattr(group, "commands", None):
+        word = words[named] if named < len(words) else None
+        default = getattr(group, "default_command", None)
+        if word not in commands and default is not None:
+            word = default
+        else:
+            assert word in commands, f"`kimi-ops {' '.join([*path, str(word)])}` in the docs is no kimi-ops command"
+            named += 1
+        path.append(str(word))
+        group = commands[str(word)]
+    return path, named
+
+
+def _command_path(words: list[str]) -> list[str]:
+    return _resolve(words)[0]
 
 
 def test_every_command_the_docs_show_exists_and_answers_help() -> None:
@@ -59,11 +67,11 @@ def test_every_positional_endpoint_the_docs_fill_in_is_the_sandbox_endpoint() ->
     named = 0
     for words in command_lines():
         command: Any = root
-        path = _command_path(words)
+        path, named_by = _resolve(words)
         for word in path:
             command = command.commands[word]
         # The command line as the CLI parses it (no callbacks run): which argument each word is.
-        params = command.make_context("kimi-ops", words[len(path):], resilient_parsing=True).params
+        params = command.make_context("kimi-ops", words[named_by:], resilient_parsing=True).params
         for param in command.params:
             value = params.get(param.name)
             if param.param_type_name == "argument" and str(param.metavar or param.name).upper() == "ENDPOINT" \

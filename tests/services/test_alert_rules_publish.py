@@ -73,3 +73,34 @@ def test_the_rules_follow_the_live_release_and_the_watch_leaves_the_pages_to_pro
         [prom] = endpoint_status(ctx, "kimi-prom", observe=False)
         [own] = endpoint_status(ctx, "kimi-own", observe=False)
         assert prom.watched_by.startswith("Prometheus and Alertmanager") and own.watched_by.startswith("kimi-ops's")
+
+
+def test_kimi_ops_slo_rules_prints_what_kimi_ops_applies(make_ctx, monkeypatch, tmp_path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from bot.cli.main import app
+    from tests.promtool_support import check_rules
+
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-blue"), eks_endpoint("kimi-green")],
+                   services=[{"name": "kimi", "sides": ["kimi-blue", "kimi-green"],
+                              "route": {"gateway": {"name": "gw", "namespace": "gateways"}}}])
+    make_live(ctx, "kimi-blue", "rel-a")
+    monkeypatch.setattr("bot.cli.slo_rules.context", lambda: ctx)
+    monkeypatch.setattr("bot.cli.jobs.context", lambda: ctx)
+    runner = CliRunner()
+    shown = runner.invoke(app, ["slo", "rules", "kimi"])
+    assert shown.exit_code == 0, shown.output
+    rule = yaml.safe_load(shown.output)
+    assert rule["kind"] == "PrometheusRule" and rule["metadata"]["name"] == "kimi-ops-slo-kimi"
+    alerts = [r["labels"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert {(a["endpoint"], a["release"], a["service"]) for a in alerts} == {("kimi-blue", "rel-a", "kimi"),
+                                                                              ("kimi-green", "none", "kimi")}
+    plain = runner.invoke(app, ["slo", "rules", "kimi-blue", "--as", "rules-file"])
+    assert plain.exit_code == 0 and "groups" in yaml.safe_load(plain.output)
+    (tmp_path / "rules.yaml").write_text(plain.output)
+    check_rules(tmp_path / "rules.yaml")
+    unknown = runner.invoke(app, ["slo", "rules", "kimi-purple"])
+    assert unknown.exit_code == 1 and "no endpoint or service named kimi-purple" in unknown.output
+    assert "Traceback" not in unknown.output
+    assert runner.invoke(app, ["slo", "kimi-blue"]).exit_code == 0  # the objectives, as before
