@@ -16,17 +16,17 @@ go-live the alert is raised anew with the new ``release`` label, and the old one
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 from bot.adapters.store.repositories import Conflict
 from bot.config import EndpointSettings
 from bot.domain.alertmanager import AlertSignal, WebhookNotification, signals
+from bot.logs import logger_for
 from bot.services.context import Context
 from bot.services.incidents import Incidents
 from bot.services.metrics_watch import KINDS
 
-log = logging.getLogger(__name__)
+log = logger_for(__name__)
 
 ACTOR = "alertmanager"
 

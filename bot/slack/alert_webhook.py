@@ -14,20 +14,20 @@ from __future__ import annotations
 
 import hmac
 import json
-import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
 from bot.domain.alertmanager import MAX_BODY, WebhookNotification
+from bot.logs import logger_for
 from bot.services.alert_intake import receive_notification
 from bot.services.context import Context
 
 PATH = "/alertmanager/webhook"
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
-log = logging.getLogger("kimi_ops.alertmanager")
+log = logger_for(__name__)
 
 
 def _answer(start_response: Callable[..., Any], status: str, line: str,

@@ -355,7 +355,8 @@ def test_deployment_runs_socket_mode_with_two_replicas_and_credentials_from_secr
     assert container["args"][:2] == ["serve", "--socket"]
     env = {e["name"]: e for e in container["env"]}
     secret = _one("Secret", "kimi-ops-secrets")
-    for key in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "KIMI_DATABASE_URL"):
+    for key in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "KIMI_DATABASE_URL",
+                "KIMI_ALERTMANAGER_WEBHOOK_TOKEN"):
         assert "value" not in env[key], f"{key} must come from the Secret, not a literal"
         ref = env[key]["valueFrom"]["secretKeyRef"]
         assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"]
@@ -382,13 +383,13 @@ def test_service_pdb_and_network_policy_select_the_bot_pods() -> None:
     assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
 
 
-def test_network_policy_allows_only_dns_https_the_model_endpoint_and_postgres() -> None:
+def test_network_policy_allows_only_dns_https_the_model_endpoint_alertmanager_and_postgres() -> None:
     policy = _one("NetworkPolicy", "kimi-ops")["spec"]
     allowed = set()
     for rule in policy["egress"]:
         assert rule.get("ports") and rule.get("to"), "an egress rule without ports or peers allows everything"
         allowed |= {(p["protocol"], p["port"]) for p in rule["ports"]}
-    assert allowed == {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 8000), ("TCP", 5432)}
+    assert allowed == {("UDP", 53), ("TCP", 53), ("TCP", 443), ("TCP", 8000), ("TCP", 9093), ("TCP", 5432)}
     for rule in policy["ingress"]:
         assert rule.get("ports") == [{"protocol": "TCP", "port": 3000}] and rule.get("from")
     open_ipblocks = [p["ipBlock"] for r in policy["egress"] for p in r["to"] if p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0"]
