@@ -310,7 +310,7 @@ class Incident(Base):
     silence_reason: Mapped[str | None] = mapped_column(Text, default=None)
     slack_channel: Mapped[str | None] = mapped_column(String(64), default=None)
     slack_ts: Mapped[str | None] = mapped_column(String(64), default=None)
-    # Alertmanager's fingerprint of the alert this incident was opened for (migration 0015); NULL: the built-in watch.
+    # Alertmanager's fingerprint of the alert this incident was opened for (migration 0016); NULL: the built-in watch.
     fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
 
     __table_args__ = (UniqueConstraint("endpoint_id", "kind", "open"),)

@@ -1,7 +1,7 @@
 """alert fingerprints: an incident opened from Alertmanager remembers which alert it is
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2027-03-01 10:00:00.000000
 
 ``incidents.fingerprint`` holds Alertmanager's fingerprint of the alert an incident was opened for (NULL for the
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0015'
-down_revision = '0014'
+revision = '0016'
+down_revision = '0015'
 branch_labels = None
 depends_on = None
 
