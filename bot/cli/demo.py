@@ -313,14 +313,16 @@ def _through_model_gate(tour: Tour, deployment: int, approvers: tuple[str, ...],
         tour.press(approvers[2], "Approve", "model", deployment)
 
 
-def _start(data_dir: Path, *, pair: bool = False) -> tuple[Sandbox, Shell]:
+def _start(data_dir: Path, *, pair: bool = False, overrides: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
+           ) -> tuple[Sandbox, Shell]:
     from bot.cli.shell import Shell
     from bot.sandbox.stack import CHANNEL, DEPLOYER, GROUPS, USERS_PER_SECOND, Sandbox
 
     # Drills on: a deleted pod comes back DEMO_POD_RESTART_SECONDS later, and a drill looks twice a second.
     sandbox = Sandbox(data_dir, users_per_second=USERS_PER_SECOND, pair=pair, drills=not pair,
                       pod_restart_seconds=DEMO_POD_RESTART_SECONDS,
-                      settings_overrides={"drill_poll_seconds": 0.5}).start()
+                      settings_overrides={"drill_poll_seconds": 0.5, **overrides[0]}, endpoint_overrides=overrides[1]
+                      ).start()
     try:
         return sandbox, Shell(sandbox.ctx, user=DEPLOYER, channel=CHANNEL, groups=GROUPS)
     except BaseException:
@@ -380,6 +382,8 @@ def sandbox(
         "prints (aim `kimi-ops release verify`, curl or boto3 at them)."),
     pair: bool = typer.Option(False, "--pair", help="The console on a service of two endpoints (kimi-blue, "
                               "kimi-green) behind one route: try /kimi deploy RELEASE to kimi, /kimi rollback kimi."),
+    prometheus: bool = typer.Option(False, "--prometheus", help="Pages from a real Prometheus and Alertmanager (both "
+                                    "on the PATH) scraping the model server with kimi-ops's rules (docs/alerting.md)."),
 ) -> None:
     """An interactive Slack console on the local stand-ins: deploy, approve and roll back yourself."""
     from bot.cli.shell import repl
@@ -395,6 +399,11 @@ def sandbox(
             _headless(data_dir, database_url)
             return
         output.info(f"starting the sandbox in {data_dir} (a fresh database each time)")
+        if prometheus:  # its own module: the demo's console, its pages from a real Prometheus and Alertmanager
+            from bot.cli.sandbox_prometheus import console_with_prometheus
+
+            console_with_prometheus(data_dir, lambda overrides: _start(data_dir, pair=pair, overrides=overrides))
+            return
         stack, console = _start(data_dir, pair=pair)
         typer.echo(f"People: {DEPLOYER} deploys; {APPROVER_1} and {APPROVER_2} approve. "
                    "Try: /kimi help · /kimi deploy kimi-k3-2026-08-01 · /as U0APPROVER1 · a button's number")

@@ -281,7 +281,15 @@ class Sandbox:
             endpoint=endpoint,
             evaluator=HttpEvaluator(),
             loadgen=HttpLoadGenerator(metrics=endpoint.metrics),
+            silences=self._silences(),
         )
+
+    def _silences(self) -> Any:
+        """Alertmanager's API where ``--prometheus`` runs one (``alertmanager_url`` among the settings overrides)."""
+        from bot.adapters.alertmanager import HttpAlertmanager
+
+        url = self.settings_overrides.get("alertmanager_url")
+        return HttpAlertmanager(str(url)) if url else None
 
     def _seed(self, settings: Settings) -> list[ReleaseManifest]:
         """Weights and images in moto, the reservation in the capacity stand-in, the releases registered."""
