@@ -14,6 +14,7 @@ added without ``./dev docs`` fails the suite.
 from __future__ import annotations
 
 import enum
+import inspect
 import json
 import re
 import sys
@@ -139,8 +140,22 @@ def _anchor(model: type[BaseModel]) -> str:
 
 
 def _docstring(model: type[BaseModel]) -> str:
-    """The model's docstring as one Markdown paragraph (reST's double backticks made single)."""
-    return " ".join((model.__doc__ or "").split()).replace("``", "`")
+    """The model's docstring as Markdown: its paragraphs and ``*`` lists kept, reST's double backticks made single."""
+    blocks: list[str] = []
+    for block in inspect.cleandoc(model.__doc__ or "").replace("``", "`").split("\n\n"):
+        items: list[str] = []
+        for line in block.splitlines():
+            if line.lstrip().startswith(("* ", "- ")) or not items:
+                items.append(line.strip())
+            else:
+                items[-1] += " " + line.strip()
+        lead = [i for i in items if not i.startswith(("* ", "- "))]
+        bullets = ["- " + " ".join(i[2:].split()) for i in items if i.startswith(("* ", "- "))]
+        if lead:
+            blocks.append(" ".join(" ".join(lead).split()))
+        if bullets:
+            blocks.append("\n".join(bullets))
+    return "\n\n".join(b for b in blocks if b)
 
 
 def env_name(name: str, field: FieldInfo) -> str:
