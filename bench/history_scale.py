@@ -3,14 +3,19 @@
 For each database (SQLite, and PostgreSQL when ``--postgres`` reaches one) and each size, a fresh database is
 migrated to head and filled in SQL (``INSERT … SELECT`` over a counter, so filling costs the database, not
 Python): 4 endpoints, 200 releases of 64 weight objects each, the deployments (each with an 8 KB applied
-manifest, four decided gate reports and twelve audit rows), one deployment per endpoint waiting at its model
-gate, 20 probes per endpoint and one ``job.run`` audit row per 10 deployments.
+manifest, four decided gate reports, twelve audit rows and the outbox events a real one leaves: nine delivered
+``deployment.state`` events, the readiness one carrying its cold start on three of the four endpoints, and two
+thread messages), one deployment per endpoint waiting at its model gate, ten readiness probes per deployment
+(a probe every five minutes between deployments) and one ``job.run`` audit row per 10 deployments. Each
+endpoint's newest cold start is on its row, as the readiness step keeps it (migration 0015); the fourth
+endpoint's rollouts recorded none, the worst case for a search of its events.
 
 Each call is timed in this process: server time, the command's whole work up to the reply it would send; the
 best of ``--repeat`` (on a shared machine the best is the code's cost, the rest is other people's load). Its
 SQL statements are counted. The baseline, in the same run, is the same call on the same data with migration
-0009's five indexes dropped. The goals (issue 19): each call under 50 ms at 100k deployments, and at most 2×
-from 1k to 100k.
+0009's five indexes dropped. The goals (issues 19 and 36): each call under 50 ms at 100k deployments, and at
+most 2× from 1k to 100k. Beside them, the lookup status made before migration 0015 (each endpoint's newest
+state event carrying a cold start, one backwards walk of its events per endpoint) is timed on the same data.
 
     .venv/bin/python bench/history_scale.py [--sizes 1000,100000] [--repeat 5] [--postgres URL | --no-postgres]
 """
@@ -32,11 +37,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, aliased
 
 from bot.adapters.store import schema
-from bot.adapters.store.models import UTCDateTime
+from bot.adapters.store.models import Endpoint, Event, UTCDateTime
 from bot.bootstrap import build_context, build_root
 from bot.config import load_settings
 from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
@@ -50,7 +56,12 @@ RELEASES = 200
 OBJECTS = 64
 GATES = ("artifact", "infrastructure", "model", "traffic")
 AUDIT_PER_DEPLOYMENT = 12
-PROBES_PER_ENDPOINT = 20
+STATE_EVENTS = ("requested", "artifact_gate", "infrastructure_gate", "closing", "applying", "rolling_out", "readiness",
+                "model_gate", "live")
+THREAD_MESSAGES_PER_DEPLOYMENT = 2
+PROBES_PER_DEPLOYMENT = 10
+COLD_START_ENDPOINTS = 3  # the last endpoint's rollouts recorded no cold start
+COLD_START = {"image_pull_s": 95.0, "weights_s": 840.0, "load_s": 300.0, "first_completion_s": 2.0}
 GOAL_MS = 50.0
 GOAL_GROWTH = 2.0
 ADMIN = Identity("U0BENCH")
@@ -115,8 +126,25 @@ def fill(engine: Engine, deployments: int) -> None:
         run(_counter(max(1, deployments // 10)) + "INSERT INTO audit_log (at, actor, action, subject, details) "
             f"SELECT :now, 'kimi-ops:scheduler', 'job.run', 'job:readiness-probe', {js(':details')} FROM n",
             details=json.dumps({"ok": True, "summary": "kimi-1: answered"}))
-        run(_counter(PROBES_PER_ENDPOINT * ENDPOINTS) + "INSERT INTO readiness_checks (endpoint_id, at, ok, http_status, "
-            f"ttft_ms, total_ms) SELECT 1 + (i % {ENDPOINTS}), :now, true, 200, 120.0, 900.0 FROM n")
+        run(_counter(PROBES_PER_DEPLOYMENT * deployments) + "INSERT INTO readiness_checks (endpoint_id, at, ok, "
+            f"http_status, ttft_ms, total_ms) SELECT 1 + (i % {ENDPOINTS}), :now, true, 200, 120.0, 900.0 FROM n")
+        # The outbox a real history leaves: every state change and thread message, delivered long ago.
+        for step, to_state in enumerate(STATE_EVENTS):
+            cold = (f"CASE WHEN d.endpoint_id <= {COLD_START_ENDPOINTS} THEN :cold_payload ELSE :payload END"
+                    if to_state == "readiness" else ":payload")
+            run("INSERT INTO events (at, kind, deployment_id, endpoint_name, payload, delivered_at, attempts) "
+                f"SELECT :now, 'deployment.state', d.id, 'kimi-' || d.endpoint_id, {js(cold)}, :now, 1 FROM deployments d",
+                payload=json.dumps({"from": STATE_EVENTS[step - 1] if step else "requested", "to": to_state,
+                                    "reason": f"step {step}", "release": "rel-1", "kind": "deploy"}),
+                **({"cold_payload": json.dumps({"from": "rolling_out", "to": "readiness", "release": "rel-1",
+                                                "kind": "deploy", "cold_start": COLD_START})} if to_state == "readiness" else {}))
+        run(_counter(THREAD_MESSAGES_PER_DEPLOYMENT) + "INSERT INTO events (at, kind, deployment_id, endpoint_name, "
+            f"payload, delivered_at, attempts) SELECT :now, 'rollout.progress', d.id, 'kimi-' || d.endpoint_id, "
+            f"{js(':payload')}, :now, 1 FROM deployments d CROSS JOIN n",
+            payload=json.dumps({"message": "2 of 2 pods ready", "state": "rolling_out"}))
+        # Each endpoint's newest cold start, on its row as the readiness step keeps it (migration 0015).
+        run(f"UPDATE endpoints SET cold_start = {js(':cold')}, cold_start_at = :now WHERE id <= {COLD_START_ENDPOINTS}",
+            cold=json.dumps(COLD_START))
         # One deployment per endpoint waiting at its model gate (the gates /kimi gates lists).
         for e in range(1, ENDPOINTS + 1):
             dep = deployments + e
@@ -147,6 +175,22 @@ def drop_indexes(engine: Engine) -> None:
 # ---------------------------------------------------------------------------- measuring
 
 
+BEFORE = "before 0015"  # a measurement of what the code did before, beside the goals, not judged by them
+
+
+def cold_starts_before_0015(ctx: Context) -> dict[str, Any]:
+    """The lookup status made before migration 0015: each endpoint's newest state event carrying a cold start, one
+    correlated ``LIMIT 1`` walking that endpoint's ``(endpoint_name, kind, id)`` index backwards (migration 0012)."""
+    newest = aliased(Event)
+    carries = newest.payload["cold_start"].as_string().is_not(None)
+    latest = (select(newest.id).where(newest.endpoint_name == Endpoint.name, newest.kind == "deployment.state", carries)
+              .order_by(newest.id.desc()).limit(1).correlate(Endpoint).scalar_subquery())
+    with Session(ctx.uow.engine) as session:
+        ids = select(latest).select_from(Endpoint)
+        rows = session.scalars(select(Event).where(Event.id.in_(ids))).all()
+        return {r.endpoint_name: r.payload["cold_start"] for r in rows if r.endpoint_name is not None}
+
+
 def calls(ctx: Context) -> dict[str, Callable[[], object]]:
     root = build_root(ctx)
     return {
@@ -155,6 +199,7 @@ def calls(ctx: Context) -> dict[str, Callable[[], object]]:
         "gates": lambda: gates.run(root, ADMIN, gates.Args()),
         "App Home": lambda: home.parts(ctx, ADMIN),
         "jobs list": lambda: job_overview(ctx, {}),
+        f"cold start {BEFORE}": lambda: cold_starts_before_0015(ctx),
     }
 
 
@@ -251,7 +296,7 @@ def main() -> None:
                 print(f"# {backend} {size:,} deployments: filled and measured in {time.perf_counter() - started:.0f} s",
                       file=sys.stderr)
     base, top = sizes[0], sizes[-1]
-    print(f"{'database':<10} {'call':<11} {f'{base:,} ms':>10} {f'{top:,} ms':>11} {'growth':>7} {'stmts':>6} "
+    print(f"{'database':<10} {'call':<23} {f'{base:,} ms':>10} {f'{top:,} ms':>11} {'growth':>7} {'stmts':>6} "
           f"{'baseline ms':>12} {'baseline×':>10}  goal")
     worst_ms, worst_growth = 0.0, 0.0
     for backend in backends:
@@ -260,11 +305,14 @@ def main() -> None:
             high_ms, stmts = results[(backend, top)]["indexed"][call]
             baseline_ms, _ = results[(backend, top)]["baseline"][call]
             growth = high_ms / low_ms if low_ms else float("nan")
-            worst_ms, worst_growth = max(worst_ms, high_ms), max(worst_growth, growth)
-            met = "ok" if high_ms < GOAL_MS and growth <= GOAL_GROWTH else "MISSED"
-            print(f"{backend:<10} {call:<11} {low_ms:>10.1f} {high_ms:>11.1f} {growth:>6.2f}× {stmts:>6} "
+            if BEFORE in call:
+                met = "(measured beside the goals)"
+            else:
+                worst_ms, worst_growth = max(worst_ms, high_ms), max(worst_growth, growth)
+                met = "ok" if high_ms < GOAL_MS and growth <= GOAL_GROWTH else "MISSED"
+            print(f"{backend:<10} {call:<23} {low_ms:>10.1f} {high_ms:>11.1f} {growth:>6.2f}× {stmts:>6} "
                   f"{baseline_ms:>12.1f} {baseline_ms / high_ms if high_ms else float('nan'):>9.1f}×  "
-                  f"<{GOAL_MS:.0f} ms, ≤{GOAL_GROWTH:.0f}×: {met}")
+                  f"{'' if BEFORE in call else f'<{GOAL_MS:.0f} ms, ≤{GOAL_GROWTH:.0f}×: '}{met}")
     print(f"\ngoals: each call under {GOAL_MS:.0f} ms at {top:,} deployments (worst {worst_ms:.1f} ms), "
           f"growth from {base:,} under {GOAL_GROWTH:.0f}× (worst {worst_growth:.2f}×); baseline: the same data "
           f"without migration 0009's indexes")

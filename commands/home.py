@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from bot.services.access import Identity, is_allowed
 from bot.services.context import Context
-from bot.services.deployments import in_flight
 from bot.services.readiness import endpoint_status
 from bot.views.deployments import deployment_title
 from bot.views.parts import Divider, Heading, Note, Part, Text
@@ -16,7 +15,6 @@ from commands.base import at
 def parts(ctx: Context, identity: Identity) -> tuple[Part, ...]:
     if not is_allowed(ctx, identity, "view"):
         return (Heading("kimi-ops"), Text("You need the viewer role to see endpoints here; ask a kimi-ops admin."))
-    flying = {v.endpoint: v for v in in_flight(ctx)}
     out: list[Part] = [Heading("kimi-ops endpoints")]
     for s in endpoint_status(ctx, None, history=1):
         last = s.last_probe
@@ -27,7 +25,7 @@ def parts(ctx: Context, identity: Identity) -> tuple[Part, ...]:
             f"*reservation:* {s.reservation_left} left" if s.reservation else "*reservation:* none seen",
             f"*last readiness:* {at(last.at)} — {last.summary}" if last else "*last readiness:* never probed",
         ]
-        dep = flying.get(s.name)
+        dep = s.in_flight
         if dep is None:
             lines.append("*in flight:* nothing")
         else:

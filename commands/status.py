@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from bot.bootstrap import Root
 from bot.services.access import Identity, authorize
-from bot.services.deployments import in_flight
 from bot.services.pairs import ServiceStatus, service_settings, service_status
 from bot.services.readiness import ProbeView, endpoint_status
 from bot.views.deployments import deployment_title
@@ -65,7 +64,6 @@ def run(root: Root, identity: Identity, name: str | None) -> Reply:
         return Reply(parts=tuple(pair), text=plain(pair))
     authorize(ctx, identity, "view", f"endpoint:{name or '*'}")
     statuses = endpoint_status(ctx, name, history=PROBES_SHOWN)
-    flying = {v.endpoint: v for v in in_flight(ctx)}
     parts: list[Part] = []
     for s in statuses:
         last = s.last_probe
@@ -84,7 +82,7 @@ def run(root: Root, identity: Identity, name: str | None) -> Reply:
         if s.cold_start is not None:
             lines.append(f"*last cold start:* {s.cold_start.words()} ({at(s.cold_start_at)})")
         lines += [f"*incident:* {i.kind} since {at(i.opened_at)} — {i.reason}" for i in s.incidents]
-        dep = flying.get(s.name)
+        dep = s.in_flight
         if dep is not None:
             lines.append("*in flight:* " + deployment_title(dep.id, dep.kind, dep.release, dep.endpoint, dep.state)
                          + (f" (waiting for the {dep.pending.gate} gate)" if dep.pending else ""))

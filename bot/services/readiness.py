@@ -32,7 +32,6 @@ import datetime as dt
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from bot.adapters.store.models import Deployment, Endpoint, Incident, ReadinessCheck
 from bot.adapters.store.repositories import Conflict
@@ -40,8 +39,9 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.coldstart import ColdStart
 from bot.domain.drift import ClusterTruth, Recorded
-from bot.domain.events import ReadinessAlert, ReadinessRecovered, StateChanged
+from bot.domain.events import ReadinessAlert, ReadinessRecovered
 from bot.domain.expiry import USABLE_STATES, format_remaining
+from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import ReadinessResult
 from bot.logs import logger_for
 from bot.services import ports
@@ -56,7 +56,8 @@ from bot.services.reservations import (
     reservation_overview,
 )
 from bot.services.status import RecordSnapshot, cluster_truths, record_of
-from bot.services.transitions import live_deployment
+from bot.services.stored_settings import stored_settings
+from bot.services.transitions import deployment_view, live_deployment
 
 log = logger_for(__name__)
 
@@ -136,6 +137,7 @@ class EndpointStatus:
     cold_start: ColdStart | None = None  # the last rollout's, with when it went ready
     cold_start_at: dt.datetime | None = None
     alerting: str = "builtin"  # who pages after go-live (the endpoint's slo.alerting)
+    in_flight: DeploymentView | None = None  # the deployment in flight on the endpoint, with its waiting gate
 
     @property
     def watched_by(self) -> str:
@@ -305,7 +307,7 @@ class _Incidents:
 
 
 def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deployment | None, checks: list[ReadinessCheck],
-            open_incidents: list[Incident], cold: tuple[dt.datetime, Any] | None = None) -> EndpointStatus:
+            open_incidents: list[Incident]) -> EndpointStatus:
     """``stored``: the endpoint's settings as the database holds them (with limits accepted from a traffic gate)."""
     spec = ctx.settings.endpoint(row.name) or stored
     probes = [_probe_view(r) for r in checks]
@@ -316,8 +318,9 @@ def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deploym
         ttft_objective_ms=spec.ttft_objective_ms, last_probe=probes[0] if probes else None, recent_probes=probes,
         incidents=incidents, request_limits=stored.effective_request_limits,
         limits_accepted=stored.accepted_request_limits is not None,
-        cold_start=ColdStart.from_dict(cold[1]) if cold and isinstance(cold[1], dict) else None,
-        cold_start_at=cold[0] if cold else None, alerting=spec.slo.alerting,
+        # The last rollout's cold start, kept on the endpoint's row by its readiness step (migration 0015).
+        cold_start=ColdStart.from_dict(row.cold_start) if isinstance(row.cold_start, dict) else None,
+        cold_start_at=row.cold_start_at if isinstance(row.cold_start, dict) else None, alerting=spec.slo.alerting,
     )
 
 
@@ -335,12 +338,14 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
         incidents = uow.incidents.open_by_endpoint(INCIDENT_KINDS)
         snapshot = RecordSnapshot.read(uow, ids)
         checks = uow.readiness.recent_by_endpoint(ids, history)
-        # The last rollout's cold start, from its readiness step's event (one query for every endpoint shown).
-        colds = uow.events.latest_with([row.name for row in rows], StateChanged.KIND, "cold_start")
-        # The stored settings (validated once per endpoint): they hold the limits accepted at a traffic gate.
-        stored = {row.id: EndpointSettings.model_validate(row.settings) for row in rows}
-        statuses = [_status(ctx, row, stored[row.id], snapshot.live.get(row.id), checks[row.id],
-                            incidents.get(row.id, []), colds.get(row.name)) for row in rows]
+        # The stored settings (validated once per change, bot/services/stored_settings.py): they hold the limits
+        # accepted at a traffic gate.
+        stored = {row.id: stored_settings(row.name, row.settings) for row in rows}
+        # The deployment in flight on each endpoint, from the snapshot, with its gates (one query) and waiting report.
+        gate_rows = uow.gates.for_deployments([d.id for d in snapshot.holders.values()])
+        flying = {eid: deployment_view(uow, d, gate_rows[d.id]) for eid, d in snapshot.holders.items()}
+        statuses = [replace(_status(ctx, row, stored[row.id], snapshot.live.get(row.id), checks[row.id],
+                                    incidents.get(row.id, [])), in_flight=flying.get(row.id)) for row in rows]
         if observe:
             for row in rows:
                 records[row.name] = (stored[row.id], *record_of(ctx, snapshot, row, stored[row.id]))

@@ -56,7 +56,9 @@ class RecordSnapshot:
     @classmethod
     def read(cls, uow: SqlUnitOfWork, endpoint_ids: Sequence[int], *, manifests: bool = True) -> RecordSnapshot:
         wanted = set(endpoint_ids)
-        holders = {d.endpoint_id: d for d in uow.deployments.all_in_flight(listed=True, manifests=manifests)
+        # The caller read the endpoints' rows (their ids are ``endpoint_ids``): they are not read again.
+        holders = {d.endpoint_id: d for d in uow.deployments.all_in_flight(listed=True, manifests=manifests,
+                                                                         endpoints_loaded=True)
                    if d.endpoint_id in wanted}
         causes = uow.deployments.by_ids([d.cause_id for d in holders.values() if d.cause_id is not None],
                                         listed=True, manifests=manifests)

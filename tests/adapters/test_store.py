@@ -398,15 +398,48 @@ def _deployments_with_gates(ctx, endpoint: str, count: int) -> None:
 
 
 def _rollouts_with_cold_starts(ctx, endpoint: str, loads: list[float]) -> None:
-    """For each of ``loads``, a readiness step's state change carrying a cold start, then a later one without."""
+    """For each of ``loads``, what a readiness step writes (its state change carrying a cold start, and the cold start
+    on the endpoint's row), then a later state change without one."""
     with ctx.uow() as uow:
-        dep = uow.deployments.for_endpoint(uow.endpoints.get(endpoint).id, 1)[0]
+        row = uow.endpoints.get(endpoint)
+        dep = uow.deployments.for_endpoint(row.id, 1)[0]
         for load in loads:
-            for details in ({"cold_start": ColdStart(90.0, 800.0, load, 2.0).as_dict()}, {}):
+            cold = ColdStart(90.0, 800.0, load, 2.0).as_dict()
+            row.cold_start, row.cold_start_at = cold, START
+            for details in ({"cold_start": cold}, {}):
                 uow.events.emit(StateChanged(deployment_id=dep.id, endpoint_name=endpoint, from_state="readiness",
                                              to_state="model_gate", reason=None, release=dep.release.name,
                                              kind="deploy", details=details), at=START)
         uow.commit()
+
+
+def test_upgrade_keeps_each_endpoints_newest_cold_start_from_its_events(empty_db_url: str) -> None:
+    """0015 copies each endpoint's newest state change carrying a cold start onto the endpoint's row, once."""
+    engine = make_engine(empty_db_url)
+    schema.upgrade(empty_db_url, "0014")
+    now = START.isoformat()
+    with engine.begin() as conn:
+        for endpoint_id, name in ((1, "kimi-prod"), (2, "kimi-none")):
+            conn.execute(text("INSERT INTO endpoints (id, name, kind, environment, namespace, url, admission_open, settings, "
+                              "created_at) VALUES (:id, :name, 'hyperpod', 'prod', 'kimi', 'http://x', true, '{}', :now)"),
+                         {"id": endpoint_id, "name": name, "now": now})
+        for load, at in ((120.0, "2026-11-01T10:00:00+00:00"), (300.0, "2026-11-02T10:00:00+00:00"), (None, now)):
+            payload = json.dumps({"to": "model_gate", **({"cold_start": ColdStart(90.0, 800.0, load, 2.0).as_dict()}
+                                                         if load is not None else {})})
+            conn.execute(text("INSERT INTO events (at, kind, endpoint_name, payload, attempts) "
+                              "VALUES (:at, 'deployment.state', 'kimi-prod', :payload, 0)"), {"at": at, "payload": payload})
+    schema.upgrade(empty_db_url)
+    ctx_rows = {}
+    with engine.connect() as conn:
+        for name in ("kimi-prod", "kimi-none"):
+            ctx_rows[name] = conn.execute(text("SELECT cold_start, cold_start_at FROM endpoints WHERE name = :n"),
+                                          {"n": name}).one()
+    engine.dispose()
+    cold, at = ctx_rows["kimi-prod"]
+    cold = json.loads(cold) if isinstance(cold, str) else cold
+    assert ColdStart.from_dict(cold).load_s == 300.0
+    assert str(at).startswith("2026-11-02")
+    assert tuple(ctx_rows["kimi-none"]) == (None, None)
 
 
 def test_history_gates_and_status_read_the_same_few_statements_however_long_the_history(ctx) -> None:
@@ -436,7 +469,7 @@ def test_history_gates_and_status_read_the_same_few_statements_however_long_the_
         stop()
     assert gates_statements <= 6
     assert {s.name: s.live_release for s in statuses} == {"few": None, "many": None}
-    # Each endpoint's last cold start (the newest event carrying one), read for all endpoints in that handful.
+    # Each endpoint's last cold start (kept on its row by the readiness step), read with the endpoints.
     assert {s.name: s.cold_start.load_s if s.cold_start else None for s in statuses} == {"few": None, "many": 300.0}
     assert status_statements <= 12  # a fixed handful: one per table a page reads
 

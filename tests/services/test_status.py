@@ -156,3 +156,24 @@ def test_status_answers_quickly_with_cluster_unknown_when_the_cluster_cannot_be_
         assert rows["users get"] == "unknown (kimi-ops set admission open)"
         assert rows["limits"] == "8 concurrent, queue 16, overflow 429 (kimi-ops's settings; not read from the cluster)"
         assert "drift" not in rows
+
+
+def test_status_shows_stored_settings_changed_by_another_replica_at_once(make_ctx: Any) -> None:
+    """Stored settings are validated once per change, not per render: a change made elsewhere shows on the next read."""
+    ctx: Context = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports())
+    [before] = endpoint_status(ctx, "kimi-prod", observe=False)
+    assert before.request_limits.max_concurrent_requests == 8 and not before.limits_accepted
+    with ctx.uow() as uow:  # what accepting a traffic gate's proposal writes, from another replica
+        row = uow.endpoints.get("kimi-prod")
+        assert row is not None
+        row.settings = {**row.settings, "accepted_request_limits": {"max_concurrent_requests": 12, "max_queue_size": 20}}
+        uow.commit()
+    [after] = endpoint_status(ctx, "kimi-prod", observe=False)
+    assert after.request_limits.max_concurrent_requests == 12 and after.limits_accepted
+    with ctx.uow() as uow:
+        row = uow.endpoints.get("kimi-prod")
+        assert row is not None
+        row.settings = {k: v for k, v in row.settings.items() if k != "accepted_request_limits"}
+        uow.commit()
+    [again] = endpoint_status(ctx, "kimi-prod", observe=False)
+    assert again.request_limits.max_concurrent_requests == 8 and not again.limits_accepted

@@ -10,8 +10,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, true
-from sqlalchemy.orm import aliased, defer, selectinload
+from sqlalchemy import func, inspect, select, true
+from sqlalchemy.orm import aliased, defer, lazyload, selectinload, undefer
 from sqlalchemy.orm.interfaces import LoaderOption
 
 from bot.adapters.store import outbox, outbox_writes
@@ -67,13 +67,14 @@ class ReleaseRepository(Repository):
         return self._add(release)
 
 
-def _listing(manifests: bool = False) -> tuple[LoaderOption, ...]:
+def _listing(manifests: bool = False, *, endpoints: bool = True) -> tuple[LoaderOption, ...]:
     """What lists of deployments (history, in flight, status) read: never a release's object list, and the applied
     manifest only when asked (``manifests``); they are the bulk of a row. A caller that reads one anyway gets it
-    then, in a query of its own."""
+    then, in a query of its own. Without ``endpoints`` the caller has the endpoints' rows in its session already:
+    each deployment's endpoint is then found there, with no query and no second decoding of 500 settings."""
     # Selected once per list, not joined to every row: a list names few endpoints and releases, and a joined
     # row decodes its endpoint's settings and its release's JSON again for every deployment.
-    related = (selectinload(Deployment.endpoint),
+    related = (selectinload(Deployment.endpoint) if endpoints else lazyload(Deployment.endpoint),
                selectinload(Deployment.release).defer(Release.objects),
                selectinload(Deployment.replaces_release).defer(Release.objects))
     return related if manifests else (defer(Deployment.applied_manifest), *related)
@@ -92,10 +93,13 @@ class DeploymentRepository(Repository):
             select(Deployment).where(Deployment.endpoint_id == endpoint_id, Deployment.in_flight.is_(True))
         )
 
-    def all_in_flight(self, *, listed: bool = False, manifests: bool = False) -> Sequence[Deployment]:
-        """Every deployment in flight, oldest first; ``listed`` leaves out what lists never show (see ``_listing``)."""
+    def all_in_flight(self, *, listed: bool = False, manifests: bool = False,
+                      endpoints_loaded: bool = False) -> Sequence[Deployment]:
+        """Every deployment in flight, oldest first; ``listed`` leaves out what lists never show (see ``_listing``);
+        ``endpoints_loaded``: the caller read the endpoints it will look at, so they are not read again."""
         stmt = select(Deployment).where(Deployment.in_flight.is_(True)).order_by(Deployment.id)
-        return self.session.scalars(stmt.options(*_listing(manifests)) if listed else stmt).all()
+        options = _listing(manifests, endpoints=not endpoints_loaded)
+        return self.session.scalars(stmt.options(*options) if listed else stmt).all()
 
     def for_endpoint(self, endpoint_id: int, limit: int | None = None, *, listed: bool = False) -> Sequence[Deployment]:
         stmt = select(Deployment).where(Deployment.endpoint_id == endpoint_id).order_by(Deployment.id.desc())
@@ -119,13 +123,17 @@ class DeploymentRepository(Repository):
         )
 
     def live_by_endpoint(self, endpoint_ids: Sequence[int], *, manifests: bool = False) -> dict[int, Deployment]:
-        """The live deployment of each of ``endpoint_ids`` that has one, in one query (see ``_listing``)."""
+        """The live deployment of each of ``endpoint_ids`` that has one, in one query (see ``_listing``).
+
+        Callers read the endpoints' rows first (that is where their ids come from), so each deployment's endpoint
+        comes from the session, not from a second read of every endpoint.
+        """
         if not endpoint_ids:
             return {}
         rows = self.session.scalars(
             select(Deployment)
             .where(Deployment.endpoint_id.in_(list(endpoint_ids)), Deployment.state == "live")
-            .options(*_listing(manifests))
+            .options(*_listing(manifests, endpoints=False))
         ).all()
         # Sorted here: an ORDER BY id makes SQLite walk the whole table in id order instead of the index.
         return {d.endpoint_id: d for d in sorted(rows, key=lambda d: d.id)}  # the newest wins
@@ -161,7 +169,8 @@ class GateResultRepository(Repository):
     def for_deployments(self, deployment_ids: Sequence[int]) -> dict[int, list[GateResult]]:
         """The gate results of several deployments in one query, each's oldest first.
 
-        Reports are not read (a list shows each gate's ``status`` column); one that is read is loaded then.
+        Reports are read only for gates not decided (a waiting gate shows its report; a list shows each other gate's
+        ``status`` column), all in one more query; any other report that is read is loaded then.
         """
         found: dict[int, list[GateResult]] = {i: [] for i in deployment_ids}
         if not deployment_ids:
@@ -172,8 +181,15 @@ class GateResultRepository(Repository):
             .order_by(GateResult.id)
             .options(defer(GateResult.report), defer(GateResult.seen))
         )
+        undecided = []
         for row in rows:
             found[row.deployment_id].append(row)
+            if row.decision is None and "report" in inspect(row).unloaded:
+                undecided.append(row.id)
+        if undecided:
+            # A waiting gate's report is shown (its checks and hash bind the buttons): all of them in one query.
+            self.session.scalars(select(GateResult).where(GateResult.id.in_(undecided))
+                                 .options(undefer(GateResult.report))).all()
         return found
 
     def pending(self) -> Sequence[GateResult]:
@@ -344,23 +360,6 @@ class EventRepository(Repository):
         return self.session.scalars(
             select(Event).where(Event.delivered_at.is_(None)).order_by(Event.id).limit(limit)
         ).all()
-
-    def latest_with(self, endpoint_names: Sequence[str], kind: str, key: str) -> dict[str, tuple[dt.datetime, Any]]:
-        """When and what the newest event of ``kind`` about each endpoint carried under ``key``, in one query.
-
-        Each endpoint's newest such event is a correlated ``LIMIT 1`` walking the ``(endpoint_name, kind, id)``
-        index backwards (migration 0012), so the cost is one short index walk per endpoint, not a read of its events.
-        """
-        if not endpoint_names:
-            return {}
-        newest = aliased(Event)
-        # ``->>`` / ``json_extract``: SQL NULL both when the key is absent and when it holds JSON null.
-        carries = newest.payload[key].as_string().is_not(None)
-        latest = (select(newest.id).where(newest.endpoint_name == Endpoint.name, newest.kind == kind, carries)
-                  .order_by(newest.id.desc()).limit(1).correlate(Endpoint).scalar_subquery())
-        ids = select(latest).select_from(Endpoint).where(Endpoint.name.in_(list(endpoint_names)))
-        rows = self.session.scalars(select(Event).where(Event.id.in_(ids))).all()
-        return {r.endpoint_name: (r.at, r.payload[key]) for r in rows if r.endpoint_name is not None}
 
     def for_endpoint_kind(self, endpoint_id: int, kind: str, incident_id: int) -> Sequence[Event]:
         """The events of ``kind`` about one incident (its alert), by the endpoint's name."""

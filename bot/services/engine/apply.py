@@ -104,6 +104,8 @@ def readiness(runner: Runner, snap: Snapshot) -> None:
         dep.closed_baseline = baseline.requests_finished if baseline is not None else None
         dep.own_requests = dep.own_uncertain = 0
         if cold is not None:
+            # Kept on the endpoint too: status shows the last one without searching years of events for it.
+            dep.endpoint.cold_start, dep.endpoint.cold_start_at = cold.as_dict(), ctx.clock.now()
             uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
                                                  message=f"cold start: {cold.words()}", state=State.READINESS.value),
                             at=ctx.clock.now())
