@@ -80,7 +80,7 @@ class Endpoint(Base):
     admission: Mapped[str] = mapped_column(String(16), default="open", server_default="open")
     settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime]
-    # The last rollout's cold start (bot.domain.coldstart), written with its readiness step (migration 0015).
+    # The last rollout's cold start (bot.domain.coldstart), written with its readiness step (migration 0016).
     cold_start: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     cold_start_at: Mapped[dt.datetime | None] = mapped_column(default=None)
 
