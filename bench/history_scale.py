@@ -7,14 +7,14 @@ manifest, four decided gate reports, twelve audit rows and the outbox events a r
 ``deployment.state`` events, the readiness one carrying its cold start on three of the four endpoints, and two
 thread messages), one deployment per endpoint waiting at its model gate, ten readiness probes per deployment
 (a probe every five minutes between deployments) and one ``job.run`` audit row per 10 deployments. Each
-endpoint's newest cold start is on its row, as the readiness step keeps it (migration 0016); the fourth
+endpoint's newest cold start is on its row, as the readiness step keeps it (migration 0017); the fourth
 endpoint's rollouts recorded none, the worst case for a search of its events.
 
 Each call is timed in this process: server time, the command's whole work up to the reply it would send; the
 best of ``--repeat`` (on a shared machine the best is the code's cost, the rest is other people's load). Its
 SQL statements are counted. The baseline, in the same run, is the same call on the same data with migration
 0009's five indexes dropped. The goals (issues 19 and 36): each call under 50 ms at 100k deployments, and at
-most 2× from 1k to 100k. Beside them, the lookup status made before migration 0016 (each endpoint's newest
+most 2× from 1k to 100k. Beside them, the lookup status made before migration 0017 (each endpoint's newest
 state event carrying a cold start, one backwards walk of its events per endpoint) is timed on the same data.
 
     .venv/bin/python bench/history_scale.py [--sizes 1000,100000] [--repeat 5] [--postgres URL | --no-postgres]
@@ -142,7 +142,7 @@ def fill(engine: Engine, deployments: int) -> None:
             f"payload, delivered_at, attempts) SELECT :now, 'rollout.progress', d.id, 'kimi-' || d.endpoint_id, "
             f"{js(':payload')}, :now, 1 FROM deployments d CROSS JOIN n",
             payload=json.dumps({"message": "2 of 2 pods ready", "state": "rolling_out"}))
-        # Each endpoint's newest cold start, on its row as the readiness step keeps it (migration 0016).
+        # Each endpoint's newest cold start, on its row as the readiness step keeps it (migration 0017).
         run(f"UPDATE endpoints SET cold_start = {js(':cold')}, cold_start_at = :now WHERE id <= {COLD_START_ENDPOINTS}",
             cold=json.dumps(COLD_START))
         # One deployment per endpoint waiting at its model gate (the gates /kimi gates lists).
@@ -175,11 +175,11 @@ def drop_indexes(engine: Engine) -> None:
 # ---------------------------------------------------------------------------- measuring
 
 
-BEFORE = "before 0016"  # a measurement of what the code did before, beside the goals, not judged by them
+BEFORE = "before 0017"  # a measurement of what the code did before, beside the goals, not judged by them
 
 
-def cold_starts_before_0016(ctx: Context) -> dict[str, Any]:
-    """The lookup status made before migration 0016: each endpoint's newest state event carrying a cold start, one
+def cold_starts_before_0017(ctx: Context) -> dict[str, Any]:
+    """The lookup status made before migration 0017: each endpoint's newest state event carrying a cold start, one
     correlated ``LIMIT 1`` walking that endpoint's ``(endpoint_name, kind, id)`` index backwards (migration 0012)."""
     newest = aliased(Event)
     carries = newest.payload["cold_start"].as_string().is_not(None)
@@ -199,7 +199,7 @@ def calls(ctx: Context) -> dict[str, Callable[[], object]]:
         "gates": lambda: gates.run(root, ADMIN, gates.Args()),
         "App Home": lambda: home.parts(ctx, ADMIN),
         "jobs list": lambda: job_overview(ctx, {}),
-        f"cold start {BEFORE}": lambda: cold_starts_before_0016(ctx),
+        f"cold start {BEFORE}": lambda: cold_starts_before_0017(ctx),
     }
 
 

@@ -318,7 +318,7 @@ def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deploym
         ttft_objective_ms=spec.ttft_objective_ms, last_probe=probes[0] if probes else None, recent_probes=probes,
         incidents=incidents, request_limits=stored.effective_request_limits,
         limits_accepted=stored.accepted_request_limits is not None,
-        # The last rollout's cold start, kept on the endpoint's row by its readiness step (migration 0016).
+        # The last rollout's cold start, kept on the endpoint's row by its readiness step (migration 0017).
         cold_start=ColdStart.from_dict(row.cold_start) if isinstance(row.cold_start, dict) else None,
         cold_start_at=row.cold_start_at if isinstance(row.cold_start, dict) else None, alerting=spec.slo.alerting,
     )

@@ -414,7 +414,7 @@ def _rollouts_with_cold_starts(ctx, endpoint: str, loads: list[float]) -> None:
 
 
 def test_upgrade_keeps_each_endpoints_newest_cold_start_from_its_events(empty_db_url: str) -> None:
-    """0016 copies each endpoint's newest state change carrying a cold start onto the endpoint's row, once."""
+    """0017 copies each endpoint's newest state change carrying a cold start onto the endpoint's row, once."""
     engine = make_engine(empty_db_url)
     schema.upgrade(empty_db_url, "0014")
     now = START.isoformat()

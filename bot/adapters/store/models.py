@@ -80,7 +80,7 @@ class Endpoint(Base):
     admission: Mapped[str] = mapped_column(String(16), default="open", server_default="open")
     settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[dt.datetime]
-    # The last rollout's cold start (bot.domain.coldstart), written with its readiness step (migration 0016).
+    # The last rollout's cold start (bot.domain.coldstart), written with its readiness step (migration 0017).
     cold_start: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     cold_start_at: Mapped[dt.datetime | None] = mapped_column(default=None)
 
@@ -313,7 +313,7 @@ class Incident(Base):
     silence_reason: Mapped[str | None] = mapped_column(Text, default=None)
     slack_channel: Mapped[str | None] = mapped_column(String(64), default=None)
     slack_ts: Mapped[str | None] = mapped_column(String(64), default=None)
-    # Alertmanager's fingerprint of the alert this incident was opened for (migration 0016); NULL: the built-in watch.
+    # Alertmanager's fingerprint of the alert this incident was opened for (migration 0017); NULL: the built-in watch.
     fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
 
     __table_args__ = (UniqueConstraint("endpoint_id", "kind", "open"),)

@@ -1,7 +1,7 @@
 """endpoints.cold_start: each endpoint's last rollout's cold start, kept as a fact instead of searched for
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2027-02-22 10:00:00.000000
 
 ``/kimi status`` and the App Home show each endpoint's last cold start. It was found by walking the endpoint's
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0016'
-down_revision = '0015'
+revision = '0017'
+down_revision = '0016'
 branch_labels = None
 depends_on = None
 
