@@ -151,3 +151,44 @@ def deploy_in_process(cli: CliSandbox, release: str, until: str = "live") -> Any
 
     view = request_deploy(cli.ctx, release, None, Identity(DEPLOYER))
     return approve_in_process(cli, view.id, until=until)
+
+
+def run_in_process(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run the console script's ``main`` in this process, as a terminal would run ``kimi-ops ARGV``.
+
+    For tests of what a command says (its words, exit code, that no traceback shows): a new interpreter for each
+    costs a second or more of imports, which the suite paid hundreds of times. ``env`` is set for the call only
+    (the machine's ``KIMI_``/``SLACK_``/``AWS_`` settings are already cleared for every test); the root logger's
+    handlers, which the CLI replaces with its own, are put back after. An exception escaping ``main`` is what a
+    process would print as a traceback, and is returned so: exit 1 and the traceback on stderr.
+    """
+    import logging
+    import traceback
+
+    from typer.testing import CliRunner
+
+    from bot.cli.main import main
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    before = os.getcwd()
+    code = 0
+    with CliRunner().isolation(env=env) as (out, err, _):
+        os.chdir(cwd)
+        try:
+            main(argv)
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except BaseException:
+            sys.stderr.write(traceback.format_exc())
+            code = 1
+        finally:
+            os.chdir(before)
+            for handler in root.handlers:
+                if handler not in handlers:
+                    handler.close()
+            root.handlers[:], root.level = handlers, level
+        sys.stdout.flush()
+        sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace")
+    return subprocess.CompletedProcess(["kimi-ops", *argv], code, stdout, stderr)

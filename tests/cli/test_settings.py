@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from bot.cli.main import app
 from bot.config import ConfigError, load_settings
+from tests.cli_support import run_in_process
 from tests.conftest import EXAMPLE_RELEASE
 
 runner = CliRunner()
@@ -26,10 +27,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from bot.cli.main import main; main()", *args],
-        capture_output=True, text=True, env=_env(tmp_path, **env), cwd=tmp_path, timeout=120,
-    )
+    return run_in_process(list(args), {"KIMI_DATA_DIR": str(tmp_path / "data"), **env}, tmp_path)
 
 
 def _all_commands(group: typer.main.TyperGroup, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
