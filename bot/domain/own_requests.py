@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from bot.domain.evaluation import Answer
 from bot.domain.ramp import counter_delta
@@ -63,6 +63,18 @@ def own_requests_of(answers: Iterable[Answer]) -> OwnRequests:
     for answer in answers:
         own = own.plus(counted(answer.http_status, complete=answer.error is None))
     return own
+
+
+class OwnLedger(Protocol):
+    """Where a gate's run keeps its own requests as they happen: each one before it is sent, then once it settled.
+
+    A request sent and not yet settled counts as ``uncertain``: if the process running it dies, whoever resumes
+    the deployment still counts it (the server finishes an abandoned request as an abort).
+    """
+
+    def sent(self) -> None: ...
+
+    def settled(self, kind: Counted) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from bot.domain.doors import CHECK as DOORS_CHECK
 from bot.domain.doors import SIDE_DOOR_EXCEPTION, door_check
 from bot.domain.egress import pod_boundary_check
 from bot.domain.infrastructure import reservation_checks
+from bot.domain.own_requests import OwnLedger
 from bot.domain.release import ReleaseManifest
 from bot.logs import logger_for
 from bot.services.admission import UNGUARDED
@@ -151,22 +152,26 @@ HUMAN_STEP = {
 }
 
 
-def model_report(ctx: Context, subject: GateSubject) -> GateReport:
+def model_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:
     if ctx.ports.evaluator is None:
         return _human_decides("model", "model.evaluation", "evaluation")
-    report = run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"))
+    report = run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"),
+                            ledger=ledger)
     return with_release_report(ctx, report, subject.release.evaluation_report)
 
 
-def traffic_report(ctx: Context, subject: GateSubject) -> GateReport:
+def traffic_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:
     if ctx.ports.loadgen is None:
         return _human_decides("traffic", "traffic.sweep", "load sweep")
-    return run_traffic_gate(ctx, subject.endpoint, subject.release.name)
+    return run_traffic_gate(ctx, subject.endpoint, subject.release.name, ledger=ledger)
 
 
-def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
-    """Run one gate's checks, and say on each gate when nothing keeps users off the candidate."""
-    report = _run_gate(ctx, gate, subject)
+def run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:
+    """Run one gate's checks, and say on each gate when nothing keeps users off the candidate.
+
+    ``ledger`` keeps the requests the model and traffic gates send to the candidate, each before it is sent.
+    """
+    report = _run_gate(ctx, gate, subject, ledger)
     endpoint = subject.endpoint
     if endpoint.route is not None or endpoint.door.application_layer is not None:
         return report
@@ -175,7 +180,7 @@ def run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
     return report.model_copy(update={"checks": [*report.checks, unguarded]})
 
 
-def _run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
+def _run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | None) -> GateReport:
     """Run one gate's checks; an unexpected failure becomes an ``error`` report, never a crash."""
     try:
         if gate == "artifact":
@@ -183,9 +188,9 @@ def _run_gate(ctx: Context, gate: str, subject: GateSubject) -> GateReport:
         if gate == "infrastructure":
             return infrastructure_report(ctx, subject, ctx.clock.now())
         if gate == "model":
-            return model_report(ctx, subject)
+            return model_report(ctx, subject, ledger)
         if gate == "traffic":
-            return traffic_report(ctx, subject)
+            return traffic_report(ctx, subject, ledger)
     except Exception as exc:
         log.exception("gate %s checks crashed", gate)
         return GateReport(gate=gate, checks=[Check.errored(f"{gate}.checks", f"the checks could not run: {_short(exc)}")])

@@ -27,7 +27,7 @@ from bot.domain.evaluation import (
     score,
     summarise,
 )
-from bot.domain.own_requests import own_requests_of
+from bot.domain.own_requests import OwnLedger, own_requests_of
 from bot.domain.release_report import MAX_REPORT_BYTES, pass_rate_of, release_report_check
 from bot.logs import logger_for
 from bot.services import ports
@@ -66,8 +66,12 @@ def baseline_summary(baseline: dict[str, Any] | None) -> tuple[Summary | None, s
     return Summary.from_dict(summary), evaluation.get("release")
 
 
-def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, baseline: dict[str, Any] | None) -> GateReport:
-    """Evaluate ``release_name`` as served by ``endpoint``; ``baseline`` is the live release's model-gate report."""
+def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, baseline: dict[str, Any] | None, *,
+                   ledger: OwnLedger | None = None) -> GateReport:
+    """Evaluate ``release_name`` as served by ``endpoint``; ``baseline`` is the live release's model-gate report.
+
+    ``ledger`` hears of each case before it is sent (kimi-ops's own requests, for the closed door).
+    """
     try:
         evaluator = require(ctx.ports.evaluator, "endpoint client", "to run the evaluation set")
     except NotConfigured as absent:
@@ -77,7 +81,8 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
     except EvalSetError as exc:
         return GateReport(gate="model", checks=[Check.errored("model.evaluation_set", str(exc))])
     cases = expand(eval_set)
-    answers = evaluator.run(endpoint, cases, concurrency=eval_set.concurrency, timeout=eval_set.timeout_seconds)
+    answers = evaluator.run(endpoint, cases, concurrency=eval_set.concurrency, timeout=eval_set.timeout_seconds,
+                            ledger=ledger)
     if answers and all(a.http_status is None for a in answers):
         first = answers[0].error or "no answer"
         silent = Check.errored("model.evaluation", f"the endpoint {endpoint.url} did not answer: {first}")

@@ -21,6 +21,7 @@ from bot.domain.drift import Observed
 from bot.domain.evaluation import Answer, EvalCase
 from bot.domain.governance import ArtifactPolicy
 from bot.domain.health import GpuSnapshot, WorkloadHealth
+from bot.domain.own_requests import OwnLedger
 from bot.domain.ramp import Window
 from bot.domain.readiness import MetricsSnapshot, ReadinessResult
 from bot.domain.release import ReleaseManifest
@@ -158,14 +159,15 @@ class EndpointClient(Protocol):
 class Evaluator(Protocol):
     """Sends the model gate's evaluation cases to an endpoint (bounded concurrency)."""
 
-    def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float) -> list[Answer]: ...
+    def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float,
+            ledger: OwnLedger | None = None) -> list[Answer]: ...
 
 
 class LoadGenerator(Protocol):
     """Runs the traffic gate's bounded concurrency sweep against an endpoint."""
 
     def sweep(self, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
-              on_level: Callable[[LevelStats], None] | None = None) -> SweepOutcome: ...
+              on_level: Callable[[LevelStats], None] | None = None, ledger: OwnLedger | None = None) -> SweepOutcome: ...
 
 
 class ReservationSource(Protocol):

@@ -36,6 +36,7 @@ from bot.domain.limits import (
     proposed_limits,
     same_limits,
 )
+from bot.domain.own_requests import OwnLedger
 from bot.domain.rollout import RenderedManifest
 from bot.domain.states import State, is_past_apply
 from bot.domain.sweep import (
@@ -63,15 +64,16 @@ def objectives_for(ctx: Context, endpoint: EndpointSettings) -> Objectives:
     return objectives
 
 
-def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | None = None) -> GateReport:
-    """Sweep ``endpoint``'s concurrency and propose admission limits below the knee."""
+def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | None = None, *,
+                     ledger: OwnLedger | None = None) -> GateReport:
+    """Sweep ``endpoint``'s concurrency and propose admission limits below the knee (``ledger``: each request sent)."""
     try:
         loadgen = require(ctx.ports.loadgen, "load generator")
     except NotConfigured as absent:
         return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", str(absent))])
     plan: SweepPlan = ctx.settings.traffic_sweep
     objectives = objectives_for(ctx, endpoint)
-    outcome = loadgen.sweep(endpoint, plan, objectives)
+    outcome = loadgen.sweep(endpoint, plan, objectives, ledger=ledger)
     if not outcome.levels or all(lv.ok == 0 and lv.rejected == 0 for lv in outcome.levels):
         said = next((lv.first_error for lv in outcome.levels if lv.first_error), None)
         why = f" (every request failed: {said})" if said else ""

@@ -24,6 +24,7 @@ from httpx_sse import SSEError, connect_sse
 from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
 from bot.domain.evaluation import Answer, EvalCase, ToolCall
+from bot.domain.own_requests import OwnLedger, counted
 
 
 @dataclass
@@ -168,22 +169,23 @@ class HttpEvaluator:
         self.timeout = timeout
         self.transport = transport
 
-    def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float) -> list[Answer]:
-        """One :class:`Answer` per case, in the cases' order."""
+    def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float,
+            ledger: OwnLedger | None = None) -> list[Answer]:
+        """One :class:`Answer` per case, in the cases' order; ``ledger`` hears of each case before it is sent."""
         limit = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+        def one(client: httpx.Client, case: EvalCase) -> Answer:
+            if ledger is not None:
+                ledger.sent()
+            answer = stream_chat(client, endpoint.url, case.request_body(endpoint.served_model_name), case_id=case.id,
+                                 deadline=timeout)
+            if ledger is not None:
+                ledger.settled(counted(answer.http_status, complete=answer.error is None))
+            return answer
+
         with (
             httpx.Client(timeout=self.timeout or timeout, limits=limit, transport=self.transport, verify=tls_context()) as client,
             ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool,
         ):
-            futures = [
-                pool.submit(
-                    stream_chat,
-                    client,
-                    endpoint.url,
-                    case.request_body(endpoint.served_model_name),
-                    case_id=case.id,
-                    deadline=timeout,
-                )
-                for case in cases
-            ]
+            futures = [pool.submit(one, client, case) for case in cases]
             return [f.result() for f in futures]

@@ -19,7 +19,7 @@ import httpx
 from bot.adapters.endpoint.evaluation import stream_chat
 from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
-from bot.domain.own_requests import Counted, OwnRequests, counted
+from bot.domain.own_requests import Counted, OwnLedger, OwnRequests, counted
 from bot.domain.readiness import MetricsSnapshot
 from bot.domain.sweep import (
     LevelStats,
@@ -155,6 +155,7 @@ class HttpLoadGenerator:
         plan: SweepPlan,
         objectives: Objectives,
         on_level: Callable[[LevelStats], None] | None = None,
+        ledger: OwnLedger | None = None,
     ) -> SweepOutcome:
         budget = _Budget(plan.max_requests, plan.max_seconds)
         started = time.monotonic()
@@ -163,7 +164,7 @@ class HttpLoadGenerator:
         limits = httpx.Limits(max_connections=plan.ceiling + 1, max_keepalive_connections=plan.ceiling + 1)
         with httpx.Client(timeout=plan.request_timeout_seconds, limits=limits, transport=self.transport,
                           verify=tls_context()) as client:
-            counter = _Counter()
+            counter = _Counter(ledger)
             for mode in plan.prefix_modes:
                 self._warm(client, endpoint, plan, mode, counter, budget)
                 tried: dict[int, bool] = {}
@@ -198,6 +199,7 @@ class HttpLoadGenerator:
             "max_tokens": plan.max_tokens,
             "temperature": 0,
         }
+        counter.sent()
         answer = stream_chat(client, endpoint.url, body, deadline=plan.request_timeout_seconds)
         counter.count(counted(answer.http_status, complete=answer.error is None))
         return Sample(
@@ -280,9 +282,10 @@ class HttpLoadGenerator:
 class _Counter:
     """Numbers the sweep's prompts and tallies its requests as the model's finished counter sees them."""
 
-    def __init__(self) -> None:
+    def __init__(self, ledger: OwnLedger | None = None) -> None:
         self._n = 0
         self._lock = threading.Lock()
+        self._ledger = ledger
         self.own = OwnRequests()
 
     def next(self) -> int:
@@ -290,9 +293,16 @@ class _Counter:
             self._n += 1
             return self._n
 
+    def sent(self) -> None:
+        """A request is about to leave: the ledger hears of it first, so a crash cannot lose it."""
+        if self._ledger is not None:
+            self._ledger.sent()
+
     def count(self, kind: Counted) -> None:
         with self._lock:
             self.own = self.own.plus(kind)
+        if self._ledger is not None:
+            self._ledger.settled(kind)
 
 
 def _prompt(mode: PrefixMode, n: int, words: int) -> str:

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, inspect, select, true
+from sqlalchemy import func, inspect, select, true, update
 from sqlalchemy.orm import aliased, defer, lazyload, selectinload, undefer
 from sqlalchemy.orm.interfaces import LoaderOption
 
@@ -87,6 +87,12 @@ class DeploymentRepository(Repository):
     def get_for_update(self, deployment_id: int) -> Deployment | None:
         write_lock_on_sqlite(self.session, Deployment, Deployment.id == deployment_id)
         return self.session.scalar(select(Deployment).where(Deployment.id == deployment_id).with_for_update(of=Deployment))
+
+    def count_own(self, deployment_id: int, answered: int, uncertain: int) -> None:
+        """Add to kimi-ops's own requests to the candidate in one statement (gate runs count from several threads)."""
+        self.session.execute(update(Deployment).where(Deployment.id == deployment_id).values(
+            own_requests=func.coalesce(Deployment.own_requests, 0) + answered,
+            own_uncertain=func.coalesce(Deployment.own_uncertain, 0) + uncertain))
 
     def in_flight(self, endpoint_id: int) -> Deployment | None:
         return self.session.scalar(

@@ -8,19 +8,77 @@ resumes the deployment counts them.
 
 from __future__ import annotations
 
+import threading
+
 from bot.adapters.store.models import Deployment
 from bot.domain.checks import Check, GateReport
-from bot.domain.own_requests import OwnRequests, Reach, reach_since
+from bot.domain.own_requests import Counted, OwnRequests, Reach, reach_since
 from bot.domain.readiness import MetricsSnapshot
+from bot.logs import logger_for
+from bot.services.context import Context
 from bot.services.engine.run import Runner, Snapshot
 
+log = logger_for(__name__)
 
-def closed_door(runner: Runner, snap: Snapshot, report: GateReport) -> tuple[GateReport, OwnRequests]:
-    """Add to a model or traffic report the proof that no user reached the candidate; return it and the requests sent."""
+SENDING_GATES = ("model", "traffic")  # the gates whose runs send requests to the candidate
+
+
+class StoredLedger:
+    """A gate run's own requests kept on the deployment's row as they happen: each one counted as uncertain in its
+    own transaction before it is sent, then moved to answered (or dropped, when the server never took it).
+
+    So a run killed half-way leaves every request it sent counted, and whichever replica resumes the gate sets the
+    candidate's counter against all of them. ``recorded`` is what reached the row (a write the database refused is
+    added when the run's report is stored instead).
+    """
+
+    def __init__(self, ctx: Context, deployment_id: int) -> None:
+        self.ctx = ctx
+        self.deployment_id = deployment_id
+        self.recorded = OwnRequests()
+        self._lock = threading.Lock()
+
+    def sent(self) -> None:
+        self._add(0, 1)
+
+    def settled(self, kind: Counted) -> None:
+        if kind == "answered":
+            self._add(1, -1)
+        elif kind == "never":
+            self._add(0, -1)
+
+    def _add(self, answered: int, uncertain: int) -> None:
+        try:
+            with self.ctx.uow() as uow:
+                uow.deployments.count_own(self.deployment_id, answered, uncertain)
+                uow.commit()
+        except Exception:  # the request still goes; the report's count covers it when the run ends
+            log.warning("deployment #%s: an own request could not be counted before it was sent", self.deployment_id,
+                        exc_info=True)
+            return
+        with self._lock:
+            self.recorded = OwnRequests(self.recorded.answered + answered, self.recorded.uncertain + uncertain)
+
+
+def ledger_for(runner: Runner, snap: Snapshot, gate: str) -> StoredLedger | None:
+    """The ledger of a gate run that sends requests to the candidate, or ``None`` for a gate that sends none."""
+    return StoredLedger(runner.ctx, snap.id) if gate in SENDING_GATES else None
+
+
+def closed_door(runner: Runner, snap: Snapshot, report: GateReport,
+                ledger: StoredLedger | None = None) -> tuple[GateReport, OwnRequests]:
+    """Add to a model or traffic report the proof that no user reached the candidate.
+
+    Returns the report and the run's requests that ``ledger`` could not keep on the row as they were sent (all of
+    them without a ledger): the caller adds those when it stores the report.
+    """
     sent = requests_sent(report)
-    if snap.kind != "deploy" or report.gate not in ("model", "traffic") or snap.closed_baseline is None:
-        return report, sent
-    reach = reach_now(runner, snap, snap.own + sent)
+    recorded = ledger.recorded if ledger is not None else OwnRequests()
+    unrecorded = OwnRequests(max(0, sent.answered - recorded.answered), max(0, sent.uncertain - recorded.uncertain))
+    if snap.kind != "deploy" or report.gate not in SENDING_GATES or snap.closed_baseline is None:
+        return report, unrecorded
+    # Every own request any run kept on the row (a run killed half-way included), and this run's unkept ones.
+    reach = reach_now(runner, snap, stored_own(runner, snap.id) + unrecorded)
     if reach is None:
         check = Check.warned("admission.closed", "the model's request counter could not be read; "
                              "whether users reached the candidate is unproven")
@@ -36,7 +94,14 @@ def closed_door(runner: Runner, snap: Snapshot, report: GateReport) -> tuple[Gat
     else:
         check = Check.passed("admission.closed", f"users closed out: the model finished {reach.finished:.0f} requests "
                              f"since its readiness, none beyond kimi-ops's own {reach.own.answered} answered ones")
-    return report.model_copy(update={"checks": [*report.checks, check]}), sent
+    return report.model_copy(update={"checks": [*report.checks, check]}), unrecorded
+
+
+def stored_own(runner: Runner, deployment_id: int) -> OwnRequests:
+    """kimi-ops's own requests to the candidate kept on the deployment's row now."""
+    with runner.ctx.uow() as uow:
+        dep = uow.deployments.get(deployment_id)
+        return OwnRequests(dep.own_requests or 0, dep.own_uncertain or 0) if dep is not None else OwnRequests()
 
 
 def reach_now(runner: Runner, snap: Snapshot, own: OwnRequests) -> Reach | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bot.domain.states import next_state
 from bot.services.access import Identity
-from bot.services.engine.closed_door import add_own, closed_door
+from bot.services.engine.closed_door import add_own, closed_door, ledger_for
 from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed
 from bot.services.errors import Refused
 from bot.services.gates import run_gate
@@ -28,7 +28,8 @@ def gate(runner: Runner, snap: Snapshot) -> None:
 
 
 def check_gate(runner: Runner, snap: Snapshot, gate_name: str) -> None:
-    report, sent = closed_door(runner, snap, run_gate(runner.ctx, gate_name, snap.subject))
+    ledger = ledger_for(runner, snap, gate_name)
+    report, sent = closed_door(runner, snap, run_gate(runner.ctx, gate_name, snap.subject, ledger), ledger)
     with runner.ctx.uow() as uow:
         dep = runner.locked(uow, snap)
         add_own(dep, sent)
@@ -56,7 +57,8 @@ def auto_decide(runner: Runner, snap: Snapshot, gate_name: str, *, why: str) -> 
 
 def recheck_gate(runner: Runner, snap: Snapshot, gate_name: str, actor: Identity) -> None:
     """Run a waiting gate's checks again under the lease the caller holds; the new report is stored beside the old."""
-    report, sent = closed_door(runner, snap, run_gate(runner.ctx, gate_name, snap.subject))
+    ledger = ledger_for(runner, snap, gate_name)
+    report, sent = closed_door(runner, snap, run_gate(runner.ctx, gate_name, snap.subject, ledger), ledger)
     with runner.ctx.uow() as uow:
         dep = runner.locked(uow, snap)
         latest = uow.gates.latest(dep.id, gate_name)
