@@ -14,7 +14,7 @@ from bot.domain.readiness import MetricsSnapshot
 from bot.domain.states import PATHS, TERMINAL, State
 from bot.services.deployments import cancel, decide_gate, get_deployment, request_deploy
 from bot.services.engine import STEPS
-from bot.services.engine.closed_door import closed_door, requests_sent
+from bot.services.engine.closed_door import StoredLedger, closed_door, requests_sent
 from bot.services.engine.recovery import unresumable
 from bot.services.engine.run import LeaseLost, Runner, StateMoved, snapshot
 from bot.services.releases import register_release
@@ -153,3 +153,26 @@ def test_recovery_names_a_rollout_with_no_stored_manifest_and_continues_one_it_c
     assert "no applied manifest is stored for its rolling out step" in (unresumable(ctx, view.id) or "")
     cancel(ctx, view.id, REQUESTER)
     assert unresumable(ctx, view.id) is None  # ended: nothing to resume
+
+
+def test_the_ledger_counts_a_request_before_it_is_sent_and_settles_it_after(wf) -> None:
+    ctx, _ = wf
+    view = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
+
+    def row() -> tuple[int, int]:
+        with ctx.uow() as uow:
+            dep = uow.deployments.get(view.id)
+            return dep.own_requests, dep.own_uncertain
+
+    ledger = StoredLedger(ctx, view.id)
+    for _ in range(3):
+        ledger.sent()
+    assert row() == (0, 3)  # on the row before any answer: a process killed now leaves them counted
+    ledger.settled("answered")
+    ledger.settled("never")  # refused before the engine took it: the counter never sees it
+    ledger.settled("uncertain")
+    assert row() == (1, 1) and ledger.recorded == OwnRequests(1, 1)
+    # The run's report counts what the ledger kept: nothing is added twice when the report is stored.
+    report = _model_report(1, 1)
+    _, unrecorded = closed_door(Runner(ctx, "replica-a", 0), _snap(ctx, view.id), report, ledger)
+    assert unrecorded == OwnRequests()

@@ -62,9 +62,7 @@ def _kill_mid_gate(cli: CliSandbox, deployment_id: int, gate: str, approving: su
         if approving.poll() is not None:
             out, err = approving.communicate()
             pytest.fail(f"kimi-ops exited ({approving.returncode}) before its {gate} gate ran:\n{out}\n{err}")
-        # Every request counted as sent is at the server (none between the count and the socket), held there.
-        uncertain = _own(cli, deployment_id)[1]
-        return _state(cli, deployment_id) == f"{gate}_gate" and uncertain > 0 and openai.stats().running == uncertain
+        return _state(cli, deployment_id) == f"{gate}_gate" and openai.stats().running > 0
 
     try:
         wait_until(f"{gate} gate requests in flight", in_flight, WAIT_SECONDS, poll=0.05)
@@ -99,17 +97,17 @@ def test_a_model_gate_killed_mid_run_is_judged_on_every_request_it_sent(cli: Cli
     wait_until("readiness passed", lambda: _state(cli, dep) == "model_gate", WAIT_SECONDS, poll=0.05)
     openai.hold()  # the evaluation's requests still to come wait at the server, in flight
     _kill_mid_gate(cli, dep, "model", approving)
-    answered, uncertain = _own(cli, dep)
-    assert uncertain > 0, "the requests in flight were not counted before they were sent"
     if user_reached:
-        # Someone's request reaches the candidate while users are closed out (a leak past the route).
+        # Requests from elsewhere reach the candidate while users are closed out (a leak past the route): more of
+        # them than the evaluation has in flight at once, so no request the dead run may have sent explains them.
         body = {"model": openai.behaviour.served_model, "messages": [{"role": "user", "content": "hi"}],
                 "max_tokens": 4}
-        assert httpx.post(f"{openai.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
+        for _ in range(5):
+            assert httpx.post(f"{openai.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
 
     status, reason = _resumed_closed_door(cli, dep, "model")
     if user_reached:
-        assert status == "fail" and reason.startswith("1 requests besides kimi-ops's own"), reason
+        assert status == "fail" and "requests besides kimi-ops's own" in reason, reason
     else:
         # Without the dead run's requests, its answered ones were reported as users getting through (a FAIL).
         assert status != "fail", reason
