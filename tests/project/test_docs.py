@@ -101,6 +101,12 @@ def test_every_setting_the_docs_name_is_a_setting() -> None:
         assert named <= known, f"{document.name} names settings that do not exist: {', '.join(sorted(named - known))}"
 
 
+def test_the_performance_page_names_every_benchmark() -> None:
+    page = (DOCS / "performance.md").read_text()
+    missing = [b.name for b in sorted((ROOT / "bench").glob("*.py")) if f"bench/{b.name}" not in page]
+    assert not missing, f"docs/performance.md does not say how to run: {', '.join(missing)}"
+
+
 def test_the_design_is_short_enough_to_read() -> None:
     assert len(DESIGN.read_text().splitlines()) <= 400
 
