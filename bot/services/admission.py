@@ -31,7 +31,8 @@ from bot.services.errors import Invalid, NotFound, Refused
 
 STUCK = "admission-stuck"
 UNGUARDED = "users are not kept off the candidate"
-ROUTE_POLL_SECONDS = 0.2
+ROUTE_POLL_SECONDS = 0.2  # the application layer's acknowledgement, read from its ConfigMap
+ROUTE_RESYNC_SECONDS = 5.0  # the route is read again at least this often while the gateway's verdict is awaited
 
 
 class AdmissionFailed(Exception):
@@ -101,8 +102,9 @@ def apply_admission(ctx: Context, endpoint: EndpointSettings, admission: Admissi
             raise AdmissionFailed(
                 f"the gateway did not accept {endpoint.name}'s route ({admission}) within {endpoint.route_accept_seconds:.0f} s: "
                 f"{status.summary}")
-        time.sleep(ROUTE_POLL_SECONDS)
-        current = cluster.route_status(endpoint)
+        # Watched, not slept on: the gateway's verdict is seen as it is written (ms, where a fixed pause cost 0.2 s).
+        current = cluster.next_route_status(endpoint, status,
+                                            max(0.05, min(ROUTE_RESYNC_SECONDS, deadline - time.monotonic())))
         if current is not None:
             status = current
 

@@ -118,12 +118,17 @@ class Cluster(Protocol):
 
         Raises ``bot.adapters.cluster.RouteNotConfigured`` when the endpoint has no ``route`` settings and
         ``InvalidManifest`` for a share without a fallback. The returned status is the stored object's: a
-        gateway's ``Accepted`` for the new generation comes later (poll ``route_status``).
+        gateway's ``Accepted`` for the new generation comes later (``next_route_status``).
         """
         ...
 
     def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
         """The route the cluster has now (annotation, rules and weights, parent conditions); None when none."""
+        ...
+
+    def next_route_status(self, endpoint: EndpointSettings, seen: RouteStatus, seconds: float) -> RouteStatus | None:
+        """The route once the cluster's copy differs from ``seen`` (a gateway wrote its verdict), watching it; after
+        ``seconds`` without a change, as it is then. None when the endpoint has no route."""
         ...
 
     def observe(self, endpoint: EndpointSettings) -> Observed | None:

@@ -57,7 +57,7 @@ EXPECTED_GRANTS: set[Grant] = (
     | _grants(SERVING_NAMESPACE, "", ["services", "serviceaccounts", "persistentvolumeclaims"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "policy", ["poddisruptionbudgets"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "networking.k8s.io", ["networkpolicies"], ["get", "create", "patch"])
-    | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes"], ["get", "create", "patch"])
+    | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes"], ["get", "create", "patch", "watch"])
     | _grants(SERVING_NAMESPACE, "monitoring.coreos.com", ["prometheusrules"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "", ["pods", "events"], ["get", "list", "watch"])
     | _grants(SERVING_NAMESPACE, "", ["services"], ["list"])

@@ -114,6 +114,9 @@ class ContextClusters:
     def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
         return self.cluster(endpoint).route_status(endpoint)
 
+    def next_route_status(self, endpoint: EndpointSettings, seen: RouteStatus, seconds: float) -> RouteStatus | None:
+        return self.cluster(endpoint).next_route_status(endpoint, seen, seconds)
+
     def observe(self, endpoint: EndpointSettings) -> Observed | None:
         try:
             cluster = self.cluster(endpoint)

@@ -8,9 +8,10 @@
   first applied as a server-side dry run, so a conflict or a refusal on any of
   them applies nothing. ``changed`` compares each object's ``resourceVersion``
   before and after: applying the same bytes twice is a no-op on the server.
-* ``watch`` polls the endpoint object, its pods and its events every
-  ``poll_seconds`` until success, failure, the deadline or ``stop``. It only
-  reads, so it resumes after a restart by simply being called again.
+* ``watch`` reads the endpoint object, its pods and its events whenever the
+  endpoint object changes (the Kubernetes watch API, :mod:`.watching`) and at
+  least every ``poll_seconds``, until success, failure, the deadline or
+  ``stop``. It only reads, so it resumes after a restart by being called again.
 * Admission (see DESIGN.md, "Admission and the traffic layer"): the ConfigMap
   ``kimi-ops-admission-<endpoint>`` holds ``open: "true"|"false"``, ``reason``
   and ``changed-at``; the application layer in front of the model reads it.
@@ -52,8 +53,9 @@ from bot.adapters.cluster.rollout import (
     read_deployment,
     read_hyperpod,
 )
-from bot.adapters.cluster.route import apply_route, current_route
+from bot.adapters.cluster.route import apply_route, current_route, next_route_status
 from bot.adapters.cluster.validate import manifest_errors
+from bot.adapters.cluster.watching import resource_version, wait_for_change
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, RouteStatus
 from bot.domain.checks import Check
@@ -164,10 +166,11 @@ class KubernetesCluster:
         kind = "InferenceEndpointConfig" if endpoint.kind == "hyperpod" else "Deployment"
         return kind, object_path(kind, endpoint.name, endpoint.namespace)
 
-    def _read(self, endpoint: EndpointSettings) -> Reading:
+    def _read(self, endpoint: EndpointSettings) -> tuple[Reading, str | None]:
+        """The rollout's reading and the version of the endpoint object it was read from."""
         _, path = self._endpoint_object(endpoint)
         obj = self.rest.get(path)
-        return read_hyperpod(obj) if endpoint.kind == "hyperpod" else read_deployment(obj)
+        return (read_hyperpod(obj) if endpoint.kind == "hyperpod" else read_deployment(obj)), resource_version(obj)
 
     def watch(
         self,
@@ -185,6 +188,7 @@ class KubernetesCluster:
         said: set[str] = set()
         last_state: str | None = None
         last_error: str | None = None
+        seen_version: str | None = None
 
         def tell(message: str, state: str | None) -> None:
             try:
@@ -196,7 +200,7 @@ class KubernetesCluster:
             if stop.is_set():
                 return RolloutOutcome("stopped", "the watch was stopped", time.monotonic() - started)
             try:
-                reading = self._read(endpoint)
+                reading, seen_version = self._read(endpoint)
                 last_error = None
                 if reading.state != last_state:
                     tell(f"{endpoint.name}: {reading.reason}", reading.state)
@@ -225,7 +229,11 @@ class KubernetesCluster:
                 return RolloutOutcome(
                     "timed_out", f"no verdict within {timeout_seconds:.0f}s ({where})", time.monotonic() - started
                 )
-            stop.wait(min(self.poll_seconds, remaining))
+            # The next read comes when the endpoint object changes (the watch API), or after poll_seconds at most
+            # (a resync that also brings new pod and event lines).
+            kind, _ = self._endpoint_object(endpoint)
+            wait_for_change(self.rest.api_client, kind, endpoint.name, endpoint.namespace, seen_version,
+                            seconds=min(self.poll_seconds, remaining), stop=stop)
 
     def _pods_and_events(self, endpoint: EndpointSettings, since: dt.datetime | None = None) -> list[tuple[str, str]]:
         """(dedup key, line) for each pod state and event of the endpoint (events last seen before ``since`` left out:
@@ -308,6 +316,9 @@ class KubernetesCluster:
 
     def route_status(self, endpoint: EndpointSettings) -> RouteStatus | None:
         return current_route(self.rest, endpoint)
+
+    def next_route_status(self, endpoint: EndpointSettings, seen: RouteStatus, seconds: float) -> RouteStatus | None:
+        return next_route_status(self.rest, endpoint, seen, seconds)
 
     def apply_rules(self, endpoint: EndpointSettings, rule_object: dict[str, Any]) -> bool:
         """Apply the endpoint's ``PrometheusRule`` as :meth:`apply` does (validated against its CRD); changed?"""

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
+import time
 from importlib import resources
 from typing import Any
 
@@ -60,6 +62,7 @@ from bot.adapters.cluster.route_names import (
 )
 from bot.adapters.cluster.route_read import read_route_status
 from bot.adapters.cluster.validate import crd_validator, schema_errors
+from bot.adapters.cluster.watching import WatchUnavailable, versions
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, AdmissionState, RouteStatus
 from bot.route_config import RouteSettings, ServiceBackend
@@ -205,3 +208,20 @@ def current_route(rest: Rest, endpoint: EndpointSettings) -> RouteStatus | None:
     except Exception as exc:
         raise ClusterError(f"reading {ROUTE_KIND}/{endpoint.name} in {endpoint.namespace} failed: {api_error(exc)}") from exc
     return None if obj is None else read_route_status(obj, endpoint)
+
+
+def next_route_status(rest: Rest, endpoint: EndpointSettings, seen: RouteStatus, seconds: float) -> RouteStatus | None:
+    """The route once the cluster's copy differs from ``seen`` (the gateway wrote its verdict), watched with the
+    Kubernetes watch API; after ``seconds`` without a change, the route as it is then."""
+    if endpoint.route is None:
+        return None
+    name = route_settings(endpoint).route_name(endpoint.name)
+    try:
+        for obj in versions(rest.api_client, ROUTE_KIND, name, endpoint.namespace, seconds=seconds,
+                            stop=threading.Event()):
+            status = read_route_status(obj, endpoint)
+            if status != seen:
+                return status
+    except WatchUnavailable:  # no watch permission: the read below, after the time a poll would have waited
+        time.sleep(seconds)
+    return current_route(rest, endpoint)
