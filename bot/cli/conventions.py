@@ -70,6 +70,9 @@ class PlainCommand(TyperCommand):
                 arguments.append((_metavar(param), help_text))
             elif param.param_type_name == "option" and not param.hidden:
                 names = ", ".join(sorted(param.opts, key=len, reverse=True))
+                if param.secondary_opts:  # an on/off pair (--jobs/--no-jobs): both spellings, the default said
+                    names += " / " + ", ".join(param.secondary_opts)
+                    help_text += f" (default: {param.opts[0] if param.default else param.secondary_opts[0]})"
                 if not param.is_flag:
                     names += f" {_metavar(param)}"
                 extra = ""

@@ -67,7 +67,8 @@ def connection_budget(settings: Settings) -> str:
 
 
 def serve(
-    host: str = typer.Option("0.0.0.0", "--host", help="Address to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; a container or host that others "
+                                                          "reach it on says so (--host 0.0.0.0, as deploy/bot does)."),
     port: int = typer.Option(3000, "--port", help="Port of /slack/events (HTTP mode), /healthz, /readyz and /metrics."),
     socket: bool = typer.Option(False, "--socket", help="Socket Mode: connect out to Slack with SLACK_APP_TOKEN."),
     jobs: bool = typer.Option(True, "--jobs/--no-jobs", help="Also run the scheduled jobs (with leader election)."),

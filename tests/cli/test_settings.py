@@ -48,6 +48,12 @@ def test_every_command_has_help() -> None:
         assert "Usage:" in result.output
 
 
+def test_serve_listens_on_localhost_unless_told_and_shows_both_job_switches() -> None:
+    shown = CliRunner().invoke(app, ["serve", "--help"], terminal_width=200).output
+    assert "--jobs / --no-jobs" in shown and "(default: --jobs)" in shown
+    assert "(default: 127.0.0.1)" in shown
+
+
 def test_version(tmp_path: Path) -> None:
     result = _run(tmp_path, "--version")
     assert result.returncode == 0 and result.stdout.startswith("kimi-ops ")

@@ -509,7 +509,8 @@ def test_dockerfile_pins_its_base_by_version_and_digest_and_runs_non_root() -> N
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert users and users[-1].split(":")[0] == "10001"
     assert re.search(r"^ENTRYPOINT \[\"kimi-ops\"\]$", text, re.M)
-    assert re.search(r'^CMD \["serve", "--socket"\]$', text, re.M)
+    # serve binds 127.0.0.1 by default; in a container the probes and Prometheus come from outside it.
+    assert re.search(r'^CMD \["serve", "--socket", "--host", "0.0.0.0"\]$', text, re.M)
     assert not re.search(r"^HEALTHCHECK", text, re.M)
     assert not re.search(r"^ADD\s", text, re.M), "ADD can fetch URLs and unpack archives; COPY is enough"
     deployment = _one("Deployment", "kimi-ops")["spec"]["template"]["spec"]
