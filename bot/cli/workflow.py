@@ -30,6 +30,7 @@ AS_OPTION = typer.Option(None, "--as", metavar="USER", help="Slack user ID to ac
 # The gates' names are spelled out (bot.domain.checks.GATES): importing the domain would slow every --help.
 GATE_ARGUMENT = typer.Argument(..., metavar="GATE", help="artifact | infrastructure | model | traffic")
 DEPLOYMENT_ARGUMENT = typer.Argument(..., metavar="DEPLOYMENT", help="Deployment number.")
+VERBOSE_OPTION = typer.Option(False, "--verbose", "-v", help="After a refusal, also print the gate's report.")
 
 
 def _show(view: DeploymentView) -> None:
@@ -198,9 +199,9 @@ def gate_show(deployment: int = DEPLOYMENT_ARGUMENT, fmt: Format = OUTPUT_OPTION
 
 
 def _decide(deployment: int, named: str, decision: str, user: str | None, reason: str | None,
-            override_reason: str | None = None) -> None:
+            override_reason: str | None = None, *, verbose: bool = False) -> None:
     from bot.services.deployments import decide_gate, get_deployment
-    from bot.services.errors import Invalid, Refused
+    from bot.services.errors import Invalid, Refused, UserError
 
     def body() -> None:
         gate = _gate(named)
@@ -212,10 +213,18 @@ def _decide(deployment: int, named: str, decision: str, user: str | None, reason
         seen = get_deployment(ctx, deployment).pending
         if seen is None or seen.gate != gate:
             raise Refused(f"the {gate} gate of deployment #{deployment} is not waiting for a decision")
-        # The report printed here is the one the decision is bound to.
-        _show(get_deployment(ctx, deployment))
-        decide_gate(ctx, deployment, gate, decision, who, seen_report_hash=seen.report_hash,
-                    seen_release_hash=seen.release_hash, reason=reason, override_reason=override_reason)
+        try:
+            decide_gate(ctx, deployment, gate, decision, who, seen_report_hash=seen.report_hash,
+                        seen_release_hash=seen.release_hash, reason=reason, override_reason=override_reason)
+        except UserError as refusal:
+            # The one line that matters first; the report it was about only when asked for (-v).
+            output.error(str(refusal))
+            if verbose:
+                _show(get_deployment(ctx, deployment))
+            else:
+                output.info(f"(the report: `kimi-ops gate show {deployment}`, or this command again with -v)")
+            raise typer.Exit(refusal.exit_code) from None
+        output.info(f"{decision} the {gate} gate of deployment #{deployment} (report {seen.report_hash[:12]})")
         view = here.engine.advance(deployment)
         _show(view)
         if decision == "approved":
@@ -232,9 +241,10 @@ def gate_approve(
                                         help="Traffic gate: approve although the endpoint "
                                         "admits more than the sweep measured safe; say why (recorded)."),
     user: str = AS_OPTION,
+    verbose: bool = VERBOSE_OPTION,
 ) -> None:
-    """Approve the waiting GATE of DEPLOYMENT (bound to the report shown)."""
-    _decide(deployment, gate, "approved", user, None, override_limits)
+    """Approve the waiting GATE of DEPLOYMENT (bound to its newest report: `gate show` prints it)."""
+    _decide(deployment, gate, "approved", user, None, override_limits, verbose=verbose)
 
 
 @gate_app.command("reject")
@@ -244,9 +254,10 @@ def gate_reject(
     reason: str = typer.Option(..., "--reason", metavar="TEXT", help="Why, in words (not blank); recorded and shown in "
                                "the thread and the history."),
     user: str = AS_OPTION,
+    verbose: bool = VERBOSE_OPTION,
 ) -> None:
     """Reject the waiting GATE of DEPLOYMENT; the deployment ends."""
-    _decide(deployment, gate, "rejected", user, reason)
+    _decide(deployment, gate, "rejected", user, reason, verbose=verbose)
 
 
 @gate_app.command("recheck")

@@ -99,6 +99,10 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
     assert refused.stderr.strip().splitlines() == [
         f"error: you requested deployment #{dep}; someone else must approve its gates on {ENDPOINT}"
     ]
+    # The refusal is the whole answer: the report it was about follows only when asked for (-v).
+    assert "PASS" not in refused.stdout and f"kimi-ops gate show {dep}" in refused.stdout
+    verbose = cli.run("gate", "approve", dep, "artifact", "--as", ADMIN, "-v")
+    assert verbose.returncode == refused.returncode and "PASS  weights.objects" in verbose.stdout
 
     out = cli.ok("gate", "approve", dep, "artifact", "--as", APPROVER_1)
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — infrastructure gate"
