@@ -405,6 +405,7 @@ def sandbox(
             console_with_prometheus(data_dir, lambda overrides: _start(data_dir, pair=pair, overrides=overrides))
             return
         stack, console = _start(data_dir, pair=pair)
+        console.start_jobs()  # as serve runs them: the watches and probes read the stand-ins on their own
         typer.echo(f"People: {DEPLOYER} deploys; {APPROVER_1} and {APPROVER_2} approve. "
                    "Try: /kimi help · /kimi deploy kimi-k3-2026-08-01 · /as U0APPROVER1 · a button's number")
         called = SERVICE if pair else ENDPOINT

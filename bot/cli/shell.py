@@ -7,7 +7,10 @@ local Slack stub; what a person would see (channel messages, thread replies,
 ephemeral answers, updates in place) is rendered from the same Block Kit as
 text. Buttons are numbered: type the number to press one. ``/as U123`` switches
 the acting Slack user, to exercise separation of duties. An uploaded file shows
-as one line, ``[file traffic-sweep.png, 34 KB]``.
+as one line, ``[file traffic-sweep.png, 34 KB]``. Every reply says who sees it
+(only you, or everyone); emoji names show as the emoji and Slack dates as Slack
+words them (``3 minutes ago``). :meth:`Shell.start_jobs` runs the scheduled jobs
+as ``serve`` does, so the watches' readings are real here too.
 
 :class:`Shell` is the testable core (feed lines, collect output); the command
 only adds a prompt loop.
@@ -15,6 +18,7 @@ only adds a prompt loop.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import secrets
 from collections.abc import Callable
@@ -27,39 +31,64 @@ from bot.views.actions import COMMAND_FORM, REJECT
 
 if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts (the CLI starts faster)
     from bot.sandbox.slack_stub import Message
+    from bot.scheduler import JobRunner
     from bot.services.context import Context
     from bot.slack.app import KimiApp
 
-EMOJI = {
-    ":white_check_mark:": "[ok]", ":warning:": "[warn]", ":x:": "[FAIL]", ":exclamation:": "[ERROR]",
-    ":no_entry:": "[rejected]", ":large_green_circle:": "(live)", ":red_circle:": "(failed)",
-    ":hourglass_flowing_sand:": "(…)", ":arrows_counterclockwise:": "~", ":black_circle:": "(ended)",
-    ":white_circle:": "(superseded)",
-}
+# Slack's own names for the coloured circles (its emoji set, iamcal's emoji-data); the emoji package knows the rest.
+SLACK_ONLY_EMOJI = {":large_green_circle:": "🟢", ":large_orange_circle:": "🟠", ":large_yellow_circle:": "🟡",
+                    ":large_blue_circle:": "🔵", ":large_purple_circle:": "🟣", ":large_brown_circle:": "🟤"}
+SLACK_DATE = re.compile(r"<!date\^(\d+)\^([^|>]*)(?:\|([^>]*))?>")
 HELP = ("Type /kimi COMMAND (e.g. /kimi help), a number to press that button, "
         "/as USER_ID to act as someone else, /quit to leave.")
 
 
-def mrkdwn_to_text(text: str) -> str:
-    for code, word in EMOJI.items():
-        text = text.replace(code, word)
+def ago(seconds: float) -> str:
+    """How Slack's ``{ago}`` reads: ``12 seconds ago``, ``3 minutes ago``, ``2 hours ago``."""
+    whole = max(0, int(seconds))
+    for size, unit in ((86_400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
+        if whole >= size or size == 1:
+            count = whole // size
+            return f"{count} {unit}{'' if count == 1 else 's'} ago"
+    return "just now"
+
+
+def mrkdwn_to_text(text: str, now: dt.datetime | None = None) -> str:
+    """Slack's markup as a person sees it: emoji names as emoji, people and groups by name, dates in words."""
+    import emoji
+
+    for code, shown in SLACK_ONLY_EMOJI.items():
+        text = text.replace(code, shown)
+    text = emoji.emojize(text, language="alias")
+
+    def date(found: re.Match[str]) -> str:
+        at, token, fallback = int(found[1]), found[2], found[3] or ""
+        if now is None or "{ago}" not in token:
+            return fallback
+        return token.replace("{ago}", ago(now.timestamp() - at))
+
+    text = SLACK_DATE.sub(date, text)
     text = re.sub(r"<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>", r"@\1", text)  # a user group, as Slack names it
     return re.sub(r"<@([A-Z0-9]+)>", r"@\1", text)
 
 
-def render_blocks(blocks: list[dict[str, Any]], fallback: str, number: Callable[[dict[str, Any]], int]) -> list[str]:
-    """Block Kit as console lines; buttons get the numbers ``number`` assigns."""
+def render_blocks(blocks: list[dict[str, Any]], fallback: str, number: Callable[[dict[str, Any]], int],
+                  now: dt.datetime | None = None) -> list[str]:
+    """Block Kit as console lines; buttons get the numbers ``number`` assigns; ``now`` reads Slack dates."""
+    def text_of(mrkdwn: str) -> str:
+        return mrkdwn_to_text(mrkdwn, now)
+
     if not blocks:
-        return [mrkdwn_to_text(fallback)]
+        return [text_of(fallback)]
     lines: list[str] = []
     for block in blocks:
         kind = block.get("type")
         if kind == "header":
             lines.append(f"== {block['text']['text']} ==")
         elif kind == "section":
-            lines.extend(mrkdwn_to_text(block["text"]["text"]).split("\n"))
+            lines.extend(text_of(block["text"]["text"]).split("\n"))
         elif kind == "context":
-            lines.append("  (" + " ".join(mrkdwn_to_text(e.get("text", "")) for e in block.get("elements", [])) + ")")
+            lines.append("  (" + " ".join(text_of(e.get("text", "")) for e in block.get("elements", [])) + ")")
         elif kind == "divider":
             lines.append("-" * 40)
         elif kind == "actions":
@@ -99,8 +128,19 @@ class Shell:
         self._shown: dict[tuple[str, str], int] = {}
         self._awaiting_reason: dict[str, Any] | None = None
         self._views_seen = 0
+        self.jobs: JobRunner | None = None
+
+    def start_jobs(self) -> None:
+        """Run the scheduled jobs here as ``serve`` does (reservation watch, readiness probe, metrics watch, …), on
+        this console's clock: what ``/kimi slo``, ``/kimi reservations`` and ``status`` read is then real here too."""
+        from bot.scheduler import JobRunner
+
+        self.jobs = JobRunner(self.app.root)
+        self.jobs.start()
 
     def close(self) -> None:
+        if self.jobs is not None:
+            self.jobs.stop()
         self.app.close()
         self.stub.stop()
 
@@ -162,6 +202,7 @@ class Shell:
         elif response.body:
             out += _ack_lines(response.body)
         self.app.wait_idle()
+        self.app.deliver()  # what the scheduled jobs wrote meanwhile (alerts, readings) shows with this answer
         return out + self.new_output()
 
     # ------------------------------------------------------------------ output
@@ -180,6 +221,7 @@ class Shell:
     def new_output(self) -> list[str]:
         """Messages this user can see that are new or changed since last time."""
         out: list[str] = []
+        now = self.ctx.clock.now()
         for m in list(self.stub.messages):
             key = (m.channel, m.ts)
             if self._shown.get(key) == m.updated:
@@ -189,22 +231,23 @@ class Shell:
             first = key not in self._shown
             shown = self._shown.get(key, m.updated)
             self._shown[key] = m.updated
+            # Every reply says who sees it, as Slack shows it: only you, or everyone in the channel or thread.
             if m.ephemeral_to is not None:
                 where = "only you see"
             elif m.thread_ts:
-                where = f"thread {m.thread_ts}"
+                where = f"thread {m.thread_ts} · everyone sees"
             else:
-                where = f"#{m.channel} {m.ts}"
+                where = f"#{m.channel} {m.ts} · everyone sees"
             if not first:
                 # Edits made since this console last looked (a progress message moves on several steps between two
                 # commands): each as it read, so the console tells the story a person watching Slack would have seen.
                 for edit in self._edits_between(key, shown, m.updated):
                     out.append(f"[{where}] (updated)")
                     out += ["  " + line for line in render_blocks(edit.get("blocks") or [], str(edit.get("text") or ""),
-                                                                    lambda _element: 0)]
+                                                                    lambda _element: 0, now)]
             out.append(f"[{where}]" + ("" if first else " (updated)"))
             if m.blocks or m.text or not m.files:
-                out += ["  " + line for line in render_blocks(m.blocks, m.text, self._number(m))]
+                out += ["  " + line for line in render_blocks(m.blocks, m.text, self._number(m), now)]
             out += ["  " + file_line(f) for f in m.files]
         return out
 
@@ -217,7 +260,7 @@ def _ack_lines(body: str) -> list[str]:
     except ValueError:
         return [body]
     if data.get("text"):
-        return ["[only you see]", "  " + mrkdwn_to_text(data["text"])]
+        return ["[only you see]", "  " + mrkdwn_to_text(data["text"], dt.datetime.now(dt.UTC))]
     if data.get("response_action") == "errors":
         return ["  " + "; ".join(data.get("errors", {}).values())]
     return []

@@ -36,9 +36,9 @@ def test_deploy_shows_the_thread_and_numbered_buttons(console) -> None:
     text = "\n".join(out)
     assert "Deployment #1 of *rel-a* to *kimi-prod* requested" in text
     assert "== Artifact gate · deployment #1 ==" in text
-    assert "[ok] *image.pinned* (pass)" not in text and "[ok] 1 check passed" in text
+    assert "✅ *image.pinned* (pass)" not in text and "✅ 1 check passed" in text
     assert number_of(out, "Approve") and number_of(out, "Reject")
-    assert "[ok] *image.pinned* (pass): pinned" in "\n".join(console.handle(number_of(out, r"Show every check")))
+    assert "✅ *image.pinned* (pass): pinned" in "\n".join(console.handle(number_of(out, r"Show every check")))
 
 
 def test_separation_of_duties_by_switching_user_and_pressing_numbers(console) -> None:
@@ -86,3 +86,48 @@ def test_a_command_form_is_answered_on_one_line_in_the_shell(console) -> None:
     assert out[-1] == "Last day it holds (YYYY-MM-DD), then the reason, on one line:"
     answer = "\n".join(console.handle("2026-12-31 ECR scanning is down in the region"))
     assert "*SEC-9* (unscanned-image) recorded for endpoint *kimi-prod* until 2026-12-31" in answer
+
+
+def test_every_reply_says_who_sees_it_and_slack_markup_reads_as_slack_shows_it(console) -> None:
+    from bot.adapters.slack.blocks import EMOJI
+    from bot.cli.shell import mrkdwn_to_text
+
+    out = console.handle("/kimi deploy rel-a")
+    labels = [line for line in out if line.startswith("[")]
+    assert labels and all(line.endswith(("only you see]", "everyone sees]", "everyone sees] (updated)"))
+                          for line in labels), labels
+    assert not re.search(r":[a-z_]+:", "\n".join(out))  # no emoji name printed raw
+    for name in EMOJI.values():  # every icon the bot sends shows as the emoji Slack shows
+        assert not re.search(r":[a-z_]+:", mrkdwn_to_text(name)), name
+    now = console.ctx.clock.now()
+    said = mrkdwn_to_text(f"began <!date^{int(now.timestamp()) - 180}^{{ago}}|09:00 UTC>", now)
+    assert said == "began 3 minutes ago"
+
+
+def test_the_console_runs_the_scheduled_jobs_as_serve_does(console) -> None:
+    from bot.services.deployments import decide_gate, request_deploy
+    from tests.workflow_support import ADMIN, APPROVER_1, REQUESTER
+    from tests.world_support import wait_until
+
+    engine, ctx = console.app.root.engine, console.ctx
+    view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
+    while view.pending is not None:  # live, so the metrics watch has an endpoint to read
+        decide_gate(ctx, view.id, view.pending.gate, "approved", APPROVER_1 if view.pending.gate != "infrastructure"
+                    else ADMIN, seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
+        view = engine.advance(view.id)
+    assert view.state == "live"
+    before = "\n".join(console.handle("/kimi reservations"))
+    assert "None seen yet" in before
+    assert "no reading of this endpoint yet" in "\n".join(console.handle("/kimi slo"))
+    console.start_jobs()
+
+    def ran() -> set[str]:
+        with console.ctx.uow() as uow:
+            return {a.subject for a in uow.audit.list(limit=200) if a.action == "job.run"}
+
+    wait_until("the reservation watch and the metrics watch", lambda: {"job:reservation-watch", "job:metrics-watch"} <= ran(),
+               timeout=60)
+    after = "\n".join(console.handle("/kimi reservations"))
+    assert "None seen yet" not in after, after
+    slo = "\n".join(console.handle("/kimi slo"))
+    assert "no reading of this endpoint yet" not in slo, slo

@@ -283,7 +283,7 @@ def test_the_shell_shows_an_uploaded_file_as_one_line(make_ctx) -> None:
         console.new_output()
         client.files_upload_v2(channel="C0SHELL", thread_ts=posted["ts"], file=b"\x89PNG" + b"\0" * 35_000,
                                filename="traffic-sweep.png", title="sweep")
-        assert console.new_output() == [f"[thread {posted['ts']}]", "  [file traffic-sweep.png, 34 KB]"]
+        assert console.new_output() == [f"[thread {posted['ts']} · everyone sees]", "  [file traffic-sweep.png, 34 KB]"]
     finally:
         console.close()
 

@@ -77,8 +77,8 @@ def test_the_pair_demo_ramps_the_idle_side_and_rolls_back_in_one_click(
     assert pair_demo_run.returncode == 0, pair_demo_run.stdout[-3000:] + pair_demo_run.stderr[-3000:]
     out = pair_demo_run.stdout
     assert "Traceback" not in out + pair_demo_run.stderr
-    assert "(live) Deployment #1: deploy of *kimi-k3-2026-08-01* to *kimi-blue* — live" in out
-    assert "(live) Deployment #2: deploy of *kimi-k3-2026-09-01* to *kimi-green* — live" in out
+    assert "🟢 Deployment #1: deploy of *kimi-k3-2026-08-01* to *kimi-blue* — live" in out
+    assert "🟢 Deployment #2: deploy of *kimi-k3-2026-09-01* to *kimi-green* — live" in out
     # The candidate's gates ran on the idle side with every user on the other (the demo stops otherwise).
     during = re.search(r"\(gateway\) users while kimi-green was applied and its gates ran: (.*)", out)
     assert during is not None and "→ kimi-blue" in during[1] and "kimi-green" not in during[1]
@@ -164,7 +164,7 @@ def test_demo_shows_real_gate_measurements_and_probe_history(demo_run: subproces
     out = demo_run.stdout
     assert "9/9 cases passed" in out and "vs production kimi-k3-2026-08-01" in out  # the model gate, measured
     assert "knee at " in out and "proposing " in out  # the traffic gate's sweep found the stand-in's limit
-    assert "*recent probes:* [ok]" in out  # /kimi status after the scheduled readiness probes
+    assert "*recent probes:* ✅" in out  # /kimi status after the scheduled readiness probes
     accepted = re.search(r"You accepted maxConcurrentRequests (\d+), maxQueueSize (\d+)", out)
     assert accepted  # the approver took the measured limits…
     # …which /kimi status shows as the limits the cluster runs
