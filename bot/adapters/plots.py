@@ -9,7 +9,7 @@ and every ``kimi-ops`` command would otherwise pay for it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,33 @@ def _save(fig: Any, path: Path) -> dict[str, Any]:
 # One colour per series in every panel (a prefix mode is the same colour in the latency and the rejection panel);
 # the metric is told by the marker and the line. Sizes are read at Slack's preview width (about 360 px).
 MODE_COLOURS = {"shared": "#1f77b4", "unique": "#ff7f0e"}
-RELEASE_COLOURS = {"this release": "#1f77b4", "production": "#7f7f7f"}
+RELEASE_COLOURS = ("#1f77b4", "#7f7f7f")  # this release, then the one it replaces
+KNEE, LIMIT, OBJECTIVE = "#d62728", "#2ca02c", "#9467bd"
 FONT = 11
-LABEL_BOX = {"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 1}
+# Figures are laid out by fixed margins, not tight_layout (which measures every text: the costliest step of a plot).
+MARGINS = {"left": 0.11, "right": 0.97, "top": 0.86, "bottom": 0.14}
+
+
+def _plain_numbers(axis: Any) -> None:
+    """``200``, not ``2×10²``: a log axis labelled with the numbers a reader compares with an objective."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _utc_times(ax: Any, times: Sequence[Any]) -> None:
+    """A time axis that says UTC and spans the readings it shows (one reading: a few minutes around it)."""
+    import datetime as dt
+
+    from matplotlib.dates import DateFormatter
+
+    ax.xaxis.set_major_formatter(DateFormatter("%H:%M", tz=dt.UTC))  # type: ignore[no-untyped-call]  # untyped in matplotlib
+    ax.set_xlabel("time (UTC)")
+    if times:
+        first, last = min(times), max(times)
+        pad = max((last - first) * 0.03, dt.timedelta(minutes=2))
+        ax.set_xlim(first - pad, last + pad)
 
 
 def _style(plt: Any) -> None:
@@ -47,22 +71,26 @@ def _style(plt: Any) -> None:
 
 def plot_sweep(
     levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str,
-    knee_reasons: Sequence[str] = (),
+    knee_reasons: Sequence[str] = (), objectives: Mapping[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """The sweep's figure (:func:`sweep_figure`) as a PNG at ``path``."""
-    return _save(sweep_figure(levels, knee, proposal, title, knee_reasons), path)
+    return _save(sweep_figure(levels, knee, proposal, title, knee_reasons, objectives), path)
 
 
 def sweep_figure(
     levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, title: str, knee_reasons: Sequence[str] = (),
+    objectives: Mapping[str, float | None] | None = None,
 ) -> Any:
-    """Latency (TTFT p99, completion p99) and 429/error rate against concurrency, per prefix mode, knee and limit marked.
+    """Latency (TTFT p99, completion p99) and 429/error rate against concurrency, per prefix mode, with the objectives.
 
-    Every measured level is a labelled tick (the bisection's 10 and 12 as much as 1, 2, 4, 8, 16).
+    Every measured level is a labelled tick with its sample count (``8`` over ``n=40``); latency reads in plain
+    milliseconds on a log axis; the objectives are dashed lines; the knee and the proposed limit are vertical
+    lines named in the legend, so no label sits on the data.
     """
     plt = _pyplot()
     _style(plt)
-    fig, (lat, err) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    fig, (lat, err) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
+    fig.subplots_adjust(**{**MARGINS, "bottom": 0.12, "top": 0.88, "hspace": 0.08})
     for mode, colour in MODE_COLOURS.items():
         rows = sorted((lv for lv in levels if lv.get("prefix") == mode), key=lambda lv: lv["concurrency"])
         if not rows:
@@ -75,24 +103,20 @@ def sweep_figure(
                  label=f"429/503, {mode} prefixes")
         err.plot(xs, [100 * (lv.get("error_rate") or 0) for lv in rows], ":", color=colour, marker="x",
                  label=f"errors, {mode} prefixes")
+    wanted = dict(objectives or {})
+    for key, axis, scale, words, unit in (("ttft_p99_ms", lat, 1, "TTFT p99", " ms"),
+                                          ("completion_p99_ms", lat, 1, "completion p99", " ms"),
+                                          ("reject_rate", err, 100, "429/503", "%"), ("error_rate", err, 100, "errors", "%")):
+        value = wanted.get(key)
+        if value is not None:
+            axis.axhline(value * scale, color=OBJECTIVE, linestyle=(0, (6, 3)), linewidth=1.2,
+                         alpha=0.9 if unit == " ms" else 0.6, label=f"{words} objective {value * scale:g}{unit}")
     for ax in (lat, err):
         if knee is not None:
-            ax.axvline(knee, color="#d62728", linestyle=":", linewidth=2)
+            ax.axvline(knee, color=KNEE, linestyle=":", linewidth=2, label=f"knee {knee}" if ax is lat else None)
         if proposal is not None:
-            ax.axvline(proposal, color="#2ca02c", linestyle="-.", linewidth=2)
+            ax.axvline(proposal, color=LIMIT, linestyle="-.", linewidth=2, label=f"limit {proposal}" if ax is lat else None)
         ax.grid(True, alpha=0.3)
-    # The two vertical lines say what they are on the plot itself (along the line, so no label leaves the axes),
-    # and why the knee is where it is under the title.
-    from matplotlib.transforms import blended_transform_factory
-
-    for ax in (lat, err):
-        at_top = blended_transform_factory(ax.transData, ax.transAxes)
-        if knee is not None:
-            ax.text(knee, 0.97, f" knee {knee}", rotation=90, va="top", ha="right", color="#d62728", transform=at_top,
-                    fontsize=FONT - 1, bbox=LABEL_BOX)
-        if proposal is not None:
-            ax.text(proposal, 0.97, f" limit {proposal}", rotation=90, va="top", ha="right", color="#2ca02c",
-                    transform=at_top, fontsize=FONT - 1, bbox=LABEL_BOX)
     said = []
     if knee is not None:
         said.append(f"knee at {knee}" + (f" ({knee_reasons[0]})" if knee_reasons else ""))
@@ -101,122 +125,170 @@ def sweep_figure(
     if said:
         title = f"{title}\n{' · '.join(said)}"
     lat.set_yscale("log")  # TTFT and completion latency differ tenfold: both stay readable
-    lat.legend(loc="best", fontsize=FONT - 3, framealpha=0.85)
-    err.legend(loc="best", fontsize=FONT - 3, framealpha=0.85)
-    lat.set_ylabel("ms")
+    _plain_numbers(lat.yaxis)
+    lat.legend(loc="upper left", fontsize=FONT - 4, framealpha=0.85, ncol=2)
+    err.legend(loc="upper left", fontsize=FONT - 4, framealpha=0.85, ncol=2)
+    lat.set_ylabel("latency ms (log)")
     err.set_ylabel("% of requests")
-    err.set_xlabel("concurrent requests")
+    err.set_xlabel("concurrent requests (n = requests measured at that level)")
     err.set_xscale("log", base=2)
     measured = sorted({int(lv["concurrency"]) for lv in levels})
-    err.set_xticks(measured, [str(x) for x in measured])
+    counts = {c: sum(int(lv.get("requests") or 0) for lv in levels if int(lv["concurrency"]) == c) for c in measured}
+    err.set_xticks(measured, [f"{c}\nn={counts[c]}" for c in measured])
     err.minorticks_off()
     lat.set_title(title)
-    fig.tight_layout()
     return fig
 
 
 def plot_evaluation(
     kinds: Sequence[str], current: Sequence[tuple[int, int]], production: Sequence[tuple[int, int]] | None, path: Path,
-    title: str, latency: dict[str, tuple[float | None, float | None]] | None = None,
+    title: str, latency: dict[str, tuple[float | None, float | None]] | None = None, *,
+    replaced: str | None = None, tolerance: float | None = None,
 ) -> dict[str, Any]:
     """The evaluation's figure (:func:`evaluation_figure`) as a PNG at ``path``."""
-    return _save(evaluation_figure(kinds, current, production, title, latency), path)
+    return _save(evaluation_figure(kinds, current, production, title, latency, replaced=replaced, tolerance=tolerance),
+                 path)
 
 
 def evaluation_figure(
     kinds: Sequence[str], current: Sequence[tuple[int, int]], production: Sequence[tuple[int, int]] | None, title: str,
-    latency: dict[str, tuple[float | None, float | None]] | None = None,
+    latency: dict[str, tuple[float | None, float | None]] | None = None, *,
+    replaced: str | None = None, tolerance: float | None = None,
 ) -> Any:
-    """Pass rate per kind with its counts (passed/total on each bar), this release beside production, and latency.
+    """Pass rate per kind with its counts, this release beside the one it replaces, and latency side by side.
 
-    ``current`` and ``production`` hold (passed, total) per kind; ``latency`` maps "this release" / "production" to
-    (p50, p95) in ms, drawn in a panel of its own beside the pass rates.
+    ``current`` and ``production`` hold (passed, total) per kind; ``replaced`` names the release compared with (the
+    live one a deploy replaces, or the one a rollback rolls away from); ``tolerance`` (the allowed fall of a kind's
+    pass rate) draws the lowest rate that passes under each kind; ``latency`` maps "this release" / "production"
+    to (p50, p95) in ms, drawn as separate bars (p95 is not stacked on p50: neither reads as a sum).
     """
     plt = _pyplot()
     _style(plt)
+    other = f"replaced: {replaced}" if replaced else "the release it replaces"
+    named = {"this release": "this release", "production": other}
     series = [("this release", current), *([("production", production)] if production is not None else [])]
-    fig, (rates, lat) = plt.subplots(1, 2, figsize=(9, 4.2), gridspec_kw={"width_ratios": [3, 1.2]})
+    fig, (rates, lat) = plt.subplots(1, 2, figsize=(9.5, 4.4), gridspec_kw={"width_ratios": [3, 1.4]})
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.86, bottom=0.22, wspace=0.3)
     xs = list(range(len(kinds)))
     width = 0.8 / len(series)
     for i, (name, counts) in enumerate(series):
         offset = (i - (len(series) - 1) / 2) * width
         values = [100 * p / t if t else 0.0 for p, t in counts]
-        bars = rates.bar([x + offset for x in xs], values, width, label=name, color=RELEASE_COLOURS[name])
+        bars = rates.bar([x + offset for x in xs], values, width, label=named[name], color=RELEASE_COLOURS[i])
         rates.bar_label(bars, labels=[f"{p}/{t}" for p, t in counts], fontsize=FONT - 3, padding=2)
+    if production is not None and tolerance is not None:
+        floors = [(x, 100 * (p / t - tolerance)) for x, (p, t) in zip(xs, production, strict=True) if t]
+        for n, (x, floor) in enumerate(floors):
+            rates.hlines(max(floor, 0), x - 0.45, x + 0.45, colors=KNEE, linestyles="--", linewidth=1.5,
+                         label=f"lowest passing rate (replaced − {100 * tolerance:g} pts)" if n == 0 else None)
     rates.set_xticks(xs, list(kinds), rotation=20, ha="right")
     rates.set_ylim(0, 125)  # room above 100 % for the counts and the legend, which then hides no bar
     rates.set_yticks([0, 25, 50, 75, 100])
     rates.set_ylabel("pass rate %")
-    rates.legend(loc="upper center", ncol=len(series), frameon=False)
+    rates.legend(loc="upper center", ncol=3, frameon=False, fontsize=FONT - 3)
     rates.set_title(title)
     names = [n for n, _ in series]
+    width = 0.8 / len(names)
     for i, name in enumerate(names):
         p50, p95 = (latency or {}).get(name, (None, None))
-        colour = RELEASE_COLOURS[name]
-        if p95 is not None:
-            lat.bar(i, p95, 0.6, color=colour, alpha=0.35)
-            lat.annotate(f"p95 {p95:.0f}", (i, p95), xytext=(0, 2), textcoords="offset points", ha="center",
-                         fontsize=FONT - 3)
-        if p50 is not None:
-            lat.bar(i, p50, 0.6, color=colour)
-            lat.annotate(f"p50 {p50:.0f}", (i, p50), xytext=(0, -12), textcoords="offset points", ha="center",
-                         fontsize=FONT - 3, color="white")
-    lat.set_xticks(range(len(names)), names, rotation=20, ha="right")
+        spots = [(q, v) for q, v in ((0, p50), (1, p95)) if v is not None]
+        bars = lat.bar([q + (i - (len(names) - 1) / 2) * width for q, _ in spots], [v for _, v in spots], width,
+                       color=RELEASE_COLOURS[i], label=named[name])
+        lat.bar_label(bars, labels=[f"{v:.0f}" for _, v in spots], fontsize=FONT - 3, padding=2)
+    lat.set_xticks([0, 1], ["p50", "p95"])
     lat.set_ylabel("latency ms")
     lat.set_title("latency")
     top = max([v for pair in (latency or {}).values() for v in pair if v is not None] or [1.0])
-    lat.set_ylim(0, top * 1.2)
-    fig.tight_layout()
+    lat.set_ylim(0, top * 1.25)
     return fig
 
 
 def plot_slo(rows: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str, Any]:
+    """The figure of :func:`slo_figure` as a PNG at ``path``."""
+    return _save(slo_figure(rows, title), path)
+
+
+def slo_figure(rows: Sequence[dict[str, Any]], title: str) -> Any:
     """The last hours of one endpoint: each objective's bad share per reading beside its budget, KV cache and queue.
 
     ``rows`` are readings oldest first: ``at`` (datetime), ``bad`` (objective → bad share or None), ``budget``
-    (objective → allowed share), ``kv`` and ``waiting``.
+    (objective → allowed share), ``kv`` and ``waiting``. The time axis spans the readings (in UTC); a series with
+    no value is left out, and a panel with none says so instead of drawing empty axes.
     """
     plt = _pyplot()
     fig, (burn, load) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    fig.subplots_adjust(left=0.12, right=0.97, top=0.9, bottom=0.12, hspace=0.1)
     times = [r["at"] for r in rows]
     names = sorted({n for r in rows for n in r.get("bad", {})})
+    drawn = 0
     for name in names:
         budget = next((r["budget"][name] for r in rows if name in r.get("budget", {})), None)
         values = [(r["bad"].get(name) / budget) if budget and r["bad"].get(name) is not None else None for r in rows]
-        burn.plot(times, values, marker=".", label=name)
+        if any(v is not None for v in values):
+            burn.plot(times, values, marker=".", label=name)
+            drawn += 1
     burn.axhline(1, color="grey", linestyle=":", label="burning exactly the budget")
     burn.set_ylabel("burn rate (× budget)")
+    if not drawn:
+        burn.text(0.5, 0.5, "no traffic measured against the objectives yet", ha="center", va="center",
+                  transform=burn.transAxes, color="grey")
     burn.legend(fontsize=7, ncol=3)
-    load.plot(times, [100 * r["kv"] if r.get("kv") is not None else None for r in rows], label="KV cache %")
-    load.plot(times, [r.get("waiting") for r in rows], label="requests waiting")
-    load.legend(fontsize=7)
+    for label, values in (("KV cache %", [100 * r["kv"] if r.get("kv") is not None else None for r in rows]),
+                          ("requests waiting", [r.get("waiting") for r in rows])):
+        if any(v is not None for v in values):
+            load.plot(times, values, marker=".", label=label)
+    if load.get_lines():
+        load.legend(fontsize=7)
+    else:
+        load.text(0.5, 0.5, "no load readings yet", ha="center", va="center", transform=load.transAxes, color="grey")
     for ax in (burn, load):
         ax.grid(True, alpha=0.3)
+    _utc_times(load, times)
     fig.suptitle(title, fontsize=10)
-    fig.autofmt_xdate()
-    return _save(fig, path)
+    return fig
 
 
 def plot_ramp(points: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str, Any]:
-    """A ramp as it went: each backend's share of the weight per step, and each side's first-token p99 per soak.
+    """The figure of :func:`ramp_figure` as a PNG at ``path``."""
+    return _save(ramp_figure(points, title), path)
 
-    ``points`` are the ramp's messages oldest first: ``at`` (datetime) and ``sides`` (``name``, ``weight``, and from
-    the last soak ``ttft_p99_ms``).
+
+def ramp_figure(points: Sequence[dict[str, Any]], title: str) -> Any:
+    """A ramp as it went: each backend's share of the weight per step (the internal cohort's step marked), and each
+    side's first-token p99 per soak on an axis from zero.
+
+    ``points`` are the ramp's messages oldest first: ``at`` (datetime), ``step`` (``internal``, ``10%``…) and
+    ``sides`` (``name``, ``weight``, ``cohort``, and from the last soak ``ttft_p99_ms``). A side with no latency
+    reading (the fallback, which kimi-ops does not measure) has no latency line.
     """
     plt = _pyplot()
-    fig, (weights, latency) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    fig, (weights, latency) = plt.subplots(2, 1, figsize=(7, 5.2), sharex=True)
+    fig.subplots_adjust(left=0.12, right=0.97, top=0.9, bottom=0.12, hspace=0.12)
     times = [p["at"] for p in points]
     names = list(dict.fromkeys(s["name"] for p in points for s in p["sides"]))
+    highest = 0.0
     for name in names:
         sides: list[dict[str, Any]] = [next((s for s in p["sides"] if s["name"] == name), {}) for p in points]
         weights.step(times, [s.get("weight") for s in sides], where="post", marker="o", label=name)
-        latency.plot(times, [s.get("ttft_p99_ms") for s in sides], marker=".", label=f"{name} TTFT p99")
+        ttft = [s.get("ttft_p99_ms") for s in sides]
+        if any(v is not None for v in ttft):
+            latency.plot(times, ttft, marker=".", label=f"{name} TTFT p99")
+            highest = max([highest, *(v for v in ttft if v is not None)])
+    for at, point in zip(times, points, strict=True):
+        step = str(point.get("step") or "")
+        cohort = any(s.get("cohort") and not s.get("weight") for s in point["sides"])
+        if step:
+            weights.annotate(step + (" (internal cohort)" if cohort and "internal" not in step else ""), (at, 100),
+                             xytext=(2, -12), textcoords="offset points", fontsize=7, rotation=0)
     weights.set_ylabel("% of the weight")
-    weights.set_ylim(-5, 105)
-    latency.set_ylabel("ms")
+    weights.set_ylim(-5, 110)
+    weights.legend(fontsize=7, loc="center left")
+    latency.set_ylabel("TTFT p99 ms")
+    latency.set_ylim(0, highest * 1.25 if highest else 1)
+    if latency.get_lines():
+        latency.legend(fontsize=7)
     for ax in (weights, latency):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+    _utc_times(latency, times)
     fig.suptitle(title, fontsize=10)
-    fig.autofmt_xdate()
-    return _save(fig, path)
+    return fig

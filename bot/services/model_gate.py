@@ -106,7 +106,7 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
             "production": {"release": production_release, "summary": production.as_dict()} if production else None,
         }
     }
-    plot = _plot(ctx, endpoint, release_name, summary, production)
+    plot = _plot(ctx, endpoint, release_name, summary, production, production_release, eval_set.tolerances.pass_rate_drop)
     if plot is not None:
         attachments["plot"] = plot
     failed = sum(1 for r in results if not r.passed)
@@ -134,6 +134,7 @@ def with_release_report(ctx: Context, report: GateReport, uri: str | None) -> Ga
 
 def _plot(
     ctx: Context, endpoint: EndpointSettings, release: str, summary: Summary, production: Summary | None,
+    replaced: str | None = None, tolerance: float | None = None,
 ) -> dict[str, Any] | None:
     kinds = sorted(summary.kinds)
     path = ctx.settings.data_dir / "reports" / f"model-{endpoint.name}-{release}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
@@ -148,7 +149,7 @@ def _plot(
             if production else None,
             path,
             f"Model gate · {release} on {endpoint.name}",
-            latency=latency,
+            latency=latency, replaced=replaced, tolerance=tolerance,
         )
     except OSError as exc:  # a plot is a convenience: the report stands without it
         log.warning("model gate plot not written to %s: %s", path, exc)

@@ -94,7 +94,7 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | No
         },
         "current_limits": current.model_dump(mode="json"),
     }
-    plot = _plot(ctx, endpoint, outcome, proposal, release)
+    plot = _plot(ctx, endpoint, outcome, proposal, release, objectives)
     if plot is not None:
         attachments["plot"] = plot
     summary = proposal.reason
@@ -160,13 +160,14 @@ def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -
 
 
 def _plot(ctx: Context, endpoint: EndpointSettings, outcome: SweepOutcome, proposal: Proposal,
-          release: str | None) -> dict[str, Any] | None:
+          release: str | None, objectives: Objectives | None = None) -> dict[str, Any] | None:
     named = f"-{release}" if release else ""
     path = ctx.settings.data_dir / "reports" / f"traffic-{endpoint.name}{named}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
     on = f"{release} on {endpoint.name}" if release else endpoint.name
     try:
         return plot_sweep([lv.as_dict() for lv in outcome.levels], proposal.knee, proposal.max_concurrent_requests, path,
-                          f"Traffic gate · {on}: latency and rejections", knee_reasons=proposal.knee_reasons)
+                          f"Traffic gate · {on}: latency and rejections", knee_reasons=proposal.knee_reasons,
+                          objectives=objectives.model_dump() if objectives is not None else None)
     except OSError as exc:  # a plot is a convenience: the report stands without it
         log.warning("traffic gate plot not written to %s: %s", path, exc)
         return None

@@ -127,11 +127,12 @@ def _ramp_plot(runner: Runner, snap: Snapshot) -> None:
     """The PNG of the ramp from its stored split messages (a resumed ramp's earlier steps included); best effort."""
     try:
         with runner.ctx.uow() as uow:
-            points = [{"at": row.at, "sides": list(event.sides)} for row in uow.events.for_deployment(snap.id)
+            points = [{"at": row.at, "step": event.step, "sides": list(event.sides)}
+                      for row in uow.events.for_deployment(snap.id)
                       if row.kind == RampSplit.KIND and isinstance(event := event_of(row), RampSplit)]
         if len(points) < 2:
             return
-        title = f"Ramp of {snap.endpoint.name} · deployment #{snap.id}"
+        title = f"Ramp of {snap.subject.release.name} on {snap.endpoint.name} · deployment #{snap.id}"
         path = runner.ctx.settings.data_dir / "reports" / f"ramp-{snap.endpoint.name}-{snap.id}.png"
         plot = plot_ramp(points, path, title)
         with runner.ctx.uow() as uow:
