@@ -35,41 +35,15 @@ if TYPE_CHECKING:  # the Slack app and the stub load only when a console starts 
     from bot.services.context import Context
     from bot.slack.app import KimiApp
 
-# Slack's own names for the coloured circles (its emoji set, iamcal's emoji-data); the emoji package knows the rest.
-SLACK_ONLY_EMOJI = {":large_green_circle:": "🟢", ":large_orange_circle:": "🟠", ":large_yellow_circle:": "🟡",
-                    ":large_blue_circle:": "🔵", ":large_purple_circle:": "🟣", ":large_brown_circle:": "🟤"}
-SLACK_DATE = re.compile(r"<!date\^(\d+)\^([^|>]*)(?:\|([^>]*))?>")
 HELP = ("Type /kimi COMMAND (e.g. /kimi help), a number to press that button, "
         "/as USER_ID to act as someone else, /quit to leave.")
 
 
-def ago(seconds: float) -> str:
-    """How Slack's ``{ago}`` reads: ``12 seconds ago``, ``3 minutes ago``, ``2 hours ago``."""
-    whole = max(0, int(seconds))
-    for size, unit in ((86_400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
-        if whole >= size or size == 1:
-            count = whole // size
-            return f"{count} {unit}{'' if count == 1 else 's'} ago"
-    return "just now"
-
-
 def mrkdwn_to_text(text: str, now: dt.datetime | None = None) -> str:
-    """Slack's markup as a person sees it: emoji names as emoji, people and groups by name, dates in words."""
-    import emoji
+    """Slack's markup as a person sees it in Slack (:mod:`bot.sandbox.slack_text`): emoji, names, dates in words."""
+    from bot.sandbox.slack_text import as_slack_shows
 
-    for code, shown in SLACK_ONLY_EMOJI.items():
-        text = text.replace(code, shown)
-    text = emoji.emojize(text, language="alias")
-
-    def date(found: re.Match[str]) -> str:
-        at, token, fallback = int(found[1]), found[2], found[3] or ""
-        if now is None or "{ago}" not in token:
-            return fallback
-        return token.replace("{ago}", ago(now.timestamp() - at))
-
-    text = SLACK_DATE.sub(date, text)
-    text = re.sub(r"<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>", r"@\1", text)  # a user group, as Slack names it
-    return re.sub(r"<@([A-Z0-9]+)>", r"@\1", text)
+    return as_slack_shows(text, now)
 
 
 def render_blocks(blocks: list[dict[str, Any]], fallback: str, number: Callable[[dict[str, Any]], int],
