@@ -1,27 +1,4 @@
-"""Availability drills: asked for by a deployer, approved by someone else, run against a live endpoint, recorded.
-
-A drill (:mod:`bot.domain.drills` has the kinds and the verdict) is a row of ``drills``:
-
-1. :func:`request_drill` (the ``drill`` action, deployers) records it ``waiting``. It is refused on an endpoint
-   with no live release, while a deployment or another drill holds the endpoint, and while users are admitted
-   (the endpoint's admission is open, or a share of it) unless the requester accepts the impact
-   (``accept_user_impact``).
-2. :func:`decide_drill` (the ``approve_drill`` action, approvers; never the requester, whatever the
-   environment: a drill breaks a serving endpoint on purpose) approves it (``running``) or rejects it with
-   a reason. The admission rule is checked again at approval.
-3. :func:`run_drill` injects the fault through the cluster adapter (``DrillActions`` and ``Cluster.apply``),
-   then looks at the endpoint every ``drill_poll_seconds`` — a readiness completion through the endpoint
-   client, the pods and nodes through the cluster's ``WorkloadReader`` — and applies the alert rules the
-   watch and the probe apply (``crashloop`` and ``node`` page on the first look that sees them, ``readiness``
-   after ``readiness_failures_to_alert`` failed completions in a row), through the metrics watch's
-   :class:`~bot.services.incidents.Incidents`, so the pages are real. A fault kimi-ops lifts itself is
-   lifted once an alert fired (the on-call person's move), or at half the time limit when none did; a
-   fault is always lifted before the drill ends, whatever happens. Detection, recovery, the alerts and the
-   verdict are stored, audited and posted to the endpoint's channel.
-
-Every state change is one transaction with an audit row (``drill.requested``, ``drill.approved``,
-``drill.rejected``, ``drill.started``, ``drill.lifted``, ``drill.ended``) and a :class:`DrillNotice`.
-"""
+"""Running an approved drill: inject the fault, look until the alert rules fire, lift it, judge, record."""
 
 from __future__ import annotations
 
@@ -31,183 +8,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bot.adapters.clock import Sleeps
-from bot.adapters.store.models import Drill, Endpoint
 from bot.adapters.store.repositories import Conflict
-from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain import drills as rules
-from bot.domain.admission import Admission, parse_admission
 from bot.domain.drills import DrillView
-from bot.domain.events import DrillNotice
 from bot.domain.health import WorkloadHealth, crash_faults, node_faults
-from bot.domain.names import did_you_mean, match
 from bot.domain.rollout import RenderedManifest
 from bot.logs import logger_for
 from bot.services import ports
-from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
-from bot.services.errors import NotConfigured, NotFound, Refused
+from bot.services.drills.records import ACTOR, ALERT_KINDS, say, spec_of, view_of
+from bot.services.errors import NotConfigured, NotFound
 from bot.services.incidents import Incidents
 from bot.services.readiness import FAILING
 from bot.services.reservations import rehearse_expiry
 from bot.services.transitions import live_deployment
 
 log = logger_for(__name__)
-ACTOR = "kimi-ops:drill"
-ALERT_KINDS = (FAILING, "crashloop", "node")
-
-
-def _span(start: dt.datetime | None, end: dt.datetime | None) -> float | None:
-    return None if start is None or end is None else (end - start).total_seconds()
-
-
-def _view(row: Drill) -> DrillView:
-    return DrillView(
-        id=row.id, endpoint=row.endpoint.name, kind=row.kind, state=row.state, requested_by=row.requested_by,
-        requested_at=row.requested_at, accept_user_impact=row.accept_user_impact, decided_by=row.decided_by,
-        started_at=row.started_at, detection_seconds=_span(row.started_at, row.detected_at),
-        recovery_seconds=_span(row.started_at, row.recovered_at), alerts=list(row.alerts or []), passed=row.passed,
-        reason=row.reason,
-    )
-
-
-def _endpoint(uow: SqlUnitOfWork, name: str, *, lock: bool = False) -> Endpoint:
-    """The endpoint named ``name`` in any case, or :class:`NotFound` with the closest names."""
-    names = [e.name for e in uow.endpoints.list()]
-    declared = match(name, names)
-    row = None if declared is None else uow.endpoints.get_for_update(declared) if lock else uow.endpoints.get(declared)
-    if row is None:
-        raise NotFound(f"no endpoint named {name}{did_you_mean(name, names) or ''}; `/kimi status` lists them all")
-    return row
-
-
-def _spec(ctx: Context, row: Endpoint) -> EndpointSettings:
-    return ctx.settings.endpoint(row.name) or EndpointSettings.model_validate(row.settings)
-
-
-def check_kind(kind: str) -> str:
-    """The kind, lower-cased, or :class:`Refused` naming the closest and every kind."""
-    wanted = kind.strip().lower()
-    if wanted not in rules.KINDS:
-        hint = did_you_mean(kind, rules.KINDS) or ""
-        raise Refused(f"there is no drill kind {kind!r}{hint}; kinds: {', '.join(rules.KINDS)}")
-    return wanted
-
-
-def _users_admitted(row: Endpoint) -> str | None:
-    """What users get now, when they reach the model at all (None: closed out)."""
-    try:
-        admitted = parse_admission(row.admission or ("open" if row.admission_open else "closed"))
-    except ValueError:
-        return row.admission  # a word kimi-ops does not know: assume users may be there
-    return None if admitted == Admission.closed() else str(admitted)
-
-
-def _refuse_user_impact(row: Endpoint, accepted: bool) -> None:
-    admitted = _users_admitted(row)
-    if admitted is not None and not accepted:
-        raise Refused(f"users are admitted to {row.name} ({admitted}): a drill breaks their requests. Close admission "
-                      f"first (`/kimi admission close {row.name} --reason …`), or accept the impact with "
-                      "`accept-user-impact` (CLI: `--accept-user-impact`)")
-
-
-def _say(uow: SqlUnitOfWork, spec: EndpointSettings, drill: Drill, at: dt.datetime, actor: str, action: str,
-         text: str, **details: Any) -> None:
-    """One audit row and one channel line for a drill's state change (the caller's transaction)."""
-    uow.audit.record(at=at, actor=actor, action=action, subject=f"endpoint:{spec.name}",
-                     details={"drill_id": drill.id, "kind": drill.kind, **details})
-    uow.events.emit(DrillNotice(endpoint_name=spec.name, channel=spec.channel, text=text, drill_id=drill.id,
-                                state=drill.state), at=at)
-
-
-def _abandoned(ctx: Context, drill: Drill, now: dt.datetime) -> bool:
-    """A running drill that outlived its time limit by ten minutes: whatever ran it is gone."""
-    since = drill.started_at or drill.decided_at
-    limit = dt.timedelta(minutes=ctx.settings.drill_timeout_minutes + 10)
-    return drill.state == rules.RUNNING and since is not None and now - since > limit
-
-
-def request_drill(ctx: Context, actor: Identity, endpoint: str, kind: str, *, accept_user_impact: bool = False) -> DrillView:
-    """Record a drill waiting for its approver; refused where it cannot or should not run."""
-    kind = check_kind(kind)
-    authorize(ctx, actor, "drill", f"endpoint:{endpoint}")
-    now = ctx.clock.now()
-    with ctx.uow() as uow:
-        row = _endpoint(uow, endpoint, lock=True)
-        live = live_deployment(uow, row.id)
-        if live is None:
-            raise Refused(f"{row.name} has no live release: a drill tests an endpoint that serves")
-        if kind in (rules.MODEL_LOAD_FAILURE, rules.ARTIFACT_OUTAGE, rules.BAD_RELEASE) and not live.applied_manifest:
-            raise Refused(f"the live deployment #{live.id} of {row.name} has no stored manifest to put back after a "
-                          f"{kind} drill; deploy or roll back through kimi-ops first")
-        busy = uow.deployments.in_flight(row.id)
-        if busy is not None:
-            raise Refused(f"deployment #{busy.id} holds {row.name}; drill once it has ended")
-        active = uow.drills.active_for(row.id)
-        if active is not None and _abandoned(ctx, active, now):
-            # The process running it stopped (a restart, a lost worker): nothing will finish it. Said, not hidden.
-            active.state, active.active, active.passed, active.ended_at = rules.FAILED, None, False, now
-            active.reason = ("abandoned: the process running it stopped before it ended; check the endpoint "
-                             "(a cordoned node or a drill manifest may still be in place)")
-            _say(uow, _spec(ctx, row), active, now, ACTOR, "drill.ended", f":x: drill #{active.id} ({active.kind} on "
-                 f"`{row.name}`) failed: {active.reason}.", passed=False, abandoned=True)
-            uow.flush()
-        elif active is not None:
-            raise Refused(f"drill #{active.id} ({active.kind}) is already {active.state} on {row.name}")
-        _refuse_user_impact(row, accept_user_impact)
-        drill = uow.drills.add(Drill(endpoint_id=row.id, kind=kind, state=rules.WAITING, active=True,
-                                     requested_by=actor.user_id, requested_at=now, accept_user_impact=accept_user_impact,
-                                     alerts=[], details={}))
-        spec = _spec(ctx, row)
-        impact = " with users' impact accepted" if accept_user_impact else ""
-        _say(uow, spec, drill, now, actor.user_id, "drill.requested",
-             f":test_tube: {actor.user_id} asks for a {kind} drill on `{spec.name}`{impact} (drill #{drill.id}): "
-             f"{rules.KINDS[kind]}. An approver other than them answers `/kimi drill approve {drill.id}` or "
-             f"`/kimi drill reject {drill.id} REASON`.", accept_user_impact=accept_user_impact)
-        view = _view(drill)
-        uow.commit()
-        return view
-
-
-def decide_drill(ctx: Context, actor: Identity, drill_id: int, approve: bool, reason: str = "") -> DrillView:
-    """Approve (the drill is then ``running``: call :func:`run_drill`) or reject a waiting drill."""
-    reason = " ".join(reason.split())
-    if not approve and not reason:
-        raise Refused("a rejection needs a reason, e.g. `/kimi drill reject 3 not during the launch week`")
-    authorize(ctx, actor, "approve_drill", f"drill:{drill_id}")
-    now = ctx.clock.now()
-    with ctx.uow() as uow:
-        drill = uow.drills.get_for_update(drill_id)
-        if drill is None:
-            raise NotFound(f"no drill #{drill_id}; `/kimi drills ENDPOINT` lists them")
-        if drill.state != rules.WAITING:
-            raise Refused(f"drill #{drill.id} is not waiting for a decision (it is {drill.state})")
-        if actor.user_id == drill.requested_by:
-            uow.audit.record(at=now, actor=actor.user_id, action="access.refused", subject=f"drill:{drill.id}",
-                             details={"wanted": "approve_drill", "why": "self_approval"})
-            uow.commit()
-            raise Refused(f"you asked for drill #{drill.id}; someone else must approve or reject it")
-        spec = _spec(ctx, drill.endpoint)
-        drill.decided_by, drill.decided_at = actor.user_id, now
-        if approve:
-            if uow.deployments.in_flight(drill.endpoint_id) is not None:
-                raise Refused(f"a deployment holds {spec.name} now; approve drill #{drill.id} once it has ended")
-            _refuse_user_impact(drill.endpoint, drill.accept_user_impact)
-            drill.state = rules.RUNNING
-            _say(uow, spec, drill, now, actor.user_id, "drill.approved",
-                 f":test_tube: {actor.user_id} approved drill #{drill.id} ({drill.kind} on `{spec.name}`); it starts now.")
-        else:
-            drill.state, drill.active, drill.ended_at, drill.reason = rules.REJECTED, None, now, reason[:500]
-            _say(uow, spec, drill, now, actor.user_id, "drill.rejected",
-                 f":test_tube: {actor.user_id} rejected drill #{drill.id} ({drill.kind} on `{spec.name}`): {reason[:500]}",
-                 reason=reason[:500])
-        view = _view(drill)
-        uow.commit()
-        return view
-
-
-# ---------------------------------------------------------------------------- running
-
 
 @dataclass
 class _Run:
@@ -336,7 +153,7 @@ def _record(ctx: Context, run: _Run, action: str, text: str, **changes: Any) -> 
         assert drill is not None
         for name, value in changes.items():
             setattr(drill, name, value)
-        _say(uow, run.spec, drill, now, ACTOR, action, text, **{k: str(v) for k, v in changes.items() if k != "details"})
+        say(uow, run.spec, drill, now, ACTOR, action, text, **{k: str(v) for k, v in changes.items() if k != "details"})
         uow.commit()
 
 
@@ -347,10 +164,10 @@ def run_drill(ctx: Context, drill_id: int) -> DrillView:
         if drill is None:
             raise NotFound(f"no drill #{drill_id}")
         if drill.state != rules.RUNNING or drill.started_at is not None:
-            return _view(drill)  # waiting, ended, or another thread runs it
+            return view_of(drill)  # waiting, ended, or another thread runs it
         now = ctx.clock.now()
         drill.started_at = now
-        spec = _spec(ctx, drill.endpoint)
+        spec = spec_of(ctx, drill.endpoint)
         live = live_deployment(uow, drill.endpoint_id)
         manifest = RenderedManifest.from_text(live.applied_manifest) if live is not None and live.applied_manifest else None
         run = _Run(drill.id, drill.kind, spec, now, manifest)
@@ -430,32 +247,12 @@ def _finish(ctx: Context, run: _Run, passed: bool, reason: str, detected: dt.dat
         drill.detected_at, drill.recovered_at, drill.alerts = detected, recovered, sorted(set(run.alerts))
         drill.details = {"notes": notes, "looks": len(run.observations),
                          "faults_seen": sorted({f for o in run.observations for f in o.faults})[:20]}
-        view = _view(drill)
+        view = view_of(drill)
         icon = ":white_check_mark:" if passed else ":x:"
-        _say(uow, run.spec, drill, now, ACTOR, "drill.ended",
+        say(uow, run.spec, drill, now, ACTOR, "drill.ended",
              f"{icon} drill #{drill.id} ({drill.kind} on `{run.spec.name}`) {view.state}: {reason}"
              + (f"; alerts: {', '.join(view.alerts)}" if view.alerts else "; no alert fired") + ".",
              passed=passed, detection_seconds=view.detection_seconds, recovery_seconds=view.recovery_seconds,
              alerts=view.alerts, notes=notes)
         uow.commit()
         return view
-
-
-# ---------------------------------------------------------------------------- readers
-
-
-def list_drills(ctx: Context, actor: Identity, endpoint: str, limit: int = 10) -> list[DrillView]:
-    """The endpoint's last drills, newest first."""
-    authorize(ctx, actor, "view", f"endpoint:{endpoint}")
-    with ctx.uow() as uow:
-        row = _endpoint(uow, endpoint)
-        return [_view(d) for d in uow.drills.for_endpoint(row.id, limit)]
-
-
-def drill_check_reason(ctx: Context, endpoint: str) -> str | None:
-    """Why the infrastructure gate warns about the endpoint's drills (None: one passed within the period)."""
-    with ctx.uow() as uow:
-        row = uow.endpoints.get(endpoint)
-        last = uow.drills.last_passed(row.id) if row is not None else None
-        ended = last.ended_at if last is not None else None
-    return rules.stale_drills(ended, ctx.clock.now(), dt.timedelta(days=ctx.settings.drill_period_days))
