@@ -10,8 +10,9 @@ Once, across repeats and replicas: Alertmanager repeats a firing group every ``g
 an Alertmanager cluster may send it, and every kimi-ops replica may receive one. An incident is open at most once
 per endpoint and kind (a database rule): a firing alert whose kind is open already changes nothing, and a replica
 that loses the race to open it finds the row there (the constraint refuses its copy, the transaction rolls back).
-The incident keeps the alert's ``fingerprint``; only a resolved notification of that very alert closes it (after a
-go-live the alert is raised anew with the new ``release`` label, and the old one's resolution must not close it).
+The incident keeps the alert's ``fingerprint``; only a resolved notification of that very alert closes it. After a
+go-live the alert is raised anew with the new ``release`` label while the old one resolves: the incident follows the
+firing one (firing alerts are read first), so the page neither recovers nor repeats.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ def receive_notification(ctx: Context, notification: WebhookNotification) -> Int
     found, others = signals(notification, frozenset(KINDS))
     if others:
         intake.ignored.append(f"{others} alert(s) without kimi-ops's endpoint and kind labels")
-    for signal in found:
+    # Firing first: after a go-live the alert is raised anew (its release label changed) in the same group that
+    # resolves the old one, and the incident must follow the new alert before the old one's resolution is read.
+    for signal in sorted(found, key=lambda f: not f.firing):
         try:
             _apply(ctx, signal, intake)
         except Conflict:  # another replica opened it between our read and our write: it posts, we do not
@@ -76,8 +79,11 @@ def _apply(ctx: Context, signal: AlertSignal, intake: Intake) -> None:
         incidents = Incidents(ctx, uow, row, spec, now, open_now, actor=ACTOR)
         label = f"{signal.endpoint} {signal.kind}"
         if signal.firing:
-            if signal.kind in open_now:
+            if (incident := open_now.get(signal.kind)) is not None:
                 intake.repeated += 1
+                if incident.fingerprint is not None and incident.fingerprint != signal.fingerprint:
+                    incident.fingerprint = signal.fingerprint  # the same page, now raised by this alert
+                    uow.commit()
                 return
             incidents.open(signal.kind, "page" if signal.severity == "page" else "warn", signal.reason)
             open_now[signal.kind].fingerprint = signal.fingerprint

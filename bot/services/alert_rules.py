@@ -84,13 +84,12 @@ class RulePublisher:
 
     def publish(self, ctx: Context) -> list[str]:
         """One line per endpoint whose rules were applied or could not be."""
+        watched = [spec for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"]
         cluster: object = ctx.ports.cluster
-        if not isinstance(cluster, ports.RuleApplier):
+        if not watched or not isinstance(cluster, ports.RuleApplier):
             return []
         said: list[str] = []
-        for spec in ctx.settings.endpoints:
-            if spec.slo.alerting != "prometheus":
-                continue
+        for spec in watched:
             rendered = render_rules(ctx, spec.name)
             with self._lock:
                 if self._applied.get(spec.name) == rendered.sha256:

@@ -161,3 +161,24 @@ def test_kimi_ops_serve_receives_the_alert_and_pages_once(tmp_path) -> None:
             serve.send_signal(signal.SIGTERM)
             serve.wait(timeout=60)
         assert serve.returncode == 0
+
+
+def test_after_a_go_live_the_page_follows_the_relabelled_alert_and_neither_recovers_nor_repeats(routed) -> None:
+    bench, _ = routed
+    url, good = f"{bench.http.url}/alertmanager/webhook", {"Authorization": f"Bearer {TOKEN}"}
+
+    def alert(status: str, fingerprint: str, release: str) -> dict:
+        return {"status": status, "labels": {**LABELS, "release": release}, "annotations": ANNOTATIONS,
+                "fingerprint": fingerprint}
+
+    def notify(*alerts: dict) -> str:
+        status = "firing" if any(a["status"] == "firing" for a in alerts) else "resolved"
+        return httpx.post(url, json={"version": "4", "status": status, "alerts": list(alerts)}, headers=good).text
+
+    assert notify(alert("firing", "fp-rel-b", "rel-b")).startswith("opened")
+    [page] = wait_until("the page", lambda: pages(bench.stub))
+    # The rules were applied again with rel-c live: Prometheus resolves the old alert and fires the new one.
+    assert "closed" not in notify(alert("resolved", "fp-rel-b", "rel-b"), alert("firing", "fp-rel-c", "rel-c"))
+    assert "recovered" not in blocks_text(page.blocks) and len(pages(bench.stub)) == 1
+    assert notify(alert("resolved", "fp-rel-c", "rel-c")).startswith("closed kimi-prod burn-page:ttft")
+    wait_until("the page edited as recovered", lambda: "recovered" in blocks_text(page.blocks))
