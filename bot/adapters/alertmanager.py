@@ -1,7 +1,8 @@
 """Alertmanager's HTTP API v2, for the Silence button of pages Prometheus raised (the ``AlertSilences`` port).
 
 ``POST /api/v2/silences`` with equality matchers, the person as ``createdBy`` and their reason as ``comment``;
-Alertmanager answers ``{"silenceID": …}``. Any failure raises :class:`AlertmanagerUnavailable` with one line
+Alertmanager answers ``{"silenceID": …}``. ``GET /api/v2/alerts`` lists the alerts it holds (active, silenced or
+inhibited; a resolved alert is gone from it). Any failure raises :class:`AlertmanagerUnavailable` with one line
 saying why (unreachable, timed out, or Alertmanager's own refusal text).
 """
 
@@ -29,13 +30,10 @@ class HttpAlertmanager:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
 
-    def create_silence(self, matchers: dict[str, str], starts: dt.datetime, ends: dt.datetime, created_by: str,
-                       comment: str) -> str:
-        body = {"matchers": silence_matchers(matchers), "startsAt": _iso(starts), "endsAt": _iso(ends),
-                "createdBy": created_by, "comment": comment}
-        url = f"{self.base_url}/api/v2/silences"
+    def _request(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        url = f"{self.base_url}{path}"
         try:
-            response = httpx.post(url, json=body, timeout=self.timeout)
+            response = httpx.request(method, url, timeout=self.timeout, **kwargs)  # type: ignore[arg-type]
         except httpx.TimeoutException:
             raise AlertmanagerUnavailable(f"timed out asking {url}") from None
         except httpx.RequestError as exc:
@@ -43,7 +41,22 @@ class HttpAlertmanager:
         if response.status_code != 200:
             said = " ".join(response.text.split())[:200]
             raise AlertmanagerUnavailable(f"{url} answered HTTP {response.status_code}: {said}")
+        return response
+
+    def active_fingerprints(self, matchers: dict[str, str]) -> set[str]:
+        params = [("filter", f'{name}="{value}"') for name, value in sorted(matchers.items())]
+        params += [("active", "true"), ("silenced", "true"), ("inhibited", "true"), ("unprocessed", "true")]
+        try:
+            return {str(alert["fingerprint"]) for alert in self._request("GET", "/api/v2/alerts", params=params).json()}
+        except (ValueError, KeyError, TypeError):
+            raise AlertmanagerUnavailable(f"{self.base_url}/api/v2/alerts answered no list of alerts") from None
+
+    def create_silence(self, matchers: dict[str, str], starts: dt.datetime, ends: dt.datetime, created_by: str,
+                       comment: str) -> str:
+        body = {"matchers": silence_matchers(matchers), "startsAt": _iso(starts), "endsAt": _iso(ends),
+                "createdBy": created_by, "comment": comment}
+        response = self._request("POST", "/api/v2/silences", json=body)
         try:
             return str(response.json()["silenceID"])
         except (ValueError, KeyError, TypeError):
-            raise AlertmanagerUnavailable(f"{url} answered without a silenceID") from None
+            raise AlertmanagerUnavailable(f"{self.base_url}/api/v2/silences answered without a silenceID") from None

@@ -95,3 +95,62 @@ def _apply(ctx: Context, signal: AlertSignal, intake: Intake) -> None:
             incidents.close(signal.kind, "Alertmanager resolved the alert")
             intake.closed.append(label)
         uow.commit()
+
+
+class Reconciler:
+    """Closes the Alertmanager incidents whose alert Alertmanager no longer holds (one per process, the leader's round).
+
+    Alertmanager sends nothing for a silenced alert, its resolution included: an incident whose alert resolved under
+    a silence would stay open and hold back the next page of its kind. Each round asks Alertmanager which alerts it
+    holds for each Prometheus-watched endpoint with such an incident; one missing from two rounds in a row (not one:
+    a restarted Alertmanager holds nothing until Prometheus sends its alerts again) is closed. Alertmanager
+    unreachable closes nothing.
+    """
+
+    MISSED_ROUNDS = 2
+
+    def __init__(self) -> None:
+        self._missed: dict[int, int] = {}
+
+    def reconcile(self, ctx: Context) -> list[str]:
+        silences = ctx.ports.silences
+        watched = {spec.name: spec for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"}
+        if silences is None or not watched:
+            return []
+        said: list[str] = []
+        with ctx.uow() as uow:
+            names = {row.id: row.name for row in uow.endpoints.list() if row.name in watched}
+            held = {names[row_id]: [i.id for i in incidents if i.fingerprint]
+                    for row_id, incidents in uow.incidents.open_by_endpoint(KINDS).items() if row_id in names}
+        for name, incident_ids in held.items():
+            if not incident_ids:
+                continue
+            try:
+                active = silences.active_fingerprints({"endpoint": name})
+            except Exception as exc:  # unreachable: close nothing on a guess
+                said.append(f"{name}: Alertmanager not asked ({str(exc).splitlines()[0][:200]})")
+                continue
+            said += self._close_missing(ctx, name, incident_ids, active, watched[name])
+        return said
+
+    def _close_missing(self, ctx: Context, name: str, incident_ids: list[int], active: set[str],
+                       spec: EndpointSettings) -> list[str]:
+        closed: list[str] = []
+        with ctx.uow() as uow:
+            row = uow.endpoints.get(name)
+            open_now = {i.kind: i for i in uow.incidents.open_of(row.id, KINDS)} if row is not None else {}
+            for kind, incident in list(open_now.items()):
+                if incident.id not in incident_ids or incident.fingerprint in active:
+                    self._missed.pop(incident.id, None)
+                    continue
+                self._missed[incident.id] = self._missed.get(incident.id, 0) + 1
+                if self._missed[incident.id] >= self.MISSED_ROUNDS and row is not None:
+                    Incidents(ctx, uow, row, spec, ctx.clock.now(), open_now, actor=ACTOR).close(
+                        kind, "Alertmanager no longer holds the alert (it resolved, perhaps while silenced)")
+                    self._missed.pop(incident.id, None)
+                    closed.append(f"{name}: {kind} closed (Alertmanager no longer holds its alert)")
+            uow.commit()
+        return closed
+
+
+RECONCILER = Reconciler()

@@ -208,11 +208,18 @@ class RuleApplier(Protocol):
 
 
 class AlertSilences(Protocol):
-    """Alertmanager's API v2 silences; raises with a one-line reason when Alertmanager refuses or cannot be reached."""
+    """Alertmanager's API v2: silences, and the alerts it holds.
+
+    Each call raises with a one-line reason when Alertmanager refuses or cannot be reached.
+    """
 
     def create_silence(self, matchers: dict[str, str], starts: dt.datetime, ends: dt.datetime, created_by: str,
                        comment: str) -> str:
         """Silence alerts whose labels equal ``matchers``; the new silence's id."""
+        ...
+
+    def active_fingerprints(self, matchers: dict[str, str]) -> set[str]:
+        """Fingerprints of the alerts Alertmanager holds now whose labels equal ``matchers`` (silenced ones too)."""
         ...
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from bot.config import Settings
 from bot.logs import logger_for
+from bot.services.alert_intake import RECONCILER
 from bot.services.alert_rules import PUBLISHER
 from bot.services.context import Context, require
 from bot.services.errors import NotFound, UserError
@@ -75,8 +76,9 @@ def _probe(ctx: Context, engine: Engine | None) -> str:
 
 
 def _metrics(ctx: Context, engine: Engine | None) -> str:
-    """The built-in watch's round, then the rules of the endpoints Prometheus watches, applied where they changed."""
-    return "; ".join((watch_metrics(ctx).summary, *PUBLISHER.publish(ctx)))
+    """The built-in watch's round, then the rules of the endpoints Prometheus watches, applied where they changed, and
+    their pages closed whose alert Alertmanager no longer holds."""
+    return "; ".join((watch_metrics(ctx).summary, *PUBLISHER.publish(ctx), *RECONCILER.reconcile(ctx)))
 
 
 def _expire(ctx: Context, engine: Engine | None) -> str:

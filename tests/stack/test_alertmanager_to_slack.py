@@ -16,6 +16,7 @@ import pytest
 
 from bot.adapters.alertmanager import HttpAlertmanager
 from bot.adapters.clock import FrozenClock
+from bot.services.alert_intake import Reconciler
 from bot.views.actions import INCIDENT_ACK, INCIDENT_ROLLBACK, INCIDENT_SILENCE
 from tests.jobs_support import make_live
 from tests.promtool_support import Alertmanager, free_port
@@ -98,6 +99,18 @@ def test_a_firing_alert_is_paged_once_resolved_in_place_and_silenced_in_alertman
                                                                       ("kimi_ops_kind", "burn-page:ttft")}
     ends = dt.datetime.fromisoformat(silence["endsAt"].replace("Z", "+00:00"))
     assert dt.timedelta(hours=3, minutes=59) < ends - dt.datetime.now(dt.UTC) <= dt.timedelta(hours=4)
+
+    # Resolved under the silence, Alertmanager tells no one; the watch round finds the alert gone and closes the incident.
+    reconciler = Reconciler()
+    assert reconciler.reconcile(bench.app.ctx) == [] and reconciler.reconcile(bench.app.ctx) == []  # silenced, held
+    fire(manager, resolved=True)
+    wait_until("Alertmanager letting the alert go", lambda: not httpx.get(f"{manager.url}/api/v2/alerts").json())
+    assert reconciler.reconcile(bench.app.ctx) == []  # one round without it could be a restarted Alertmanager
+    assert reconciler.reconcile(bench.app.ctx) == ["kimi-prod: burn-page:ttft closed (Alertmanager no longer holds its alert)"]
+    with bench.app.ctx.uow() as uow:  # closed quietly, as a silenced kind recovers; the next burn can page again
+        assert uow.incidents.open_by_endpoint(["burn-page:ttft"]) == {}
+        assert [a.actor for a in uow.audit.list(subject="endpoint:kimi-prod") if a.action == "incident.closed"][-1:] == [
+            "alertmanager"]
 
 
 def test_the_webhook_refuses_without_the_token_and_bad_bodies_with_one_line(routed) -> None:
