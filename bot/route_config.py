@@ -34,6 +34,7 @@ HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$"
 MODEL_PORT = 8000  # bot.adapters.cluster.render.PORT: the port of the Service the EKS renderer creates
 DEFAULT_COHORT_HEADER = "x-kimi-cohort"
 DEFAULT_COHORT_VALUE = "internal"
+INFERENCE_GROUP = "inference.networking.k8s.io"
 GATEWAY_NAME_LABEL = "gateway.networking.k8s.io/gateway-name"
 """The label Gateway API implementations (Istio, the in-cluster deployment of GEP-1762) put on a Gateway's pods."""
 
@@ -60,14 +61,53 @@ class GatewayParent(BaseModel):
                                           pod_labels={GATEWAY_NAME_LABEL: self.name[:63]})
 
 
-class ServiceBackend(BaseModel):
-    """A Kubernetes Service in the endpoint's namespace and its port."""
+class EndpointPicker(BaseModel):
+    """The Endpoint Picker an InferencePool asks which pod takes a request (its Service and port)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL, description="The Endpoint Picker's Service.")
+    port: int = Field(default=9002, ge=1, le=65535, description="Its gRPC port (the extension's default 9002).")
+
+
+class Backend(BaseModel):
+    """Where a route rule sends requests: a Service and its port, or an InferencePool (Gateway API Inference Extension)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["Service", "InferencePool"] = Field(
+        default="Service", description="Service, or InferencePool (group inference.networking.k8s.io): HyperPod's "
+                                       "Inference Gateway routes to a pool per model.")
     name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL,
-                      description="Service name (a DNS label, as Services require).")
-    port: int = Field(default=MODEL_PORT, ge=1, le=65535, description="The Service's port.")
+                      description="Service or InferencePool name (a DNS label).")
+    port: int = Field(default=MODEL_PORT, ge=1, le=65535,
+                      description="Service: its port; InferencePool: the model pods' target port.")
+    model_name: str | None = Field(
+        default=None, min_length=1, max_length=4096,
+        description="The model every answer from this backend is labelled with (x-kimi-model); default: the backend's "
+                    "name for a fallback, the running release for Kimi K3.")
+    render_pool: bool = Field(
+        default=True, description="InferencePool: kimi-ops renders it beside the release (false: the Inference "
+                                  "Gateway add-on or someone else keeps it).")
+    endpoint_picker: EndpointPicker | None = Field(
+        default=None, description="InferencePool rendered by kimi-ops: its Endpoint Picker Service.")
+
+    @property
+    def group(self) -> str:
+        return INFERENCE_GROUP if self.kind == "InferencePool" else ""
+
+    def same(self, other: Backend) -> bool:
+        return (self.kind, self.name, self.port) == (other.kind, other.name, other.port)
+
+
+class RequiresHeader(BaseModel):
+    """The request header that says a request needs Kimi K3 itself: never answered by the fallback."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="x-kimi-requires", min_length=1, max_length=256, pattern=HEADER_NAME,
+                      description="Header name.")
+    value: str = Field(default="kimi-k3", min_length=1, max_length=4096, description="Header value.")
 
 
 class CohortHeader(BaseModel):
@@ -146,10 +186,16 @@ class RouteSettings(BaseModel):
     gateway: GatewayParent = Field(description="The Gateway the route attaches to.")
     hostnames: list[str] = Field(default_factory=list, max_length=16,
                                  description="Host headers the route answers; empty: every hostname of the listener.")
-    backend: ServiceBackend | None = Field(
+    backend: Backend | None = Field(
         default=None, description="The Kimi K3 model Service; default: named after the endpoint, port 8000.")
-    fallback: ServiceBackend | None = Field(default=None, description="The smaller fallback model's Service, if any.")
+    fallback: Backend | None = Field(default=None, description="The smaller fallback model's Service, if any.")
     cohort_header: CohortHeader = Field(default_factory=CohortHeader, description="The header of the internal cohort.")
+    requires_header: RequiresHeader = Field(
+        default_factory=RequiresHeader, description="The header of requests that need Kimi K3: with a fallback, they "
+                                                    "get Kimi K3 or the gateway's unavailable answer, never the fallback.")
+    model_header: str = Field(default="x-kimi-model", min_length=1, max_length=256, pattern=HEADER_NAME,
+                              description="The response header naming the model that answered (the release or the "
+                                          "fallback's name), set by the gateway on every answer.")
 
     @field_validator("hostnames")
     @classmethod
@@ -164,22 +210,21 @@ class RouteSettings(BaseModel):
 
     @model_validator(mode="after")
     def _distinct_backends(self) -> RouteSettings:
-        if self.backend is not None and self.fallback is not None and (
-                (self.backend.name, self.backend.port) == (self.fallback.name, self.fallback.port)):
-            raise ValueError("fallback must be another Service than the model backend")
+        if self.backend is not None and self.fallback is not None and self.backend.same(self.fallback):
+            raise ValueError("fallback must be another backend than the model backend")
         return self
 
     def route_name(self, endpoint_name: str) -> str:
         """The HTTPRoute object's name: the declared one (a pair's service), else the endpoint's."""
         return self.name or endpoint_name
 
-    def model_backend(self, endpoint_name: str) -> ServiceBackend:
+    def model_backend(self, endpoint_name: str) -> Backend:
         """The model Service: the declared one, else the one named after the endpoint on port 8000."""
-        return self.backend or ServiceBackend(name=endpoint_name, port=MODEL_PORT)
+        return self.backend or Backend(name=endpoint_name, port=MODEL_PORT)
 
     def check_for(self, endpoint_name: str) -> None:
         """Raise ``ValueError`` when the defaulted model backend clashes with the fallback."""
         model = self.model_backend(endpoint_name)
-        if self.fallback is not None and (model.name, model.port) == (self.fallback.name, self.fallback.port):
+        if self.fallback is not None and model.same(self.fallback):
             raise ValueError(f"route.fallback {self.fallback.name}:{self.fallback.port} is the model Service itself; "
                              "name the smaller fallback model's Service")

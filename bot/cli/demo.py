@@ -68,6 +68,7 @@ class Tour:
         self.model = model  # the model server stand-in, which can count a burst of errors (the burn-rate alert)
         self._seen: Counter[tuple[str, Any]] = Counter()
         self._sides_seen: Counter[Any] = Counter()
+        self._labels_seen: Counter[str] = Counter()
 
     def step(self, title: str) -> None:
         self.echo("")
@@ -122,6 +123,7 @@ class Tour:
         for routed, count in new.items():
             got[routed.target] += count
         self.echo(f"(gateway) {title}: " + ", ".join(f"{n} → {side}" for side, n in sorted(got.items())))
+        self._echo_labels()
         return got
 
     def expect_live(self, deployment: int) -> None:
@@ -156,7 +158,18 @@ class Tour:
                 parts.append(f"{who} {got[(cohort, KIMI)]} → {KIMI}, {got[(cohort, FALLBACK)]} → {FALLBACK}"
                              + (f", {others} unanswered" if others else ""))
             self.echo(f"  route {admission:<8} {' · '.join(parts)}")
+        self._echo_labels()
         return by_admission
+
+    def _echo_labels(self) -> None:
+        """Which model every answer said it came from (the route's x-kimi-model), since the last call."""
+        if self.gateway is None:
+            return
+        now = self.gateway.labels()
+        new, self._labels_seen = now - self._labels_seen, now
+        if new:
+            self.echo(f"  answers labelled {self.gateway.model_header}: "
+                      + ", ".join(f"{label} ×{n}" for label, n in sorted(new.items())))
 
     def expect_no_user_reached_kimi(self, seen: dict[str, Counter[tuple[bool, str]]], admission: str,
                                     cohort_too: bool = True) -> None:

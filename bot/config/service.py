@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.config.endpoint import EndpointSettings, PairSide, RampSettings
-from bot.route_config import DNS_LABEL, MODEL_PORT, CohortHeader, GatewayParent, RouteSettings, ServiceBackend
+from bot.route_config import DNS_LABEL, MODEL_PORT, Backend, CohortHeader, GatewayParent, RouteSettings
 
 
 class ServiceSide(BaseModel):
@@ -14,7 +14,7 @@ class ServiceSide(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     endpoint: str = Field(description="The side's endpoint.")
-    backend: ServiceBackend | None = Field(default=None, description="Default: named after the endpoint, port 8000.")
+    backend: Backend | None = Field(default=None, description="Default: named after the endpoint, port 8000.")
 
 
 class ServiceRoute(BaseModel):
@@ -52,8 +52,8 @@ class ServiceSettings(BaseModel):
 
     def side_route(self, side: ServiceSide, partner: ServiceSide) -> RouteSettings:
         """The route as one side writes it: its Service is the model, the other side's is where the rest goes."""
-        def backend(s: ServiceSide) -> ServiceBackend:
-            return s.backend or ServiceBackend(name=s.endpoint, port=MODEL_PORT)
+        def backend(s: ServiceSide) -> Backend:
+            return s.backend or Backend(name=s.endpoint, port=MODEL_PORT)
 
         return RouteSettings(name=self.name, gateway=self.route.gateway, hostnames=list(self.route.hostnames),
                              backend=backend(side), fallback=backend(partner), cohort_header=self.route.cohort_header)

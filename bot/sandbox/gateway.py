@@ -20,7 +20,14 @@ for the subset of HTTPRoute that kimi-ops writes and the reference examples use:
 * the backend is a weighted random choice among the rule's ``backendRefs``
   (a seeded :class:`random.Random`, so a test's split is reproducible); all
   weights 0 or an unknown Service answers 500, a Service whose upstream does
-  not answer 503, as the specification asks;
+  not answer 503, as the specification asks; a backend may be a Service or an
+  ``InferencePool`` (``inference.networking.k8s.io``), which resolves when the
+  pool exists in the emulator and has endpoints (:meth:`GatewayStandIn.add_pool`),
+  weighted like any backend (the extension's ``GatewayWeightedAcrossTwoInferencePools``);
+* ``RequestHeaderModifier`` and ``ResponseHeaderModifier`` filters, on a rule
+  (every request it takes) or on a backendRef (only when that backend is
+  chosen), ``set`` / ``add`` / ``remove`` as the specification says; any other
+  filter leaves the backend unresolved (``UnsupportedValue``);
 * the request is forwarded to the Service's local upstream URL and the answer
   streamed back as it arrives (chunked when the upstream gives no length), so
   Server-Sent Events pass through intact.
@@ -56,6 +63,8 @@ log = logger_for(__name__)
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 CONTROLLER = "kimi-ops.io/gateway-stand-in"
+INFERENCE_GROUP = "inference.networking.k8s.io"
+SUPPORTED_FILTERS = {"RequestHeaderModifier", "ResponseHeaderModifier"}
 UNAVAILABLE = "unavailable"
 NO_ROUTE = "no-route"
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -81,14 +90,16 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class _Backend:
-    key: ServiceKey | None  # None: not a Service reference this gateway can resolve
+    key: ServiceKey | None  # None: a reference this gateway cannot resolve (an InferencePool's port is 0)
     weight: int
+    filters: tuple[dict[str, Any], ...] = ()  # the backendRef's own filters, applied only when it is chosen
 
 
 @dataclass(frozen=True)
 class _Rule:
     matches: tuple[dict[str, Any], ...]
     backends: tuple[_Backend, ...]
+    filters: tuple[dict[str, Any], ...] = ()  # the rule's filters, applied to every request it takes
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,8 @@ class GatewayStandIn:
 
     def __init__(self, rest: Rest, *, name: str = "kimi-gateway", namespace: str = "gateways", listener: str = "http",
                  backends: Mapping[ServiceKey, str] | None = None,
-                 cohort_header: str | None = "x-kimi-cohort", seed: int | None = None,
+                 cohort_header: str | None = "x-kimi-cohort", model_header: str = "x-kimi-model",
+                 seed: int | None = None,
                  poll_seconds: float = 0.05, host: str = "127.0.0.1", port: int = 0,
                  upstream_timeout: float = 300.0, changed: threading.Event | None = None) -> None:
         self.rest = rest
@@ -182,6 +194,8 @@ class GatewayStandIn:
         self._sync_lock = threading.Lock()
         self._counts: Counter[Routed] = Counter()
         self._by_admission: Counter[tuple[str, Routed]] = Counter()
+        self._labels: Counter[str] = Counter()
+        self.model_header = model_header.lower()
         self._counts_lock = threading.Lock()
         self._stop = threading.Event()
         # Set by the emulator on every write (KubeStandIn.changes): then the stand-in reads routes when one may have
@@ -248,6 +262,16 @@ class GatewayStandIn:
         with self._counts_lock:
             self._counts.clear()
             self._by_admission.clear()
+            self._labels.clear()
+
+    def labels(self) -> Counter[str]:
+        """How many answers carried each value of the model header (``x-kimi-model``): which model answered."""
+        with self._counts_lock:
+            return Counter(self._labels)
+
+    def _label(self, values: list[str]) -> None:
+        with self._counts_lock:
+            self._labels[values[-1] if values else "(unlabelled)"] += 1
 
     def _count(self, target: str, cohort: bool, admission: str = "") -> None:
         with self._counts_lock:
@@ -291,25 +315,57 @@ class GatewayStandIn:
         namespace = str(meta.get("namespace") or "")
         unresolved: list[str] = []
         rules: list[_Rule] = []
+        pools = self._pools(namespace)
         for rule in (route.get("spec") or {}).get("rules") or []:
             backends: list[_Backend] = []
             for ref in rule.get("backendRefs") or []:
                 weight = int(ref.get("weight", 1))
-                if ref.get("group", "") != "" or ref.get("kind", "Service") != "Service":
-                    unresolved.append(f"InvalidKind: {ref.get('kind')} {ref.get('name')}")
+                filters = tuple(ref.get("filters") or [])
+                unsupported = [f.get("type") for f in filters + tuple(rule.get("filters") or [])
+                               if f.get("type") not in SUPPORTED_FILTERS]
+                if unsupported:
+                    unresolved.append(f"UnsupportedValue: filter {unsupported[0]} on {ref.get('name')}")
                     backends.append(_Backend(None, weight))
                     continue
-                key = ServiceKey(str(ref.get("namespace", namespace)), str(ref.get("name")), int(ref.get("port", 0)))
+                group, kind = ref.get("group", ""), ref.get("kind", "Service")
+                ref_namespace = str(ref.get("namespace", namespace))
+                if (group, kind) == (INFERENCE_GROUP, "InferencePool"):
+                    # The extension's conformance: a pool that does not exist is BackendNotFound; one that does takes
+                    # its share of the weights, sent to an endpoint of that pool.
+                    key = ServiceKey(ref_namespace, str(ref.get("name")), 0)
+                    if (ref_namespace, key.name) not in pools or key not in self.backends:
+                        unresolved.append(f"BackendNotFound: InferencePool {ref_namespace}/{key.name}")
+                        backends.append(_Backend(None, weight, filters))
+                    else:
+                        backends.append(_Backend(key, weight, filters))
+                    continue
+                if group != "" or kind != "Service":
+                    unresolved.append(f"InvalidKind: {ref.get('kind')} {ref.get('name')}")
+                    backends.append(_Backend(None, weight, filters))
+                    continue
+                key = ServiceKey(ref_namespace, str(ref.get("name")), int(ref.get("port", 0)))
                 if key not in self.backends:
                     unresolved.append(f"BackendNotFound: Service {key.namespace}/{key.name}:{key.port}")
-                    backends.append(_Backend(None, weight))
+                    backends.append(_Backend(None, weight, filters))
                 else:
-                    backends.append(_Backend(key, weight))
-            rules.append(_Rule(tuple(rule.get("matches") or [{}]), tuple(backends)))
+                    backends.append(_Backend(key, weight, filters))
+            rules.append(_Rule(tuple(rule.get("matches") or [{}]), tuple(backends), tuple(rule.get("filters") or [])))
         compiled = _Route(namespace, str(meta.get("name")), str(meta.get("creationTimestamp") or ""),
                           tuple((route.get("spec") or {}).get("hostnames") or []), tuple(rules),
                           str((meta.get("annotations") or {}).get(ADMISSION_ANNOTATION) or ""))
         return compiled, unresolved
+
+    def _pools(self, namespace: str) -> set[tuple[str, str]]:
+        """The InferencePools the emulator has in ``namespace`` (none when it does not serve the kind)."""
+        try:
+            return {(namespace, str(p["metadata"].get("name")))
+                    for p in self.rest.items(collection_path("InferencePool", namespace))}
+        except Exception:
+            return set()
+
+    def add_pool(self, namespace: str, name: str, url: str) -> None:
+        """Where requests for an InferencePool go (its endpoints; the pool object itself must exist too)."""
+        self.backends[ServiceKey(namespace, name, 0)] = url.rstrip("/")
 
     def sync(self) -> None:
         """Read the routes now, serve the attached ones and write their status (what the poll thread does)."""
@@ -411,6 +467,22 @@ class GatewayStandIn:
                    for match in rule.matches for h in match.get("headers") or [])
 
 
+def _modified(headers: list[tuple[str, str]], filters: tuple[dict[str, Any], ...], kind: str) -> list[tuple[str, str]]:
+    """Headers after the filters of ``kind``, as the Gateway API says: ``set`` replaces (or adds), ``add`` appends,
+    ``remove`` drops; names compare case-insensitively."""
+    out = list(headers)
+    key = kind[0].lower() + kind[1:]
+    for spec in (f.get(key) or {} for f in filters if f.get("type") == kind):
+        for header in spec.get("set") or []:
+            name = str(header["name"])
+            out = [(k, v) for k, v in out if k.lower() != name.lower()] + [(name, str(header["value"]))]
+        for header in spec.get("add") or []:
+            out.append((str(header["name"]), str(header["value"])))
+        dropped = {str(n).lower() for n in spec.get("remove") or []}
+        out = [(k, v) for k, v in out if k.lower() not in dropped]
+    return out
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
@@ -455,12 +527,15 @@ class _Handler(BaseHTTPRequestHandler):
             # The Gateway API: all weights 0, or an invalid backend, is answered 500.
             self._plain(500, f"route {route.namespace}/{route.name} has no backend to send this request to")
             return
-        self._forward(gateway, backend.key, body, headers, cohort, route.admission)
+        # Rule filters apply to every request the rule takes, a backendRef's only when that backend is chosen.
+        filters = rule.filters + backend.filters
+        self._forward(gateway, backend.key, body, headers, cohort, route.admission, filters)
 
     def _forward(self, gateway: GatewayStandIn, key: ServiceKey, body: bytes, headers: Mapping[str, str],
-                 cohort: bool, admission: str = "") -> None:
+                 cohort: bool, admission: str = "", filters: tuple[dict[str, Any], ...] = ()) -> None:
         upstream = gateway.backends[key] + self.path
-        forwarded = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+        forwarded = _modified([(k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP],
+                              filters, "RequestHeaderModifier")
         try:
             request = gateway._client.build_request(self.command, upstream, headers=forwarded, content=body)
             response = gateway._client.send(request, stream=True)
@@ -470,11 +545,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._plain(503, f"Service {key.namespace}/{key.name}:{key.port} has no ready endpoint")
             return
         gateway._count(key.name, cohort, admission)
+        answered = _modified([(k, v) for k, v in response.headers.multi_items() if k.lower() not in HOP_BY_HOP],
+                             filters, "ResponseHeaderModifier")
+        gateway._label([v for k, v in answered if k.lower() == gateway.model_header])
         try:
             self.send_response(response.status_code)
-            for name, value in response.headers.multi_items():
-                if name.lower() not in HOP_BY_HOP:
-                    self.send_header(name, value)
+            for name, value in answered:
+                self.send_header(name, value)
             sized = "content-length" in response.headers
             if sized:
                 self.send_header("Content-Length", response.headers["content-length"])

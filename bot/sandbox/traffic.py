@@ -30,7 +30,7 @@ def route_config() -> dict[str, Any]:
     """The ``route`` settings of a sandbox endpoint behind the gateway stand-in."""
     return {
         "gateway": {"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE},
-        "fallback": {"name": FALLBACK_SERVICE, "port": MODEL_PORT},
+        "fallback": {"name": FALLBACK_SERVICE, "port": MODEL_PORT, "model_name": FALLBACK_MODEL},
         # The cohort's value is a token made each time the route closes, in the Secret internal users read.
         "cohort_header": {"name": DEFAULT_COHORT_HEADER, "source": "token"},
     }

@@ -127,7 +127,8 @@ def test_every_state_renders_a_route_the_crd_schema_accepts(state: str, fallback
                                                 CHANGED_AT_ANNOTATION: AT}
     assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "public",
                                             "namespace": "gateways", "sectionName": "https"}]
-    cohort, ordinary = route["spec"]["rules"]
+    *needs_kimi, cohort, ordinary = route["spec"]["rules"]
+    assert len(needs_kimi) == (2 if fallback else 0)  # requests that need Kimi K3 get rules of their own
     assert cohort["matches"][0]["headers"] == [{"type": "Exact", "name": "x-kimi-cohort", "value": "internal"}]
     assert "headers" not in ordinary["matches"][0]
     to_kimi = admission.percent_for(cohort=False)
@@ -170,19 +171,19 @@ def test_the_gateway_api_reference_routes_pass_the_shipped_schema(path: Path) ->
 def test_a_broken_route_is_refused_with_the_schema_path_of_each_error() -> None:
     route = render_route(endpoint(), Admission.share(25), "x", AT)
     broken = copy.deepcopy(route)
-    broken["spec"]["rules"][1]["backendRefs"][0]["weight"] = -1
-    broken["spec"]["rules"][0]["matches"][0]["headers"][0]["type"] = "Prefix"
-    broken["spec"]["rules"][1]["backendRefs"][1]["colour"] = "blue"
-    del broken["spec"]["rules"][1]["backendRefs"][1]["port"]
+    broken["spec"]["rules"][3]["backendRefs"][0]["weight"] = -1
+    broken["spec"]["rules"][2]["matches"][0]["headers"][0]["type"] = "Prefix"
+    broken["spec"]["rules"][3]["backendRefs"][1]["colour"] = "blue"
+    del broken["spec"]["rules"][3]["backendRefs"][1]["port"]
     broken["spec"]["hostnames"] = ["Kimi.Example.com"]
 
     errors = route_errors(broken)
 
     joined = "\n".join(errors)
-    assert "HTTPRoute/kimi-prod spec.rules[1].backendRefs[0].weight: -1 is less than the minimum of 0" in joined
-    assert "HTTPRoute/kimi-prod spec.rules[0].matches[0].headers[0].type: 'Prefix' is not one of" in joined
-    assert "HTTPRoute/kimi-prod spec.rules[1].backendRefs[1]: Additional properties are not allowed ('colour'" in joined
-    assert "HTTPRoute/kimi-prod spec.rules[1].backendRefs[1]: Must have port for Service reference" in joined
+    assert "HTTPRoute/kimi-prod spec.rules[3].backendRefs[0].weight: -1 is less than the minimum of 0" in joined
+    assert "HTTPRoute/kimi-prod spec.rules[2].matches[0].headers[0].type: 'Prefix' is not one of" in joined
+    assert "HTTPRoute/kimi-prod spec.rules[3].backendRefs[1]: Additional properties are not allowed ('colour'" in joined
+    assert "HTTPRoute/kimi-prod spec.rules[3].backendRefs[1]: Must have port for Service reference" in joined
     assert "HTTPRoute/kimi-prod spec.hostnames[0]: 'Kimi.Example.com' does not match" in joined
 
 
@@ -199,8 +200,8 @@ def test_seventeen_backends_break_the_crd_limit() -> None:
 def test_hand_edited_weights_win_over_the_annotation_and_the_difference_is_said() -> None:
     ep = endpoint()
     route = render_route(ep, Admission.share(10), "x", AT)
-    route["spec"]["rules"][1]["backendRefs"][0]["weight"] = 3  # someone ran kubectl edit: 3 of 93 ≈ 3 %
-    route["spec"]["rules"][1]["backendRefs"][1]["weight"] = 90
+    route["spec"]["rules"][-1]["backendRefs"][0]["weight"] = 3  # someone ran kubectl edit: 3 of 93 ≈ 3 %
+    route["spec"]["rules"][-1]["backendRefs"][1]["weight"] = 90
 
     status = read_route_status(route, ep)
 
@@ -213,8 +214,8 @@ def test_hand_edited_weights_win_over_the_annotation_and_the_difference_is_said(
 def test_rules_that_fit_no_state_read_as_unknown_with_the_reason() -> None:
     ep = endpoint()
     route = render_route(ep, Admission.internal(), "x", AT)
-    route["spec"]["rules"][0]["backendRefs"][0]["weight"] = 50  # cohort half to Kimi, others none
-    route["spec"]["rules"][0]["backendRefs"][1]["weight"] = 50
+    route["spec"]["rules"][-2]["backendRefs"][0]["weight"] = 50  # cohort half to Kimi, others none
+    route["spec"]["rules"][-2]["backendRefs"][1]["weight"] = 50
 
     status = read_route_status(route, ep)
 
@@ -225,7 +226,7 @@ def test_rules_that_fit_no_state_read_as_unknown_with_the_reason() -> None:
 def test_a_route_sending_traffic_to_an_unknown_service_is_no_known_state() -> None:
     ep = endpoint()
     route = render_route(ep, Admission.open(), "x", AT)
-    route["spec"]["rules"][1]["backendRefs"].append({"name": "shadow", "port": 80, "weight": 5})
+    route["spec"]["rules"][-1]["backendRefs"].append({"name": "shadow", "port": 80, "weight": 5})
 
     status = read_route_status(route, ep)
 

@@ -63,6 +63,7 @@ EXPECTED_GRANTS: set[Grant] = (
     | _grants(SERVING_NAMESPACE, "", ["services"], ["list"])
     | _grants(SERVING_NAMESPACE, "networking.k8s.io", ["ingresses", "networkpolicies"], ["list"])
     | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes"], ["list"])
+    | _grants(SERVING_NAMESPACE, "inference.networking.k8s.io", ["inferencepools"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["create"])
     | _grants(SERVING_NAMESPACE, "", ["secrets"], ["create"])
     | _grants(SERVING_NAMESPACE, "", ["secrets"], ["patch"], ["kimi-k3-prod-cohort"])

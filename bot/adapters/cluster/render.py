@@ -41,7 +41,8 @@ import json
 from typing import Any
 
 from bot.adapters.cluster.eks_limits import eks_serving_args, limit_annotations
-from bot.adapters.cluster.policies import eks_policy, hyperpod_policies
+from bot.adapters.cluster.policies import eks_policy, hyperpod_pod_selector, hyperpod_policies
+from bot.adapters.cluster.pools import model_pool
 from bot.config import EndpointSettings
 from bot.domain.capture import hyperpod_data_capture
 from bot.domain.release import ReleaseManifest
@@ -196,6 +197,8 @@ def render_hyperpod(release: ReleaseManifest, endpoint: EndpointSettings, releas
     # The policies first: they hold before the operator starts a model pod.
     return [
         *hyperpod_policies(endpoint, _metadata(endpoint.name, endpoint.namespace, release, endpoint, release_hash)),
+        *model_pool(endpoint, _metadata(endpoint.name, endpoint.namespace, release, endpoint, release_hash),
+                    hyperpod_pod_selector(endpoint)),
         {
             "apiVersion": IEC_API_VERSION,
             "kind": "InferenceEndpointConfig",
@@ -354,6 +357,7 @@ def render_eks(release: ReleaseManifest, endpoint: EndpointSettings, release_has
             "spec": {"minAvailable": 1, "selector": {"matchLabels": dict(selector)}},
         },
         eks_policy(endpoint, meta(name), selector),
+        *model_pool(endpoint, meta(name), selector),
     ]
 
 

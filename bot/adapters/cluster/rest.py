@@ -52,6 +52,7 @@ RESOURCES: dict[str, Kind] = {
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes", True),
     "PrometheusRule": Kind("monitoring.coreos.com/v1", "prometheusrules", True),
     "Ingress": Kind("networking.k8s.io/v1", "ingresses", True),
+    "InferencePool": Kind("inference.networking.k8s.io/v1", "inferencepools", True),
     "Pod": Kind("v1", "pods", True),
     "Event": Kind("v1", "events", True),
     "Namespace": Kind("v1", "namespaces", False),

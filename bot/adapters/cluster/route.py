@@ -52,6 +52,7 @@ from bot.adapters.cluster.route_names import (
     GATEWAY_GROUP,
     MAX_REASON,
     REASON_ANNOTATION,
+    RELEASE_ANNOTATION,
     ROUTE_API_VERSION,
     ROUTE_KIND,
     ROUTE_MANAGER,
@@ -61,11 +62,11 @@ from bot.adapters.cluster.route_names import (
     route_settings,
 )
 from bot.adapters.cluster.route_read import read_route_status
+from bot.adapters.cluster.route_rules import ModelLabels, route_rules
 from bot.adapters.cluster.validate import crd_validator, schema_errors
 from bot.adapters.cluster.watching import WatchUnavailable, versions
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, AdmissionState, RouteStatus
-from bot.route_config import RouteSettings, ServiceBackend
 
 
 @functools.cache
@@ -105,28 +106,18 @@ def route_errors(obj: dict[str, Any]) -> list[str]:
 
 
 
-def _ref(backend: ServiceBackend, weight: int) -> dict[str, Any]:
-    return {"group": "", "kind": "Service", "name": backend.name, "port": backend.port, "weight": weight}
-
-
-def _split(route: RouteSettings, endpoint: EndpointSettings, percent: int) -> list[dict[str, Any]]:
-    refs = [_ref(route.model_backend(endpoint.name), percent)]
-    if route.fallback is not None:
-        refs.append(_ref(route.fallback, 100 - percent))
-    return refs
-
-
 def _one_line(text: str) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= MAX_REASON else flat[: MAX_REASON - 1] + "…"
 
 
 def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, changed_at: str,
-                 cohort_token: str | None = None) -> dict[str, Any]:
+                 cohort_token: str | None = None, labels: ModelLabels | None = None) -> dict[str, Any]:
     """The endpoint's HTTPRoute for ``admission``; raises :class:`InvalidManifest` when it cannot be valid.
 
     ``cohort_token`` is the value a token cohort's requests carry (:mod:`.cohort`); a jwt or static cohort's value
-    comes from the settings.
+    comes from the settings. ``labels`` name the models that answer (:mod:`.route_rules`); default: the endpoint's
+    served model name and the fallback's name.
     """
     route = route_settings(endpoint)
     cohort_value = cohort_token if route.cohort_header.source == "token" else route.cohort_header.value
@@ -141,30 +132,24 @@ def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, 
         parent["namespace"] = route.gateway.namespace
     if route.gateway.section_name is not None:
         parent["sectionName"] = route.gateway.section_name
-    everything = {"type": "PathPrefix", "value": "/"}
-    cohort = {"type": "Exact", "name": route.cohort_header.name, "value": cohort_value}
     spec: dict[str, Any] = {"parentRefs": [parent]}
     if route.hostnames:
         spec["hostnames"] = list(route.hostnames)
-    spec["rules"] = [
-        {"matches": [{"path": dict(everything), "headers": [cohort]}],
-         "backendRefs": _split(route, endpoint, admission.percent_for(cohort=True))},
-        {"matches": [{"path": dict(everything)}],
-         "backendRefs": _split(route, endpoint, admission.percent_for(cohort=False))},
-    ]
+    spec["rules"] = route_rules(endpoint, route, admission, cohort_value,
+                                labels or ModelLabels(model=endpoint.served_model_name))
     annotations = {ADMISSION_ANNOTATION: str(admission), REASON_ANNOTATION: _one_line(reason),
                    CHANGED_AT_ANNOTATION: changed_at}
-    labels = {"app.kubernetes.io/managed-by": "kimi-ops"}
+    object_labels = {"app.kubernetes.io/managed-by": "kimi-ops"}
     if endpoint.pair is not None:
-        labels[SERVICE_LABEL] = endpoint.pair.service
+        object_labels[SERVICE_LABEL] = endpoint.pair.service
         annotations[SIDE_ANNOTATION] = endpoint.name
     else:
-        labels[ENDPOINT_LABEL] = endpoint.name
+        object_labels[ENDPOINT_LABEL] = endpoint.name
     obj: dict[str, Any] = {
         "apiVersion": ROUTE_API_VERSION,
         "kind": ROUTE_KIND,
         "metadata": {"name": route.route_name(endpoint.name), "namespace": endpoint.namespace,
-                     "labels": labels, "annotations": annotations},
+                     "labels": object_labels, "annotations": annotations},
         "spec": spec,
     }
     errors = route_errors(obj)
@@ -173,6 +158,29 @@ def render_route(endpoint: EndpointSettings, admission: Admission, reason: str, 
     return obj
 
 
+
+
+def _running_release(rest: Rest, endpoint: EndpointSettings, name: str) -> str | None:
+    """The release the cluster runs on endpoint ``name`` (its workload object's ``kimi-ops.io/release``)."""
+    kind = "InferenceEndpointConfig" if endpoint.kind == "hyperpod" else "Deployment"
+    try:
+        found = rest.get(object_path(kind, name, endpoint.namespace))
+    except Exception as exc:
+        raise ClusterError(f"reading {kind}/{name} in {endpoint.namespace} failed: {api_error(exc)}") from exc
+    release = ((found or {}).get("metadata") or {}).get("annotations", {}).get(RELEASE_ANNOTATION)
+    return str(release) if release else None
+
+
+def model_labels(rest: Rest, endpoint: EndpointSettings) -> ModelLabels:
+    """What every answer will say answered it: the release running on the endpoint (else its served model), and
+    the fallback's name (a pair's other side: the release running there)."""
+    route = route_settings(endpoint)
+    model = (route.model_backend(endpoint.name).model_name or _running_release(rest, endpoint, endpoint.name)
+             or endpoint.served_model_name)
+    if endpoint.pair is not None:
+        return ModelLabels(model=model, fallback=_running_release(rest, endpoint, endpoint.pair.partner)
+                           or f"{endpoint.pair.partner} ({endpoint.served_model_name})")
+    return ModelLabels(model=model)
 
 
 def route_path(endpoint: EndpointSettings) -> str:
@@ -187,7 +195,7 @@ def apply_route(rest: Rest, endpoint: EndpointSettings, admission: Admission, re
     except Exception as exc:
         raise ClusterError(f"reading {ROUTE_KIND}/{endpoint.name} in {endpoint.namespace} failed: {api_error(exc)}") from exc
     token = cohorts.cohort_token(rest, endpoint, rotate=admission.state is AdmissionState.CLOSED, live=live)
-    obj = render_route(endpoint, admission, reason, changed_at, token)
+    obj = render_route(endpoint, admission, reason, changed_at, token, model_labels(rest, endpoint))
     try:
         # force: this manager is the route's only writer by design; a hand edit of the weights is taken back.
         stored = rest.apply(obj, manager=ROUTE_MANAGER, force=True)

@@ -18,6 +18,8 @@ CHANGED_AT_ANNOTATION = "kimi-ops.io/admission-changed-at"
 ENDPOINT_LABEL = "kimi-ops.io/endpoint"
 SERVICE_LABEL = "kimi-ops.io/service"
 # A pair's route is written by either side; this says whose admission the other annotations describe.
+RELEASE_ANNOTATION = "kimi-ops.io/release"
+"""On the workload object (InferenceEndpointConfig or Deployment): the release it runs (bot/adapters/cluster/render.py)."""
 SIDE_ANNOTATION = "kimi-ops.io/admission-side"
 SCHEMA_FILE = "httproute-v1.schema.json"
 MAX_REASON = 500

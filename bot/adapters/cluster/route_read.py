@@ -28,7 +28,7 @@ from bot.domain.admission import (
     RouteStatus,
     parse_admission,
 )
-from bot.route_config import RouteSettings, ServiceBackend
+from bot.route_config import Backend, RouteSettings
 
 
 def _weight(ref: dict[str, Any]) -> int:
@@ -38,10 +38,11 @@ def _weight(ref: dict[str, Any]) -> int:
         return 0
 
 
-def _same_service(ref: dict[str, Any], backend: ServiceBackend, namespace: str) -> bool:
-    return (ref.get("group", "") == "" and ref.get("kind", "Service") == "Service"
-            and ref.get("namespace", namespace) == namespace
-            and ref.get("name") == backend.name and ref.get("port") == backend.port)
+def _same_service(ref: dict[str, Any], backend: Backend, namespace: str) -> bool:
+    """The reference names ``backend`` (a Service with its port, or an InferencePool)."""
+    same_kind = ref.get("group", "") == backend.group and ref.get("kind", "Service") == backend.kind
+    same_port = backend.kind != "Service" or ref.get("port") == backend.port
+    return same_kind and same_port and ref.get("namespace", namespace) == namespace and ref.get("name") == backend.name
 
 
 def _rule_percent(rule: dict[str, Any], route: RouteSettings, endpoint: EndpointSettings,
@@ -72,6 +73,12 @@ def _is_cohort(match: dict[str, Any], route: RouteSettings) -> bool:
                for h in match.get("headers") or [])
 
 
+def _needs_kimi(match: dict[str, Any], route: RouteSettings) -> bool:
+    wanted = route.requires_header
+    return any(isinstance(h, dict) and str(h.get("name", "")).lower() == wanted.name.lower()
+               for h in match.get("headers") or [])
+
+
 def _catches_all(match: dict[str, Any]) -> bool:
     path = match.get("path") or {"type": "PathPrefix", "value": "/"}
     return (not match.get("headers") and not match.get("queryParams") and not match.get("method")
@@ -87,6 +94,8 @@ def admission_from_rules(obj: dict[str, Any], endpoint: EndpointSettings) -> tup
     for index, rule in enumerate((obj.get("spec") or {}).get("rules") or []):
         matches = rule.get("matches") or [{}]  # no matches: the CRD's default, PathPrefix /
         where = f"rule {index + 1}"
+        if any(_needs_kimi(m, route) for m in matches):
+            continue  # the requests that need Kimi K3 follow the admission (route_rules); they say nothing of it
         if cohort_percent is None and any(_is_cohort(m, route) for m in matches):
             cohort_percent = _rule_percent(rule, route, endpoint, problems, where)
         elif default_percent is None and any(_catches_all(m) for m in matches):

@@ -34,6 +34,8 @@ KUBERNETES_VERSION = "1.33"
 SCHEMA_FILE = "inferenceendpointconfig-v1.schema.json"
 RULE_SCHEMA_FILE = "prometheusrule-v1.schema.json"  # from deploy/crds/ (the Prometheus Operator's CRD)
 RULE_API_VERSION = "monitoring.coreos.com/v1"
+POOL_SCHEMA_FILE = "inferencepool-v1.schema.json"  # from deploy/crds/ (the Gateway API Inference Extension's CRD)
+POOL_API_VERSION = "inference.networking.k8s.io/v1"
 
 
 @functools.cache
@@ -92,6 +94,18 @@ def rule_schema_document() -> dict[str, Any]:
 @functools.cache
 def _rule_validator() -> Any:
     return crd_validator(rule_schema_document())
+
+
+@functools.cache
+def pool_schema_document() -> dict[str, Any]:
+    """The shipped ``InferencePool`` CRD data (``openAPIV3Schema`` of inference.networking.k8s.io/v1)."""
+    document: dict[str, Any] = json.loads(resources.files("bot").joinpath("data", POOL_SCHEMA_FILE).read_text("utf-8"))
+    return document
+
+
+@functools.cache
+def _pool_validator() -> Any:
+    return crd_validator(pool_schema_document())
 
 
 @functools.cache
@@ -167,6 +181,10 @@ def object_errors(obj: dict[str, Any]) -> list[str]:
         if api_version != IEC_API_VERSION:
             return [f"{label} apiVersion: {api_version} is not {IEC_API_VERSION}"]
         validator = _iec_validator()
+    elif kind == "InferencePool":
+        if api_version != POOL_API_VERSION:
+            return [f"{label} apiVersion: {api_version} is not {POOL_API_VERSION}"]
+        validator = _pool_validator()
     elif kind == "PrometheusRule":
         if api_version != RULE_API_VERSION:
             return [f"{label} apiVersion: {api_version} is not {RULE_API_VERSION}"]
