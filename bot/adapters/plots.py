@@ -23,6 +23,12 @@ def _pyplot() -> Any:
     return plt
 
 
+def load() -> None:
+    """Load matplotlib now, off the request path (the worker does at start): the first gate plot in a process then
+    costs its drawing, not a second of import while users wait on the fallback."""
+    _pyplot()
+
+
 def _save(fig: Any, path: Path) -> dict[str, Any]:
     plt = _pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ def worker(
 
 
 def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, ready_fd: int | None = None) -> None:
+    from bot.adapters import plots
     from bot.slack.app import create_app
     from bot.slack.work import LEASE_SECONDS, Worker
 
@@ -60,6 +61,8 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, 
     os.nice(WORKER_NICENESS)
     kimi = create_app(root, signing_secret=settings.slack_signing_secret or "the-worker-verifies-nothing",
                       outbox_seconds=OUTBOX_SECONDS, role="worker")
+    # The gates' plots are drawn in this process: matplotlib loads beside the start-up, not in the first gate.
+    threading.Thread(target=plots.load, name="kimi-plots-load", daemon=True).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stop_read, stop_write = os.pipe()  # a signal's number lands here, so the waiting loop wakes to stop at once
