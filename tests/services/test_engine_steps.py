@@ -119,7 +119,8 @@ def _model_report(answered: int, uncertain: int = 0) -> GateReport:
 @pytest.mark.parametrize(("finished", "status", "words"), [
     (100 + 3 + 9, "pass", "none beyond kimi-ops's own 12 answered"),
     (100 + 3 + 9 + 5, "fail", "5 requests besides kimi-ops's own 12 answered reached the candidate"),
-    (None, "warn", "could not be read"),
+    (None, "warn", "the model's /metrics has no finished-request counter (vllm:request_success_total); whether users "
+                   "reached the candidate is unproven"),
 ])
 def test_the_closed_door_counts_kimi_ops_s_own_requests_and_no_one_else(make_ctx, finished, status, words) -> None:
     ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES, ports=fake_ports(endpoint=CountingEndpoint(finished)))
@@ -133,6 +134,35 @@ def test_the_closed_door_counts_kimi_ops_s_own_requests_and_no_one_else(make_ctx
     assert sent == OwnRequests(9, 0)
     [check] = [c for c in report.checks if c.name == "admission.closed"]
     assert check.status == status and words in check.reason
+
+
+class DarkEndpoint(FakeEndpoint):
+    """A candidate whose /metrics does not answer (the port is closed, the sidecar is down)."""
+
+    def metrics(self, endpoint):
+        raise ConnectionError("GET /metrics: connection refused")
+
+
+@pytest.mark.parametrize(("endpoint", "baseline", "words"), [
+    (DarkEndpoint(), None, "the model's /metrics cannot be read (GET /metrics: connection refused), and was not when "
+                           "its readiness passed; whether users reached the candidate is unproven"),
+    (CountingEndpoint(130), None, "the model's /metrics could not be read when its readiness passed, so there is no "
+                                  "count to compare with; whether users reached the candidate is unproven"),
+    (DarkEndpoint(), 100.0, "the model's /metrics cannot be read (GET /metrics: connection refused); whether users "
+                            "reached the candidate is unproven"),
+])
+def test_the_closed_door_proof_is_shown_unproven_with_why_never_left_out(make_ctx, endpoint, baseline, words) -> None:
+    ctx = make_ctx(endpoints=[endpoint_config()], roles=ROLES, ports=fake_ports(endpoint=endpoint))
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    view = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
+    with ctx.uow() as uow:
+        uow.deployments.get_for_update(view.id).closed_baseline = baseline
+        uow.commit()
+    for gate in ("model", "traffic"):
+        report, _ = closed_door(Runner(ctx, "replica-a", 0), _snap(ctx, view.id),
+                                _model_report(4).model_copy(update={"gate": gate}))
+        [check] = [c for c in report.checks if c.name == "admission.closed"]
+        assert (check.status, check.reason) == ("warn", words)
 
 
 def test_requests_sent_reads_classed_and_older_reports() -> None:

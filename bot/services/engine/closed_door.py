@@ -20,7 +20,8 @@ from bot.services.engine.run import Runner, Snapshot
 
 log = logger_for(__name__)
 
-SENDING_GATES = ("model", "traffic")  # the gates whose runs send requests to the candidate
+SENDING_GATES = ("model", "traffic")
+FINISHED_COUNTER = "vllm:request_success_total"  # the gates whose runs send requests to the candidate
 
 
 class StoredLedger:
@@ -75,13 +76,22 @@ def closed_door(runner: Runner, snap: Snapshot, report: GateReport,
     sent = requests_sent(report)
     recorded = ledger.recorded if ledger is not None else OwnRequests()
     unrecorded = OwnRequests(max(0, sent.answered - recorded.answered), max(0, sent.uncertain - recorded.uncertain))
-    if snap.kind != "deploy" or report.gate not in SENDING_GATES or snap.closed_baseline is None:
+    if snap.kind != "deploy" or report.gate not in SENDING_GATES:
         return report, unrecorded
+    if snap.closed_baseline is None:
+        # Never left out: a proof that cannot be made is shown as unproven, with why.
+        check = Check.warned("admission.closed", f"{no_baseline_why(runner, snap)}; whether users reached the candidate "
+                             "is unproven")
+        return report.model_copy(update={"checks": [*report.checks, check]}), unrecorded
     # Every own request any run kept on the row (a run killed half-way included), and this run's unkept ones.
-    reach = reach_now(runner, snap, stored_own(runner, snap.id) + unrecorded)
+    now, why = runner.metrics_or_why(snap)
+    reach = None if now is None else reach_since(
+        MetricsSnapshot(None, None, None, None, None, None, requests_finished=snap.closed_baseline), now,
+        stored_own(runner, snap.id) + unrecorded)
     if reach is None:
-        check = Check.warned("admission.closed", "the model's request counter could not be read; "
-                             "whether users reached the candidate is unproven")
+        cause = (f"the model's /metrics cannot be read ({why})" if now is None
+                 else f"the model's /metrics has no finished-request counter ({FINISHED_COUNTER})")
+        check = Check.warned("admission.closed", f"{cause}; whether users reached the candidate is unproven")
     elif reach.users > 0:
         check = Check.failed("admission.closed", f"{reach.users:.0f} requests besides kimi-ops's own "
                              f"{own_words(reach.own)} reached the candidate while users were closed out; "
@@ -95,6 +105,16 @@ def closed_door(runner: Runner, snap: Snapshot, report: GateReport,
         check = Check.passed("admission.closed", f"users closed out: the model finished {reach.finished:.0f} requests "
                              f"since its readiness, none beyond kimi-ops's own {reach.own.answered} answered ones")
     return report.model_copy(update={"checks": [*report.checks, check]}), unrecorded
+
+
+def no_baseline_why(runner: Runner, snap: Snapshot) -> str:
+    """Why the candidate has no finished-request count from its readiness to compare with."""
+    now, why = runner.metrics_or_why(snap)
+    if now is None:
+        return f"the model's /metrics cannot be read ({why}), and was not when its readiness passed"
+    if now.requests_finished is None:
+        return f"the model's /metrics has no finished-request counter ({FINISHED_COUNTER})"
+    return "the model's /metrics could not be read when its readiness passed, so there is no count to compare with"
 
 
 def stored_own(runner: Runner, deployment_id: int) -> OwnRequests:

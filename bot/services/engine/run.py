@@ -150,12 +150,18 @@ class Runner:
 
     def metrics(self, snap: Snapshot, endpoint: EndpointSettings | None = None) -> MetricsSnapshot | None:
         """The /metrics of ``endpoint`` (the deployment's own by default), or ``None`` when they cannot be read."""
+        return self.metrics_or_why(snap, endpoint)[0]
+
+    def metrics_or_why(self, snap: Snapshot,
+                       endpoint: EndpointSettings | None = None) -> tuple[MetricsSnapshot | None, str]:
+        """The /metrics of ``endpoint`` and ``""``, or ``None`` and why they cannot be read (one line)."""
         try:
-            return require(self.ctx.ports.endpoint, "endpoint access").metrics(endpoint or snap.endpoint)
-        except Exception:
+            return require(self.ctx.ports.endpoint, "endpoint access").metrics(endpoint or snap.endpoint), ""
+        except Exception as exc:
             log.warning("deployment #%s: /metrics of %s unreadable", snap.id, (endpoint or snap.endpoint).name,
                         exc_info=True)
-            return None
+            text = " ".join(str(exc).split())[:200] or type(exc).__name__
+            return None, text
 
     @contextmanager
     def stoppable(self, deployment_id: int) -> Iterator[threading.Event]:
