@@ -99,8 +99,9 @@ class PlainTyper(typer.Typer):
 
 
 def typer_app(**kwargs: Any) -> PlainTyper:
-    return PlainTyper(rich_markup_mode=None, no_args_is_help=True, add_completion=False,
-                      pretty_exceptions_enable=False, **kwargs)
+    """A command group; only the root app asks for shell completion (``add_completion=True``)."""
+    kwargs.setdefault("add_completion", False)
+    return PlainTyper(rich_markup_mode=None, no_args_is_help=True, pretty_exceptions_enable=False, **kwargs)
 
 
 def plain(value: Any) -> Any:

@@ -23,6 +23,7 @@ app = typer_app(
     name="kimi-ops",
     help="Gated, reversible Kimi K3 deployments on SageMaker HyperPod and EKS.",
     epilog=EXIT_CODES_HELP,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
 )
 
 
@@ -67,7 +68,7 @@ _worker.register(app)
 
 def _only_help(args: list[str]) -> bool:
     """Whether ``args`` only ask for help or the version (no command runs; Typer answers and exits)."""
-    return not args or any(a in ("--help", "-h", "--version") for a in args)
+    return not args or any(a in ("--help", "-h", "--version", "--show-completion", "--install-completion") for a in args)
 
 
 def main(argv: list[str] | None = None) -> None:

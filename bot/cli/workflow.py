@@ -19,6 +19,7 @@ from bot.cli import output
 from bot.cli.common import context, identity, root
 from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format, typer_app
 from bot.cli.guard import run_guarded
+from bot.cli.progress import TIMEOUT_OPTION, drive
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
@@ -64,13 +65,15 @@ def deploy(
     release: str = typer.Argument(..., metavar="RELEASE", help="Release name."),
     to: str = typer.Option(None, "--to", metavar="ENDPOINT", help="Endpoint (optional when only one is configured)."),
     user: str = AS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
-    """Request a deployment of RELEASE and run it up to its first gate."""
+    """Request a deployment of RELEASE and run it up to its first gate, printing its progress."""
     from bot.services.deployments import request_deploy
 
     def body() -> None:
         here = root()
-        view = here.engine.advance(request_deploy(here.ctx, release, to, identity(here.ctx, user)).id)
+        asked = request_deploy(here.ctx, release, to, identity(here.ctx, user)).id
+        view = drive(here.ctx, asked, lambda: here.engine.advance(asked), timeout)
         _show(view)
         _outcome(view)
 
@@ -82,13 +85,15 @@ def rollback(
     to: str = typer.Option(None, "--to", metavar="RELEASE",
                            help="Release to restore (default: the one live before the current)."),
     user: str = AS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
-    """Roll back to the complete previous release tuple and its exact manifest."""
+    """Roll back to the complete previous release tuple and its exact manifest, printing its progress."""
     from bot.services.deployments import request_rollback
 
     def body() -> None:
         here = root()
-        view = here.engine.advance(request_rollback(here.ctx, endpoint, identity(here.ctx, user), to).id)
+        asked = request_rollback(here.ctx, endpoint, identity(here.ctx, user), to).id
+        view = drive(here.ctx, asked, lambda: here.engine.advance(asked), timeout)
         _show(view)
         _outcome(view)
 
@@ -116,6 +121,7 @@ def drain(
     choice: str = typer.Argument(..., metavar="wait|abort", help="wait longer, or abort (users get the running release back)."),
     deployment: int = DEPLOYMENT_ARGUMENT,
     user: str = AS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
     """Answer a drain that passed its deadline: wait longer, or abort (users get the running release back)."""
     from bot.services.deployments import decide_drain
@@ -123,7 +129,7 @@ def drain(
     def body() -> None:
         here = root()
         decide_drain(here.ctx, deployment, choice, identity(here.ctx, user))
-        view = here.engine.advance(deployment)
+        view = drive(here.ctx, deployment, lambda: here.engine.advance(deployment), timeout)
         _show(view)
         _outcome(view)
 
@@ -199,7 +205,7 @@ def gate_show(deployment: int = DEPLOYMENT_ARGUMENT, fmt: Format = OUTPUT_OPTION
 
 
 def _decide(deployment: int, named: str, decision: str, user: str | None, reason: str | None,
-            override_reason: str | None = None, *, verbose: bool = False) -> None:
+            override_reason: str | None = None, *, verbose: bool = False, timeout: float | None = None) -> None:
     from bot.services.deployments import decide_gate, get_deployment
     from bot.services.errors import Invalid, Refused, UserError
 
@@ -225,7 +231,7 @@ def _decide(deployment: int, named: str, decision: str, user: str | None, reason
                 output.info(f"(the report: `kimi-ops gate show {deployment}`, or this command again with -v)")
             raise typer.Exit(refusal.exit_code) from None
         output.info(f"{decision} the {gate} gate of deployment #{deployment} (report {seen.report_hash[:12]})")
-        view = here.engine.advance(deployment)
+        view = drive(ctx, deployment, lambda: here.engine.advance(deployment), timeout)
         _show(view)
         if decision == "approved":
             _outcome(view)
@@ -242,9 +248,10 @@ def gate_approve(
                                         "admits more than the sweep measured safe; say why (recorded)."),
     user: str = AS_OPTION,
     verbose: bool = VERBOSE_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
-    """Approve the waiting GATE of DEPLOYMENT (bound to its newest report: `gate show` prints it)."""
-    _decide(deployment, gate, "approved", user, None, override_limits, verbose=verbose)
+    """Approve the waiting GATE of DEPLOYMENT (bound to its newest report: `gate show` prints it), printing progress."""
+    _decide(deployment, gate, "approved", user, None, override_limits, verbose=verbose, timeout=timeout)
 
 
 @gate_app.command("reject")

@@ -54,6 +54,14 @@ def test_serve_listens_on_localhost_unless_told_and_shows_both_job_switches() ->
     assert "(default: 127.0.0.1)" in shown
 
 
+def test_the_shell_completes_commands() -> None:
+    shown = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    assert "--install-completion" in shown and "--show-completion" in shown
+    done = CliRunner().invoke(app, [], prog_name="kimi-ops",
+                              env={"_KIMI_OPS_COMPLETE": "complete_bash", "COMP_WORDS": "kimi-ops gate ap", "COMP_CWORD": "2"})
+    assert done.output.split() == ["approve"]
+
+
 def test_version(tmp_path: Path) -> None:
     result = _run(tmp_path, "--version")
     assert result.returncode == 0 and result.stdout.startswith("kimi-ops ")
