@@ -76,24 +76,28 @@ def decided_first(work: Callable[[], T], tell: Tell, checking: str) -> T | None:
     """``work`` (a press that may be refused) decided before anything is shown; the presser alone hears ``checking``
     if the decision takes longer than :data:`CHECKING_AFTER` seconds. The shared message changes afterwards, through
     the outbox, only for a decision that was taken."""
-    told = threading.Event()
-    done = threading.Lock()
+    decided = threading.Event()  # set once the answer is known: no "checking…" may follow it
+    order = threading.Lock()
 
     def say_checking() -> None:
-        with done:
-            if not told.is_set():
-                told.set()
+        with order:
+            if not decided.is_set():
                 tell(reply(checking))
+
+    def tell_decided(answer: Reply) -> None:  # a refusal (or a crash's correlation id), after any "checking…"
+        with order:
+            decided.set()
+        tell(answer)
 
     timer = threading.Timer(CHECKING_AFTER, say_checking)
     timer.daemon = True
     timer.start()
     try:
-        return guard(work, tell)
+        return guard(work, tell_decided)
     finally:
         timer.cancel()
-        with done:
-            told.set()
+        with order:
+            decided.set()
 
 
 REJECT_FORM = ReasonForm(
