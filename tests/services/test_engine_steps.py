@@ -75,16 +75,28 @@ def test_a_move_needs_the_lease_and_the_state_it_read(wf) -> None:
 
 def test_a_stop_reaches_the_running_watch_and_a_shutdown_stops_the_next_one_at_once(wf) -> None:
     ctx, _ = wf
+    snap = _snap(ctx, request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
     runner = Runner(ctx, "replica-a", readiness_pause=0)
-    with runner.stoppable(7) as stop:
-        runner.stop(8)
+    with runner.stoppable(snap) as stop:
+        runner.stop(snap.id + 1)
         assert not stop.is_set()
-        threading.Timer(0.05, runner.stop, args=(7,)).start()
+        threading.Timer(0.05, runner.stop, args=(snap.id,)).start()
         assert stop.wait(30)
-    runner.stop(7)  # no watch runs any more: nothing to stop, nothing raised
+    runner.stop(snap.id)  # no watch runs any more: nothing to stop, nothing raised
     runner.stop_all()
-    with runner.stoppable(9) as later:
+    with runner.stoppable(snap) as later:
         assert later.is_set() and runner.closing
+
+
+def test_a_watch_stops_when_its_deployment_moved_elsewhere(wf) -> None:
+    ctx, _ = wf
+    snap = _snap(ctx, request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
+    runner = Runner(ctx, "replica-a", readiness_pause=0)
+    with runner.stoppable(snap) as stop:
+        runner.stop_moved({snap.id: State.REQUESTED.value, snap.id + 1: State.CANCELLED.value})
+        assert not stop.is_set()  # still where the watch began; another deployment's move is not its own
+        runner.stop_moved({snap.id: State.CANCELLED.value})  # a cancel on another replica, read at a heartbeat
+        assert stop.is_set()
 
 
 def test_the_gate_step_stores_a_report_waits_for_a_person_then_moves_on(wf) -> None:

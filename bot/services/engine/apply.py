@@ -71,7 +71,7 @@ def rollout(runner: Runner, snap: Snapshot) -> None:
         # events older than that are an earlier deployment's pods, named after the same endpoint.
         applying = uow.audit.actions(f"deployment:{snap.id}", f"deployment.{State.APPLYING.value}")
     since = applying[0][2] if applying else None
-    with runner.stoppable(snap.id) as stop:
+    with runner.stoppable(snap) as stop:
         outcome = cluster.watch(snap.endpoint, manifest, timeout_seconds=remaining,
                                 on_progress=lambda p: runner.progress(snap, p), stop=stop, since=since)
     if outcome.status == "succeeded":

@@ -81,7 +81,7 @@ class Engine:
         # Unique per process (pod name, pid and a suffix): two processes on one host never share a lease.
         self.holder = holder or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._runner = Runner(ctx, self.holder, readiness_pause)
-        self._leases = Leases(ctx, self.holder, on_lost=self._runner.stop)
+        self._leases = Leases(ctx, self.holder, on_lost=self._runner.stop, on_states=self._runner.stop_moved)
 
     def stop(self, deployment_id: int) -> None:
         """Ask a running rollout watch of this deployment to stop (explicitly, never by hanging)."""

@@ -42,12 +42,16 @@ class Hold:
 
 
 class Leases:
-    """The leases this engine holds; ``on_lost`` is told each deployment whose lease another replica took."""
+    """The leases this engine holds; ``on_lost`` is told each deployment whose lease another replica took, and
+    ``on_states``, at each heartbeat, the stored states of the deployments driven under a lease (a move made
+    elsewhere, such as a cancel, shows there within one heartbeat)."""
 
-    def __init__(self, ctx: Context, holder: str, on_lost: Callable[[int], None]) -> None:
+    def __init__(self, ctx: Context, holder: str, on_lost: Callable[[int], None],
+                 on_states: Callable[[dict[int, str]], None] | None = None) -> None:
         self.ctx = ctx
         self.holder = holder
         self._on_lost = on_lost
+        self._on_states = on_states
         self._holds: dict[int, Hold] = {}
         self._lock = threading.Lock()
 
@@ -118,6 +122,8 @@ class Leases:
                 with self.ctx.uow() as uow:
                     kept = uow.leases.renew(hold.endpoint_id, self.holder, wall() + self._length())
                     uow.commit()
+                    states = {d: dep.state for d in list(hold.deployments)
+                              if (dep := uow.deployments.get(d)) is not None}
             except Exception:  # the database is away: keep trying; the fenced moves refuse if another took over
                 log.warning("could not renew the lease of endpoint %s", hold.endpoint_id, exc_info=True)
                 continue
@@ -127,6 +133,8 @@ class Leases:
                 for deployment_id in list(hold.deployments):
                     self._on_lost(deployment_id)
                 return
+            if self._on_states is not None:
+                self._on_states(states)
 
     def lapsed(self) -> list[int]:
         """In-flight deployments nobody drives: their lease lapsed (a crash, a stop) and no person is to act.

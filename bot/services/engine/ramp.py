@@ -163,7 +163,7 @@ def _soak(runner: Runner, snap: Snapshot, step: str, admission: Admission) -> di
     after = dict(first)
     peaks = {name: (m.waiting, m.kv_cache_usage) for name, m in first.items()}
     started = time.monotonic()
-    with runner.stoppable(snap.id) as stop:
+    with runner.stoppable(snap) as stop:
         while (left := ramp.soak_seconds - (time.monotonic() - started)) > 0:
             if stop.wait(min(ramp.sample_seconds, left)):
                 raise StateMoved("ramp soak stopped")

@@ -121,7 +121,7 @@ class Runner:
         self.holder = holder
         self.readiness_pause = readiness_pause
         self.closing = False
-        self._stops: dict[int, threading.Event] = {}
+        self._stops: dict[int, tuple[threading.Event, State]] = {}  # a watch or soak running: its stop, its state
         self._lock = threading.Lock()
 
     def locked(self, uow: SqlUnitOfWork, snap: Snapshot) -> Deployment:
@@ -164,32 +164,44 @@ class Runner:
             return None, text
 
     @contextmanager
-    def stoppable(self, deployment_id: int) -> Iterator[threading.Event]:
-        """The stop signal of a watch or soak of ``deployment_id`` for as long as it runs."""
+    def stoppable(self, snap: Snapshot) -> Iterator[threading.Event]:
+        """The stop signal of a watch or soak of ``snap``'s deployment for as long as it runs in ``snap``'s state."""
         stop = threading.Event()
         with self._lock:
-            self._stops[deployment_id] = stop
+            self._stops[snap.id] = (stop, snap.state)
             if self.closing:  # a stop that came between two steps, before this watch could hear it
                 stop.set()
         try:
             yield stop
         finally:
             with self._lock:
-                self._stops.pop(deployment_id, None)
+                self._stops.pop(snap.id, None)
 
     def stop(self, deployment_id: int) -> None:
         """Ask a running rollout watch or soak of this deployment to stop (explicitly, never by hanging)."""
         with self._lock:
-            event = self._stops.get(deployment_id)
-        if event is not None:
-            event.set()
+            running = self._stops.get(deployment_id)
+        if running is not None:
+            running[0].set()
+
+    def stop_moved(self, states: dict[int, str]) -> None:
+        """Stop each watch or soak whose deployment is no longer in the state it runs for (``states``: as stored now).
+
+        A cancel, a reject or an expiry decided on another replica moves the state without this one knowing; its
+        lease heartbeat reads the states and tells it here, so a watch that may never end gives way at once.
+        """
+        with self._lock:
+            moved = [(d, stop) for d, (stop, state) in self._stops.items() if d in states and states[d] != state]
+        for deployment_id, stop in moved:
+            log.info("deployment #%s moved to %s elsewhere; its watch stops", deployment_id, states[deployment_id])
+            stop.set()
 
     def stop_all(self) -> None:
         """Shutting down: stop every watch and soak; the driver drives no further step."""
         self.closing = True
         with self._lock:
-            for event in self._stops.values():
-                event.set()
+            for stop, _ in self._stops.values():
+                stop.set()
 
 
 Step = Callable[[Runner, Snapshot], None]
