@@ -30,6 +30,9 @@ OUTBOX_SECONDS = 5.0
 RESTART_PAUSE_SECONDS = 1.0
 RESTART_PAUSE_LIMIT = 30.0
 WORKER_NICENESS = 5
+# How long serve waits for its worker at SIGTERM: its running jobs, then its spool's drain (bot/slack/work.py,
+# DRAIN_SECONDS 40 s), with room to spare; the pod's terminationGracePeriodSeconds (60 s, deploy/) covers it.
+STOP_SECONDS = 50.0
 
 
 def worker(
@@ -54,20 +57,21 @@ def worker(
 def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, ready_fd: int | None = None) -> None:
     from bot.adapters import plots
     from bot.slack.app import create_app
+    from bot.slack.job import Job
     from bot.slack.work import LEASE_SECONDS, Worker
 
     settings = root.ctx.settings
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # first: a SIGTERM during start-up still drains the spool
+    stop_read, stop_write = os.pipe()  # a signal's number lands here, so the waiting loop wakes to stop at once
+    os.set_blocking(stop_write, False)
+    signal.set_wakeup_fd(stop_write)
     # Below the answering process: when both want a core, the acknowledgement Slack waits for gets it first.
     os.nice(WORKER_NICENESS)
     kimi = create_app(root, signing_secret=settings.slack_signing_secret or "the-worker-verifies-nothing",
                       outbox_seconds=OUTBOX_SECONDS, role="worker")
     # The gates' plots are drawn in this process: matplotlib loads beside the start-up, not in the first gate.
     threading.Thread(target=plots.load, name="kimi-plots-load", daemon=True).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop_read, stop_write = os.pipe()  # a signal's number lands here, so the waiting loop wakes to stop at once
-    os.set_blocking(stop_write, False)
-    signal.set_wakeup_fd(stop_write)
     runner = None
     if jobs:
         from bot.scheduler import JobRunner
@@ -77,8 +81,8 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, 
     kimi.start_background()
     if wake_fd is not None:
         os.set_blocking(wake_fd, False)
-    work = Worker(root.ctx, kimi.bolt.dispatch, threads=kimi.workers.size, lease=lease or LEASE_SECONDS, wake_fd=wake_fd,
-                  spool=kimi.spool, stop_fd=stop_read)
+    work = Worker(root.ctx, lambda _kind, job: kimi.run_job(Job.from_json(job)), threads=kimi.workers.size,
+                  lease=lease or LEASE_SECONDS, wake_fd=wake_fd, spool=kimi.spool, stop_fd=stop_read)
     log.info("worker %s takes follow-up work", work.holder)
     if ready_fd is not None:
         _say_ready(ready_fd)
@@ -170,7 +174,7 @@ class WorkerSupervisor:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
         self._stop.set()
         proc = self._proc
         if proc is not None and proc.poll() is None:

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from slack_bolt import Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
@@ -26,6 +25,20 @@ log = logger_for(__name__)
 
 T = TypeVar("T")
 Tell = Callable[[Reply], None]
+Respond = Callable[..., object]  # posts to a request's response URL: text, blocks, response_type, replace_original
+
+
+def respond_to(url: str | None) -> Respond | None:
+    """A poster for the request's ``response_url`` (Slack takes five posts to one within 30 minutes), or None."""
+    if not url:
+        return None
+    hook = WebhookClient(url)
+
+    def respond(text: str = "", blocks: list[dict[str, Any]] | None = None, response_type: str = "ephemeral",
+                replace_original: bool = False) -> object:
+        return hook.send(text=text, blocks=blocks, response_type=response_type, replace_original=replace_original)
+
+    return respond
 
 
 def guard(work: Callable[[], T], tell: Tell) -> T | None:
@@ -88,6 +101,11 @@ def _text_at(body: Mapping[str, Any], *paths: str) -> str | None:
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def tell_sender(client: WebClient, user: str | None, channel: str | None, url: str | None, line: str) -> None:
+    """Tell one line to ``user``: through the response URL, else only to them in ``channel``, else in a DM."""
+    sender_line(client, {"response_url": url, "user_id": user, "channel_id": channel}, line)
 
 
 def sender_line(client: WebClient, body: Mapping[str, Any], line: str) -> None:

@@ -1,14 +1,13 @@
 """The Slack app of one process: builds the Bolt app, its middleware and listeners, and owns the pools and the outbox thread.
 
-One sync execution model: Bolt with ``process_before_response=True`` and lazy
-listeners. Every acknowledgement function only parses (pure, microseconds) and
-acks, so Slack always has its answer well inside 3 seconds, over HTTP as over
-Socket Mode; the lazy function, on Bolt's bounded worker pool, resolves the
-person's groups, calls the command module (one service call), posts its reply
-and delivers the outbox; the slow follow-up (the deployment engine, which may
-watch a rollout for an hour) runs on a separate engine pool, so it never holds
-a worker that answers people. Under ``kimi-ops serve`` the lazy functions, the engine pool and the outbox
-thread live in a separate worker process instead (``role="front"`` here, ``role="worker"`` there:
+One Bolt pass per request, with Bolt's public API only: ``process_before_response=True``, and every
+acknowledgement function parses (pure, microseconds), builds the request's typed job
+(:class:`bot.slack.job.Job`) and hands it to the process's intake (:mod:`bot.slack.intake`) as it acks. The
+job's handler (:mod:`bot.slack.handlers`, no Bolt) resolves the person's groups, calls the command module (one
+service call), posts its reply and delivers the outbox; the slow follow-up (the deployment engine, which may
+watch a rollout for an hour) runs on a separate engine pool, so it never holds a thread that answers people.
+Under ``kimi-ops serve`` the jobs are recorded in the shared database in the acknowledgement and run by a
+separate worker process (``role="front"`` here, ``role="worker"`` there, built without Bolt:
 :mod:`bot.slack.work`), so the acknowledgement never shares the interpreter with them.
 
 At the edge: Bolt verifies signature and timestamp (forged or stale → 401);
@@ -35,7 +34,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from slack_bolt import BoltRequest, BoltResponse
-from slack_bolt.listener_matcher import ListenerMatcher
 from slack_sdk import WebClient
 
 from bot.adapters.slack.identity import GroupDirectory, bot_identity
@@ -47,22 +45,23 @@ from bot.services.access import refuse_foreign_request
 from bot.services.health import database_problems
 from bot.slack.alert_webhook import PATH as WEBHOOK_PATH
 from bot.slack.alert_webhook import webhook_app
-from bot.slack.answers import sender_line
+from bot.slack.answers import sender_line, tell_sender
 from bot.slack.bolt_log import bolt_logger
 from bot.slack.deps import SlackDeps, person
+from bot.slack.handlers import run_job
 from bot.slack.home_cache import HomeCache
 from bot.slack.http import Check, ReadinessProbe, WsgiApp, wsgi_app
-from bot.slack.lazy_runner import share_lazy_requests
+from bot.slack.intake import DurableIntake, Intake, LocalIntake
+from bot.slack.job import Job
 from bot.slack.listeners import register_listeners
-from bot.slack.matching import direct
-from bot.slack.middleware.metrics import MeteredApp, SlackMetrics, request_kind
+from bot.slack.middleware.metrics import MeteredApp, SlackMetrics
 from bot.slack.middleware.origin import OnlyOurWorkspace, Origin, origin_of
 from bot.slack.middleware.replay_guard import CLAIM_WAIT_SECONDS, OncePerReplica, OncePerRequest
 from bot.slack.middleware.shapes import WellFormed
 from bot.slack.middleware.unreadable import Unreadable, bolt_request
 from bot.slack.outbox import Outbox
 from bot.slack.pools import CountingExecutor
-from bot.slack.work import FollowupQueue, spool_path
+from bot.slack.work import spool_path
 from bot.views.parts import set_bot_user
 
 Role = Literal["inline", "front", "worker"]
@@ -72,10 +71,9 @@ log = logger_for(__name__)
 
 
 class KimiBolt(MeteredApp):
-    """The metered Bolt app, acknowledging with 200 a request no listener took (Bolt's 404 shows as an error in Slack),
-    its built-in matchers called without Bolt's argument injection (:mod:`bot.slack.matching`)."""
+    """The metered Bolt app; the answering process notes, after each dispatch, what its copy guard let through."""
 
-    after_dispatch: Callable[[BoltRequest], None] | None = None  # the answering process notes what it let through
+    after_dispatch: Callable[[BoltRequest], None] | None = None
 
     def dispatch(self, req: BoltRequest) -> BoltResponse:
         response = super().dispatch(req)
@@ -83,20 +81,13 @@ class KimiBolt(MeteredApp):
             self.after_dispatch(req)
         return response
 
-    def _register_listener(self, functions: Any, primary_matcher: ListenerMatcher, *args: Any, **kwargs: Any) -> Any:
-        return super()._register_listener(functions, direct(primary_matcher), *args, **kwargs)
-
-    def _handle_unmatched_requests(self, req: BoltRequest, resp: BoltResponse) -> BoltResponse:
-        log.info("no listener took a Slack %s; acknowledged", request_kind(req.body))
-        return BoltResponse(status=200, body="")
-
 
 class KimiApp:
     """The Slack front end of one process; build it with :func:`create_app`."""
 
     def __init__(
-        self, root: Root, bolt: KimiBolt, client: WebClient, workers: CountingExecutor, command: str, origin: Origin,
-        role: Role = "inline", spool: Spool | None = None,
+        self, root: Root, bolt: KimiBolt | None, client: WebClient, workers: CountingExecutor, command: str,
+        origin: Origin | None, role: Role = "inline", spool: Spool | None = None, wake_fd: int | None = None,
     ) -> None:
         if root.notifier is None:
             raise ValueError(NO_NOTIFIER)
@@ -107,7 +98,6 @@ class KimiApp:
         self.workers = workers
         self.slow = CountingExecutor(max_workers=workers.size, thread_name_prefix="kimi-engine")
         self.command = command
-        self.metrics = bolt.metrics
         directory = GroupDirectory(client, ctx.settings.roles.members)
         homes = HomeCache(ctx, client, functools.partial(person, directory))
         notifier = root.notifier
@@ -117,23 +107,39 @@ class KimiApp:
         self._taking: set[int] = set()  # deployments a takeover handed to the engine pool, not yet returned
         self._takeover_stop = threading.Event()
         self.role = role
-        # One answer per request across replicas, redeliveries included. The answering process of `serve` notes
-        # each request in its local spool only; its worker claims it in the shared database before running it.
-        # What the answering process runs at once (a form's trigger) it claims on the request thread, its
-        # waits for SQLite's write lock bounded by SQLite itself.
+        # One answer per request across replicas, redeliveries included. The answering process of `serve` claims
+        # each request in the shared database as it records its job (the intake), on the request thread where
+        # SQLite bounds its own waits; a copy to the same replica is answered from its local memory first.
         inline = role == "front" and bound_sqlite_waits(ctx.uow.engine, CLAIM_WAIT_SECONDS)
         self.once = OncePerRequest(ctx, inline=inline)
         self.spool = spool
-        if role == "inline":
-            bolt.use(self.once)
-        elif role == "front" and spool is not None:  # the worker runs requests verified and noted already
+        self.intake: Intake | None = None
+        if bolt is None or origin is None:  # the worker: it runs jobs verified, parsed and recorded elsewhere
+            return
+        self.metrics = bolt.metrics
+        if role == "front" and spool is not None:
+            self.intake = DurableIntake(ctx, spool, self.run_job, workers, self._tell_job, claim=self.once.first,
+                                        wake_fd=wake_fd, inline=inline)
             guard = OncePerReplica(spool)
             bolt.use(guard)
             bolt.after_dispatch = guard.note_unspooled
+        else:
+            self.intake = LocalIntake(self.run_job, workers)
+            bolt.use(self.once)
         bolt.use(Unreadable())
         bolt.use(OnlyOurWorkspace(origin, self._refused))
         bolt.use(WellFormed(ctx.settings.slack_max_command_chars, self._tell_sender))
-        register_listeners(bolt, self.deps, command)
+        register_listeners(bolt, self.deps, self.intake, command)
+
+    def run_job(self, job: Job) -> None:
+        """Run one job through its handler, here (no Bolt); what escapes the handler is logged."""
+        try:
+            run_job(self.deps, job)
+        except Exception:
+            log.exception("a Slack job (%s) raised", job.kind)
+
+    def _tell_job(self, job: Job, line: str) -> None:
+        tell_sender(self.client, job.actor or None, job.channel, job.response_url, line)
 
     def _tell_sender(self, body: Mapping[str, Any], line: str) -> None:
         self.workers.submit(sender_line, self.client, body, line)  # off the acknowledgement path
@@ -160,6 +166,7 @@ class KimiApp:
 
     def dispatch(self, body: bytes, headers: dict[str, Any], query: str = "") -> BoltResponse:
         """One Slack request through Bolt, as the HTTP adapter sends it (the local shell feeds its signed requests here)."""
+        assert self.bolt is not None, "the worker answers no Slack request"
         return self.bolt.dispatch(bolt_request(body.decode("utf-8", errors="replace"), query, headers))
 
     def wsgi(self, path: str = "/slack/events", checks: tuple[Check, ...] = ()) -> WsgiApp:
@@ -169,6 +176,7 @@ class KimiApp:
             self.workers.submit(self.deliver)
 
         alerts = webhook_app(self.ctx, after=deliver_soon)
+        assert self.bolt is not None, "the worker answers no Slack request"
         return wsgi_app(self.bolt, self.metrics.registry, path, ready=probe, routes={WEBHOOK_PATH: alerts})
 
     def start_background(self) -> None:
@@ -210,6 +218,8 @@ class KimiApp:
     def close(self) -> None:
         self._takeover_stop.set()
         self.once.close()
+        if isinstance(self.intake, DurableIntake):
+            self.intake.close()
         if self.spool is not None:
             self.spool.close()
         self.outbox.stop()
@@ -231,14 +241,14 @@ def create_app(
     """Build the Slack app on ``root``, sharing its notifier's Web API client.
 
     ``auth.test`` names the workspace, organisation and app requests must come from where the settings do not
-    (:func:`bot.slack.middleware.origin.origin_of`; :class:`bot.config.ConfigError` when it cannot tell).
+    (:func:`bot.slack.middleware.origin.origin_of`; :class:`bot.config.ConfigError` when it cannot tell, and
+    :class:`bot.adapters.slack.identity.SlackUnavailable` when Slack does not answer or refuses the token).
 
-    ``role``: ``inline`` answers Slack and runs the follow-up in this process (the local shell, tests);
-    ``front`` answers Slack and spools the follow-up in the data directory's spool file for a worker process
-    (nudged through ``wake_fd``), touching no shared database on the way and keeping no outbox thread of its
-    own; ``worker`` moves the spooled follow-ups into the shared database, claiming each request across
-    replicas, and runs them (:mod:`bot.slack.work`); it never answers HTTP, so it checks no signature (the
-    front did, before spooling).
+    ``role``: ``inline`` answers Slack and runs each job in this process (the local shell, tests); ``front``
+    answers Slack and records each job in the shared database inside the acknowledgement (in the data directory's
+    spool while that database does not answer), for a worker process nudged through ``wake_fd``, and keeps no
+    outbox thread of its own; ``worker`` builds no Bolt app at all: it runs the recorded jobs
+    (:mod:`bot.slack.work`), moving what waited in the spool into the shared database first.
     """
     if role == "front":
         outbox_seconds = None  # the worker delivers the outbox
@@ -246,26 +256,26 @@ def create_app(
         raise ValueError(NO_NOTIFIER)
     client = root.notifier.client
     bot = bot_identity(client)
-    origin = origin_of(root.ctx.settings, bot)
-    set_bot_user(bot.user_id)  # what kimi-ops did itself is said with its bot user's mention
+    set_bot_user(bot.user_id)  # what kimi-ops did itself is said with its bot user's mention (the worker says most)
     pool = CountingExecutor(max_workers=workers, thread_name_prefix="kimi-slack")
-    bolt_log = bolt_logger()
-    bolt = KimiBolt(
-        metrics=SlackMetrics(),
-        client=client,
-        signing_secret=signing_secret,
-        process_before_response=True,
-        listener_executor=pool,
-        raise_error_for_unhandled_request=False,
-        logger=bolt_log,
-        request_verification_enabled=role != "worker",
-    )
     spool = Spool(spool_path(root.ctx.settings.data_dir)) if role != "inline" else None
-    queue = FollowupQueue(spool, wake_fd) if role == "front" and spool is not None else None
-    share_lazy_requests(bolt, queue)
-    kimi = KimiApp(root, bolt, client, pool, command, origin, role, spool)
-    if queue is not None:
-        queue.claim = kimi.once.first
+    bolt = None
+    origin = None
+    if role != "worker":
+        origin = origin_of(root.ctx.settings, bot)
+        bolt_log = bolt_logger()
+        bolt = KimiBolt(
+            metrics=SlackMetrics(),
+            client=client,
+            signing_secret=signing_secret,
+            process_before_response=True,
+            listener_executor=pool,
+            # A request no listener takes goes to the error listener (listeners/errors.py), which answers 200:
+            # Bolt's own answer would be 404, which Slack shows as an error.
+            raise_error_for_unhandled_request=True,
+            logger=bolt_log,
+        )
+    kimi = KimiApp(root, bolt, client, pool, command, origin, role, spool, wake_fd)
     if outbox_seconds:
         kimi.start_delivery(outbox_seconds)
     return kimi

@@ -1,19 +1,16 @@
-"""The follow-up of a Slack request, run by a worker process instead of the process that answers Slack.
+"""The worker process's loop: the jobs that follow Slack's acknowledgements, run beside the process that answers.
 
-The answering process (``role="front"``) acknowledges each request and, instead of running its lazy listeners,
-spools each one in the replica's local spool file (:class:`FollowupQueue` →
-:class:`bot.adapters.store.spool.Spool`: one local commit, no shared database, before the acknowledgement
-leaves) and nudges the worker through a pipe. The worker process (``kimi-ops worker``, started and restarted by
-``kimi-ops serve``: :mod:`bot.cli.worker`) moves spooled runs into the shared database (:meth:`Worker.move`:
-the request's claim across replicas and its ``slack_work`` rows in one transaction, then off the spool), builds
-the same Bolt app (``role="worker"``: no signature check, since the request was verified before it was spooled)
-and :class:`Worker` runs each recorded request through it as Bolt runs a lazy listener on AWS Lambda:
-``lazy_only``, naming the function. So the SQL, the engine steps and the outbox deliveries that follow a
-request never compete with the next acknowledgement for the interpreter, nor for the database's write lock.
-
-A listener that opens a modal needs the request's ``trigger_id``, which Slack honours for 3 seconds only; those
-(:data:`IMMEDIATE`, and a request whose acknowledgement set :data:`RUN_HERE`: a slash command that answers with
-a form) still run at once in the answering process, which claims the request in the shared database first.
+The answering process (``role="front"``, :mod:`bot.slack.intake`) records each request's typed job
+(:class:`bot.slack.job.Job`) in the shared database inside the acknowledgement, the request's claim across
+replicas and its ``slack_work`` row in one transaction, and nudges the worker through a pipe; only while that
+database does not answer does a job wait in the replica's local spool file instead. The worker process
+(``kimi-ops worker``, started and restarted by ``kimi-ops serve``: :mod:`bot.cli.worker`) moves spooled jobs into
+the shared database (:meth:`Worker.move`: claim and row in one transaction, then off the spool), takes jobs
+under a lease and runs each through its handler (:func:`bot.slack.handlers.run_job`), without Bolt. So the SQL,
+the engine steps and the outbox deliveries that follow a request never compete with the next acknowledgement
+for the interpreter. Asked to stop (SIGTERM), it takes no new job, lets the running ones finish and moves what
+is left in the spool into the shared database before it exits (:meth:`Worker.drain`), so a pod whose data
+directory goes with it loses nothing it acknowledged.
 """
 
 from __future__ import annotations
@@ -28,23 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slack_bolt import BoltRequest
-
 from bot.adapters.store.spool import Spool, SpooledItem
 from bot.logs import logger_for
 from bot.services import followups
 from bot.services.context import Context
 from bot.services.deliveries import forget_old_deliveries
-from bot.slack.middleware.replay_guard import KEY, PURGE_EVERY_SECONDS, SPOOLED, delivery_key, raw_body
-from bot.slack.middleware.unreadable import read_as_form
+from bot.slack.middleware.replay_guard import PURGE_EVERY_SECONDS
 
 log = logger_for(__name__)
 
-# Lazy listeners that call views.open with the click's trigger_id (valid 3 s): never queued.
-IMMEDIATE = frozenset({"ask_reason", "ask_override", "ask_silence"})
-RUN_HERE = "kimi_run_here"  # a Bolt context key an acknowledgement sets when this request's lazy work needs its trigger
 LEASE_SECONDS = 30.0  # a dead worker's follow-up is taken again after this
-CLAIMED = "kimi_claimed"  # a Bolt context key: this request's claim, made once before its first run here
 POLL_SECONDS = 2.0  # how often an idle worker looks without a nudge (another replica's work, a lapsed lease)
 # While requests keep arriving (nudges less than QUIET_SECONDS apart) the worker lets the acknowledgements pass
 # before it starts more follow-ups, for HOLD_SECONDS at most between two moments it has caught up: Slack's 3 s for
@@ -52,6 +42,10 @@ POLL_SECONDS = 2.0  # how often an idle worker looks without a nudge (another re
 # acknowledgement's CPU on the same cores.
 QUIET_SECONDS = 0.02
 HOLD_SECONDS = 2.0
+# At SIGTERM the spool is moved into the shared database, trying this long while it does not answer; `serve`
+# waits a little longer for its worker, and the pod's terminationGracePeriodSeconds covers both (deploy/).
+DRAIN_SECONDS = 40.0
+DRAIN_RETRY_SECONDS = 0.5
 
 
 def spool_path(data_dir: Path) -> Path:
@@ -59,76 +53,16 @@ def spool_path(data_dir: Path) -> Path:
     return data_dir / "slack-spool.sqlite"
 
 
-class FollowupQueue:
-    """The answering process's side: spool a lazy listener's run locally for the worker, then nudge it.
-
-    No shared database here: the spool is this replica's own file (:class:`bot.adapters.store.spool.Spool`),
-    and the request's claim across replicas is the worker's (:meth:`Worker.move`). Only a run that must start
-    here (it needs the trigger) claims at once, through ``claim`` (the replay guard's bounded claim).
-    """
-
-    def __init__(self, spool: Spool, wake_fd: int | None = None,
-                 claim: Callable[[str], bool | None] | None = None) -> None:
-        self.spool = spool
-        self.wake_fd = wake_fd
-        self.claim = claim
-
-    def record(self, function: str, request: BoltRequest) -> None:
-        body: Any = request.raw_body if request.mode == "http" else request.body
-        self.spool.add(request_key(request), function,
-                       {"mode": request.mode, "body": body, "query": dict(request.query),
-                        "headers": {k: list(v) for k, v in request.headers.items()}})
-        request.context[SPOOLED] = True
-        self.nudge()
-
-    def nudge(self) -> None:
-        if self.wake_fd is not None:
-            # A full pipe means the worker has nudges enough; a closed one, that it restarts and will look anyway.
-            with contextlib.suppress(OSError):
-                os.write(self.wake_fd, b"w")
-
-    def claim_here(self, request: BoltRequest) -> bool:
-        """Before a run that starts in this process: ``False`` when another delivery of the request was claimed.
-
-        Once per request (a request may start several runs); a won claim is noted in the spool, so the request's
-        spooled runs are recorded without a claim of their own. A claim that cannot be made in time runs anyway,
-        as the replay guard always did.
-        """
-        if CLAIMED not in request.context:
-            key = request_key(request)
-            won = self.claim(key) if self.claim is not None else None
-            if won:
-                with contextlib.suppress(Exception):  # the spooled runs then claim for themselves, and lose: logged
-                    self.spool.mark_claimed(key)
-            request.context[CLAIMED] = won is not False
-        return bool(request.context[CLAIMED])
-
-
-def request_key(request: BoltRequest) -> str:
-    """The request's key across deliveries (:func:`bot.slack.middleware.replay_guard.delivery_key`)."""
-    key = request.context.get(KEY)
-    return str(key) if key else delivery_key(request.body, raw_body(request))
-
-
-def rebuilt(function: str, request: dict[str, Any]) -> BoltRequest:
-    """The recorded request, as Bolt hands a lazy listener its own run of it."""
-    bolt = read_as_form(BoltRequest(body=request["body"], query=request.get("query") or {},
-                                    headers=request.get("headers") or {}, mode=request.get("mode") or "http"))
-    bolt.lazy_only = True
-    bolt.lazy_function_name = function
-    return bolt
-
-
 class Worker:
-    """The worker process's loop: take follow-ups under a lease, run each through ``dispatch``, renew, finish."""
+    """The worker process's loop: take jobs under a lease, run each through ``run`` (kind, job), renew, finish."""
 
-    def __init__(self, ctx: Context, dispatch: Callable[[BoltRequest], object], *, threads: int = 8,
+    def __init__(self, ctx: Context, run: Callable[[str, dict[str, Any]], object], *, threads: int = 8,
                  lease: float = LEASE_SECONDS, poll: float = POLL_SECONDS, wake_fd: int | None = None,
                  spool: Spool | None = None, stop_fd: int | None = None, quiet: float = QUIET_SECONDS,
                  hold: float = HOLD_SECONDS) -> None:
         self.ctx = ctx
         self.spool = spool
-        self.dispatch = dispatch
+        self.run_job = run
         self.lease = lease
         self.poll = poll
         self.wake_fd = wake_fd
@@ -174,6 +108,27 @@ class Worker:
             thread.start()
         for thread in self._threads:
             thread.join(timeout=30)
+        self.drain()
+
+    def drain(self, seconds: float = DRAIN_SECONDS) -> bool:
+        """Move everything still in the spool into the shared database, trying for ``seconds`` while it does not
+        answer; ``True`` once the spool is empty (the jobs there were acknowledged: they must not stay with the pod)."""
+        if self.spool is None:
+            return True
+        deadline = time.monotonic() + seconds
+        while True:
+            self.move()
+            try:
+                left = self.spool.waiting()
+            except Exception:
+                left = -1
+            if left == 0:
+                return True
+            if time.monotonic() > deadline:
+                log.error("%s acknowledged Slack job(s) are still in this replica's spool after %.0f s of draining; "
+                          "the shared database did not take them", left, seconds)
+                return False
+            time.sleep(DRAIN_RETRY_SECONDS)
 
     def move(self) -> None:
         """Take this replica's spooled runs into the shared database, request by request, then off the spool.
@@ -275,7 +230,7 @@ class Worker:
         try:
             if item.attempts > 1:
                 log.info("running follow-up #%s again (%s): its earlier worker stopped", item.id, item.function)
-            self.dispatch(rebuilt(item.function, item.request))
+            self.run_job(item.function, item.request)
         except Exception:  # the listeners answer their own errors; whatever escapes is logged, not retried forever
             log.exception("follow-up #%s (%s) raised", item.id, item.function)
         finally:

@@ -4,7 +4,7 @@ The command's module answers with a :class:`bot.views.parts.CommandForm` after
 checking what it can (the role, the release or endpoint, the id): :func:`open_form`
 opens it as a modal with the slash command's trigger. Its submission is checked in
 the acknowledgement (a reason, a date, the carried command still parses), so a bad
-answer stays in the form with its message; the lazy function then runs the
+answer stays in the form with its message; a ``command_form`` job then runs the
 completed command for the submitter, whose role and audit are the service's, as typed.
 """
 
@@ -20,14 +20,17 @@ from bot.adapters.slack.blocks import COMMAND_FORM_MODAL, command_form_modal
 from bot.logs import logger_for
 from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
-from bot.slack.listeners.reason_modal import dig, reason
+from bot.slack.intake import Intake
+from bot.slack.job import Job
+from bot.slack.listeners.acks import Handler, dig
+from bot.slack.listeners.reason_modal import reason
+from bot.slack.middleware.replay_guard import KEY
 from bot.views.parts import Reply, reply
 from commands import registry
 from commands.base import Usage
 
 log = logger_for(__name__)
 
-COMPLETED = "kimi_completed_command"  # the Bolt context key the completed command travels under
 LOST = "This form no longer says which command it completes; nothing was recorded. Close it and type the command again."
 METADATA_LIMIT = 3000  # Slack's private_metadata
 
@@ -61,8 +64,8 @@ def _expires(view: dict[str, Any]) -> str:
     return chosen.strip() if isinstance(chosen, str) else ""
 
 
-def register(app: App, deps: SlackDeps) -> None:
-    def ack_form(ack: Ack, view: dict[str, Any], context: BoltContext) -> None:
+def register(app: App, deps: SlackDeps, intake: Intake) -> None:
+    def ack_form(ack: Ack, body: dict[str, Any], view: dict[str, Any], context: BoltContext) -> None:
         meta = _metadata(view)
         if meta is None:
             ack(response_action="errors", errors={"reason": LOST})
@@ -75,21 +78,27 @@ def register(app: App, deps: SlackDeps) -> None:
             ack(response_action="errors", errors={"reason": "Say why the rule may be broken here."})
             return
         try:
-            context[COMPLETED] = registry.complete(registry.parse(meta["command"]), why, day)
+            registry.complete(registry.parse(meta["command"]), why, day)
         except Usage as usage:
             ack(response_action="errors", errors={"reason": (usage.problem or str(usage))[:300]})
             return
-        ack()
-
-    def submit(body: dict[str, Any], view: dict[str, Any], context: BoltContext) -> None:
-        completed: registry.Parsed | None = context.get(COMPLETED)
-        if completed is None:
-            return  # refused in the acknowledgement
-        meta = _metadata(view) or {}
         channel = meta.get("channel") if isinstance(meta.get("channel"), str) else None
-        user = body["user"]["id"]
-        tell = clicker(deps.client, user, channel, None)
-        answer = guard(lambda: registry.run(deps.root, deps.identity(user), completed), tell)
-        deps.follow(answer, tell, channel)
+        intake.submit(Job("command_form", str(context[KEY]), str(dig(body.get("user"), "id") or ""), channel=channel,
+                          args={"command": meta["command"], "reason": why, "expires": day}), ack)
 
-    app.view(COMMAND_FORM_MODAL)(ack=ack_form, lazy=[submit])
+    app.view(COMMAND_FORM_MODAL)(ack_form)
+
+
+def submit(deps: SlackDeps, job: Job) -> None:
+    """Run the completed command for the submitter, whose role and audit are the service's, as typed."""
+    tell = clicker(deps.client, job.actor, job.channel, None)
+
+    def run() -> Reply:
+        completed = registry.complete(registry.parse(str(job.args.get("command") or "")), str(job.args.get("reason")),
+                                      str(job.args.get("expires")))
+        return registry.run(deps.root, deps.identity(job.actor), completed)
+
+    deps.follow(guard(run, tell), tell, job.channel)
+
+
+HANDLERS: dict[str, Handler] = {"command_form": submit}

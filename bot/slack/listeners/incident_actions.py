@@ -1,6 +1,6 @@
 """The metrics-watch alert buttons: Acknowledge, Silence… (a form: how long and why) and Roll back.
 
-Each click is acknowledged at once; the lazy function resolves the clicker and calls :mod:`commands.incidents`,
+Each click is acknowledged at once with its job; the job's handler resolves the clicker and calls :mod:`commands.incidents`,
 whose services authorise and audit. A silence submitted without a reason is refused in the acknowledgement (the shared
 :mod:`bot.slack.listeners.reason_modal`).
 """
@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from slack_bolt import App, Respond
+from slack_bolt import App
 
 from bot.adapters.slack.blocks import SILENCE_MODAL, silence_modal
 from bot.services.incidents import SILENCE_CHOICES_HOURS
-from bot.slack.answers import clicker, guard
+from bot.slack.answers import Tell, clicker, guard, respond_to
 from bot.slack.deps import SlackDeps
-from bot.slack.listeners.acks import ack_now
-from bot.slack.listeners.gate_actions import click
-from bot.slack.listeners.reason_modal import ReasonForm, dig, open_form, register_form
+from bot.slack.intake import Intake
+from bot.slack.job import Job
+from bot.slack.listeners.acks import Handler, dig, hand_click
+from bot.slack.listeners.reason_modal import ReasonForm, form_handler, open_form, register_form
 from bot.views.actions import INCIDENT_ACK, INCIDENT_ROLLBACK, INCIDENT_SILENCE
 from bot.views.parts import Reply
 from commands import incidents
@@ -34,33 +35,41 @@ def hours(view: dict[str, Any]) -> str | None:
     return chosen if isinstance(chosen, str) else None
 
 
-def register(app: App, deps: SlackDeps) -> None:
-    def acknowledge(body: dict[str, Any], respond: Respond) -> None:
-        user, channel, value = click(body)
-        tell = clicker(deps.client, user, channel, respond)
-        answer = guard(lambda: incidents.acknowledge(deps.ctx, deps.identity(user), value), tell)
-        deps.follow(answer, tell, channel)
+def register(app: App, intake: Intake) -> None:
+    app.action(INCIDENT_ACK)(hand_click(intake, "incident_ack"))
+    app.action(INCIDENT_ROLLBACK)(hand_click(intake, "incident_rollback"))
+    app.action(INCIDENT_SILENCE)(hand_click(intake, "ask_silence", at_once=True))  # opens a form: the trigger
+    register_form(app, intake, SILENCE_FORM)
 
-    def roll_back(body: dict[str, Any], respond: Respond) -> None:
-        user, channel, value = click(body)
-        tell = clicker(deps.client, user, channel, respond)
-        answer = guard(lambda: incidents.roll_back(deps.root, deps.identity(user), value), tell)
-        deps.follow(answer, tell, channel)
 
-    def ask_silence(body: dict[str, Any], respond: Respond) -> None:
-        user, channel, value = click(body)
-        tell = clicker(deps.client, user, channel, respond)
-        message_ts = (body.get("container") or {}).get("message_ts")
-        number = guard(lambda: incidents.incident_id(value), tell)
-        if number is None:
-            return
-        open_form(deps, SILENCE_FORM, body["trigger_id"],
-                  silence_modal(number, f"incident #{number}", channel, message_ts, SILENCE_CHOICES_HOURS), tell)
+def _clicker(deps: SlackDeps, job: Job) -> Tell:
+    return clicker(deps.client, job.actor, job.channel, respond_to(job.response_url))
 
-    def silence(user: str, meta: dict[str, Any], why: str, view: dict[str, Any]) -> Reply:
-        return incidents.silence(deps.ctx, deps.identity(user), meta.get("ticket"), hours(view), why)
 
-    app.action(INCIDENT_ACK)(ack=ack_now, lazy=[acknowledge])
-    app.action(INCIDENT_ROLLBACK)(ack=ack_now, lazy=[roll_back])
-    app.action(INCIDENT_SILENCE)(ack=ack_now, lazy=[ask_silence])
-    register_form(app, deps, SILENCE_FORM, silence)
+def acknowledge(deps: SlackDeps, job: Job) -> None:
+    tell = _clicker(deps, job)
+    answer = guard(lambda: incidents.acknowledge(deps.ctx, deps.identity(job.actor), job.args.get("value")), tell)
+    deps.follow(answer, tell, job.channel)
+
+
+def roll_back(deps: SlackDeps, job: Job) -> None:
+    tell = _clicker(deps, job)
+    answer = guard(lambda: incidents.roll_back(deps.root, deps.identity(job.actor), job.args.get("value")), tell)
+    deps.follow(answer, tell, job.channel)
+
+
+def ask_silence(deps: SlackDeps, job: Job) -> None:
+    tell = _clicker(deps, job)
+    number = guard(lambda: incidents.incident_id(job.args.get("value")), tell)
+    if number is None:
+        return
+    open_form(deps, SILENCE_FORM, job.trigger or "",
+              silence_modal(number, f"incident #{number}", job.channel, job.thread, SILENCE_CHOICES_HOURS), tell)
+
+
+def silence(deps: SlackDeps, user: str, meta: dict[str, Any], why: str, answers: dict[str, Any]) -> Reply:
+    return incidents.silence(deps.ctx, deps.identity(user), meta.get("ticket"), hours(answers), why)
+
+
+HANDLERS: dict[str, Handler] = {"incident_ack": acknowledge, "incident_rollback": roll_back, "ask_silence": ask_silence,
+                                SILENCE_FORM.callback_id: form_handler(silence)}

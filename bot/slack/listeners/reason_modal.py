@@ -4,8 +4,8 @@ Reject (a gate), Approve above the measured limits (a traffic gate) and Silenceâ
 modal built by ``bot.adapters.slack.blocks`` whose ``private_metadata`` carries the clicked button's ticket,
 channel and message. A :class:`ReasonForm` names the form and its sentences; :func:`open_form` opens it for
 the clicker (a trigger lives 3 seconds: when Slack refuses, the clicker is told nothing happened), and
-:func:`register_form` acknowledges a submission only with its ticket and a reason, then hands both to the
-form's action on the lazy pool.
+:func:`register_form` acknowledges a submission only with its ticket and a reason, then hands both on as a
+job, which :func:`form_handler` runs through the form's action.
 """
 
 from __future__ import annotations
@@ -15,20 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slack_bolt import Ack, App
+from slack_bolt import Ack, App, BoltContext
 from slack_sdk.errors import SlackApiError
 
 from bot.logs import logger_for
 from bot.slack.answers import Tell, clicker, guard
 from bot.slack.deps import SlackDeps
+from bot.slack.intake import Intake
+from bot.slack.job import Job
+from bot.slack.listeners.acks import Handler, dig
+from bot.slack.middleware.replay_guard import KEY
 from bot.views.parts import Reply, reply
 
 log = logger_for(__name__)
-
-
-def dig(value: Any, key: str) -> Any:
-    """``value[key]`` when ``value`` is a dict, else None (Slack's payloads are read without trusting their shape)."""
-    return value.get(key) if isinstance(value, dict) else None
 
 
 def reason(view: dict[str, Any]) -> str:
@@ -57,8 +56,9 @@ class ReasonForm:
     again: str  # how to try again ("Click Reject again.")
 
 
-# What a submission asks of the form's action: the submitter, the carried metadata, the reason, the whole view.
-Act = Callable[[str, dict[str, Any], str, dict[str, Any]], Reply | None]
+# What a submission asks of the form's action: the process's deps, the submitter, the carried metadata, the
+# reason, and the form's other answers (its ``state``, as Slack sent it).
+Act = Callable[[SlackDeps, str, dict[str, Any], str, dict[str, Any]], Reply | None]
 
 
 def open_form(deps: SlackDeps, form: ReasonForm, trigger_id: str, view: dict[str, Any], tell: Tell) -> None:
@@ -70,25 +70,31 @@ def open_form(deps: SlackDeps, form: ReasonForm, trigger_id: str, view: dict[str
                    f"{form.again}"))
 
 
-def register_form(app: App, deps: SlackDeps, form: ReasonForm, act: Act) -> None:
-    """Answer ``form``'s submissions: refused in the acknowledgement without a ticket or reason, else ``act``."""
+def register_form(app: App, intake: Intake, form: ReasonForm) -> None:
+    """Answer ``form``'s submissions: refused in the acknowledgement without a ticket or reason, else a job whose
+    handler is :func:`form_handler` over the form's action."""
 
-    def acknowledge(ack: Ack, view: dict[str, Any]) -> None:
-        if metadata(view) is None:
+    def acknowledge(ack: Ack, body: dict[str, Any], view: dict[str, Any], context: BoltContext) -> None:
+        meta, why = metadata(view), reason(view)
+        if meta is None:
             ack(response_action="errors", errors={"reason": form.lost})
-        elif not reason(view):
+        elif not why:
             ack(response_action="errors", errors={"reason": form.blank})
         else:
-            ack()
+            channel = meta.get("channel") if isinstance(meta.get("channel"), str) else None
+            intake.submit(Job(form.callback_id, str(context[KEY]), str(dig(body.get("user"), "id") or ""),
+                              channel=channel, args={"meta": meta, "reason": why, "state": view.get("state")}), ack)
 
-    def submitted(body: dict[str, Any], view: dict[str, Any]) -> None:
-        why, meta = reason(view), metadata(view)
-        if not why or meta is None:
-            return  # refused in the acknowledgement
-        channel = meta.get("channel") if isinstance(meta.get("channel"), str) else None
-        user = body["user"]["id"]
-        tell = clicker(deps.client, user, channel, None)
-        answer = guard(lambda: act(user, meta, why, view), tell)
-        deps.follow(answer, tell, channel)
+    app.view(form.callback_id)(acknowledge)
 
-    app.view(form.callback_id)(ack=acknowledge, lazy=[submitted])
+
+def form_handler(act: Act) -> Handler:
+    """The job of a reason form's submission: ``act`` for the submitter, answered to them alone."""
+
+    def submitted(deps: SlackDeps, job: Job) -> None:
+        tell = clicker(deps.client, job.actor, job.channel, None)
+        meta, why = job.args.get("meta") or {}, str(job.args.get("reason") or "")
+        answer = guard(lambda: act(deps, job.actor, meta, why, {"state": job.args.get("state")}), tell)
+        deps.follow(answer, tell, job.channel)
+
+    return submitted

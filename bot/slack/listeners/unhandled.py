@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from slack_bolt import Ack, App
+from slack_bolt import Ack, App, BoltContext
 
-from bot.slack.answers import sender_line
+from bot.slack.answers import tell_sender
 from bot.slack.deps import SlackDeps
-from bot.slack.listeners.acks import ack_now
+from bot.slack.intake import Intake
+from bot.slack.job import Job
+from bot.slack.listeners.acks import Handler, ack_now, click_job, dig
 
 ANY = re.compile(r".*", re.DOTALL)
 HELP = "Try `/kimi help`."
@@ -26,17 +28,19 @@ def _name(value: Any) -> str:
     return str(value)[:80].replace("`", "'")
 
 
-def register(app: App, deps: SlackDeps) -> None:
+def register(app: App, intake: Intake) -> None:
     def unknown_command(ack: Ack, command: dict[str, Any]) -> None:
         ack(text=f"kimi-ops does not handle `{_name(command.get('command'))}`. {HELP}")
 
-    def unknown_click(body: dict[str, Any]) -> None:
+    def unknown_click(ack: Ack, body: dict[str, Any], context: BoltContext) -> None:
         action = (body.get("actions") or [{}])[0]
-        sender_line(deps.client, body, f"kimi-ops does not know the button `{_name(action.get('action_id'))}` "
-                                       f"(an old message?); nothing was done. {HELP}")
+        line = (f"kimi-ops does not know the button `{_name(dig(action, 'action_id'))}` (an old message?); nothing was "
+                f"done. {HELP}")
+        intake.submit(click_job("tell", body, context, line=line), ack)
 
-    def unknown_shortcut(body: dict[str, Any]) -> None:
-        sender_line(deps.client, body, f"kimi-ops has no shortcut `{_name(body.get('callback_id'))}`; nothing was done. {HELP}")
+    def unknown_shortcut(ack: Ack, body: dict[str, Any], context: BoltContext) -> None:
+        line = f"kimi-ops has no shortcut `{_name(body.get('callback_id'))}`; nothing was done. {HELP}"
+        intake.submit(click_job("tell", body, context, line=line), ack)
 
     def ack_unknown_form(ack: Ack, view: dict[str, Any]) -> None:
         ack(response_action="update", view=notice_modal(
@@ -46,12 +50,20 @@ def register(app: App, deps: SlackDeps) -> None:
         ack(options=[])
 
     app.command(ANY)(unknown_command)
-    app.action(ANY)(ack=ack_now, lazy=[unknown_click])
-    app.shortcut(ANY)(ack=ack_now, lazy=[unknown_shortcut])
+    app.action(ANY)(unknown_click)
+    app.shortcut(ANY)(unknown_shortcut)
     app.view(ANY)(ack_unknown_form)
     app.view_closed(ANY)(ack_now)
     app.options(ANY)(ack_options)
     app.event(ANY)(ack_now)
+
+
+def tell(deps: SlackDeps, job: Job) -> None:
+    """One line to whoever sent a request kimi-ops cannot act on."""
+    tell_sender(deps.client, job.actor or None, job.channel, job.response_url, str(job.args.get("line") or ""))
+
+
+HANDLERS: dict[str, Handler] = {"tell": tell}
 
 
 def notice_modal(line: str) -> dict[str, Any]:

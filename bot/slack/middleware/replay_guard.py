@@ -23,10 +23,10 @@ share a key — even the same text typed twice — while a redelivery or a repla
 repeats it byte for byte. (A key of the ``trigger_id`` alone would also merge two
 different requests that happen to carry the same one; the body cannot.)
 
-Under ``kimi-ops serve`` the answering process does not claim (:class:`OncePerReplica`: a copy this replica
-acknowledged already is answered from its local spool); the worker beside it claims each request before it
-records its work (:meth:`bot.slack.work.Worker.move`), so a copy sent to another replica is acknowledged 200
-there and dropped by its worker.
+Under ``kimi-ops serve`` the answering process first answers a copy this replica acknowledged already from its
+local memory and spool (:class:`OncePerReplica`), then claims the request as it records its job, in one
+transaction (:class:`bot.slack.intake.DurableIntake`), so a copy sent to another replica is acknowledged 200
+there and dropped.
 
 The claim waits at most ``wait_seconds``: Slack wants its acknowledgement within
 3 seconds, and a database that does not answer must not cost every request its
@@ -58,7 +58,6 @@ log = logger_for(__name__)
 
 KEY = "kimi_delivery_key"  # a Bolt context key: the request's key, computed once by the guard
 NOTE = "kimi_note_key"  # a Bolt context key: OncePerReplica let this request through, its key to be written
-SPOOLED = "kimi_spooled"  # a Bolt context key: the request's work was spooled (the spooled run names its key)
 CLAIM_WAIT_SECONDS = 1.5
 PURGE_EVERY_SECONDS = 60.0
 MAX_KEY = 200  # the column's length
@@ -162,15 +161,13 @@ class OncePerRequest(Middleware):
 
 class OncePerReplica(Middleware):
     """The answering process of ``kimi-ops serve``: a copy of a request this replica acknowledged is answered
-    from what this replica noted, without the shared database; the claim across replicas is made by the worker
-    before it runs the request (:meth:`bot.slack.work.Worker.move`).
+    from what this replica noted, before any SQL; the claim across replicas is made as the request's job is
+    recorded (:class:`bot.slack.intake.DurableIntake`).
 
     The keys acknowledged in the last :data:`DELIVERY_MEMORY` are held in memory (read back from the spool at
-    start), so telling a copy costs no SQL; each is in the spool before its acknowledgement leaves: the request's
-    spooled work names it (:meth:`bot.adapters.store.spool.Spool.add`, one commit; the worker notes the key as it
-    moves the work), and a request that spooled nothing has it written by :meth:`note_unspooled` after Bolt's
-    dispatch (a sync Bolt middleware's ``next()`` returns before the listener runs). A spool that cannot be
-    written (a full disk) lets the request through: the guard in the worker still holds.
+    start), so telling a copy costs no SQL; each is written to the spool by :meth:`note_unspooled` after Bolt's
+    dispatch, before its acknowledgement leaves (a sync Bolt middleware's ``next()`` returns before the listener
+    runs). A spool that cannot be written (a full disk) lets the request through: the shared claim still holds.
     """
 
     def __init__(self, spool: Spool, *, monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -198,9 +195,9 @@ class OncePerReplica(Middleware):
         return resp
 
     def note_unspooled(self, req: BoltRequest) -> None:
-        """After the dispatch of a request this guard let through: write its key to the spool unless the request
-        spooled work (whose rows name the key), so a copy is still refused after a restart."""
-        if not req.context.get(NOTE) or req.context.get(SPOOLED):
+        """After the dispatch of a request this guard let through: write its key to the spool, so a copy is still
+        refused after a restart."""
+        if not req.context.get(NOTE):
             return
         try:
             self.spool.first(req.context[KEY])

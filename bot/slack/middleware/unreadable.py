@@ -31,8 +31,8 @@ def read_as_form(request: BoltRequest) -> BoltRequest:
     """``request`` with its form fields, where Bolt took a form holding the word "payload" for an empty payload.
 
     Bolt (1.30) reads any form body containing "payload" as an interactivity payload, so a slash command such as
-    ``/kimi exception add … kind=payload-capture`` would arrive with no fields. Both the request the app receives
-    and the one a lazy listener gets (:mod:`bot.slack.lazy_runner`) pass through here.
+    ``/kimi exception add … kind=payload-capture`` would arrive with no fields. Every request the app receives
+    passes through here.
     """
     raw = request.raw_body
     if request.body == {} and "payload" in raw and not raw.lstrip().startswith("{"):
