@@ -138,7 +138,21 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
             handler.close()
         http.stop()
         supervisor.stop()
+        _drain_what_is_left(kimi)
         kimi.close()
+
+
+def _drain_what_is_left(kimi: Any, seconds: float = 5.0) -> None:
+    """The spool still holding acknowledged jobs after the worker stopped (it could not start while the database
+    was away, say): one last try to move them into the shared database before the pod goes."""
+    from bot.slack.work import Worker
+
+    try:
+        left = kimi.spool.waiting() if kimi.spool is not None else 0
+    except Exception:
+        return
+    if left:
+        Worker(kimi.ctx, lambda _kind, _job: None, spool=kimi.spool).drain(seconds)
 
 
 def register(app: typer.Typer) -> None:

@@ -31,7 +31,7 @@ RESTART_PAUSE_SECONDS = 1.0
 RESTART_PAUSE_LIMIT = 30.0
 WORKER_NICENESS = 5
 # How long serve waits for its worker at SIGTERM: its running jobs, then its spool's drain (bot/slack/work.py,
-# DRAIN_SECONDS 40 s), with room to spare; the pod's terminationGracePeriodSeconds (60 s, deploy/) covers it.
+# DRAIN_SECONDS 40 s), with room to spare; the pod's terminationGracePeriodSeconds (65 s, deploy/) covers it.
 STOP_SECONDS = 50.0
 
 

@@ -1,9 +1,10 @@
 """Follow-up work handed from the process that answers Slack to the worker process, through the database.
 
-The answering process of ``kimi-ops serve`` spools each request's follow-up locally before it acknowledges
-(:mod:`bot.adapters.store.spool`: no shared database on that path), and its worker moves the spooled runs here
-with :func:`accept`, which also claims the request across replicas; the local shell and the tests' inline app
-have nothing to hand over. A worker takes one (:func:`take`) under a
+The answering process of ``kimi-ops serve`` records each request's job here inside its acknowledgement
+(:func:`record`: the request's claim across replicas and the job, one short transaction); while the database
+does not answer, the job waits in the replica's spool (:mod:`bot.adapters.store.spool`) and its worker moves it
+here later with :func:`accept`. The local shell and the tests' inline app have nothing to hand over.
+A worker takes one (:func:`take`) under a
 lease of ``lease`` seconds, renews the leases of what it still runs (:func:`renew`) and removes it when done
 (:func:`finish`); if the worker dies, the lease lapses and the next worker to look takes the work again. Work
 is therefore run at least once and never by two workers at a time; what it calls is safe to repeat (a gate
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot.adapters.store.work import claim_and_record
 from bot.services.context import Context
 
 
@@ -43,6 +45,12 @@ def accept(ctx: Context, key: str, runs: Sequence[tuple[str, dict[str, Any]]], *
             uow.work.add(function, request, ctx.clock.now())
         uow.commit()
     return True
+
+
+def record(ctx: Context, key: str, kind: str, job: dict[str, Any]) -> bool:
+    """:func:`accept` of one job, as the acknowledgement makes it: the claim and the row in one short transaction
+    (one statement on PostgreSQL), no session; ``False`` (nothing recorded) for a copy another delivery claimed."""
+    return claim_and_record(ctx.uow.engine, key, kind, job, ctx.clock.now())
 
 
 def take(ctx: Context, holder: str, lease: float) -> Followup | None:

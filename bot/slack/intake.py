@@ -2,7 +2,7 @@
 
 An acknowledgement is a promise (issue 31): under ``kimi-ops serve`` the answering process records each job in the
 shared database inside the acknowledgement (:class:`DurableIntake`: the request's claim across replicas and its
-``slack_work`` row, one short transaction, :func:`bot.services.followups.accept`), so a pod deleted, drained,
+``slack_work`` row, one short transaction, :func:`bot.services.followups.record`), so a pod deleted, drained,
 evicted or rescheduled right after answering loses nothing: any replica's worker takes the row. Only while that
 database does not answer within :data:`bot.slack.middleware.replay_guard.CLAIM_WAIT_SECONDS` does the job wait in
 the replica's local spool (:class:`bot.adapters.store.spool.Spool`), and then the acknowledgement says so plainly:
@@ -100,8 +100,8 @@ class DurableIntake:
 
     def _record(self, job: Job) -> bool:
         if self.inline:
-            return followups.accept(self.ctx, job.key, [(job.kind, job.as_json())])
-        future = self._recorders.submit(followups.accept, self.ctx, job.key, [(job.kind, job.as_json())])
+            return followups.record(self.ctx, job.key, job.kind, job.as_json())
+        future = self._recorders.submit(followups.record, self.ctx, job.key, job.kind, job.as_json())
         return future.result(timeout=self.wait_seconds)
 
     def _queue_here(self, job: Job, ack: Ack) -> None:

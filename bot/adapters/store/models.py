@@ -374,8 +374,9 @@ class SlackDelivery(Base):
 class SlackWork(Base):
     """The work after a Slack acknowledgement, recorded by the process that answered Slack for the worker process.
 
-    ``request`` is the Slack request as it arrived (mode, body, query, headers) and ``function`` the lazy listener to
-    run on it. A worker takes a row by setting ``holder`` and ``lease_until`` (renewed while it works) and deletes it
+    ``request`` is the typed job (:class:`bot.slack.job.Job` as JSON: its arguments, actor, channel, thread,
+    response URL, trigger and request key), never the raw Slack body, and ``function`` its kind (the handler).
+    A worker takes a row by setting ``holder`` and ``lease_until`` (renewed while it works) and deletes it
     when done; a row whose lease lapsed (its worker died) is taken by the next worker that looks.
     """
 

@@ -9,13 +9,40 @@ and deletes the row when done; only the holder may delete it.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, insert, or_, select, update
+from sqlalchemy import CursorResult, Engine, bindparam, delete, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from bot.adapters.store.models import SlackWork
+from bot.adapters.store.models import SlackWork, UTCDateTime
+
+AT = bindparam("at", type_=UTCDateTime())  # stored exactly as the ORM stores a time (SQLite keeps it as text)
+
+# The claim and the job in one statement (PostgreSQL runs a data-modifying CTE atomically): one round trip in
+# autocommit, where a session's transaction is four (BEGIN, two inserts, COMMIT). The job's row exists only if
+# the claim was won.
+CLAIM_AND_RECORD_PG = text(
+    "WITH claimed AS (INSERT INTO slack_deliveries (key, received_at) VALUES (:key, :at) "
+    "ON CONFLICT (key) DO NOTHING RETURNING key) "
+    "INSERT INTO slack_work (created_at, function, request, attempts) "
+    "SELECT :at, :function, CAST(:request AS JSON), 0 FROM claimed RETURNING id").bindparams(AT)
+CLAIM_SQLITE = text("INSERT OR IGNORE INTO slack_deliveries (key, received_at) VALUES (:key, :at)").bindparams(AT)
+RECORD_SQLITE = text("INSERT INTO slack_work (created_at, function, request, attempts) "
+                     "SELECT :at, :function, :request, 0 WHERE changes() = 1").bindparams(AT)
+
+
+def claim_and_record(engine: Engine, key: str, function: str, job: dict[str, Any], at: dt.datetime) -> bool:
+    """Claim request ``key`` and record its job in one short transaction; ``False`` (nothing recorded) when another
+    delivery of the request claimed it first. The acknowledgement's path: no ORM session, the fewest round trips."""
+    values = {"key": key, "at": at, "function": function, "request": json.dumps(job, separators=(",", ":"))}
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            return conn.execute(CLAIM_AND_RECORD_PG, values).first() is not None
+    with engine.begin() as conn:
+        conn.execute(CLAIM_SQLITE, values)
+        return conn.execute(RECORD_SQLITE, values).rowcount == 1
 
 
 class WorkRepository:
