@@ -1,7 +1,7 @@
 """Follow-up work handed from the process that answers Slack to the worker process, through the database.
 
 The answering process of ``kimi-ops serve`` records each request's job here inside its acknowledgement
-(:func:`record`: the request's claim across replicas and the job, one short transaction); while the database
+(:class:`bot.adapters.store.work.JobRecorder`: the request's claim across replicas and the job, one statement); while the database
 does not answer, the job waits in the replica's spool (:mod:`bot.adapters.store.spool`) and its worker moves it
 here later with :func:`accept`. The local shell and the tests' inline app have nothing to hand over.
 A worker takes one (:func:`take`) under a
@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bot.adapters.store.work import claim_and_record
 from bot.services.context import Context
 
 
@@ -45,12 +44,6 @@ def accept(ctx: Context, key: str, runs: Sequence[tuple[str, dict[str, Any]]], *
             uow.work.add(function, request, ctx.clock.now())
         uow.commit()
     return True
-
-
-def record(ctx: Context, key: str, kind: str, job: dict[str, Any]) -> bool:
-    """:func:`accept` of one job, as the acknowledgement makes it: the claim and the row in one short transaction
-    (one statement on PostgreSQL), no session; ``False`` (nothing recorded) for a copy another delivery claimed."""
-    return claim_and_record(ctx.uow.engine, key, kind, job, ctx.clock.now())
 
 
 def take(ctx: Context, holder: str, lease: float) -> Followup | None:

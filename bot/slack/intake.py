@@ -2,7 +2,7 @@
 
 An acknowledgement is a promise (issue 31): under ``kimi-ops serve`` the answering process records each job in the
 shared database inside the acknowledgement (:class:`DurableIntake`: the request's claim across replicas and its
-``slack_work`` row, one short transaction, :func:`bot.services.followups.record`), so a pod deleted, drained,
+``slack_work`` row: one statement, :class:`bot.adapters.store.work.JobRecorder`), so a pod deleted, drained,
 evicted or rescheduled right after answering loses nothing: any replica's worker takes the row. Only while that
 database does not answer within :data:`bot.slack.middleware.replay_guard.CLAIM_WAIT_SECONDS` does the job wait in
 the replica's local spool (:class:`bot.adapters.store.spool.Spool`), and then the acknowledgement says so plainly:
@@ -23,8 +23,8 @@ from typing import Protocol
 from slack_bolt import Ack
 
 from bot.adapters.store.spool import Spool
+from bot.adapters.store.work import JobRecorder
 from bot.logs import logger_for
-from bot.services import followups
 from bot.services.context import Context
 from bot.slack.job import Job
 from bot.slack.middleware.replay_guard import CLAIM_WAIT_SECONDS
@@ -34,6 +34,7 @@ log = logger_for(__name__)
 
 Run = Callable[[Job], None]
 Tell = Callable[[Job, str], None]  # one line to the job's actor, off the acknowledgement's thread
+RECORDERS = 4
 
 
 class Intake(Protocol):
@@ -76,7 +77,10 @@ class DurableIntake:
         self.inline = inline
         self.wait_seconds = wait_seconds
         self.replica = os.uname().nodename
-        self._recorders = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kimi-record")
+        # Four threads, each with a connection of its own (half the answering process's eight): waits for a job's
+        # statement are short, and the claims of what runs here and /readyz keep the pool's other four.
+        self.recorder = JobRecorder(ctx.uow.engine)
+        self._recorders = ThreadPoolExecutor(max_workers=RECORDERS, thread_name_prefix="kimi-record")
 
     def submit(self, job: Job, ack: Ack, *, at_once: bool = False) -> None:
         if at_once:
@@ -100,8 +104,8 @@ class DurableIntake:
 
     def _record(self, job: Job) -> bool:
         if self.inline:
-            return followups.record(self.ctx, job.key, job.kind, job.as_json())
-        future = self._recorders.submit(followups.record, self.ctx, job.key, job.kind, job.as_json())
+            return self.recorder.record(job.key, job.kind, job.as_json(), self.ctx.clock.now())
+        future = self._recorders.submit(self.recorder.record, job.key, job.kind, job.as_json(), self.ctx.clock.now())
         return future.result(timeout=self.wait_seconds)
 
     def _queue_here(self, job: Job, ack: Ack) -> None:
@@ -128,4 +132,5 @@ class DurableIntake:
                 os.write(self.wake_fd, b"w")
 
     def close(self) -> None:
-        self._recorders.shutdown(wait=False, cancel_futures=True)
+        self._recorders.shutdown(wait=True, cancel_futures=True)
+        self.recorder.close()

@@ -8,12 +8,14 @@ and deletes the row when done; only the holder may delete it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import CursorResult, Engine, bindparam, delete, insert, or_, select, text, update
+from sqlalchemy import Connection, CursorResult, Engine, bindparam, delete, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from bot.adapters.store.models import SlackWork, UTCDateTime
@@ -35,14 +37,60 @@ RECORD_SQLITE = text("INSERT INTO slack_work (created_at, function, request, att
 
 def claim_and_record(engine: Engine, key: str, function: str, job: dict[str, Any], at: dt.datetime) -> bool:
     """Claim request ``key`` and record its job in one short transaction; ``False`` (nothing recorded) when another
-    delivery of the request claimed it first. The acknowledgement's path: no ORM session, the fewest round trips."""
-    values = {"key": key, "at": at, "function": function, "request": json.dumps(job, separators=(",", ":"))}
+    delivery of the request claimed it first."""
+    values = _values(key, function, job, at)
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             return conn.execute(CLAIM_AND_RECORD_PG, values).first() is not None
     with engine.begin() as conn:
         conn.execute(CLAIM_SQLITE, values)
         return conn.execute(RECORD_SQLITE, values).rowcount == 1
+
+
+def _values(key: str, function: str, job: dict[str, Any], at: dt.datetime) -> dict[str, Any]:
+    return {"key": key, "at": at, "function": function, "request": json.dumps(job, separators=(",", ":"))}
+
+
+class JobRecorder:
+    """:func:`claim_and_record` on PostgreSQL over connections of its own, one per thread, kept open in autocommit.
+
+    The acknowledgement's path: a pooled connection is checked (a round trip) each time it is taken from the pool,
+    and its isolation level set and reset around the statement; a connection of the thread's own skips all that,
+    so a job costs the one statement. A connection that fails is dropped and the next job opens another.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._mine = threading.local()
+        self._all: list[Connection] = []
+        self._lock = threading.Lock()
+
+    def record(self, key: str, function: str, job: dict[str, Any], at: dt.datetime) -> bool:
+        if self.engine.dialect.name != "postgresql":
+            return claim_and_record(self.engine, key, function, job, at)
+        conn: Connection | None = getattr(self._mine, "conn", None)
+        if conn is None:
+            conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._mine.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        try:
+            return conn.execute(CLAIM_AND_RECORD_PG, _values(key, function, job, at)).first() is not None
+        except Exception:
+            self._mine.conn = None
+            with self._lock:
+                self._all.remove(conn)
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+                conn.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 class WorkRepository:
