@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.domain.checks import GateReport
 from bot.domain.read_models import DeploymentView
+
+if TYPE_CHECKING:
+    from bot.services.engine.recovery import Resumption
 
 STATUS_MARK = {"pass": "PASS ", "warn": "WARN ", "fail": "FAIL ", "error": "ERROR"}
 
@@ -53,3 +56,20 @@ def history_rows(views: Iterable[DeploymentView]) -> list[tuple[object, ...]]:
         rows.append((v.id, v.kind, v.release, v.state.value, v.requested_by, gates, started, _took(v.duration),
                      v.state_reason or ""))
     return rows
+
+
+def resumption_lines(done: Resumption, now: dt.datetime) -> list[str]:
+    """What ``kimi-ops resume`` did with one in-flight deployment, then the deployment as it stands."""
+    view = done.view
+    if done.taken:
+        said = f"took deployment #{view.id} over"
+    elif done.waits_for_person:
+        said = f"left deployment #{view.id}: it waits for a person at {view.state.words}; nothing to resume"
+    elif done.driven_until is not None and done.driven_until > now:
+        left = (done.driven_until - now).total_seconds()
+        said = (f"left deployment #{view.id}: it is driven by {done.driven_by} until {done.driven_until:%H:%M:%S} UTC; "
+                f"it lapses in {left:.0f} s unless renewed (`kimi-ops resume` again then)")
+    else:
+        said = (f"left deployment #{view.id}: another process claimed it a moment ago "
+                f"({done.driven_by or 'its holder is unknown'}); `kimi-ops resume` again if it stalls")
+    return [said, *deployment_lines(view)]

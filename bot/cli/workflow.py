@@ -154,13 +154,23 @@ def admission(
 
 
 def resume() -> None:
-    """Continue every in-flight deployment from its stored state (after a restart)."""
+    """Continue every in-flight deployment from its stored state (after a restart), saying which it took and why it
+    left the others; exit 1 when deployments needed driving and it could take none of them."""
+    import datetime as dt
+
+    from bot.cli.render import resumption_lines
+
     def body() -> None:
-        views = root().engine.resume_all()
-        if not views:
+        done = root().engine.resume_each()
+        if not done:
             output.info("no deployment in flight")
-        for view in views:
-            _show(view)
+        now = dt.datetime.now(dt.UTC)
+        for item in done:
+            for line in resumption_lines(item, now):
+                output.info(line)
+        needed = [item for item in done if not item.waits_for_person]
+        if needed and not any(item.taken for item in needed):
+            raise typer.Exit(EXIT_REFUSED)
 
     run_guarded(body)
 

@@ -29,7 +29,7 @@ from bot.services.engine.exposure import close, drain, reopen
 from bot.services.engine.gates import gate, recheck_gate
 from bot.services.engine.leases import Hold, Leases
 from bot.services.engine.ramp import ramp
-from bot.services.engine.recovery import resume_one
+from bot.services.engine.recovery import Resumption, left_to_its_driver, resume_one, waits_for_a_person
 from bot.services.engine.run import (
     LeaseLost,
     Runner,
@@ -211,9 +211,25 @@ class Engine:
     # ------------------------------------------------------------------ recovery
     def resume_all(self) -> list[DeploymentView]:
         """After a restart: continue every in-flight deployment from its stored state (alive elsewhere: untouched)."""
+        return [done.view for done in self.resume_each()]
+
+    def resume_each(self) -> list[Resumption]:
+        """:meth:`resume_all`, saying for each deployment whether this process took it, or why it left it."""
         with self.ctx.uow() as uow:
             ids = [d.id for d in uow.deployments.all_in_flight()]
-        return [self.resume(deployment_id) for deployment_id in ids]
+        done = []
+        for deployment_id in ids:
+            waiting = waits_for_a_person(self.ctx, deployment_id)
+            hold = self._leases.acquire(deployment_id)
+            if hold is None:
+                done.append(left_to_its_driver(self.ctx, deployment_id))
+                continue
+            try:  # one that waits for a person is still checked: a stored state that cannot go on is interrupted
+                view = resume_one(self.ctx, deployment_id, self.advance)
+            finally:
+                self._leases.release(hold)
+            done.append(Resumption(view, taken=not waiting, waits_for_person=waiting))
+        return done
 
     def resume(self, deployment_id: int) -> DeploymentView:
         """Take one deployment over (its lease lapsed): exactly what a restart does for it, if nobody else has yet."""

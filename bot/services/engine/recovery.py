@@ -8,7 +8,9 @@ reason instead of being left holding its endpoint, so a person sees why and can 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from bot.adapters.store.errors import store_unavailable
 from bot.domain.read_models import DeploymentView
@@ -17,10 +19,40 @@ from bot.domain.states import NEEDS_STORED_MANIFEST, State
 from bot.logs import logger_for
 from bot.services.context import Context
 from bot.services.deployments import get_deployment
+from bot.services.engine.leases import waits_for_person
 from bot.services.engine.run import snapshot
 from bot.services.transitions import end
 
 log = logger_for(__name__)
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """What a resume did with one in-flight deployment: took it (and where it stands now), or left it, and why."""
+
+    view: DeploymentView
+    taken: bool
+    waits_for_person: bool = False  # nothing to do until a person decides (the stored state was checked)
+    driven_by: str | None = None  # left: the replica whose lease is alive …
+    driven_until: dt.datetime | None = None  # … until then, unless it renews it
+
+
+def waits_for_a_person(ctx: Context, deployment_id: int) -> bool:
+    """Whether the deployment waits for a person (a gate's decision, a stalled drain, a ramp step): nothing to drive."""
+    with ctx.uow() as uow:
+        dep = uow.deployments.get(deployment_id)
+        return dep is not None and waits_for_person(uow, dep)
+
+
+def left_to_its_driver(ctx: Context, deployment_id: int) -> Resumption:
+    """A deployment whose endpoint's lease another replica (or thread) holds, with who holds it and until when."""
+    with ctx.uow() as uow:
+        dep = uow.deployments.get(deployment_id)
+        lease = uow.leases.get(dep.endpoint_id) if dep is not None else None
+        holder, until = (lease.holder, lease.expires_at) if lease is not None else (None, None)
+    if until is not None and until.tzinfo is None:  # SQLite hands back what was stored in UTC without its zone
+        until = until.replace(tzinfo=dt.UTC)
+    return Resumption(get_deployment(ctx, deployment_id), taken=False, driven_by=holder, driven_until=until)
 
 
 def resume_one(ctx: Context, deployment_id: int, advance: Callable[[int], DeploymentView]) -> DeploymentView:
