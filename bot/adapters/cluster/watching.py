@@ -54,6 +54,7 @@ def versions(api_client: Any, kind: str, name: str, namespace: str, *, seconds: 
 
     deadline = time.monotonic() + seconds
     threading.Thread(target=stop_on_request, name="kimi-watch-stop", daemon=True).start()
+    stream: Any = None  # the client's generator; closed below so its response is released at once
     try:
         stream = watcher.stream(
             CustomObjectsApi(api_client).list_namespaced_custom_object, group, version, namespace, info.plural,
@@ -77,6 +78,8 @@ def versions(api_client: Any, kind: str, name: str, namespace: str, *, seconds: 
     finally:
         finished.set()
         watcher.stop()
+        if stream is not None:
+            stream.close()
 
 
 class WatchUnavailable(Exception):
