@@ -383,13 +383,21 @@ class DrillNotice(ChannelNotice):
     state: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class FailoverNotice(ChannelNotice):
+    """Users moved to the fallback because Kimi K3 stopped answering, or back: said in the incident's thread."""
+
+    KIND: ClassVar[str] = "failover.notice"
+    incident_id: int | None = None  # the incident that moved them (its alert's thread), when it is known
+
+
 EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     DeploymentRequested, StateChanged, GateWaiting, GateDecided, LimitsAccepted, GatePlot, RolloutProgress,
     ReadinessAlert, ReadinessRecovered, DrillNotice,
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
     AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack, RampSplit, RampPlot,
-    WatchAlert, WatchRecovered, IncidentHandled, SloPlot,
+    WatchAlert, WatchRecovered, IncidentHandled, SloPlot, FailoverNotice,
 )
 """Every event that may be stored, one per ``KIND``."""
 

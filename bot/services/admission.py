@@ -16,6 +16,7 @@ with a reason) is how a person takes over, and reopening closes the incident.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from bot.adapters.store.models import Incident
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, AdmissionError, AdmissionState, parse_admission
+from bot.domain.drills import seconds
 from bot.domain.events import AdmissionChanged, AdmissionStuck
 from bot.domain.names import did_you_mean, match
 from bot.services.access import Identity, authorize
@@ -30,6 +32,8 @@ from bot.services.context import Context, require
 from bot.services.errors import Invalid, NotFound, Refused
 
 STUCK = "admission-stuck"
+FAILOVER = "failover"
+"""Users on the fallback because Kimi K3 stopped answering on a live endpoint (bot/services/failover.py)."""
 UNGUARDED = "users are not kept off the candidate"
 ROUTE_POLL_SECONDS = 0.2  # the application layer's acknowledgement, read from its ConfigMap
 ROUTE_RESYNC_SECONDS = 5.0  # the route is read again at least this often while the gateway's verdict is awaited
@@ -183,6 +187,20 @@ def _close_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, 
                          details={"kind": STUCK})
 
 
+def end_failover(uow: SqlUnitOfWork, endpoint_name: str, now: dt.datetime, actor: str) -> str:
+    """Close the endpoint's failover incident (:mod:`bot.services.failover`) in the caller's transaction; returns how
+    long users were on the fallback, in words ("" when none was open). The fail back and an admin's reopening call it."""
+    row = uow.endpoints.get(endpoint_name)
+    incident = uow.incidents.open_for(row.id, FAILOVER) if row is not None else None
+    if incident is None:
+        return ""
+    incident.open, incident.closed_at = None, now
+    duration = now - incident.opened_at
+    uow.audit.record(at=now, actor=actor, action="incident.closed", subject=f"endpoint:{endpoint_name}",
+                     details={"kind": FAILOVER, "on_fallback_seconds": round(duration.total_seconds(), 1)})
+    return seconds(duration)
+
+
 def reopened(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str) -> None:
     """Users are back on a release that passed its gates: any admission-stuck incident is over."""
     _close_stuck_incident(uow, ctx, endpoint_name)
@@ -221,5 +239,6 @@ def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str,
         record_admission(uow, ctx, endpoint_name, admission, reason, actor=actor.user_id, deployment_id=None, words=words)
         if admission.state is AdmissionState.OPEN:
             _close_stuck_incident(uow, ctx, endpoint_name, actor.user_id)
+            end_failover(uow, endpoint_name, ctx.clock.now(), actor.user_id)  # the admin ends the hold
         uow.commit()
     return AdmissionView(endpoint=endpoint_name, admission=str(admission), users_get=words)

@@ -45,6 +45,7 @@ from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import ReadinessResult
 from bot.logs import logger_for
 from bot.services import ports
+from bot.services.admission import FAILOVER
 from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
@@ -65,7 +66,7 @@ ACTOR = "kimi-ops:readiness-probe"
 FAILING = "readiness"
 SLOW = "ttft"
 # Shown by ``/kimi status``: this module's incidents, the reservation watch's and the metrics watch's.
-INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT, MISSING_INCIDENT, *WATCH_KINDS)
+INCIDENT_KINDS = (FAILING, SLOW, WATCH_INCIDENT, MISSING_INCIDENT, *WATCH_KINDS, FAILOVER)
 
 
 # ---------------------------------------------------------------------------- values

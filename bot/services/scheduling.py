@@ -23,6 +23,7 @@ from bot.services.alert_intake import RECONCILER
 from bot.services.alert_rules import PUBLISHER
 from bot.services.context import Context, require
 from bot.services.errors import NotFound, UserError
+from bot.services.failover import failover_round
 from bot.services.gate_expiry import watch_gates
 from bot.services.metrics_watch import watch_metrics
 from bot.services.readiness import probe_endpoints
@@ -71,14 +72,17 @@ def _watch(ctx: Context, engine: Engine | None) -> str:
 
 
 def _probe(ctx: Context, engine: Engine | None) -> str:
+    """A readiness round, then the fallback for endpoints Kimi K3 stopped answering on (and back when it answers)."""
     outcomes = probe_endpoints(ctx)
-    return "; ".join(o.line for o in outcomes) if outcomes else "no endpoints declared"
+    moved = [o.line for o in failover_round(ctx)]
+    return "; ".join([o.line for o in outcomes] + moved) if outcomes else "no endpoints declared"
 
 
 def _metrics(ctx: Context, engine: Engine | None) -> str:
     """The built-in watch's round, then the rules of the endpoints Prometheus watches, applied where they changed, and
     their pages closed whose alert Alertmanager no longer holds."""
-    return "; ".join((watch_metrics(ctx).summary, *PUBLISHER.publish(ctx), *RECONCILER.reconcile(ctx)))
+    return "; ".join((watch_metrics(ctx).summary, *PUBLISHER.publish(ctx), *RECONCILER.reconcile(ctx),
+                      *(o.line for o in failover_round(ctx))))
 
 
 def _expire(ctx: Context, engine: Engine | None) -> str:

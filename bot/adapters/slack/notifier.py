@@ -48,6 +48,7 @@ from bot.adapters.store.outbox import UnknownEvent, event_of
 from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
 from bot.domain.events import (
     ChannelNotice,
+    FailoverNotice,
     IncidentHandled,
     OutboxEvent,
     SloPlot,
@@ -257,6 +258,18 @@ class SlackNotifier:
                         broadcast=incident.slack_ts is not None)
         self._refresh_alert(uow, incident)
 
+    def _failover_notice(self, uow: SqlUnitOfWork, event: FailoverNotice, key: str) -> None:
+        """In the thread of the alert that moved users (the channel when that alert has none)."""
+        incident = uow.incidents.get(event.incident_id) if event.incident_id is not None else None
+        channel = (incident.slack_channel if incident else None) or event.channel or self._endpoint_channel(
+            uow, event.endpoint_name)
+        if not channel:
+            return
+        text = slack_text(event.text)
+        thread = incident.slack_ts if incident is not None else None
+        self.posts.post(key, channel, text, blocks=render([Text(text)]).blocks, thread_ts=thread,
+                        broadcast=thread is not None)
+
     def _incident_handled(self, uow: SqlUnitOfWork, event: IncidentHandled, key: str) -> None:
         incident = uow.incidents.get(event.incident_id)
         if incident is not None:
@@ -285,6 +298,7 @@ class SlackNotifier:
     NOTICE_HANDLERS: ClassVar[dict[type[OutboxEvent], NoticeHandler]] = {
         WatchAlert: _watch_alert,
         WatchRecovered: _watch_recovered,
+        FailoverNotice: _failover_notice,
         IncidentHandled: _incident_handled,
         SloPlot: _slo_plot,
         ChannelNotice: _notice,
