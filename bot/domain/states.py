@@ -220,6 +220,12 @@ def work_kind(stored_kind: str, caused_by: int | None) -> str:
     return "restore" if stored_kind == "rollback" and caused_by is not None else stored_kind
 
 
+def superseded_reason(by_id: int, by_kind: str, same_release: bool) -> str:
+    """Why a live deployment is ``superseded``, naming the work that replaced it by its kind (one word per kind):
+    ``superseded by restore #5, which runs the same release again``."""
+    return f"superseded by {by_kind} #{by_id}" + (", which runs the same release again" if same_release else "")
+
+
 def path_of(kind: str) -> tuple[State, ...]:
     try:
         return PATHS[kind]

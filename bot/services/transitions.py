@@ -18,7 +18,15 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.domain.checks import GateReport
 from bot.domain.events import DeploymentRequested, GateWaiting, RestoreStarted, StateChanged
 from bot.domain.read_models import DeploymentView, GateSummary, PendingGate
-from bot.domain.states import BEFORE_APPLY_CLOSED, USERS_CLOSED_OUT, State, check_transition, is_past_apply, work_kind
+from bot.domain.states import (
+    BEFORE_APPLY_CLOSED,
+    USERS_CLOSED_OUT,
+    State,
+    check_transition,
+    is_past_apply,
+    superseded_reason,
+    work_kind,
+)
 from bot.services.access import Identity
 from bot.services.admission import open_stuck_incident
 from bot.services.context import Context
@@ -152,7 +160,7 @@ def transition(
             if other.id != dep.id:
                 check_transition(other.kind, State.LIVE, State.SUPERSEDED)
                 other.state, other.updated_at = State.SUPERSEDED.value, now
-                other.state_reason = f"superseded by deployment #{dep.id}"
+                other.state_reason = superseded_reason(dep.id, path_kind(dep), other.release_id == dep.release_id)
                 uow.audit.record(at=now, actor=actor, action="deployment.superseded", subject=f"deployment:{other.id}",
                                  details={"by": dep.id})
     payload = {"from": before, "to": to.value, "reason": reason, "release": dep.release.name, "kind": dep.kind,

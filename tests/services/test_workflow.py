@@ -274,6 +274,8 @@ def test_after_an_automatic_restore_rollback_offers_only_what_can_be_restored(wf
     engine.advance(view.id)
     restore = _restore_of(ctx, view.id)
     assert restore is not None and restore.state == "live"
+    # The deploy that made rel-a live first is superseded by the restore, named as one, of the very same release.
+    assert get_deployment(ctx, 1).state_reason == f"superseded by restore #{restore.id}, which runs the same release again"
     # No dead end: not "name a release" followed by a refusal of the only other one.
     with pytest.raises(Refused) as refused:
         request_rollback(ctx, "kimi-prod", REQUESTER)

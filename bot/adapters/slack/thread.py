@@ -68,7 +68,7 @@ from bot.domain.events import (
     RolloutProgress,
     StateChanged,
 )
-from bot.domain.states import State
+from bot.domain.states import State, superseded_reason, work_kind
 from bot.logs import logger_for
 from bot.views.deployments import state_words
 from bot.views.gates import decided_note
@@ -240,7 +240,8 @@ class DeploymentThread:
         if target == State.LIVE:
             # The release this one replaced is no longer live: its thread's title must say so too.
             for older in uow.deployments.in_states(dep.endpoint_id, [State.SUPERSEDED]):
-                if older.slack_thread_ts and older.state_reason == f"superseded by deployment #{dep.id}":
+                replaced_by = superseded_reason(dep.id, work_kind(dep.kind, dep.cause_id), older.release_id == dep.release_id)
+                if older.slack_thread_ts and older.state_reason == replaced_by:
                     self._update_root(older)
 
     def _update_root(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> None:
