@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-# What a script may rely on (README "Exit codes" says the same).
+# What a script may rely on (docs/cli.md lists the same; a test compares them).
 EXIT_DONE = 0
 EXIT_REFUSED = 1  # refused, not found, a check failed, a gate blocked, the deployment ended without going live
 EXIT_USAGE = 2  # the command line or a setting is wrong

@@ -107,6 +107,15 @@ def test_the_performance_page_names_every_benchmark() -> None:
     assert not missing, f"docs/performance.md does not say how to run: {', '.join(missing)}"
 
 
+def test_the_cli_page_lists_the_exit_codes_the_cli_uses() -> None:
+    from bot.cli import conventions
+
+    page = (DOCS / "cli.md").read_text()
+    listed = {int(code) for code in re.findall(r"^\| (\d+) \|", page, flags=re.M)}
+    used = {value for name, value in vars(conventions).items() if name.startswith("EXIT_") and isinstance(value, int)}
+    assert listed == used
+
+
 def test_the_design_is_short_enough_to_read() -> None:
     assert len(DESIGN.read_text().splitlines()) <= 400
 
