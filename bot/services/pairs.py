@@ -133,7 +133,7 @@ def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
                          details={"to": previous_name, "from": active_name, "release": release})
         uow.events.emit(ServiceRolledBack(
             endpoint_name=previous_name, service=name, to_side=previous_name, from_side=active_name, release=release,
-            actor=actor.user_id, text=f":rewind: {name} rolled back by <@{actor.user_id}> in one route change: {words} "
+            actor=actor.user_id, text=f":rewind: {name} rolled back by {actor.user_id} in one route change: {words} "
                                       f"({release}). {active_name} keeps its release with no users."), at=now)
         uow.commit()
     return RolledBack(service=name, to_side=previous_name, from_side=active_name, release=release, users_get=words)

@@ -292,7 +292,7 @@ def accept_proposed_limits(
                          "accept the proposal of the newest report in the thread", "stale")
         done = find_acceptance(uow.audit.actions(f"endpoint:{name}", LIMITS_ACCEPTED), deployment_id, row.report_hash)
         if done is not None:
-            raise refuse(f"these limits were already accepted by <@{done.accepted_by}> at {done.accepted_at:%Y-%m-%d %H:%M} UTC "
+            raise refuse(f"these limits were already accepted by {done.accepted_by} at {done.accepted_at:%Y-%m-%d %H:%M} UTC "
                          f"({limits_words(done.accepted)}); nothing changed", "already_accepted")
         if not proposal_open(dep.state):
             raise refuse(f"deployment #{deployment_id} is {State(dep.state).words}: its sweep measured a release that is "

@@ -18,6 +18,7 @@ from bot.domain.states import State
 from bot.services.deployments import cancel, decide_gate, request_deploy
 from bot.services.errors import Forbidden, NotFound
 from bot.views.commands import for_terminal
+from bot.views.parts import Text
 from commands.base import Usage
 from commands.registry import COMMANDS, dispatch, parse
 from tests.workflow_support import APPROVER_1, REQUESTER, STRANGER, workflow
@@ -121,3 +122,15 @@ def test_help_is_grouped_by_who_uses_it_and_first_says_how_gates_are_decided(mak
         assert module.USAGE in text
     entries = [line for line in text.split("\n") if line.startswith("`/kimi")]
     assert len(entries) == len(COMMANDS) and all(len(line.split(" — ", 1)[1]) <= 142 for line in entries)
+
+
+def test_services_name_people_by_id_and_only_slack_makes_mentions_of_user_ids() -> None:
+    # A service writes an actor as stored; Slack's renderer mentions user IDs, and leaves any other actor (a CLI user,
+    # kimi-ops itself) as its name, never a broken <@cli:…> or <@kimi-ops>.
+    import pathlib
+
+    services = pathlib.Path(__file__).resolve().parents[2] / "bot" / "services"
+    raw = [str(p) for p in services.rglob("*.py") if "<@{" in p.read_text() and p.name != "gate_expiry.py"]
+    assert raw == [], raw  # gate_expiry mentions only IDs it checked to be users or groups
+    shown = render([Text("rolled back by U0APPROVER1; accepted by cli:alice; restored by kimi-ops")]).text
+    assert "<@U0APPROVER1>" in shown and "<@cli:alice>" not in shown and "<@kimi-ops>" not in shown
