@@ -5,6 +5,7 @@ everything; ``listeners/`` holds one module per concern (``commands``,
 ``gate_actions``, ``home``, ``errors``), each with ``register(app, deps)``;
 ``middleware/`` holds one middleware per file; ``outbox`` is the delivery
 thread, ``home_cache`` the App Homes this replica keeps current, ``http`` the
-WSGI routes and server. Every listener acknowledges at once and does its work
-in a lazy function on a bounded pool.
+WSGI routes and server. Every listener acknowledges at once and hands on a typed
+job (``job``, ``intake``), which its handler (``handlers``) runs without Bolt: in
+the worker process under ``kimi-ops serve``, on a bounded pool here otherwise.
 """

@@ -1,4 +1,4 @@
-"""The thread pools behind the Slack app: Bolt's lazy listeners on one, the deployment engine's follow-ups on another."""
+"""The thread pools behind the Slack app: Bolt's listeners and the jobs run here on one, the engine's follow-ups on another."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A replica's local spool: the Slack follow-ups its answering process acknowledged, until its worker takes them on.
+"""A replica's local spool: the Slack jobs its answering process acknowledged while the shared database did not
+answer, until its worker moves them there.
 
 One SQLite file in the replica's data directory, used through the stdlib ``sqlite3`` module (no SQLAlchemy, no
 pool: a commit here costs tens of microseconds) in WAL mode with ``synchronous=NORMAL``, so a committed row
@@ -9,10 +10,9 @@ is shared between replicas: the shared database still decides which replica runs
 
 Two tables: ``seen`` holds each request key this replica acknowledged (an exact replay to the same replica is
 refused in the acknowledgement, without asking the shared database), with ``claimed`` set once this replica
-won the request's claim in the shared database itself; ``items`` holds each lazy listener's run, in order. A
-request with spooled runs is noted in ``seen`` by the worker as it moves them (until then its items name it), so
-its acknowledgement costs one insert into one table; a request with nothing to spool is noted by the answering
-process itself (:meth:`Spool.first`).
+won the request's claim in the shared database itself; ``items`` holds each spooled job, in order (a job in the
+shared database is not here at all). The answering process notes every request it let through in ``seen``
+(:meth:`Spool.first`); a spooled job's key is noted there again by the worker as it moves it.
 """
 
 from __future__ import annotations

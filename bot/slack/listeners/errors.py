@@ -3,7 +3,7 @@
 Bolt answers 500 to an exception in an acknowledgement or a middleware, which
 Slack shows as "dispatch_failed" and the person gets nothing. Here the
 acknowledgement becomes a 200 instead; a slash command's carries one line
-with the correlation id, which the typist sees. An error in a lazy listener
+with the correlation id, which the typist sees. An error in a job's handler
 (after the acknowledgement) has no response to change: the person already got
 their answer or their correlation id from :func:`bot.slack.answers.guard`.
 """
