@@ -119,7 +119,7 @@ class KimiApp:
         self.metrics = bolt.metrics
         if role == "front" and spool is not None:
             self.intake = DurableIntake(ctx, spool, self.run_job, workers, self._tell_job, claim=self.once.first,
-                                        wake_fd=wake_fd, inline=inline)
+                                        wake_fd=wake_fd)
             guard = OncePerReplica(spool)
             bolt.use(guard)
             bolt.after_dispatch = guard.note_unspooled

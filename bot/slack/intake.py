@@ -17,7 +17,6 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from slack_bolt import Ack
@@ -34,7 +33,6 @@ log = logger_for(__name__)
 
 Run = Callable[[Job], None]
 Tell = Callable[[Job, str], None]  # one line to the job's actor, off the acknowledgement's thread
-RECORDERS = 4
 
 
 class Intake(Protocol):
@@ -63,7 +61,7 @@ class DurableIntake:
     """The answering process of ``kimi-ops serve``: the job in the shared database before the answer leaves."""
 
     def __init__(self, ctx: Context, spool: Spool, run_here: Run, pool: CountingExecutor, tell: Tell, *,
-                 claim: Callable[[str], bool | None], wake_fd: int | None = None, inline: bool = False,
+                 claim: Callable[[str], bool | None], wake_fd: int | None = None,
                  wait_seconds: float = CLAIM_WAIT_SECONDS) -> None:
         self.ctx = ctx
         self.spool = spool
@@ -72,15 +70,12 @@ class DurableIntake:
         self.tell = tell
         self.claim = claim
         self.wake_fd = wake_fd
-        # ``inline``: record on the request's own thread, where the database bounds its own waits (SQLite's busy
-        # timeout); otherwise (PostgreSQL, whose connection may hang) on a small pool, waited on for the bound.
-        self.inline = inline
         self.wait_seconds = wait_seconds
         self.replica = os.uname().nodename
-        # Four threads, each with a connection of its own (half the answering process's eight): waits for a job's
-        # statement are short, and the claims of what runs here and /readyz keep the pool's other four.
-        self.recorder = JobRecorder(ctx.uow.engine)
-        self._recorders = ThreadPoolExecutor(max_workers=RECORDERS, thread_name_prefix="kimi-record")
+        # On PostgreSQL one writer thread records the jobs of concurrent acknowledgements together, each caller
+        # waiting ``wait_seconds`` at most (a connection may hang); on SQLite the request's own thread records its
+        # job, SQLite bounding its own waits (the app sets its busy timeout to the same bound).
+        self.recorder = JobRecorder(ctx.uow.engine, wait_seconds)
 
     def submit(self, job: Job, ack: Ack, *, at_once: bool = False) -> None:
         if at_once:
@@ -103,10 +98,7 @@ class DurableIntake:
         self.nudge()
 
     def _record(self, job: Job) -> bool:
-        if self.inline:
-            return self.recorder.record(job.key, job.kind, job.as_json(), self.ctx.clock.now())
-        future = self._recorders.submit(self.recorder.record, job.key, job.kind, job.as_json(), self.ctx.clock.now())
-        return future.result(timeout=self.wait_seconds)
+        return self.recorder.record(job.key, job.kind, job.as_json(), self.ctx.clock.now())
 
     def _queue_here(self, job: Job, ack: Ack) -> None:
         queued = job.queued(time.time(), self.replica)
@@ -132,5 +124,4 @@ class DurableIntake:
                 os.write(self.wake_fd, b"w")
 
     def close(self) -> None:
-        self._recorders.shutdown(wait=True, cancel_futures=True)
         self.recorder.close()

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from sqlalchemy import Connection, CursorResult, Engine, bindparam, delete, insert, or_, select, text, update
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from bot.adapters.store.models import SlackWork, UTCDateTime
 
+BATCH = 100  # jobs in one statement at most
 AT = bindparam("at", type_=UTCDateTime())  # stored exactly as the ORM stores a time (SQLite keeps it as text)
 
 # The claim and the job in one statement (PostgreSQL runs a data-modifying CTE atomically): one round trip in
@@ -52,45 +54,90 @@ def _values(key: str, function: str, job: dict[str, Any], at: dt.datetime) -> di
 
 
 class JobRecorder:
-    """:func:`claim_and_record` on PostgreSQL over connections of its own, one per thread, kept open in autocommit.
+    """:func:`claim_and_record` for the acknowledgement's path; on PostgreSQL, the jobs of concurrent
+    acknowledgements in one statement.
 
-    The acknowledgement's path: a pooled connection is checked (a round trip) each time it is taken from the pool,
-    and its isolation level set and reset around the statement; a connection of the thread's own skips all that,
-    so a job costs the one statement. A connection that fails is dropped and the next job opens another.
+    One writer thread with a connection of its own, kept open in autocommit (a pooled connection is pinged each
+    time it is taken from the pool): each round trip takes every job waiting then, so fifty requests at once cost
+    a few round trips, not fifty. A caller waits ``wait_seconds`` at most (a database that hangs must not hold the
+    acknowledgement); a connection that fails is dropped and the next round opens another.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, wait_seconds: float) -> None:
         self.engine = engine
-        self._mine = threading.local()
-        self._all: list[Connection] = []
-        self._lock = threading.Lock()
+        self.wait_seconds = wait_seconds
+        self._waiting: list[tuple[dict[str, Any], Future[bool]]] = []
+        self._ready = threading.Condition()
+        self._closed = False
+        self._conn: Connection | None = None
+        self._writer: threading.Thread | None = None
+        if engine.dialect.name == "postgresql":
+            self._writer = threading.Thread(target=self._write, name="kimi-record", daemon=True)
+            self._writer.start()
 
     def record(self, key: str, function: str, job: dict[str, Any], at: dt.datetime) -> bool:
-        if self.engine.dialect.name != "postgresql":
+        if self._writer is None:
             return claim_and_record(self.engine, key, function, job, at)
-        conn: Connection | None = getattr(self._mine, "conn", None)
-        if conn is None:
-            conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            self._mine.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        try:
-            return conn.execute(CLAIM_AND_RECORD_PG, _values(key, function, job, at)).first() is not None
-        except Exception:
-            self._mine.conn = None
-            with self._lock:
-                self._all.remove(conn)
+        done: Future[bool] = Future()
+        with self._ready:
+            self._waiting.append((_values(key, function, job, at), done))
+            self._ready.notify()
+        return done.result(timeout=self.wait_seconds)
+
+    def _write(self) -> None:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._waiting or self._closed)
+                if self._closed:
+                    return
+                batch, self._waiting = self._waiting[:BATCH], self._waiting[BATCH:]
+            batch = [(values, done) for values, done in batch if done.set_running_or_notify_cancel()]
+            try:
+                claimed = self._claim_and_record(batch)
+            except Exception as exc:
+                self._drop_connection()
+                for _, done in batch:
+                    done.set_exception(exc)
+                continue
+            seen: set[str] = set()
+            for values, done in batch:  # a key twice in one round: the first is the request, the second a copy
+                done.set_result(values["key"] in claimed and values["key"] not in seen)
+                seen.add(values["key"])
+
+    def _claim_and_record(self, batch: list[tuple[dict[str, Any], Future[bool]]]) -> set[str]:
+        if self._conn is None:
+            self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        first: dict[str, dict[str, Any]] = {}
+        for values, _done in batch:
+            first.setdefault(values["key"], values)
+        rows = list(first.values())
+        params: dict[str, Any] = {"at": rows[0]["at"]}
+        for n, values in enumerate(rows):
+            params.update({f"k{n}": values["key"], f"f{n}": values["function"], f"r{n}": values["request"]})
+        listed = ", ".join(f"(:k{n}, :f{n}, CAST(:r{n} AS JSON))" for n in range(len(rows)))
+        statement = text(
+            f"WITH jobs (key, function, request) AS (VALUES {listed}), "
+            "claimed AS (INSERT INTO slack_deliveries (key, received_at) SELECT key, :at FROM jobs "
+            "ON CONFLICT (key) DO NOTHING RETURNING key), "
+            "recorded AS (INSERT INTO slack_work (created_at, function, request, attempts) "
+            "SELECT :at, jobs.function, jobs.request, 0 FROM jobs JOIN claimed ON claimed.key = jobs.key) "
+            "SELECT key FROM claimed").bindparams(AT)
+        return {str(row[0]) for row in self._conn.execute(statement, params)}
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
             with contextlib.suppress(Exception):
                 conn.invalidate()
                 conn.close()
-            raise
 
     def close(self) -> None:
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            with contextlib.suppress(Exception):
-                conn.close()
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+        if self._writer is not None:
+            self._writer.join(timeout=5)
+        self._drop_connection()
 
 
 class WorkRepository:
