@@ -10,9 +10,10 @@ the ack is a refusal):
   local shell still does);
 * ``worker``: kimi-ops as ``kimi-ops serve`` runs it: the answering process records each request's typed job in
   the shared database inside the acknowledgement (on PostgreSQL the jobs of concurrent acknowledgements in one
-  statement, on a connection of its own; issue 31: nothing acknowledged may stay with the pod), and a ``kimi-ops worker`` process beside it (started by the same
-  supervisor) runs it, once the requests stop coming less than 20 ms apart (2 s at most between two moments it has
-  caught up: a round here is shorter, so its follow-ups run after it; DESIGN.md, "Two processes").
+  statement, on a connection of its own; issue 31: nothing acknowledged may stay with the pod), and a
+  ``kimi-ops worker`` process beside it (started by the same supervisor) runs it, once the requests stop coming
+  less than 20 ms apart (2 s at most between two moments it has caught up: a round here is shorter, so its
+  follow-ups run after it; DESIGN.md, "Two processes").
 
 The Slack Web API stand-in runs in a process of its own too, as Slack is elsewhere: neither the clients nor the
 follow-ups' replies (the refusal each click gets, a command's answer) share an interpreter with an app being
