@@ -125,3 +125,44 @@ def test_a_traffic_gate_killed_mid_sweep_is_judged_on_every_request_it_sent(cli:
     _kill_mid_gate(cli, dep, "traffic", approving)
     status, reason = _resumed_closed_door(cli, dep, "traffic")
     assert status != "fail", reason
+
+
+def test_a_model_gate_killed_with_every_answer_in_and_its_report_unstored_passes_when_resumed(
+        fresh_pg_url: str, tmp_path: Path) -> None:
+    """Nothing in flight at the kill: the resumed gate's verdict is exactly the uncrashed one's (PostgreSQL, where
+    the test can hold the endpoint's lease row so the run waits to store its report with every answer in)."""
+    from sqlalchemy import create_engine, text
+
+    cli = start_cli_sandbox(tmp_path, database_url=fresh_pg_url)
+    cli.env.update(KIMI_LEASE_SECONDS="8", KIMI_LEASE_HEARTBEAT_SECONDS="1")
+    holder = create_engine(fresh_pg_url)
+    try:
+        release = cli.sandbox.releases[0].name
+        dep = deploy_in_process(cli, release, until="infrastructure_gate").id
+        approving = cli.popen("gate", "approve", str(dep), "infrastructure", "--as", APPROVER_2)
+        wait_until("readiness passed", lambda: approving.poll() is None and _state(cli, dep) == "model_gate",
+                   WAIT_SECONDS, poll=0.05)
+        with holder.connect() as conn:
+            locking = conn.begin()
+            conn.execute(text("SELECT 1 FROM deployment_leases l JOIN deployments d ON d.endpoint_id = l.endpoint_id "
+                              "WHERE d.id = :dep FOR UPDATE OF l"), {"dep": dep})
+
+            def storing() -> bool:  # the run waits on the lease row to store its report: every answer is in
+                with holder.connect() as look:
+                    return bool(look.execute(text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query ILIKE '%deployment_leases%' AND query ILIKE '%FOR UPDATE%'")).scalar())
+
+            try:
+                wait_until("the model gate's report waiting to be stored", storing, WAIT_SECONDS, poll=0.1)
+            finally:
+                os.kill(approving.pid, signal.SIGKILL)
+                approving.communicate()
+            locking.rollback()
+        at_kill = _own(cli, dep)
+        status, reason = _resumed_closed_door(cli, dep, "model")
+        assert status == "pass", reason
+        assert at_kill[0] > 0 and at_kill[1] == 0, at_kill  # every answer of the dead run counted, none in flight
+    finally:
+        holder.dispose()
+        stop_cli_sandbox(cli)
