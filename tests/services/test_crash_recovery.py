@@ -127,9 +127,9 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
     dep = deploy_in_process(cli, release, until="infrastructure_gate").id
 
     operator.behaviour = "hang"  # the operator holds the rollout at DeploymentInProgress
-    # A lease long enough to outlast the start of the next process (under 2 s here even at load), short enough to wait
-    # out (default 15 s).
-    cli.env.update(KIMI_LEASE_SECONDS="10", KIMI_LEASE_HEARTBEAT_SECONDS="1")
+    # A lease long enough to outlast the start of the next process (a few seconds; tens on a machine busy with other
+    # work, and a lapsed lease would let that process take the hung rollout over), short enough to wait out.
+    cli.env.update(KIMI_LEASE_SECONDS="45", KIMI_LEASE_HEARTBEAT_SECONDS="1")
     approving = cli.popen("gate", "approve", str(dep), "infrastructure", "--as", APPROVER_2)
     try:
         _wait_for("rollout watch", lambda: _watching(cli, dep), approving)
