@@ -120,7 +120,12 @@ def accept_limits(ctx: Context, identity: Identity, value: str | None) -> Reply:
         raise Refused(DAMAGED)
     done = accept_proposed_limits(ctx, None, seen.deployment_id, identity, seen_report_hash=seen.report_hash)
     before = done.previous
-    where = (f"applied to deployment #{done.deployment_id}'s running release (manifest revision {done.revision}, "
-             f"{done.applied_sha256[:12]})" if done.applied_sha256 else "the next manifest rendered for it uses them")
+    if done.applied_sha256:
+        where = (f"applied to deployment #{done.deployment_id}'s running release (manifest revision {done.revision}, "
+                 f"{done.applied_sha256[:12]})")
+    elif done.restore_id is not None:
+        where = f"restore #{done.restore_id} applies them to the live release: {done.how}; its thread follows it"
+    else:
+        where = done.how or "the next manifest rendered for it uses them"
     return reply(f"You accepted {limits_words(done.accepted)} for {done.endpoint} (was {before['max_concurrent_requests']} / "
                  f"{before['max_queue_size']}); {where}.")

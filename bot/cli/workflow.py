@@ -365,6 +365,8 @@ def gate_accept_limits(
         if accepted.applied_sha256:
             output.info(f"  applied to deployment #{deployment}'s running release: manifest revision {accepted.revision} "
                         f"({accepted.applied_sha256[:12]}); a rollback to this release restores them")
+        elif accepted.restore_id is not None:
+            output.info(f"  restore #{accepted.restore_id} applies them to the live release: {accepted.how}")
         else:
             output.info("  the next deployment's manifest carries them (a rollback re-applies its stored manifest unchanged)")
 

@@ -38,7 +38,7 @@ from bot.domain.limits import (
 )
 from bot.domain.own_requests import OwnLedger
 from bot.domain.rollout import RenderedManifest
-from bot.domain.states import State, is_past_apply
+from bot.domain.states import State
 from bot.domain.sweep import (
     LevelStats,
     Objectives,
@@ -51,6 +51,7 @@ from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured, NotFound, Refused
+from bot.services.limits_apply import plan_limits, start_limits_restore
 from bot.services.releases import manifest_from_row
 
 log = logger_for(__name__)
@@ -183,6 +184,9 @@ class AcceptedLimits:
     # Set when the limits were applied to the running release: its new manifest's hash and revision number.
     applied_sha256: str | None = None
     revision: int | None = None
+    # Set when a restore of the live release applies them (close, drain, apply, readiness, reopen): its number.
+    restore_id: int | None = None
+    how: str = ""  # how they reach the cluster, in words (bot/services/limits_apply.py)
 
 
 class ApplyRefused(Exception):
@@ -313,16 +317,28 @@ def accept_proposed_limits(
         # A new dict, so the JSON column sees the change.
         settings = {**endpoint.settings, "accepted_request_limits": accepted.model_dump(mode="json")}
         applied: tuple[RenderedManifest, int] | None = None
-        if is_past_apply(dep.kind, dep.state) and dep.applied_manifest is not None:
+        restore_id: int | None = None
+        revised = EndpointSettings.model_validate(settings)
+        plan = plan_limits(dep, endpoint, revised)
+        if plan.how == "refuse":
+            raise refuse(plan.why, "ramping")
+        if plan.how == "apply":
             try:
-                applied = _apply_limits(ctx, uow, dep, EndpointSettings.model_validate(settings), actor=actor.user_id, now=now)
+                applied = _apply_limits(ctx, uow, dep, revised, actor=actor.user_id, now=now)
             except ApplyRefused as exc:
                 raise refuse(str(exc), exc.why) from None
+        elif plan.how == "restore":
+            try:
+                restore_id = start_limits_restore(ctx, uow, dep, endpoint, revised, actor.user_id).id
+            except Exception as exc:
+                raise refuse(f"the restore that applies these limits could not start ({exc}); nothing changed",
+                             "restore_failed") from None
         endpoint.settings = settings
         before, after = previous.model_dump(mode="json"), accepted.model_dump(mode="json")
         details = {"deployment_id": deployment_id, "gate_result_id": row.id, "report_hash": row.report_hash,
                    "previous": before, "accepted": after,
-                   "applied_sha256": applied[0].sha256 if applied else None, "revision": applied[1] if applied else None}
+                   "applied_sha256": applied[0].sha256 if applied else None, "revision": applied[1] if applied else None,
+                   "procedure": plan.how, "restore_id": restore_id}
         uow.audit.record(at=now, actor=actor.user_id, action=LIMITS_ACCEPTED, subject=f"endpoint:{name}", details=details)
         uow.events.emit(LimitsAccepted(deployment_id=deployment_id, endpoint_name=name, gate_result_id=row.id,
                                        report_hash=row.report_hash, previous=before, accepted=after,
@@ -330,4 +346,5 @@ def accept_proposed_limits(
         uow.commit()
     return AcceptedLimits(endpoint=name, deployment_id=deployment_id, previous=previous.model_dump(mode="json"),
                           accepted=accepted.model_dump(mode="json"), accepted_at=now,
-                          applied_sha256=applied[0].sha256 if applied else None, revision=applied[1] if applied else None)
+                          applied_sha256=applied[0].sha256 if applied else None, revision=applied[1] if applied else None,
+                          restore_id=restore_id, how=plan.why)
