@@ -44,6 +44,22 @@ def socket_handler(kimi: Any, app_token: str) -> Any:
     return SocketModeHandler(kimi.bolt, app_token)
 
 
+def connect_socket_mode(handler: Any, api_url: str | None) -> None:
+    """Open the WebSocket to Slack; a refused app-level token or an unreachable Web API is one named line (exit 2)."""
+    from slack_sdk.errors import SlackApiError
+
+    url = f"{(api_url or 'https://slack.com/api/').rstrip('/')}/apps.connections.open"
+    try:
+        handler.connect()
+    except SlackApiError as exc:
+        error = exc.response.get("error") if isinstance(exc.response.data, dict) else exc.response.status_code
+        raise ConfigError(f"SLACK_APP_TOKEN: Slack's Web API at {url} refused the app-level token ({error}); give an "
+                          "app-level token (xapp-…) with connections:write") from None
+    except OSError as exc:
+        raise ConfigError(f"Slack's Web API at {url} did not answer ({getattr(exc, 'reason', None) or exc}); Socket "
+                          "Mode needs it to open its connection: check the network to Slack") from None
+
+
 def required_credentials(settings: Settings, socket: bool) -> None:
     """Refuse to start without the credentials the chosen mode needs (one line each)."""
     if not settings.slack_bot_token:
@@ -126,7 +142,7 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
             while not (supervisor.ready.wait(0.5) or stop.is_set()):
                 pass
             handler = socket_handler(kimi, settings.slack_app_token or "")
-            handler.connect()
+            connect_socket_mode(handler, settings.slack_api_url)
         while not stop.wait(1.0):
             pass
     except KeyboardInterrupt:

@@ -100,3 +100,13 @@ def test_the_database_unreachable_at_start_is_one_line_naming_it(tmp_path) -> No
     line = _one_named_line(done)
     assert "cannot reach the database postgresql+psycopg://kimi:***@127.0.0.1" in line and "refused" in line
     assert "hunter2pw" not in done.stderr
+
+
+def test_slack_refusing_the_app_token_at_start_is_one_line_naming_it(tmp_path) -> None:
+    with SlackStub() as stub:
+        stub.fail_next("apps.connections.open", "invalid_auth", times=10)
+        done = kimi_ops(tmp_path, "serve", "--socket", "--host", "127.0.0.1", "--port", "0", "--no-jobs",
+                        SLACK_BOT_TOKEN="xoxb-1", SLACK_APP_TOKEN="xapp-1", KIMI_SLACK_API_URL=stub.api_url)
+        line = _one_named_line(done)
+        assert line.startswith("error: SLACK_APP_TOKEN:") and "refused the app-level token (invalid_auth)" in line
+        assert f"{stub.api_url}apps.connections.open" in line
