@@ -29,7 +29,7 @@ class WebhookAlert(BaseModel):
     startsAt: dt.datetime | None = None
     endsAt: dt.datetime | None = None
     generatorURL: str = ""
-    fingerprint: str = Field(min_length=1, max_length=64)
+    fingerprint: str = Field(min_length=1, max_length=64, pattern=r"^[!-~]+$")  # Alertmanager's: hex digits
 
 
 class WebhookNotification(BaseModel):
@@ -72,9 +72,14 @@ def signals(notification: WebhookNotification, kinds: frozenset[str]) -> tuple[l
         release = alert.labels.get("release")
         found.append(AlertSignal(endpoint=endpoint, kind=kind, severity=alert.labels.get("severity", "page"),
                                  firing=alert.status == "firing", fingerprint=alert.fingerprint,
-                                 reason=" ".join(reason.split())[:500].rstrip("."),
+                                 reason=printable(reason)[:500].rstrip("."),
                                  release=release if release and release != "none" else None))
     return found, others
+
+
+def printable(text: str) -> str:
+    """``text`` on one line without control characters (PostgreSQL refuses NUL; Slack shows the rest as boxes)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def silence_matchers(labels: dict[str, str]) -> list[dict[str, object]]:

@@ -68,7 +68,7 @@ def webhook_app(ctx: Context, after: Callable[[], None]) -> WsgiApp:
                            f"the body must be a JSON notification of at most {MAX_BODY} bytes")
         try:
             notification = WebhookNotification.model_validate(json.loads(environ["wsgi.input"].read(length)))
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than the parser goes
             said = _first_error(exc) if isinstance(exc, ValidationError) else "the body is not JSON"
             return _answer(start_response, "400 Bad Request", f"not an Alertmanager version-4 notification: {said}")
         try:
