@@ -4,7 +4,8 @@ A new concurrency limit restarts the model pod (EKS: a new ``--max-num-seqs``; H
 ``worker.requestLimits`` the operator rolls out), so it is applied the way a release is:
 
 * **users closed out** (the deployment is past its apply and still at its gates): applied at once, as a new
-  manifest revision; nobody is admitted to the candidate yet, and its ramp starts only after its gates;
+  manifest revision; nobody is admitted to the candidate yet, and its ramp first watches that revision's rollout
+  and runs the readiness suite again (:mod:`bot.services.engine.revised`);
 * **ramping** (users admitted step by step): refused; accept once it is live;
 * **live on a single node**: a restore of the same release with the new limits is started (kind ``rollback``
   caused by the live deployment): close → drain → apply → readiness → evaluation → reopen, driven by the engine

@@ -85,3 +85,39 @@ def test_a_pairs_idle_side_takes_them_at_once_and_the_side_users_are_on_keeps_th
     assert plan_limits(dep, Row(), side).how == "apply"  # type: ignore[arg-type]
     Row.admission = "open"
     assert plan_limits(dep, Row(), side).how == "keep"  # type: ignore[arg-type]
+
+
+def _to_traffic_gate(ctx: Any, engine: Any) -> Any:
+    from bot.services.deployments import decide_gate, request_deploy
+    from tests.workflow_support import APPROVER_1, REQUESTER
+
+    view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
+    while view.pending is not None and view.pending.gate != "traffic":
+        decide_gate(ctx, view.id, view.pending.gate, "approved", APPROVER_1, seen_report_hash=view.pending.report_hash,
+                    seen_release_hash=view.pending.release_hash)
+        view = engine.advance(view.id)
+    return view
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_limits_applied_at_the_traffic_gate_pass_readiness_again_before_anyone_is_admitted(wf: Any, ready: bool) -> None:
+    from bot.services.deployments import decide_gate
+
+    ctx, engine = wf
+    view = _to_traffic_gate(ctx, engine)
+    cluster: FakeCluster = ctx.ports.cluster
+    report_hash = _propose(ctx, view.id, 5, 10)
+    accepted = accept_proposed_limits(ctx, None, view.id, ADMIN, seen_report_hash=report_hash)
+    assert accepted.applied_sha256 is not None  # users are closed out: applied at once, as a new revision
+    watches, opened = len(cluster.watched_since), cluster.admission.count(True)
+    ctx.ports.endpoint.ok = ready  # the restarted model answers, or does not
+    decide_gate(ctx, view.id, "traffic", "approved", ADMIN, seen_report_hash=report_hash,
+                seen_release_hash=view.pending.release_hash)
+    after = engine.advance(view.id)
+    # The revision's rollout was watched from its apply, and its readiness ran, before the ramp.
+    assert len(cluster.watched_since) == watches + 1
+    if ready:
+        assert after.state == "live" and cluster.admission.count(True) == opened + 1
+    else:
+        assert after.state == "failed" and "readiness with the accepted limits" in (after.state_reason or "")
+        assert cluster.admission.count(True) == opened  # nobody was let in to the candidate

@@ -17,12 +17,10 @@ from bot.domain.rollout import RenderedManifest
 from bot.domain.states import State, next_state
 from bot.services.context import require
 from bot.services.deployments import endpoint_row
-from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed
+from bot.services.engine.run import READINESS_ATTEMPTS, Runner, Snapshot, StateMoved, StepFailed
 from bot.services.gates import run_gate
 from bot.services.ports import StartupReader
 from bot.services.transitions import store_gate_report, transition
-
-READINESS_ATTEMPTS = 3
 
 
 def apply(runner: Runner, snap: Snapshot) -> None:

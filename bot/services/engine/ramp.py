@@ -22,6 +22,7 @@ from bot.domain.states import State
 from bot.logs import logger_for
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission
 from bot.services.engine.closed_door import own_words, reach_now
+from bot.services.engine.revised import ready_again, revised_after_readiness
 from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed, WaitingForPerson
 from bot.services.objectives import RampObjectives
 from bot.services.ramp_approvals import RAMP_ASKED, ramp_steps_approved
@@ -42,6 +43,9 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
         row = uow.endpoints.get(endpoint.name)
         current = row.admission if row is not None else "closed"
     steps = ramp_steps(endpoint.ramp.steps) if endpoint.route is not None else ("open",)
+    if current not in steps and revised_after_readiness(runner, snap):
+        # Limits accepted at the traffic gate restarted the model: its readiness passes again before anyone enters.
+        ready_again(runner, snap)
     if current not in steps:
         reach = reach_now(runner, snap, snap.own)
         if reach is not None and reach.users > 0:

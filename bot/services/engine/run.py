@@ -29,6 +29,9 @@ from bot.services.gates import GateSubject
 from bot.services.releases import manifest_from_row
 from bot.services.transitions import live_deployment, path_kind, transition
 
+READINESS_ATTEMPTS = 3
+"""Readiness completions tried (a pause apart) before a readiness step fails."""
+
 log = logger_for(__name__)
 
 
