@@ -25,5 +25,8 @@ EXAMPLES: dict[str, str] = {
     "probe_concurrency": "KIMI_PROBE_CONCURRENCY=16",
     "rollout_poll_seconds": "KIMI_ROLLOUT_POLL_SECONDS=5",
     "traffic_sweep": """KIMI_TRAFFIC_SWEEP='{"ceiling": 64}'""",
+    "alertmanager_url": "KIMI_ALERTMANAGER_URL=http://alertmanager-operated.monitoring:9093",
+    "alertmanager_webhook_token": "KIMI_ALERTMANAGER_WEBHOOK_TOKEN=$(openssl rand -hex 32), from a Secret",
+    "prometheus_rule_labels": """KIMI_PROMETHEUS_RULE_LABELS='{"release": "kube-prometheus-stack"}'""",
     "traffic_objectives": """KIMI_TRAFFIC_OBJECTIVES='{"ttft_p95_ms": 2000}'""",
 }

@@ -21,6 +21,7 @@ from bot.config.roles import Roles
 from bot.config.service import ServiceSettings, with_pair_sides
 from bot.config.sources import EnvSource, YamlFileSource
 from bot.config_error import ConfigError
+from bot.domain.egress import LABEL as LABEL_KEY
 from bot.domain.egress import REQUIRED as REQUIRED_EGRESS
 from bot.domain.evaluation import EvalSetError, parse_eval_set
 from bot.domain.sweep import Objectives, SweepPlan
@@ -29,6 +30,9 @@ from bot.safe_yaml import YamlFileError, load_yaml_text, read_text_file
 EVALUATION_SET_MAX_BYTES = 4 * 1024 * 1024
 AWS_REGION = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}$")
 PositiveHours = Annotated[float, Field(gt=0, le=24 * 366)]
+
+
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"  # a Kubernetes label value
 
 
 class Settings(BaseSettings):
@@ -60,7 +64,7 @@ class Settings(BaseSettings):
     alertmanager_webhook_token: str | None = Field(
         default=None, min_length=16, description="Bearer token Alertmanager's webhook must send to /alertmanager/webhook "
         "(from a Secret; unset: the path refuses every request).")
-    prometheus_rule_labels: dict[str, str] = Field(
+    prometheus_rule_labels: dict[Annotated[str, Field(pattern=LABEL_KEY)], Annotated[str, Field(pattern=LABEL_VALUE)]] = Field(
         default_factory=dict, description="Labels every rendered PrometheusRule carries, so Prometheus's ruleSelector "
         "picks it (kube-prometheus-stack: release: <its Helm release>).")
     alert_thresholds_hours: list[PositiveHours] = Field(
