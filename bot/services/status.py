@@ -55,14 +55,11 @@ class RecordSnapshot:
 
     @classmethod
     def read(cls, uow: SqlUnitOfWork, endpoint_ids: Sequence[int], *, manifests: bool = True) -> RecordSnapshot:
-        wanted = set(endpoint_ids)
-        # The caller read the endpoints' rows (their ids are ``endpoint_ids``): they are not read again.
-        holders = {d.endpoint_id: d for d in uow.deployments.all_in_flight(listed=True, manifests=manifests,
-                                                                         endpoints_loaded=True)
-                   if d.endpoint_id in wanted}
+        # One query for both (the caller read the endpoints' rows, so they are not read again).
+        live, holders = uow.deployments.live_and_in_flight(list(endpoint_ids), manifests=manifests)
         causes = uow.deployments.by_ids([d.cause_id for d in holders.values() if d.cause_id is not None],
                                         listed=True, manifests=manifests)
-        return cls(live=uow.deployments.live_by_endpoint(list(wanted), manifests=manifests), holders=holders, causes=causes)
+        return cls(live=live, holders=holders, causes=causes)
 
 
 def running_deployment(snapshot: RecordSnapshot, endpoint_id: int) -> Deployment | None:

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, inspect, select, true, update
+from sqlalchemy import func, inspect, select, true, union_all, update
 from sqlalchemy.orm import aliased, defer, lazyload, selectinload, undefer
 from sqlalchemy.orm.interfaces import LoaderOption
 
@@ -99,13 +99,10 @@ class DeploymentRepository(Repository):
             select(Deployment).where(Deployment.endpoint_id == endpoint_id, Deployment.in_flight.is_(True))
         )
 
-    def all_in_flight(self, *, listed: bool = False, manifests: bool = False,
-                      endpoints_loaded: bool = False) -> Sequence[Deployment]:
-        """Every deployment in flight, oldest first; ``listed`` leaves out what lists never show (see ``_listing``);
-        ``endpoints_loaded``: the caller read the endpoints it will look at, so they are not read again."""
+    def all_in_flight(self, *, listed: bool = False, manifests: bool = False) -> Sequence[Deployment]:
+        """Every deployment in flight, oldest first; ``listed`` leaves out what lists never show (see ``_listing``)."""
         stmt = select(Deployment).where(Deployment.in_flight.is_(True)).order_by(Deployment.id)
-        options = _listing(manifests, endpoints=not endpoints_loaded)
-        return self.session.scalars(stmt.options(*options) if listed else stmt).all()
+        return self.session.scalars(stmt.options(*_listing(manifests)) if listed else stmt).all()
 
     def for_endpoint(self, endpoint_id: int, limit: int | None = None, *, listed: bool = False) -> Sequence[Deployment]:
         stmt = select(Deployment).where(Deployment.endpoint_id == endpoint_id).order_by(Deployment.id.desc())
@@ -143,6 +140,24 @@ class DeploymentRepository(Repository):
         ).all()
         # Sorted here: an ORDER BY id makes SQLite walk the whole table in id order instead of the index.
         return {d.endpoint_id: d for d in sorted(rows, key=lambda d: d.id)}  # the newest wins
+
+    def live_and_in_flight(self, endpoint_ids: Sequence[int], *,
+                           manifests: bool = False) -> tuple[dict[int, Deployment], dict[int, Deployment]]:
+        """Each endpoint's live deployment and the one in flight on it, in one statement (``_listing``): the ids
+        of each kind found by its own index, then the rows. The caller read the endpoints' rows, so each
+        deployment's endpoint comes from the session."""
+        if not endpoint_ids:
+            return {}, {}
+        ids = list(endpoint_ids)
+        live = select(Deployment.id).where(Deployment.endpoint_id.in_(ids), Deployment.state == "live")
+        flying = select(Deployment.id).where(Deployment.in_flight.is_(True), Deployment.endpoint_id.in_(ids))
+        rows = self.session.scalars(
+            select(Deployment).where(Deployment.id.in_(union_all(live, flying)))
+            .options(*_listing(manifests, endpoints=False))
+        ).all()
+        ordered = sorted(rows, key=lambda d: d.id)  # the newest wins, should a crash ever have left two
+        return ({d.endpoint_id: d for d in ordered if d.state == "live"},
+                {d.endpoint_id: d for d in ordered if d.in_flight})
 
     def in_states(self, endpoint_id: int, states: Sequence[str]) -> Sequence[Deployment]:
         return self.session.scalars(
