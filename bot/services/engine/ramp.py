@@ -45,7 +45,7 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
     steps = ramp_steps(endpoint.ramp.steps) if endpoint.route is not None else ("open",)
     if current not in steps and revised_after_readiness(runner, snap):
         # Limits accepted at the traffic gate restarted the model: its readiness passes again before anyone enters.
-        ready_again(runner, snap)
+        snap = ready_again(runner, snap)
     if current not in steps:
         reach = reach_now(runner, snap, snap.own)
         if reach is not None and reach.users > 0:

@@ -4,13 +4,17 @@ Accepting the traffic gate's limits while users are still closed out applies a n
 (:mod:`bot.services.limits_apply`), and a new limit restarts the model. So when a deploy's ramp starts and its
 manifest was revised after its readiness passed, the ramp first watches that revision's rollout and runs the
 readiness suite again; a failure fails the deployment (which restores the previous release) before any user
-reaches the candidate: close, drain, apply, readiness, and only then reopen.
+reaches the candidate: close, drain, apply, readiness, and only then reopen. As after a deploy's first readiness,
+the closed-door count starts again from there: the revision started a new model process, whose finished-request
+counter starts from zero and holds the readiness completions kimi-ops just sent.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
+from bot.domain.own_requests import OwnRequests
 from bot.domain.rollout import RenderedManifest
 from bot.domain.states import State
 from bot.services.context import require
@@ -27,8 +31,11 @@ def revised_after_readiness(runner: Runner, snap: Snapshot) -> bool:
     return newest == "manifest.revised"
 
 
-def ready_again(runner: Runner, snap: Snapshot) -> None:
-    """Watch the revised manifest's rollout, then run the readiness suite; raise :class:`StepFailed` if either fails."""
+def ready_again(runner: Runner, snap: Snapshot) -> Snapshot:
+    """Watch the revised manifest's rollout, then run the readiness suite; raise :class:`StepFailed` if either fails.
+
+    Returns the deployment with its closed-door count started again from the revision's readiness.
+    """
     ctx = runner.ctx
     cluster = require(ctx.ports.cluster, "cluster access")
     client = require(ctx.ports.endpoint, "endpoint access")
@@ -48,8 +55,20 @@ def ready_again(runner: Runner, snap: Snapshot) -> None:
     for attempt in range(READINESS_ATTEMPTS):
         result = client.readiness(snap.endpoint)
         if result.ok:
-            return
+            return _count_from_here(runner, snap)
         if attempt + 1 < READINESS_ATTEMPTS:
             time.sleep(runner.readiness_pause)
     assert result is not None
     raise StepFailed(f"readiness with the accepted limits {result.summary}")
+
+
+def _count_from_here(runner: Runner, snap: Snapshot) -> Snapshot:
+    """Start the closed-door count again at the revised model's readiness (users were closed out throughout)."""
+    baseline = runner.metrics(snap)
+    finished = baseline.requests_finished if baseline is not None else None
+    with runner.ctx.uow() as uow:
+        dep = runner.locked(uow, snap)
+        dep.closed_baseline = finished
+        dep.own_requests = dep.own_uncertain = 0
+        uow.commit()
+    return replace(snap, closed_baseline=finished, own=OwnRequests())
