@@ -73,6 +73,12 @@ def test_every_path_and_module_the_docs_name_exists() -> None:
                 module = MODULE.match(word)
                 if module and not _module_exists(module.group(1)):
                     missing.append(f"{document.name}: {word}")
+    for document in _documents():  # and the repository paths in the commands of shell blocks
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", document.read_text(), flags=re.S):
+            for word in re.findall(r"(?<![\w/.-])((?:bot|commands|jobs|migrations|deploy|bench|docs|tests|\.ci)/[\w./-]+)",
+                                   block):
+                if not any(c in word for c in "<*…{") and not _exists(word.rstrip(".")):
+                    missing.append(f"{document.name}: {word}")
     assert not missing, "named but not in the repository:\n" + "\n".join(missing)
 
 
