@@ -19,6 +19,7 @@ from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.drills.records import ACTOR, ALERT_KINDS, say, spec_of, view_of
 from bot.services.errors import NotConfigured, NotFound
+from bot.services.failover import failover_round
 from bot.services.incidents import Incidents
 from bot.services.readiness import FAILING
 from bot.services.reservations import rehearse_expiry
@@ -146,6 +147,12 @@ def _alert(ctx: Context, run: _Run, health: WorkloadHealth | None, answered: boo
         log.info("drill #%s: an incident of %s was opened concurrently", run.drill_id, run.spec.name)
 
 
+def _failover(ctx: Context, run: _Run) -> list[str]:
+    """What the failover round did to this endpoint on this look (bot/services/failover.py), as drill notes."""
+    return [f"users {o.action.replace('failed over', 'moved to the fallback').replace('failed back', 'back on Kimi K3')}"
+            for o in failover_round(ctx) if o.endpoint == run.spec.name and o.action in ("failed over", "failed back")]
+
+
 def _record(ctx: Context, run: _Run, action: str, text: str, **changes: Any) -> None:
     now = ctx.clock.now()
     with ctx.uow() as uow:
@@ -184,6 +191,7 @@ def run_drill(ctx: Context, drill_id: int) -> DrillView:
             observation, health, answered = _observe(ctx, run)
             run.observations.append(observation)
             _alert(ctx, run, health, answered, observation.at)
+            notes.extend(_failover(ctx, run))  # users admitted to an endpoint with a fallback move to it, and back
             detected = any(not o.healthy for o in run.observations)
             if detected and observation.healthy:
                 break
@@ -208,6 +216,10 @@ def run_drill(ctx: Context, drill_id: int) -> DrillView:
         except Exception as exc:  # said in the record: a person must undo it by hand
             log.error("drill #%s could not lift its fault: %s", run.drill_id, exc, exc_info=True)
             notes.append(f"COULD NOT LIFT THE FAULT, undo it by hand: {exc}")
+    try:
+        notes.extend(_failover(ctx, run))  # recovered: the fallback gives users back once the readiness suite passes
+    except Exception as exc:
+        log.warning("drill #%s: the failover round failed: %s", run.drill_id, exc, exc_info=True)
     verdict = rules.judge(run.started, run.observations, run.alerts, deadline)
     stopped = next((n for n in notes if n.startswith(("stopped:", "COULD NOT"))), None)
     passed = verdict.passed and stopped is None
