@@ -21,7 +21,7 @@ from bot.domain.rollout import RolloutProgress
 from bot.domain.states import State
 from bot.logs import logger_for
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission
-from bot.services.engine.closed_door import own_words, reach_now
+from bot.services.engine.closed_door import own_words, reach_now, stored_own
 from bot.services.engine.revised import ready_again, revised_after_readiness
 from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed, WaitingForPerson
 from bot.services.objectives import RampObjectives
@@ -47,7 +47,7 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
         # Limits accepted at the traffic gate restarted the model: its readiness passes again before anyone enters.
         snap = ready_again(runner, snap)
     if current not in steps:
-        reach = reach_now(runner, snap, snap.own)
+        reach = reach_now(runner, snap, stored_own(runner, snap.id))  # as stored now: readiness just above counts
         if reach is not None and reach.users > 0:
             raise StepFailed(f"{reach.users:.0f} requests besides kimi-ops's own {own_words(reach.own)} reached "
                              "the candidate while users were closed out")

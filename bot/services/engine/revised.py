@@ -18,6 +18,7 @@ from bot.domain.own_requests import OwnRequests
 from bot.domain.rollout import RenderedManifest
 from bot.domain.states import State
 from bot.services.context import require
+from bot.services.engine.closed_door import StoredLedger
 from bot.services.engine.run import READINESS_ATTEMPTS, Runner, Snapshot, StateMoved, StepFailed
 
 
@@ -52,8 +53,11 @@ def ready_again(runner: Runner, snap: Snapshot) -> Snapshot:
     if outcome.status != "succeeded":
         raise StepFailed(f"the rollout with the accepted limits {outcome.status.replace('_', ' ')}: {outcome.reason}")
     result = None
+    ledger = StoredLedger(ctx, snap.id)  # kimi-ops's own completions: the closed-door proof must not count them as users
     for attempt in range(READINESS_ATTEMPTS):
+        ledger.sent()
         result = client.readiness(snap.endpoint)
+        ledger.settled("answered" if result.ok else "uncertain")
         if result.ok:
             return _count_from_here(runner, snap)
         if attempt + 1 < READINESS_ATTEMPTS:
