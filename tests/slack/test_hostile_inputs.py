@@ -26,7 +26,18 @@ from bot.logs import BOLT_LOGGER
 from bot.sandbox.slack_stub import SlackStub, sign
 from bot.services.releases import register_release
 from bot.slack.app import create_app
-from bot.views.actions import APPROVE, INCIDENT_ACK, RECHECK, REJECT, SHOW_CHECKS
+from bot.views.actions import (
+    ACCEPT_AND_APPROVE,
+    ACCEPT_LIMITS,
+    APPROVE,
+    APPROVE_ABOVE_LIMITS,
+    INCIDENT_ACK,
+    INCIDENT_ROLLBACK,
+    INCIDENT_SILENCE,
+    RECHECK,
+    REJECT,
+    SHOW_CHECKS,
+)
 from tests.slack_support import CHANNEL, SlackBench, has_buttons, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
@@ -128,6 +139,18 @@ MALFORMED: list[Case] = [
          ack="Usage: `/kimi history"),
     Case("history-with-superscript-digit", lambda b: slash(b, "history kimi-prod \u00b2"), ack="Usage: `/kimi history"),
     Case("cancel-with-1990-digits", lambda b: slash(b, "cancel " + "7" * 1990), ack="Usage: `/kimi cancel"),
+    Case("capacity-is-no-command", lambda b: slash(b, "capacity kimi-prod"), ack="no sub-command `capacity`"),
+    Case("approve-with-an-absurd-number", lambda b: slash(b, "approve " + str(10**30)),
+         ack="a gate is approved with the buttons"),
+    Case("approve-with-1990-digits", lambda b: slash(b, "approve " + "9" * 1990), ack="a gate is approved with the buttons"),
+    Case("reject-with-a-negative-number", lambda b: slash(b, "reject -5 model"), ack="a gate is rejected with the buttons"),
+    Case("status-of-an-unknown-endpoint", lambda b: slash(b, "status kimi-nowhere"), told="no endpoint named kimi-nowhere"),
+    Case("status-of-a-200-character-endpoint", lambda b: slash(b, "status " + "k" * 200), told="no endpoint named kkk"),
+    Case("slo-of-an-unknown-endpoint", lambda b: slash(b, "slo kimi-nowhere"), told="no endpoint named kimi-nowhere"),
+    Case("reservations-of-an-unknown-endpoint", lambda b: slash(b, "reservations kimi-nowhere"),
+         ack="`kimi-nowhere` is more than this command takes"),
+    Case("deploy-to-an-unknown-endpoint", lambda b: slash(b, "deploy rel-a kimi-nowhere"), ack="say `to` before"),
+    Case("history-of-an-endpoint-with-NUL", lambda b: slash(b, "history kimi-prod\x00"), told="did you mean `kimi-prod`?"),
     Case("unbalanced-quotes", lambda b: slash(b, 'deploy "rel-a'), ack="a quote is opened and never closed"),
     Case("command-over-the-length-limit", lambda b: slash(b, "deploy " + "x" * 1994), ack="2,001 characters long"),
     Case("command-200k-characters", lambda b: slash(b, "x" * 200_000), ack="200,000 characters long"),
@@ -364,6 +387,15 @@ TICKET_10_30 = json.dumps({"d": 10**30, "g": "artifact", "r": "x", "h": "y"})
     (SHOW_CHECKS, TICKET_10_30, "no deployment #"),
     (REJECT, TICKET_10_30, "no deployment #"),
     (INCIDENT_ACK, str(10**30), "no incident #"),
+    (ACCEPT_LIMITS, TICKET_10_30, "no deployment #"),
+    (ACCEPT_AND_APPROVE, TICKET_10_30, "no deployment #"),
+    (APPROVE_ABOVE_LIMITS, TICKET_10_30, "no deployment #"),
+    (INCIDENT_SILENCE, str(10**30), "no incident #"),
+    (INCIDENT_ROLLBACK, str(10**30), "no incident #"),
+    (INCIDENT_SILENCE, "-1", "no incident #-1"),
+    (INCIDENT_ROLLBACK, "1e400", "no longer says which incident"),
+    (ACCEPT_AND_APPROVE, json.dumps({"d": -1, "g": "traffic", "r": "x", "h": "y"}), "no deployment #-1"),
+    (ACCEPT_LIMITS, json.dumps({"d": "NaN", "g": "traffic", "r": "x", "h": "y"}), "damaged or outdated message"),
 ])
 def test_a_button_naming_an_absurd_number_is_no_such_deployment_not_a_traceback(
     bench: SlackBench, action_id: str, value: str, answer: str, caplog: pytest.LogCaptureFixture,
