@@ -177,3 +177,19 @@ def test_the_token_is_never_logged_stored_or_posted(bench: SlackBench, caplog: p
                 assert TOKEN not in repr(rows), table
     finally:
         engine.dispose()
+
+
+def test_simultaneous_deliveries_open_one_incident_and_post_one_page(bench: SlackBench) -> None:
+    """Every member of an Alertmanager cluster sends the group at once: one incident, one page, every answer a 200."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = json.dumps(notification(alert()))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(lambda _: post(bench, body), range(8)))
+    assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+    assert sum(a.text.startswith("opened") for a in answers) == 1
+    assert len(open_incidents(bench)) == 1
+    assert bench.app.wait_idle(30)
+    bench.app.deliver()
+    assert len([m for m in bench.stub.messages if m.thread_ts is None and m.ephemeral_to is None
+                and "burn-page:ttft" in blocks_text(m.blocks)]) == 1
