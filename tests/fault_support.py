@@ -211,8 +211,12 @@ class FaultProxy:
         except OSError:
             return
         finally:
+            # Shut down before closing: a bare close leaves the upstream socket open under the pipe thread blocked in
+            # its recv, so the stand-in never saw the client go (kmock answered its watch until its own shutdown).
             for s in (conn, upstream):
                 if s is not None:
+                    with suppress(OSError):
+                        s.shutdown(socket.SHUT_RDWR)
                     with suppress(OSError):
                         s.close()
 

@@ -389,6 +389,9 @@ def start_kube() -> KubeStandIn:
     def stop() -> None:
         loop.call_soon_threadsafe(state["stop"].set)
         thread.join(30)
+        if thread.is_alive():  # its server still waits for a request to end: closing the loop under it would fail
+            raise RuntimeError("the Kubernetes emulator did not stop within 30 s: a request it answers is still open "
+                               "(a watch whose client went without the connection closing, e.g. through a proxy)")
         loop.close()
 
     return KubeStandIn(url=state["url"], emulator=state["emulator"], loop=loop, _stop=stop)

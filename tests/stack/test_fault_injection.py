@@ -189,7 +189,8 @@ CASES: list[Case] = [
     Case("kube-unreachable-at-infrastructure-gate", proxy("kube", unreachable()), "infrastructure_gate",
          "Kubernetes API", "infrastructure_gate"),
     Case("kube-500-while-closing", proxy("kube", KUBE_500), "closing",
-         "could not set kimi-prod's route to open: applying HTTPRoute/kimi-prod in model-serving failed: "
+         # The first call of setting the route reads it back (the cohort token it carries) before the apply.
+         "could not set kimi-prod's route to open: reading HTTPRoute/kimi-prod in model-serving failed: "
          "HTTP 500: etcdserver: request timed out", "failed", pages=True),
     Case("kube-500-mid-rollout", proxy("kube", KUBE_500), "rollout", "HTTP 500: etcdserver: request timed out", "rolling_out"),
     Case("kube-unreachable-mid-rollout", proxy("kube", unreachable()), "rollout", "unreachable", "rolling_out"),

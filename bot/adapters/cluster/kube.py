@@ -122,7 +122,11 @@ class KubernetesCluster:
         return preflight_checks(self.rest, endpoint)
 
     def doors(self, endpoint: EndpointSettings, manifest: RenderedManifest) -> list[DoorPath]:
-        return find_doors(self.rest, endpoint, manifest.objects)
+        try:
+            return find_doors(self.rest, endpoint, manifest.objects)
+        except Exception as exc:  # said as the other cluster checks say it: never the client's connection-pool dump
+            raise ClusterError(f"reading the ways to {endpoint.name}'s model pods in {endpoint.namespace} failed: "
+                               f"{api_error(exc)}") from exc
 
     # -- apply ----------------------------------------------------------------------------------------
 
