@@ -11,6 +11,7 @@ from types import ModuleType
 from commands import (
     admission,
     cancel,
+    capacity,
     deploy,
     diff,
     drain,
@@ -31,5 +32,5 @@ from commands import (
 
 OTHERS: tuple[ModuleType, ...] = (
     deploy, status, slo, history, release, diff, gates, rollback, cancel, drain, ramp, admission, reservations,
-    licence, exceptions, exception, drill, drills,
+    licence, exceptions, exception, drill, drills, capacity,
 )

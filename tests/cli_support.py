@@ -30,7 +30,7 @@ CLI_ROLES = {"viewer": [], "deployer": [DEPLOYER], "approver": [APPROVER_1, APPR
 QUICK_SWEEP = {
     "ceiling": 16, "warmup_requests": 0, "steady_requests_per_slot": 1, "steady_seconds": 3, "burst_rounds": 0,
     "refine_steps": 0, "max_requests": 200, "max_seconds": 10, "request_timeout_seconds": 5, "max_tokens": 4,
-    "prompt_words": 8, "prefix_modes": ["shared"],
+    "prompt_words": 8, "prefix_modes": ["unique"],
 }
 @dataclass
 class CliSandbox:

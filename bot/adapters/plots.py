@@ -77,21 +77,22 @@ def _style(plt: Any) -> None:
 
 def plot_sweep(
     levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str,
-    knee_reasons: Sequence[str] = (), objectives: Mapping[str, float | None] | None = None,
+    knee_reasons: Sequence[str] = (), objectives: Mapping[str, float | None] | None = None, mix: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The sweep's figure (:func:`sweep_figure`) as a PNG at ``path``."""
-    return _save(sweep_figure(levels, knee, proposal, title, knee_reasons, objectives), path)
+    return _save(sweep_figure(levels, knee, proposal, title, knee_reasons, objectives, mix), path)
 
 
 def sweep_figure(
     levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, title: str, knee_reasons: Sequence[str] = (),
-    objectives: Mapping[str, float | None] | None = None,
+    objectives: Mapping[str, float | None] | None = None, mix: Sequence[str] = (),
 ) -> Any:
     """Latency (TTFT p99, completion p99) and 429/error rate against concurrency, per prefix mode, with the objectives.
 
     Every measured level is a labelled tick with its sample count (``8`` over ``n=40``); latency reads in plain
     milliseconds on a log axis; the objectives are dashed lines; the knee and the proposed limit are vertical
     lines named in the legend, so no label sits on the data.
+    ``mix`` is what was replayed beside production's mix, a line each, written under the axes.
     """
     plt = _pyplot()
     _style(plt)
@@ -143,6 +144,9 @@ def sweep_figure(
     err.set_xticks(measured, [f"{c}\nn={counts[c]}" for c in measured])
     err.minorticks_off()
     lat.set_title(title)
+    if mix:  # below the axes, where the fixed margins leave room for it
+        fig.subplots_adjust(bottom=0.12 + 0.03 * len(mix))
+        fig.text(0.01, 0.01, "\n".join(mix), fontsize=FONT - 4, va="bottom", ha="left", color="#444444")
     return fig
 
 

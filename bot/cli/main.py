@@ -43,6 +43,7 @@ def _root(
 
 
 # Sub-command groups register themselves here; one line each, in help order.
+from bot.cli import capacity as _capacity  # noqa: E402
 from bot.cli import db as _db  # noqa: E402
 from bot.cli import demo as _demo  # noqa: E402
 from bot.cli import drills as _drills  # noqa: E402
@@ -61,6 +62,7 @@ _workflow.register(app)
 _governance.register(app)
 _jobs.register(app)
 _drills.register(app)
+_capacity.register(app)
 _serve.register(app)
 _shell.register(app)
 _worker.register(app)

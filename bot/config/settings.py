@@ -194,6 +194,17 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _unique_prefix_run_on_prod(self) -> Settings:
+        """The unique-prefix run is what keeps the knee from leaning on a friendly prefix cache: prod keeps it."""
+        if "unique" not in self.traffic_sweep.prefix_modes:
+            prod = [e.name for e in self.endpoints if e.environment == "prod"]
+            if prod:
+                raise ValueError(f"traffic_sweep.prefix_modes must include unique while a prod endpoint is declared "
+                                 f"({', '.join(prod[:3])}): the traffic gate measures production with unique prompt "
+                                 "prefixes too")
+        return self
+
+    @model_validator(mode="after")
     def _pairs(self) -> Settings:
         """Each side of a service gets the service's route (its Service first) and ramp, and knows its partner."""
         self.endpoints = with_pair_sides(self.endpoints, self.services)

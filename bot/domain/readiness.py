@@ -51,6 +51,11 @@ class MetricsSnapshot:
     http_rejects: float | None = None
     queue_buckets: tuple[tuple[float, float], ...] = ()
     e2e_buckets: tuple[tuple[float, float], ...] = ()
+    # vLLM's request histograms (prompt and generated tokens per request) and the multimodal cache's queried
+    # items: production's traffic mix, read without any payload (bot.domain.traffic_mix).
+    prompt_buckets: tuple[tuple[float, float], ...] = ()
+    generation_buckets: tuple[tuple[float, float], ...] = ()
+    image_items: float | None = None
 
     @property
     def idle(self) -> bool:

@@ -14,6 +14,7 @@ prompts block by block the way vLLM's automatic prefix caching does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import OrderedDict
@@ -42,6 +43,13 @@ class Behaviour:
     first_token_delay: float = 0.0  # seconds before the first token
     token_delay: float = 0.0  # seconds between tokens
     ttft_per_running: float = 0.0  # extra first-token seconds per other running request (saturation)
+    # What a request costs, as on a real server: prefill grows with the prompt tokens the prefix cache did not hold
+    # (1M tokens/s by default, a fast node so tests stay quick: a 250k-token prompt waits 0.25 s for its first
+    # token; raise it to model a slower one), each image adds its encoder's time, and every decode step reads the
+    # whole context so far (a token 25 µs slower per 1,000 tokens held).
+    prefill_per_token: float = 0.000001
+    prefill_per_image: float = 0.005
+    decode_per_kilotoken: float = 0.000025
     health_status: int = 200
     fail_status: int | None = None  # answer every chat completion with this status and an error body
     fail_message: str = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -61,7 +69,7 @@ class Behaviour:
     refusal_text: str = "I'm sorry, but I can't help with that."
     honour_refusals: bool = True
     prefix_block_tokens: int = 16  # vLLM's default KV block size: prefixes are shared in whole blocks
-    kv_capacity_tokens: int = 16_384
+    kv_capacity_tokens: int = 1_048_576  # vLLM will not start unless one max_model_len request fits
     max_model_len: int = 262_144
     legacy_metric_names: bool = False  # expose pre-0.9 names (gpu_cache_usage_perc, gpu_prefix_cache_*)
     prefix_hit_rate_gauge: bool = False  # vLLM <= 0.6: only the vllm:gpu_prefix_cache_hit_rate gauge, no counters
@@ -94,6 +102,7 @@ class Prompt:
     tokens: tuple[str, ...]
     last_user_text: str
     last_role: str
+    images: tuple[str, ...] = ()  # one key per image part (a digest of its URL): the multimodal cache's items
 
 
 class RequestError(Exception):
@@ -104,22 +113,24 @@ class RequestError(Exception):
         self.status, self.kind, self.message, self.param = status, kind, message, param
 
 
-def _content_text(content: Any) -> tuple[str, int]:
-    """Text of a message's content and how many images it carries."""
+def _content_text(content: Any) -> tuple[str, list[str]]:
+    """Text of a message's content and a key per image it carries."""
     if content is None:
-        return "", 0
+        return "", []
     if isinstance(content, str):
-        return content, 0
+        return content, []
     if not isinstance(content, list):
         raise RequestError(400, "BadRequestError", "message content must be a string or a list of parts", "messages")
-    texts, images = [], 0
+    texts, images = [], []
     for part in content:
         if not isinstance(part, Mapping):
             raise RequestError(400, "BadRequestError", "each content part must be an object", "messages")
         if part.get("type") == "text":
             texts.append(str(part.get("text", "")))
         elif part.get("type") == "image_url":
-            images += 1
+            url = part.get("image_url")
+            url = url.get("url", "") if isinstance(url, Mapping) else url
+            images.append(hashlib.sha256(str(url).encode()).hexdigest()[:16])
     return "\n".join(texts), images
 
 
@@ -129,7 +140,7 @@ def read_prompt(body: Mapping[str, Any]) -> Prompt:
     if not isinstance(messages, list) or not messages:
         raise RequestError(400, "BadRequestError", "messages must be a non-empty list", "messages")
     lines: list[str] = []
-    images = 0
+    images: list[str] = []
     last_user = ""
     for message in messages:
         if not isinstance(message, Mapping) or "role" not in message:
@@ -140,8 +151,9 @@ def read_prompt(body: Mapping[str, Any]) -> Prompt:
         if message["role"] == "user":
             last_user = text
     text = "\n".join(lines)
-    tokens = tuple(TOKEN_RE.findall(text)) + ("<image>",) * (images * IMAGE_TOKENS)
-    return Prompt(text=text, tokens=tokens, last_user_text=last_user, last_role=str(messages[-1]["role"]))
+    tokens = tuple(TOKEN_RE.findall(text)) + ("<image>",) * (len(images) * IMAGE_TOKENS)
+    return Prompt(text=text, tokens=tokens, last_user_text=last_user, last_role=str(messages[-1]["role"]),
+                  images=tuple(images))
 
 
 def check_context(behaviour: Behaviour, prompt: Prompt) -> None:
@@ -268,6 +280,10 @@ def compose(behaviour: Behaviour, body: Mapping[str, Any], prompt: Prompt, call_
             return Answer(pieces=(structured,), reasoning_pieces=reasoning, finish_reason=finish)
     text = pieces(reply)
     limit = max_tokens(body)
+    if limit is not None and body.get("ignore_eos") is True and len(reasoning) + len(text) < limit:
+        # vLLM's ignore_eos: generation runs to max_tokens (what load generators send to fix the output length).
+        text += (" ok",) * (limit - len(reasoning) - len(text))
+        return Answer(pieces=text, reasoning_pieces=reasoning, finish_reason=None if finish is None else "length")
     if limit is not None and len(reasoning) + len(text) > limit:
         kept_reasoning = reasoning[:limit]
         kept = text[: max(0, limit - len(kept_reasoning))]

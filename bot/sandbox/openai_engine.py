@@ -8,6 +8,14 @@ running and waiting counts, a time-to-first-token histogram fed by the requests
 it served, prefix-cache hits and queries, and KV-cache usage that grows with the
 tokens of the running requests.
 
+Requests cost what they would on vLLM: the first token waits for the prefill of
+every prompt token the prefix cache did not hold (and each image's encoder), each
+later token for a decode step that slows as the context grows, and the KV cache
+holds prompt and output tokens. Each finished request is observed in vLLM's
+request histograms (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``,
+``vllm:request_params_max_tokens``, vLLM's 1-2-5 buckets up to ``max_model_len``) and
+each image in the multimodal cache counters (``vllm:mm_cache_queries``/``_hits``).
+
 All waits go through one stop event so :meth:`Engine.stop` wakes every thread.
 """
 
@@ -33,6 +41,19 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0, 1920.0, 7680.0)
 ENGINE_LABEL = "0"
+
+
+def token_buckets(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's ``build_1_2_5_buckets``: 1, 2, 5, 10, 20, 50, … up to ``max_model_len``."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_model_len:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
 
 
 class Overflow(Exception):
@@ -67,6 +88,7 @@ class Ticket:
     prompt_tokens: int
     model: str
     first_token_delay: float
+    max_tokens: int | None = None
     generated: int = 0
     first_token_at: float | None = None
 
@@ -97,7 +119,17 @@ class Engine:
         self._queue = Histogram("vllm:request_queue_time_seconds",
                                 "Histogram of time spent in WAITING phase for request.", labels,
                                 buckets=E2E_BUCKETS, registry=self.registry)
+        tokens = token_buckets(behaviour.max_model_len)
+        self._prompt_hist = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", labels,
+                                      buckets=tokens, registry=self.registry)
+        self._generation_hist = Histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                                          labels, buckets=tokens, registry=self.registry)
+        self._max_tokens_hist = Histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+                                          labels, buckets=tokens, registry=self.registry)
+        self._images: set[str] = set()
+        self._mm_hits = self._mm_queries = 0
         self._kv_floor = 0.0  # simulated KV-cache usage beyond what the running requests hold
+        self._running_floor = 0  # simulated requests running beyond the real ones
         self.registry.register(_StateCollector(self))
 
     # -- behaviour -------------------------------------------------------------------------------------------
@@ -137,7 +169,7 @@ class Engine:
 
     # -- request lifecycle -----------------------------------------------------------------------------------
 
-    def admit(self, prompt: Prompt) -> Ticket:
+    def admit(self, prompt: Prompt, max_tokens: int | None = None) -> Ticket:
         """Take a running slot, queue for one, or raise :class:`Overflow` when the queue is full."""
         arrived = time.monotonic()
         with self._cond:
@@ -161,11 +193,16 @@ class Engine:
             self._hits += hits
             self._queries += len(prompt.tokens)
             self._prompt_tokens += len(prompt.tokens)
+            for image in prompt.images:
+                self._mm_queries += 1
+                self._mm_hits += image in self._images
+                self._images.add(image)
             others = len(self._running)
             self._queue.labels(b.served_model, ENGINE_LABEL).observe(time.monotonic() - arrived)
+            prefill = (len(prompt.tokens) - hits) * b.prefill_per_token + len(prompt.images) * b.prefill_per_image
             ticket = Ticket(
-                id=next(self._ids), arrived=arrived, prompt_tokens=len(prompt.tokens),
-                model=b.served_model, first_token_delay=b.first_token_delay + b.ttft_per_running * others,
+                id=next(self._ids), arrived=arrived, prompt_tokens=len(prompt.tokens), model=b.served_model,
+                first_token_delay=b.first_token_delay + b.ttft_per_running * others + prefill, max_tokens=max_tokens,
             )
             self._running[ticket.id] = ticket
             self._cond.notify_all()
@@ -188,8 +225,9 @@ class Engine:
         self._emitted(ticket)
 
     def next_token(self, ticket: Ticket) -> None:
-        """Wait one inter-token interval, then count the token."""
-        self._sleep(self.behaviour.token_delay)
+        """Wait one decode step (slower as the context grows), then count the token."""
+        b = self.behaviour
+        self._sleep(b.token_delay + b.decode_per_kilotoken * (ticket.prompt_tokens + ticket.generated) / 1000)
         self._emitted(ticket)
 
     def _emitted(self, ticket: Ticket) -> None:
@@ -213,16 +251,25 @@ class Engine:
             else:
                 self._served += 1
                 self._e2e.labels(ticket.model, ENGINE_LABEL).observe(now - ticket.arrived)
+            # vLLM observes the request histograms of every finished request, aborted ones included.
+            self._prompt_hist.labels(ticket.model, ENGINE_LABEL).observe(ticket.prompt_tokens)
+            self._generation_hist.labels(ticket.model, ENGINE_LABEL).observe(ticket.generated)
+            if ticket.max_tokens is not None:
+                self._max_tokens_hist.labels(ticket.model, ENGINE_LABEL).observe(ticket.max_tokens)
             self._cond.notify_all()
 
     def simulate(self, *, requests: int, errors: int = 0, rejects: int = 0, ttft: float = 0.05, queue: float = 0.0,
-                 e2e: float = 1.0, kv_usage: float | None = None) -> None:
+                 e2e: float = 1.0, kv_usage: float | None = None, prompt_tokens: int = 0, output_tokens: int = 0,
+                 images: int = 0, running: int | None = None) -> None:
         """Count ``requests`` as if served in a moment, as a busy production server would between two scrapes.
 
         ``errors`` of them were answered 5xx and ``rejects`` 429 (the overflow answer); the others took ``ttft``
         seconds to the first token, ``queue`` in the queue and ``e2e`` in all. ``kv_usage`` holds the KV-cache
-        gauge at least that high until set again (``0`` lets the running requests alone decide it). This is how
-        a test shows a burn, or a healthy busy hour, without sending thousands of requests.
+        gauge at least that high until set again (``0`` lets the running requests alone decide it). With
+        ``prompt_tokens``/``output_tokens`` the served requests are that long in the request histograms, each
+        carrying ``images`` images (distinct ones: cache misses); ``running`` holds the running gauge at least that
+        high until set again. This is how a test shows a burn, a busy hour or a moved traffic mix, without sending
+        thousands of requests.
         """
         model = self.behaviour.served_model
         served = max(0, requests - errors - rejects)
@@ -238,6 +285,12 @@ class Engine:
             self._http[(handler, "POST", "4xx")] += rejects
             if kv_usage is not None:
                 self._kv_floor = kv_usage
+            if running is not None:
+                self._running_floor = running
+            if prompt_tokens:
+                _observe_many(self._prompt_hist.labels(model, ENGINE_LABEL), prompt_tokens, served)
+                _observe_many(self._generation_hist.labels(model, ENGINE_LABEL), output_tokens, served)
+            self._mm_queries += images * served
 
     # -- observation -----------------------------------------------------------------------------------------
 
@@ -280,6 +333,8 @@ class Engine:
             finished = dict(self._finished)
             http = dict(self._http)
             prompt_tokens, generation_tokens = self._prompt_tokens, self._generation_tokens
+            mm = (self._mm_queries, self._mm_hits)
+            running = max(stats.running, self._running_floor)
         labels = [b.served_model, ENGINE_LABEL]
         names = ["model_name", "engine"]
         legacy = b.legacy_metric_names
@@ -294,7 +349,7 @@ class Engine:
             family.add_metric(labels, value)
             return family
 
-        yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", stats.running)
+        yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
         yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", stats.waiting)
         kv_name = "vllm:gpu_cache_usage_perc" if legacy else "vllm:kv_cache_usage_perc"
         yield gauge(kv_name, "KV-cache usage. 1 means 100 percent usage.", stats.kv_usage)
@@ -307,6 +362,8 @@ class Engine:
             yield counter(f"{prefix}_queries", "Prefix cache queries, in terms of number of queried tokens.",
                           stats.prefix_queries)
             yield counter(f"{prefix}_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_hits)
+        yield counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.", mm[0])
+        yield counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.", mm[1])
         yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", prompt_tokens)
         yield counter("vllm:generation_tokens", "Number of generation tokens processed.", generation_tokens)
         success = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",

@@ -154,9 +154,9 @@ class _Handler(BaseHTTPRequestHandler):
                                behaviour.fail_message)
         prompt = read_prompt(body)
         check_context(behaviour, prompt)
-        max_tokens(body)  # validates before a slot is taken
+        limit = max_tokens(body)  # validates before a slot is taken
         try:
-            ticket = self.engine.admit(prompt)
+            ticket = self.engine.admit(prompt, limit)
         except Overflow as exc:
             raise RequestError(behaviour.overflow_status, ERROR_TYPES.get(behaviour.overflow_status, "Overflow"),
                                str(exc)) from None

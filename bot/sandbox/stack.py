@@ -66,7 +66,7 @@ SERVER_SPEED: dict[str, Any] = {"first_token_delay": 0.08, "token_delay": 0.004}
 SANDBOX_SWEEP = {
     "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 1, "steady_seconds": 3, "burst_rounds": 1,
     "refine_steps": 1, "max_requests": 300, "max_seconds": 20, "request_timeout_seconds": 10,
-    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["shared"],
+    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["shared", "unique"],
 }
 RESERVATION_DAYS = 5.0  # inside the 7-day threshold: the first reservation watch posts an alert
 # The stand-in answers in ~0.1-0.4 s on whatever CPU runs it, so a busy laptop moves its latency by more

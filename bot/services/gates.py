@@ -23,6 +23,7 @@ from bot.domain.release import ReleaseManifest
 from bot.logs import logger_for
 from bot.services.admission import UNGUARDED
 from bot.services.artifact_gate import run_artifact_checks
+from bot.services.capacity import context_review_check
 from bot.services.context import Context, require
 from bot.services.drills import drill_check_reason
 from bot.services.errors import NotConfigured
@@ -113,6 +114,7 @@ def infrastructure_report(ctx: Context, subject: GateSubject, now: dt.datetime) 
     )]))
     checks.extend(guarded("drills.recent", lambda: [_drills_check(ctx, endpoint)]))
     checks.extend(guarded(DOORS_CHECK, lambda: [_doors_check(ctx, subject)]))
+    checks.extend(guarded("capacity.context", lambda: [context_review_check(ctx, endpoint)]))
     return GateReport(gate="infrastructure", checks=checks)
 
 
@@ -163,7 +165,8 @@ def model_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = 
 def traffic_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:
     if ctx.ports.loadgen is None:
         return _human_decides("traffic", "traffic.sweep", "load sweep")
-    return run_traffic_gate(ctx, subject.endpoint, subject.release.name, ledger=ledger)
+    return run_traffic_gate(ctx, subject.endpoint, subject.release.name, manifest=subject.release,
+                            deployment_id=subject.deployment_id, ledger=ledger)
 
 
 def run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:

@@ -46,6 +46,7 @@ from bot.domain.health import (
 from bot.domain.readiness import MetricsSnapshot
 from bot.logs import logger_for
 from bot.services import ports
+from bot.services.capacity import CAPACITY_KIND, watch_mix
 from bot.services.context import Context, require
 from bot.services.errors import NotFound
 from bot.services.incidents import Incidents
@@ -57,7 +58,7 @@ log = logger_for(__name__)
 MINUTES_KEPT = dt.timedelta(hours=7)  # minute rows for the 6-hour windows, one row an hour before that
 DIRECT = ("kv-pressure", "gpu", "node", "crashloop")
 BURN_KINDS = tuple(f"burn-{sev}:{name}" for sev in ("page", "warn") for name in slo.OBJECTIVES)
-KINDS = (*BURN_KINDS, *DIRECT)
+KINDS = (*BURN_KINDS, *DIRECT, CAPACITY_KIND)  # capacity-review: production's mix moved (bot.services.capacity)
 LATENCY: dict[str, str] = {"ttft": "ttft_buckets", "queue": "queue_buckets", "e2e": "e2e_buckets"}
 
 
@@ -287,6 +288,9 @@ def _record(ctx: Context, spec: EndpointSettings, reading: Reading) -> WatchOutc
         open_now = {i.kind: i for i in uow.incidents.open_of(row.id, KINDS)}
         incidents = Incidents(ctx, uow, row, spec, now, open_now)
         opened, closed = _alerts(history, spec, reading, before, objectives, incidents, now)
+        if reading.metrics is not None:
+            for done, more in zip((opened, closed), watch_mix(ctx, uow, row, spec, reading.metrics, incidents), strict=True):
+                done.extend(more)
         uow.commit()
     return WatchOutcome(spec.name, watched=True, opened=tuple(opened), closed=tuple(closed), notes=tuple(notes))
 

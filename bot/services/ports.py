@@ -33,6 +33,7 @@ from bot.domain.rollout import (
     RolloutProgress,
 )
 from bot.domain.sweep import LevelStats, Objectives, SweepOutcome, SweepPlan
+from bot.domain.workload import Workload
 
 
 class ObjectiveCheck(Protocol):
@@ -172,7 +173,9 @@ class LoadGenerator(Protocol):
     """Runs the traffic gate's bounded concurrency sweep against an endpoint."""
 
     def sweep(self, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
-              on_level: Callable[[LevelStats], None] | None = None, ledger: OwnLedger | None = None) -> SweepOutcome: ...
+              on_level: Callable[[LevelStats], None] | None = None, ledger: OwnLedger | None = None,
+              workload: Workload | None = None) -> SweepOutcome:
+        """``workload``: what to send (production's mix synthesised); None sends the plan's fixed prompt."""
 
 
 class ReservationSource(Protocol):

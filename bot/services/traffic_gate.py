@@ -37,6 +37,7 @@ from bot.domain.limits import (
     same_limits,
 )
 from bot.domain.own_requests import OwnLedger
+from bot.domain.release import ReleaseManifest
 from bot.domain.rollout import RenderedManifest
 from bot.domain.states import State
 from bot.domain.sweep import (
@@ -47,12 +48,15 @@ from bot.domain.sweep import (
     SweepPlan,
     propose,
 )
+from bot.domain.workload import Workload
 from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured, NotFound, Refused
 from bot.services.limits_apply import plan_limits, start_limits_restore
 from bot.services.releases import manifest_from_row
+from bot.services.traffic_mix import record_review, workload_for
+from bot.services.workload_checks import workload_checks, workload_words
 
 log = logger_for(__name__)
 
@@ -65,16 +69,31 @@ def objectives_for(ctx: Context, endpoint: EndpointSettings) -> Objectives:
     return objectives
 
 
+def sweep_plan(ctx: Context, endpoint: EndpointSettings) -> SweepPlan:
+    """The configured plan; on prod the unique-prefix run always (the settings refuse a plan without it there)."""
+    plan: SweepPlan = ctx.settings.traffic_sweep
+    if endpoint.environment == "prod" and "unique" not in plan.prefix_modes:
+        plan = plan.model_copy(update={"prefix_modes": (*plan.prefix_modes, "unique")})
+    return plan
+
+
 def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | None = None, *,
-                     ledger: OwnLedger | None = None) -> GateReport:
-    """Sweep ``endpoint``'s concurrency and propose admission limits below the knee (``ledger``: each request sent)."""
+                     manifest: ReleaseManifest | None = None, deployment_id: int | None = None,
+                     kind: str = "traffic-gate", actor: str = "kimi-ops", ledger: OwnLedger | None = None) -> GateReport:
+    """Sweep ``endpoint``'s concurrency with production's mix and propose admission limits below the knee.
+
+    ``manifest`` is the release measured (its context length and whether it takes images); each sweep is kept
+    as the endpoint's newest capacity review (``kind``: the traffic gate's, or an on-demand one); ``ledger``
+    keeps each request sent.
+    """
     try:
         loadgen = require(ctx.ports.loadgen, "load generator")
     except NotConfigured as absent:
         return GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", str(absent))])
-    plan: SweepPlan = ctx.settings.traffic_sweep
+    plan = sweep_plan(ctx, endpoint)
     objectives = objectives_for(ctx, endpoint)
-    outcome = loadgen.sweep(endpoint, plan, objectives, ledger=ledger)
+    workload = workload_for(ctx, endpoint, plan, manifest)
+    outcome = loadgen.sweep(endpoint, plan, objectives, ledger=ledger, workload=workload)
     if not outcome.levels or all(lv.ok == 0 and lv.rejected == 0 for lv in outcome.levels):
         said = next((lv.first_error for lv in outcome.levels if lv.first_error), None)
         why = f" (every request failed: {said})" if said else ""
@@ -83,8 +102,9 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | No
                           attachments={"sweep": _sweep_attachment(outcome, plan, objectives)})
     proposal = propose(outcome.levels, objectives, ceiling=plan.ceiling)
     current = endpoint.effective_request_limits
-    checks = _checks(outcome, proposal, current)
+    checks = [*_checks(outcome, proposal, current), *workload_checks(endpoint, plan, workload, outcome.levels)]
     attachments: dict[str, Any] = {
+        "mix": {"used": workload.as_dict(), "production": workload.mix.model_dump(mode="json") if workload.mix else None},
         "sweep": _sweep_attachment(outcome, plan, objectives),
         "knee": {"concurrency": proposal.knee, "prefix": proposal.limiting_prefix, "broken": list(proposal.knee_reasons)},
         "proposal": {
@@ -95,9 +115,13 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | No
         },
         "current_limits": current.model_dump(mode="json"),
     }
-    plot = _plot(ctx, endpoint, outcome, proposal, release, objectives)
+    plot = _plot(ctx, endpoint, outcome, proposal, release, workload, objectives)
     if plot is not None:
         attachments["plot"] = plot
+    attachments["review_id"] = record_review(
+        ctx, endpoint, kind=kind, actor=actor, release=release, deployment_id=deployment_id,
+        max_model_len=endpoint.max_model_len, workload=workload, knee=proposal.knee,
+        proposal=attachments["proposal"])
     summary = proposal.reason
     return GateReport(gate="traffic", checks=checks, summary=summary, attachments=attachments)
 
@@ -161,14 +185,15 @@ def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -
 
 
 def _plot(ctx: Context, endpoint: EndpointSettings, outcome: SweepOutcome, proposal: Proposal,
-          release: str | None, objectives: Objectives | None = None) -> dict[str, Any] | None:
+          release: str | None, workload: Workload, objectives: Objectives | None = None) -> dict[str, Any] | None:
     named = f"-{release}" if release else ""
     path = ctx.settings.data_dir / "reports" / f"traffic-{endpoint.name}{named}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
     on = f"{release} on {endpoint.name}" if release else endpoint.name
     try:
         return plot_sweep([lv.as_dict() for lv in outcome.levels], proposal.knee, proposal.max_concurrent_requests, path,
                           f"Traffic gate · {on}: latency and rejections", knee_reasons=proposal.knee_reasons,
-                          objectives=objectives.model_dump() if objectives is not None else None)
+                          objectives=objectives.model_dump() if objectives is not None else None,
+                          mix=workload_words(workload))
     except OSError as exc:  # a plot is a convenience: the report stands without it
         log.warning("traffic gate plot not written to %s: %s", path, exc)
         return None

@@ -332,3 +332,74 @@ def test_drain_of_an_unreachable_endpoint_is_not_drained(server, endpoint) -> No
 
     assert not drained and last is None
     assert sum(fake.slept) == 20
+
+
+# -- production's request mix ---------------------------------------------------------------------------------
+
+REQUEST_HISTOGRAMS = """\
+# HELP vllm:request_prompt_tokens Number of prefill tokens processed.
+# TYPE vllm:request_prompt_tokens histogram
+vllm:request_prompt_tokens_sum{engine="0",model_name="Kimi-K3"} 2.48e+06
+vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="Kimi-K3"} 60.0
+vllm:request_prompt_tokens_bucket{engine="0",le="2000.0",model_name="Kimi-K3"} 80.0
+vllm:request_prompt_tokens_bucket{engine="0",le="50000.0",model_name="Kimi-K3"} 90.0
+vllm:request_prompt_tokens_bucket{engine="0",le="100000.0",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_count{engine="0",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_bucket{engine="1",le="1000.0",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_bucket{engine="1",le="2000.0",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_bucket{engine="1",le="50000.0",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_bucket{engine="1",le="100000.0",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_bucket{engine="1",le="+Inf",model_name="Kimi-K3"} 100.0
+vllm:request_prompt_tokens_count{engine="1",model_name="Kimi-K3"} 100.0
+# HELP vllm:request_generation_tokens Number of generation tokens processed.
+# TYPE vllm:request_generation_tokens histogram
+vllm:request_generation_tokens_bucket{engine="0",le="100.0",model_name="Kimi-K3"} 50.0
+vllm:request_generation_tokens_bucket{engine="0",le="500.0",model_name="Kimi-K3"} 100.0
+vllm:request_generation_tokens_bucket{engine="0",le="+Inf",model_name="Kimi-K3"} 100.0
+vllm:request_generation_tokens_count{engine="0",model_name="Kimi-K3"} 100.0
+vllm:request_generation_tokens_bucket{engine="1",le="100.0",model_name="Kimi-K3"} 100.0
+vllm:request_generation_tokens_bucket{engine="1",le="500.0",model_name="Kimi-K3"} 100.0
+vllm:request_generation_tokens_bucket{engine="1",le="+Inf",model_name="Kimi-K3"} 100.0
+vllm:request_generation_tokens_count{engine="1",model_name="Kimi-K3"} 100.0
+# HELP vllm:mm_cache_queries_total Multi-modal cache queries, in terms of number of queried items.
+# TYPE vllm:mm_cache_queries_total counter
+vllm:mm_cache_queries_total{engine="0",model_name="Kimi-K3"} 30.0
+vllm:mm_cache_queries_total{engine="1",model_name="Kimi-K3"} 10.0
+"""
+
+
+def test_the_request_mix_is_read_with_vllms_documented_names_and_types() -> None:
+    from bot.adapters.endpoint import metrics
+    from bot.domain.traffic_mix import mix_from_histograms
+
+    # The names read are the ones vLLM 0.34.0 declares, with the types it declares (the research fixture).
+    declared = (SAMPLES / "vllm_metric_names_v0.34.0.md").read_text()
+    for name, kind in (("vllm:request_prompt_tokens", "histogram"), ("vllm:request_generation_tokens", "histogram"),
+                       ("vllm:mm_cache_queries", "counter"), ("vllm:prefix_cache_hits", "counter")):
+        assert f"| `{name}` | {kind} |" in declared
+    assert metrics.PROMPT_TOKENS == ("vllm:request_prompt_tokens",)
+    assert metrics.GENERATION_TOKENS == ("vllm:request_generation_tokens",)
+
+    snap = parse_metrics(REQUEST_HISTOGRAMS)
+    mix = mix_from_histograms(snap.prompt_buckets, snap.generation_buckets, image_items=snap.image_items)
+
+    # Two data-parallel engines' series are summed: 200 requests, 20 of them above 2,000 prompt tokens.
+    assert mix is not None and mix.requests == 200 and snap.image_items == 40
+    assert mix.prompt_p50 <= 1000 and 2000 < mix.prompt_p99 <= 100_000
+    assert mix.image_share == 0.2 and 0.05 < mix.long_context_share < 0.1
+
+
+def test_live_request_histograms_describe_what_the_stand_in_served(server, endpoint) -> None:
+    from bot.domain.traffic_mix import mix_from_histograms
+
+    for _ in range(3):
+        httpx.post(f"{server.url}/v1/chat/completions", timeout=30,
+                   json={"model": SERVED, "max_tokens": 30, "ignore_eos": True,
+                         "messages": [{"role": "user", "content": "word " * 3000}]})
+
+    snap = HttpEndpointClient().metrics(endpoint)
+    mix = mix_from_histograms(snap.prompt_buckets, snap.generation_buckets)
+
+    assert mix is not None and mix.requests == 3
+    assert 2000 <= mix.prompt_p50 <= 5000 and 20 <= mix.output_p50 <= 50  # 3,005 prompt and 30 output tokens each

@@ -238,3 +238,70 @@ def test_prompt_longer_than_the_context_window_gets_vllms_400(server) -> None:
     assert error["param"] == "input_tokens" and error["type"] == "BadRequestError"
     assert error["message"].startswith("This model's maximum context length is 64 tokens.")
     assert server.stats().served == 0
+
+
+def test_a_long_prompt_waits_for_its_prefill_and_a_cached_prefix_does_not(server) -> None:
+    server.configure(prefill_per_token=0.0002)  # 5,000 tokens/s: 2,000 fresh prompt tokens take 0.4 s
+    document = " ".join(f"w{i}" for i in range(2000))
+
+    _, _, fresh = stream(server.url, body(document + " first question"))
+    _, _, short = stream(server.url, body("hello"))
+
+    assert fresh is not None and fresh >= 0.4
+    # The same document again: its blocks are in the prefix cache, so only the new tail is prefilled.
+    assert server.stats().prefix_hits == 0
+    stream(server.url, body(document + " second question"))
+    assert server.stats().prefix_hits >= 1984
+    assert short is not None
+
+
+def test_output_length_costs_decode_steps_and_ignore_eos_runs_to_max_tokens(server) -> None:
+    server.configure(token_delay=0.01)
+    started = time.perf_counter()
+    answer = httpx.post(f"{server.url}/v1/chat/completions", json=body("hi", max_tokens=40, ignore_eos=True),
+                        timeout=30).json()
+
+    assert answer["usage"]["completion_tokens"] == 40
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert time.perf_counter() - started >= 39 * 0.01  # 39 decode steps after the first token
+
+
+def test_kv_cache_usage_holds_the_prompt_and_images_count_as_tokens(server) -> None:
+    server.configure(kv_capacity_tokens=10_000)
+    server.hold()
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    request = {"model": SERVED, "messages": [{"role": "user", "content": [{"type": "text", "text": "w " * 1000}, image]}]}
+    thread = threading.Thread(target=httpx.post, args=(f"{server.url}/v1/chat/completions",), kwargs={"json": request,
+                                                                                                       "timeout": 30})
+    thread.start()
+    assert server.wait_for(lambda s: s.running == 1)
+
+    # 1,000 words, the role marker and 256 image tokens of 10,000.
+    assert 0.125 <= server.stats().kv_usage <= 0.13
+    server.release()
+    thread.join(timeout=30)
+
+
+def test_metrics_expose_vllms_request_histograms_and_multimodal_counters(server) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    for _ in range(2):
+        request = {"model": SERVED, "max_tokens": 5, "ignore_eos": True,
+                   "messages": [{"role": "user", "content": [{"type": "text", "text": "w " * 300}, image]}]}
+        httpx.post(f"{server.url}/v1/chat/completions", json=request, timeout=30)
+
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)}
+
+    for name in ("vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_params_max_tokens"):
+        assert families[name].type == "histogram"
+    samples = {(s.name, s.labels.get("le")): s.value for s in families["vllm:request_generation_tokens"].samples}
+    assert samples[("vllm:request_generation_tokens_count", None)] == 2
+    assert samples[("vllm:request_generation_tokens_bucket", "5.0")] == 2
+    assert samples[("vllm:request_generation_tokens_bucket", "2.0")] == 0
+    prompt = {(s.name, s.labels.get("le")): s.value for s in families["vllm:request_prompt_tokens"].samples}
+    assert prompt[("vllm:request_prompt_tokens_bucket", "500.0")] == 0 and prompt[("vllm:request_prompt_tokens_bucket",
+                                                                                   "1000.0")] == 2
+    mm = {s.name: s.value for f in ("vllm:mm_cache_queries", "vllm:mm_cache_hits") for s in families[f].samples}
+    assert families["vllm:mm_cache_queries"].type == "counter"
+    assert (mm["vllm:mm_cache_queries_total"], mm["vllm:mm_cache_hits_total"]) == (2, 1)  # the same image twice

@@ -42,7 +42,7 @@ NS = "model-serving"
 SWEEP = {
     "ceiling": 12, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 1,
     "refine_steps": 3, "max_requests": 600, "max_seconds": 60, "request_timeout_seconds": 10,
-    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["shared"],
+    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["unique"],
 }
 
 pytestmark = pytest.mark.timeout(300)

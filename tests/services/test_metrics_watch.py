@@ -251,3 +251,43 @@ def test_samples_stay_bounded(ctx, clock) -> None:
     assert len(minutes) == 7 * 60 and all(now - at <= MINUTES_KEPT for at in minutes)
     assert len(set(hours)) == len(hours) and now - rows[0][0] <= dt.timedelta(days=7, hours=1)
     assert len(rows) <= 7 * 24 + 1 + 7 * 60
+
+
+def test_a_drifted_mix_asks_for_a_capacity_review_once_and_recovers_once(world) -> None:
+    from bot.domain.workload import synthesise
+    from bot.services.capacity import capacity_view
+    from bot.services.traffic_mix import record_review
+
+    def review() -> None:
+        """What a traffic gate or an on-demand sweep leaves: a capacity review of production's mix as it is now."""
+        spec = world.ctx.settings.endpoint("kimi-prod")
+        view = capacity_view(world.ctx, "kimi-prod")
+        record_review(world.ctx, spec, kind="on-demand", actor="U0ONCALL", release="rel-live", deployment_id=None,
+                      max_model_len=spec.max_model_len, knee=9, proposal={"max_concurrent_requests": 8},
+                      workload=synthesise(view.live_mix, prompt_words=200, max_tokens=64,
+                                          max_model_len=spec.max_model_len, multimodal=False, prod=True))
+
+    friendly = {**HEALTHY, "prompt_tokens": 900, "output_tokens": 150}
+    world.step(friendly, times=2)
+    review()
+    world.step(friendly, times=3)
+    assert alerts(world.ctx) == []
+
+    # Production now sends 60,000-token prompts as often as short ones: the mix has moved past what was measured.
+    heavy = {**HEALTHY, "requests": 3000, "prompt_tokens": 60_000, "output_tokens": 400}
+    world.step(heavy, times=4)
+
+    assert alerts(world.ctx) == [("watch.alert", "capacity-review")]  # once, however long it stays moved
+    with world.ctx.uow() as uow:
+        [alert] = [dict(e.payload) for e in uow.events.undelivered(limit=1000) if e.kind == "watch.alert"]
+    assert alert["channel"] == "CKIMIPROD" and alert["severity"] == "warn"
+    assert "capacity review due: p90 prompt" in alert["text"] and "long-context share 0% →" in alert["text"]
+    assert "`kimi-ops capacity kimi-prod --sweep`" in alert["text"]
+    assert capacity_view(world.ctx, "kimi-prod").drift
+    world.step(heavy, minutes=60, times=25)  # a day later the live mix (the last 24 hours) is all the new traffic
+    assert alerts(world.ctx) == [("watch.alert", "capacity-review")]
+
+    review()  # a new review measured the moved mix
+    world.step(heavy, minutes=60, times=2)
+    assert alerts(world.ctx) == [("watch.alert", "capacity-review"), ("watch.recovered", "capacity-review")]
+    assert capacity_view(world.ctx, "kimi-prod").drift == []

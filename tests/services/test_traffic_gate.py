@@ -73,9 +73,11 @@ def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPat
 
 
 def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None = None, objectives: dict | None = None,
-                limits: tuple[int, int] = (32, 64)) -> Context:
+                limits: tuple[int, int] = (32, 64), environment: str = "staging", **endpoint: object) -> Context:
+    """The sweep's mechanics are measured on a staging endpoint (no long-context tail, one prefix mode allowed)."""
     ctx = make_ctx(
-        endpoints=[endpoint_config(url=url, request_limits={"max_concurrent_requests": limits[0], "max_queue_size": limits[1]})],
+        endpoints=[endpoint_config(url=url, environment=environment, **endpoint,
+                                   request_limits={"max_concurrent_requests": limits[0], "max_queue_size": limits[1]})],
         roles=ROLES,
         traffic_sweep=sweep or SMALL_SWEEP,
         traffic_objectives=objectives or {"ttft_p99_ms": 2000},
@@ -189,10 +191,10 @@ def test_a_queue_read_from_metrics_sets_the_knee_when_nothing_is_rejected(sqlite
 
 
 def test_kv_cache_usage_read_from_metrics_sets_the_knee(sqlite_ctx, server: OpenAIServer) -> None:
-    # Each sweep request holds 62 prompt tokens and a few generated ones in a 220-token KV cache:
-    # three running fill at most 89 %, four need more than all of it (the stand-in reports 100 %).
+    # Each sweep request holds 58 prompt tokens and up to 8 generated ones in a 220-token KV cache:
+    # three running fill at most 90 %, four need more than all of it (the stand-in reports 100 %).
     server.configure(kv_capacity_tokens=220, first_token_delay=0.2)
-    sweep = {**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["unique"]}
+    sweep = {**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["unique"], "prompt_words": 58}
     ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 60_000, "kv_cache_usage": 0.95})
 
     report = run_traffic_gate(ctx, endpoint(ctx))

@@ -70,6 +70,7 @@ def bench(make_ctx):
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx)
     b.cluster = cluster  # type: ignore[attr-defined]
+    b.ctx = ctx  # type: ignore[attr-defined]
     yield b
     cluster.block.set()
     stop_bench(b)
@@ -172,3 +173,30 @@ def test_a_blocked_gate_is_rechecked_from_its_message_once_the_cause_is_fixed(ma
         assert any(e.get("action_id") == APPROVE for blk in fresh[-1].blocks for e in blk.get("elements", []))
     finally:
         stop_bench(b)
+
+
+def test_capacity_shows_the_last_review_the_live_mix_and_the_drift(bench) -> None:
+    from bot.adapters.store.capacity import CapacityReview
+    from bot.domain.traffic_mix import TrafficMix
+
+    friendly = TrafficMix(source="metrics", requests=400, prompt_p50=600, prompt_p90=2000, prompt_p99=6000,
+                          output_p50=100, output_p90=300, output_p99=700)
+    moved = friendly.model_copy(update={"prompt_p90": 40_000, "long_context_share": 0.3})
+    now = bench.ctx.clock.now()
+    with bench.ctx.uow() as uow:
+        row = uow.endpoints.get("kimi-prod")
+        uow.capacity.add_review(CapacityReview(
+            endpoint_id=row.id, at=now, kind="traffic-gate", actor="kimi-ops", release="rel-a", max_model_len=262_144,
+            knee=9, workload={"prompt_tokens": {"max": 6000}}, production_mix=friendly.model_dump(mode="json"),
+            proposal={"max_concurrent_requests": 8}))
+        uow.capacity.set_live_mix(row.id, now, moved.model_dump(mode="json"), {"marks": []})
+        uow.commit()
+
+    bench.slash("U0DEPLOYER", "capacity kimi-prod")
+
+    shown = bench.replies_to("requester")[-1].text
+    assert "last capacity review #1 (traffic-gate" in shown and "knee 9, proposed 8" in shown
+    assert "live mix: metrics, 400 requests: prompt p50/p90/p99 600/40,000/6,000" in shown
+    assert "capacity review due: p90 prompt 2,000 → 40,000 tokens; long-context share 0% → 30%" in shown
+    refused = bench.slash("U0DEPLOYER", "capacity")  # a usage error is answered in the acknowledgement itself
+    assert "Usage: `/kimi capacity ENDPOINT`" in refused.text

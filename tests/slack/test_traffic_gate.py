@@ -56,7 +56,7 @@ LIMIT = 6  # the server answers 429 past this many running requests: the proposa
 SWEEP = {
     "ceiling": 8, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 2,
     "refine_steps": 3, "max_requests": 600, "max_seconds": 60, "request_timeout_seconds": 10,
-    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["shared"],
+    "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["unique"],
 }
 APPROVER = "U0APPROVER1"
 GROUP_APPROVER = "U0APPROVER2"  # an approver through the S0APPROVERS user group

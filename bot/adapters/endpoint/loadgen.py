@@ -6,10 +6,16 @@ client sends its requests back to back) and a burst interval (all clients fire
 at the same instant) — while a sampler thread reads ``/metrics``. It stops a
 mode at the knee (after a few bisection steps), and the whole sweep when its
 request budget or wall-time budget runs out: it always stops by itself.
+
+What each request is comes from the :class:`~bot.domain.workload.Workload` it is
+given (production's mix, or the fixed prompt): every level opens with the workload's
+long-context tail, then cycles through its shapes (:mod:`.sweep_requests` makes them
+into request bodies).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +23,7 @@ from collections.abc import Callable
 import httpx
 
 from bot.adapters.endpoint.evaluation import stream_chat
+from bot.adapters.endpoint.sweep_requests import chat_body
 from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
 from bot.domain.own_requests import Counted, OwnLedger, OwnRequests, counted
@@ -33,26 +40,12 @@ from bot.domain.sweep import (
     level_stats,
     next_level,
 )
+from bot.domain.workload import RequestShape, Workload, synthesise
 from bot.logs import logger_for
 
 log = logger_for(__name__)
 
 MetricsReader = Callable[[EndpointSettings], MetricsSnapshot]
-_WORDS = [
-    "deploy",
-    "release",
-    "endpoint",
-    "gate",
-    "capacity",
-    "reservation",
-    "token",
-    "prefix",
-    "cache",
-    "kernel",
-    "node",
-    "region",
-    "rollout",
-]
 
 
 class _Budget:
@@ -156,7 +149,10 @@ class HttpLoadGenerator:
         objectives: Objectives,
         on_level: Callable[[LevelStats], None] | None = None,
         ledger: OwnLedger | None = None,
+        workload: Workload | None = None,
     ) -> SweepOutcome:
+        work = workload or synthesise(None, prompt_words=plan.prompt_words, max_tokens=plan.max_tokens,
+                                      max_model_len=endpoint.max_model_len, multimodal=False, prod=False)
         budget = _Budget(plan.max_requests, plan.max_seconds)
         started = time.monotonic()
         levels: list[LevelStats] = []
@@ -166,12 +162,12 @@ class HttpLoadGenerator:
                           verify=tls_context()) as client:
             counter = _Counter(ledger)
             for mode in plan.prefix_modes:
-                self._warm(client, endpoint, plan, mode, counter, budget)
+                self._warm(client, endpoint, plan, mode, counter, budget, work.cycle[0])
                 tried: dict[int, bool] = {}
                 while (concurrency := next_level(tried, plan.levels(), plan.refine_steps)) is not None:
                     if (stopped := budget.exhausted) is not None:
                         break
-                    stats = self._level(client, endpoint, plan, objectives, mode, concurrency, counter, budget)
+                    stats = self._level(client, endpoint, plan, objectives, mode, concurrency, counter, budget, work)
                     planned = concurrency * (plan.steady_requests_per_slot + plan.burst_rounds)
                     if budget.exhausted and stats.requests < planned:
                         # A level cut short by the budget measured less load than it names: drop it, never call it the knee.
@@ -189,22 +185,14 @@ class HttpLoadGenerator:
         )
 
     # ------------------------------------------------------------------ internals
-    def _send(
-        self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode, counter: _Counter, phase: Phase
-    ) -> Sample:
-        n = counter.next()
-        body = {
-            "model": endpoint.served_model_name,
-            "messages": [{"role": "user", "content": _prompt(mode, n, plan.prompt_words)}],
-            "max_tokens": plan.max_tokens,
-            "temperature": 0,
-        }
+    def _send(self, client: httpx.Client, endpoint: EndpointSettings, plan: SweepPlan, mode: PrefixMode,
+              counter: _Counter, phase: Phase, shape: RequestShape) -> Sample:
+        body = chat_body(endpoint.served_model_name, shape, mode, counter.next())
         counter.sent()
         answer = stream_chat(client, endpoint.url, body, deadline=plan.request_timeout_seconds)
         counter.count(counted(answer.http_status, complete=answer.error is None))
-        return Sample(
-            phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms, error=answer.error
-        )
+        return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms,
+                      error=answer.error, tail=shape.tail is not None)
 
     def _warm(
         self,
@@ -214,11 +202,12 @@ class HttpLoadGenerator:
         mode: PrefixMode,
         counter: _Counter,
         budget: _Budget,
+        shape: RequestShape,
     ) -> None:
         for _ in range(plan.warmup_requests):
             if not budget.take():
                 return
-            self._send(client, endpoint, plan, mode, counter, "warmup")
+            self._send(client, endpoint, plan, mode, counter, "warmup", shape)
 
     def _level(
         self,
@@ -230,9 +219,15 @@ class HttpLoadGenerator:
         concurrency: int,
         counter: _Counter,
         budget: _Budget,
+        work: Workload,
     ) -> LevelStats:
         samples: list[Sample] = []
         lock = threading.Lock()
+        order = itertools.count()  # the level's request index: the tail first, then the cycle
+
+        def next_shape() -> RequestShape:
+            with lock:
+                return work.shape(next(order))
         metrics = self.metrics
         sampler = _Sampler(lambda: metrics(endpoint), self.metrics_interval) if metrics is not None else None
         if sampler is not None:
@@ -249,7 +244,7 @@ class HttpLoadGenerator:
             for _ in range(plan.steady_requests_per_slot):
                 if time.monotonic() >= steady_end or not budget.take():
                     return
-                record(self._send(client, endpoint, plan, mode, counter, "steady"))
+                record(self._send(client, endpoint, plan, mode, counter, "steady", next_shape()))
 
         _run_threads(concurrency, steady_client)
         for _ in range(plan.burst_rounds):
@@ -264,7 +259,7 @@ class HttpLoadGenerator:
                 except threading.BrokenBarrierError:
                     return
                 if allowed:
-                    record(self._send(client, endpoint, plan, mode, counter, "burst"))
+                    record(self._send(client, endpoint, plan, mode, counter, "burst", next_shape()))
 
             _run_threads(concurrency, burst_client)
         peak = sampler.finish() if sampler is not None else MetricsPeak()
@@ -303,15 +298,6 @@ class _Counter:
             self.own = self.own.plus(kind)
         if self._ledger is not None:
             self._ledger.settled(kind)
-
-
-def _prompt(mode: PrefixMode, n: int, words: int) -> str:
-    """Shared mode: one long common prefix and a short distinct tail; unique mode: a distinct prefix per request."""
-    seed = 0 if mode == "shared" else n
-    prefix = " ".join(
-        _WORDS[(seed * 7 + i * 3) % len(_WORDS)] + (str(seed) if mode == "unique" and i == 0 else "") for i in range(words)
-    )
-    return f"{prefix}\nRequest {n}: reply with the word OK."
 
 
 def _run_threads(count: int, target: Callable[[], None]) -> None:

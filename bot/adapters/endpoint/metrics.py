@@ -42,6 +42,10 @@ E2E = ("vllm:e2e_request_latency_seconds",)
 # Exposed as ``vllm:request_success_total`` by every vLLM (older loggers declared the ``_total`` name, newer
 # ones let prometheus-client add it); the bare name is what a scrape declaring the family untyped shows.
 FINISHED = ("vllm:request_success_total", "vllm:request_success")
+# Request histograms (tokens per request) and the multimodal cache's queried items (images): the traffic mix.
+PROMPT_TOKENS = ("vllm:request_prompt_tokens",)
+GENERATION_TOKENS = ("vllm:request_generation_tokens",)
+IMAGE_ITEMS = ("vllm:mm_cache_queries_total", "vllm:mm_cache_queries")
 # vLLM's API server counts every HTTP answer by status class (prometheus-fastapi-instrumentator).
 HTTP_REQUESTS = "http_requests_total"
 
@@ -135,6 +139,9 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         http_rejects=_rejects(samples),
         queue_buckets=tuple(_first_histogram(samples, QUEUE_TIME)),
         e2e_buckets=tuple(_first_histogram(samples, E2E)),
+        prompt_buckets=tuple(_first_histogram(samples, PROMPT_TOKENS)),
+        generation_buckets=tuple(_first_histogram(samples, GENERATION_TOKENS)),
+        image_items=_sum(samples, IMAGE_ITEMS),
     )
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
+from bot.adapters.store.capacity import CapacityRepository
 from bot.adapters.store.deliveries import DeliveryRepository
 from bot.adapters.store.drills import DrillRepository
 from bot.adapters.store.governance import GovernanceRepository
@@ -53,6 +54,7 @@ class SqlUnitOfWork:
     governance: GovernanceRepository
     samples: SampleRepository
     work: WorkRepository
+    capacity: CapacityRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -78,6 +80,7 @@ class SqlUnitOfWork:
         self.samples = SampleRepository(session)
         self.work = WorkRepository(session)
         self.drills = DrillRepository(session)
+        self.capacity = CapacityRepository(session)
         return self
 
     def __exit__(
