@@ -1,4 +1,4 @@
-"""Traffic mixes and capacity reviews (migration 0016): what production sends, and what was last measured for it.
+"""Traffic mixes and capacity reviews (migration 0018): what production sends, and what was last measured for it.
 
 ``traffic_mixes`` keeps one row per endpoint read from vLLM's request histograms (``source`` ``metrics``,
 updated in place by the metrics watch) and one row per registered redacted trace (``source`` ``trace``, with

@@ -1,7 +1,7 @@
 """capacity: production's traffic mix (from vLLM's histograms or a redacted trace) and capacity reviews
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0018
+Revises: 0017
 Create Date: 2027-03-01 10:00:00.000000
 
 Lengths and shares only: no request text is ever stored in either table.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0016'
-down_revision = '0015'
+revision = '0018'
+down_revision = '0017'
 branch_labels = None
 depends_on = None
 
