@@ -5,7 +5,6 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from bot.adapters.store import capacity  # noqa: F401  (registers traffic_mixes and capacity_reviews on Base)
 from bot.adapters.store.engine import make_engine
 from bot.adapters.store.models import Base
 from bot.adapters.store.schema import include_object

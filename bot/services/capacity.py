@@ -20,8 +20,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from bot.adapters.store.capacity import CapacityReview
-from bot.adapters.store.models import Endpoint
+from bot.adapters.store.models import CapacityReview, Endpoint
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport

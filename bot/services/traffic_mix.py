@@ -16,8 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot.adapters.store.capacity import CapacityReview
-from bot.adapters.store.models import Endpoint
+from bot.adapters.store.models import CapacityReview, Endpoint
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.readiness import MetricsSnapshot

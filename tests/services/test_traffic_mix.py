@@ -16,8 +16,7 @@ from sqlalchemy import select
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.adapters.endpoint.sweep_requests import prompt_text
-from bot.adapters.store.capacity import CapacityReview, TrafficMixRow
-from bot.adapters.store.models import Base
+from bot.adapters.store.models import Base, CapacityReview, TrafficMixRow
 from bot.config import load_settings
 from bot.config_error import ConfigError
 from bot.sandbox.openai_server import OpenAIServer

@@ -176,7 +176,7 @@ def test_a_blocked_gate_is_rechecked_from_its_message_once_the_cause_is_fixed(ma
 
 
 def test_capacity_shows_the_last_review_the_live_mix_and_the_drift(bench) -> None:
-    from bot.adapters.store.capacity import CapacityReview
+    from bot.adapters.store.models import CapacityReview
     from bot.domain.traffic_mix import TrafficMix
 
     friendly = TrafficMix(source="metrics", requests=400, prompt_p50=600, prompt_p90=2000, prompt_p99=6000,

@@ -6,10 +6,11 @@ Rows that must never change after they are written (releases, audit entries,
 decided gate results) are guarded in :mod:`bot.adapters.store.guards`.
 
 One module per family of tables: :mod:`.base`, :mod:`.deployments`, :mod:`.watches`, :mod:`.records`,
-:mod:`.governance`. Importing this package registers every table on ``Base.metadata``.
+:mod:`.governance`, :mod:`.capacity`. Importing this package registers every table on ``Base.metadata``.
 """
 
 from bot.adapters.store.models.base import NAMING, Base, UTCDateTime
+from bot.adapters.store.models.capacity import CapacityReview, TrafficMixRow
 from bot.adapters.store.models.deployments import Deployment, DeploymentLease, Endpoint, GateResult, ManifestRevision, Release
 from bot.adapters.store.models.governance import LicenceReviewRecord, SecurityExceptionRecord
 from bot.adapters.store.models.records import AuditEntry, Event, SlackDelivery, SlackPost, SlackWork
@@ -19,6 +20,7 @@ __all__ = [
     "NAMING",
     "AuditEntry",
     "Base",
+    "CapacityReview",
     "Deployment",
     "DeploymentLease",
     "Drill",
@@ -37,5 +39,6 @@ __all__ = [
     "SlackDelivery",
     "SlackPost",
     "SlackWork",
+    "TrafficMixRow",
     "UTCDateTime",
 ]
