@@ -69,7 +69,7 @@ def test_malformed_input_gets_usage_and_help_is_local(console) -> None:
 
 
 def test_the_demo_names_the_state_and_its_reason_when_a_deployment_is_not_live(console) -> None:
-    from bot.cli.demo import ScriptFailed, Tour
+    from bot.cli.demo_tour import ScriptFailed, Tour
 
     tour = Tour(console, lambda _line: None)
     out = console.handle("/kimi deploy rel-a")

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import select
 
 from bot.adapters.store.models import Base
-from bot.cli.demo import Tour
+from bot.cli.demo_tour import Tour
 from bot.cli.shell import Shell
 from bot.domain.admission import Admission
 from bot.sandbox.gateway import Routed
