@@ -70,6 +70,17 @@ class EndpointPicker(BaseModel):
     port: int = Field(default=9002, ge=1, le=65535, description="Its gRPC port (the extension's default 9002).")
 
 
+HEADER_VALUE = re.compile(r"[!-~]([ -~]*[!-~])?")
+
+
+def header_value(value: str | None) -> str | None:
+    """A value rendered into a route's header match or filter: visible ASCII with inner spaces only (a CR/LF would
+    split the header; a value no client can send never matches)."""
+    if value is not None and not HEADER_VALUE.fullmatch(value):
+        raise ValueError(f"{value[:40]!r} cannot be a header value: visible ASCII, with spaces only inside")
+    return value
+
+
 class Backend(BaseModel):
     """Where a route rule sends requests: a Service and its port, or an InferencePool (Gateway API Inference Extension)."""
 
@@ -92,6 +103,11 @@ class Backend(BaseModel):
     endpoint_picker: EndpointPicker | None = Field(
         default=None, description="InferencePool rendered by kimi-ops: its Endpoint Picker Service.")
 
+    @field_validator("model_name")
+    @classmethod
+    def _sendable(cls, value: str | None) -> str | None:
+        return header_value(value)
+
     @property
     def group(self) -> str:
         return INFERENCE_GROUP if self.kind == "InferencePool" else ""
@@ -107,7 +123,13 @@ class RequiresHeader(BaseModel):
 
     name: str = Field(default="x-kimi-requires", min_length=1, max_length=256, pattern=HEADER_NAME,
                       description="Header name.")
-    value: str = Field(default="kimi-k3", min_length=1, max_length=4096, description="Header value.")
+    value: str = Field(default="kimi-k3", min_length=1, max_length=4096,
+                       description="Header value (visible ASCII: a client must be able to send it).")
+
+    @field_validator("value")
+    @classmethod
+    def _sendable(cls, value: str) -> str:
+        return header_value(value) or value
 
 
 class CohortHeader(BaseModel):

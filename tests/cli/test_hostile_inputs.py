@@ -372,3 +372,21 @@ def test_cli_answers_bad_input_with_exit_2_and_no_traceback(tmp_path: Path, argv
         assert len(lines) == 1, lines
     if never is not None:
         assert never not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(("route", "where"), [
+    ({"fallback": {"name": "kimi-k2", "model_name": "Kimi-K2\r\nX-Kimi-Model: Kimi-K3"}}, "route.fallback.model_name"),
+    ({"fallback": {"name": "kimi-k2", "model_name": " Kimi-K2"}}, "route.fallback.model_name"),
+    ({"requires_header": {"value": "kimi-k3\n"}}, "route.requires_header.value"),
+    ({"requires_header": {"value": "kimi\x00k3"}}, "route.requires_header.value"),
+])
+def test_a_header_value_no_client_can_send_is_refused_at_start(tmp_path: Path, route: dict[str, Any], where: str) -> None:
+    """A CR/LF in x-kimi-model's label splits the answer's headers; a requires-Kimi-K3 value no client can send never
+    matches, so those requests would meet the fallback."""
+    from bot.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError) as caught:
+        load_settings(data_dir=tmp_path, endpoints=[{"name": "kimi-stg", "kind": "eks", "environment": "staging",
+                                                     "route": {"gateway": {"name": "gw"}, **route}}])
+    message = str(caught.value)
+    assert "\n" not in message and where in message and "cannot be a header value" in message, message
