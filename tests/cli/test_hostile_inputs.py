@@ -253,6 +253,7 @@ BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
 )
 
 # (environment, files to write under tmp_path first, the one line's start, what it must also say)
+STAGING = "endpoints: [{name: kimi-stg, kind: eks, environment: staging, "
 BAD_SETTINGS: list[tuple[str, dict[str, str], dict[str, str], str, str]] = [
     ("regions not a region", {"KIMI_AWS_REGIONS": "notjson"}, {}, "KIMI_AWS_REGIONS: 'notjson' is not an AWS region", "e.g."),
     ("regions broken JSON", {"KIMI_AWS_REGIONS": '["us-east-1"'}, {}, "KIMI_AWS_REGIONS: not valid JSON", "us-east-1,us-west-2"),
@@ -290,6 +291,15 @@ BAD_SETTINGS: list[tuple[str, dict[str, str], dict[str, str], str, str]] = [
      "KIMI_PROMETHEUS_RULE_LABELS (release): ", "e.g. KIMI_PROMETHEUS_RULE_LABELS="),
     ("rule label value a number", {"KIMI_PROMETHEUS_RULE_LABELS": '{"release": 5}'}, {},
      "KIMI_PROMETHEUS_RULE_LABELS (release): ", "e.g. KIMI_PROMETHEUS_RULE_LABELS="),
+    ("door peer in a bad namespace", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "door: {kimi_ops: "
+     "{namespace: Bad_NS, pod_labels: {app: kimi-ops}}}}]\n"}, "KIMI_CONFIG endpoints.0.door.kimi_ops.namespace: ", "e.g."),
+    ("door scraper on port 70000", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "door: {metrics_scraper: "
+     "{namespace: mon, pod_labels: {app: prom}, ports: [70000]}}}]\n"}, "KIMI_CONFIG endpoints.0.door.metrics_scraper.ports.0: ",
+     "at most 65535"),
+    ("alerting by grafana", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "slo: {alerting: grafana}}]\n"},
+     "KIMI_CONFIG endpoints.0.slo.alerting: ", "'builtin' or 'prometheus'"),
+    ("cohort from magic", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "route: {gateway: {name: gw}, "
+     "cohort_header: {source: magic}}}]\n"}, "KIMI_CONFIG endpoints.0.route.cohort_header.source: ", "e.g."),
     ("config a list", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": "- 1\n"}, "KIMI_CONFIG: ", "mapping"),
 ]
 
