@@ -45,10 +45,18 @@ class Intake:
 
     @property
     def summary(self) -> str:
-        said = [f"opened {', '.join(self.opened)}" if self.opened else "", f"closed {', '.join(self.closed)}" if self.closed
+        said = [f"opened {_some(self.opened)}" if self.opened else "", f"closed {_some(self.closed)}" if self.closed
                 else "", f"{self.repeated} already open" if self.repeated else "",
-                f"ignored {'; '.join(self.ignored)}" if self.ignored else ""]
+                f"ignored {_some(self.ignored, '; ')}" if self.ignored else ""]
         return "; ".join(s for s in said if s) or "nothing to do"
+
+
+SHOWN = 5  # names in the one-line answer; a notification may carry thousands of alerts
+
+
+def _some(names: list[str], sep: str = ", ") -> str:
+    more = f"{sep}and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return sep.join(names[:SHOWN]) + more
 
 
 def receive_notification(ctx: Context, notification: WebhookNotification) -> Intake:

@@ -109,6 +109,8 @@ IGNORED: list[tuple[str, dict[str, Any], str]] = [
     ("an endpoint label of 500 KB", notification(alert({**LABELS, "endpoint": "k" * 500_000})), "unknown endpoint"),
     ("NUL in the endpoint label", notification(alert({**LABELS, "endpoint": "kimi-prod\x00"})), "unknown endpoint"),
     ("no alerts", notification(), "nothing to do"),
+    ("2,000 alerts for 2,000 unknown endpoints", notification(*[alert({**LABELS, "endpoint": f"kimi-{i}"}, f"f{i:x}")
+                                                                for i in range(2000)]), "and 1995 more"),
 ]
 
 
