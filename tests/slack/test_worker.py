@@ -51,8 +51,14 @@ def _env(tmp_path: Path, stub: SlackStub, **extra: str) -> dict[str, str]:
     return env
 
 
+def _tied(code: str) -> str:
+    """``code`` run by a process that ends with this test process: one left by a test killed at its timeout would
+    otherwise outlive the run (ANSWERING_ONLY sleeps ten minutes) and hold the run's output open until it ends."""
+    return f"from bot.cli.orphan_guard import die_with; die_with({os.getpid()}); {code}"
+
+
 def _kimi_ops(env: dict[str, str], cwd: Path, *args: str, **popen: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", "from bot.cli.main import main; main()", *args],
+    return subprocess.Popen([sys.executable, "-c", _tied("from bot.cli.main import main; main()"), *args],
                             env=env, cwd=cwd, text=True, **popen)  # type: ignore[call-overload]
 
 
@@ -204,7 +210,7 @@ def test_a_job_survives_the_answering_process_killed_after_its_ack_and_its_data_
     env = _env(tmp_path, stub)
     schema.upgrade(env["KIMI_DATABASE_URL"])
     ctx = build_context(load_settings(database_url=env["KIMI_DATABASE_URL"], data_dir=tmp_path / "data"))
-    front = subprocess.Popen([sys.executable, "-c", ANSWERING_ONLY], env=env, cwd=tmp_path, text=True,
+    front = subprocess.Popen([sys.executable, "-c", _tied(ANSWERING_ONLY)], env=env, cwd=tmp_path, text=True,
                              stdout=subprocess.PIPE)
     worker = None
     try:
@@ -247,7 +253,7 @@ def test_a_copy_is_refused_by_the_replica_after_its_answering_process_restarts(t
     fronts: list[subprocess.Popen[str]] = []
 
     def start() -> str:
-        front = subprocess.Popen([sys.executable, "-c", ANSWERING_ONLY], env=env, cwd=tmp_path, text=True,
+        front = subprocess.Popen([sys.executable, "-c", _tied(ANSWERING_ONLY)], env=env, cwd=tmp_path, text=True,
                                  stdout=subprocess.PIPE)
         fronts.append(front)
         assert front.stdout is not None

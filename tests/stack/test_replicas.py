@@ -10,6 +10,7 @@ and heals.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -34,6 +35,8 @@ from tests.world_support import wait_until
 
 SECRET = "replica-test-signing-secret"
 CLI = [sys.executable, "-c", "from bot.cli.main import main; main()"]
+# Each replica ends with this test process (its pdeath signal): a run killed at a test's timeout leaves no serve.
+TIED_CLI = [sys.executable, "-c", f"from bot.cli.orphan_guard import die_with; die_with({os.getpid()}); {CLI[2]}"]
 
 
 @contextmanager
@@ -44,7 +47,7 @@ def replica(tmp_path: Path, database_url: str, stub: SlackStub, name: str) -> It
     log = home / "stderr.log"
     with log.open("w") as err:  # a file, not a pipe: nobody reads the log while the replica runs
         proc = subprocess.Popen(
-            [*CLI, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
+            [*TIED_CLI, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
             stdout=subprocess.PIPE, stderr=err, text=True, cwd=home,
             env=env_for(home, KIMI_DATABASE_URL=database_url, SLACK_BOT_TOKEN="xoxb-1", SLACK_SIGNING_SECRET=SECRET,
                         KIMI_SLACK_API_URL=stub.api_url),
