@@ -197,8 +197,12 @@ def tour(tour: Tour) -> None:
         tour.model.simulate(requests=600, errors=90, ttft=0.2, e2e=2.0)  # 15 % of a busy minute answered 5xx
         tour.scheduler("metrics-watch")  # the alert: live release, last deployment, Acknowledge / Silence… / Roll back
         tour.say(APPROVER_1, f"/kimi slo {ENDPOINT}")
-        tour.model.simulate(requests=100_000, ttft=0.2, e2e=2.0)  # healthy traffic: the budget stops burning
+        # Healthy traffic (the budget stops burning), but production's mix is long-context-heavy: 40 % of requests
+        # carry 60,000-token prompts. The watch reads it from vLLM's histograms and asks for a capacity review.
+        tour.model.simulate(requests=60_000, ttft=0.2, e2e=2.0, prompt_tokens=1_500, output_tokens=200)
+        tour.model.simulate(requests=40_000, ttft=0.2, e2e=2.0, prompt_tokens=60_000, output_tokens=300)
         tour.scheduler("metrics-watch")
+        tour.say(APPROVER_1, f"/kimi capacity {ENDPOINT}")
 
         tour.step("An availability drill: the model pod is deleted; its detection, page and recovery time are recorded")
         tour.say(DEPLOYER, f"/kimi drill {ENDPOINT} pod-deletion accept-user-impact")  # users are admitted: said so
@@ -206,11 +210,12 @@ def tour(tour: Tour) -> None:
         tour.say(APPROVER_1, "/kimi drill approve 1")  # runs now: the pod comes back after a few seconds
         tour.say(APPROVER_1, f"/kimi drills {ENDPOINT}")
 
-    tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked")
+    tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked; its traffic gate "
+              "replays production's long-context-heavy mix, and finds a lower knee than the first release's fixed prompt")
     tour.users(f"users while {first} serves", CLOSING)
     tour.say(DEPLOYER, f"/kimi deploy {second}")
     _through_model_gate(tour, 2, (APPROVER_2, APPROVER_1, APPROVER_2))
-    tour.press(APPROVER_1, "Approve", "traffic", 2)
+    tour.press(APPROVER_1, "Accept limits and approve", "traffic", 2)  # the mix measured less than the first accepted
     tour.users("the ramp", RAMPING)
     tour.expect_live(2)
 

@@ -61,7 +61,10 @@ GROUPS = {"S0APPROVERS": [APPROVER_2]}
 
 # The endpoint stand-in saturates like a small vLLM: six requests run, two wait, the rest get 429.
 SERVER_LIMIT: dict[str, Any] = {"max_running": 6, "max_waiting": 2, "overflow_status": 429}
-SERVER_SPEED: dict[str, Any] = {"first_token_delay": 0.08, "token_delay": 0.004}
+# It costs like a node: a 250k-token prompt prefills in half a second, and its KV cache holds 400k tokens (one
+# max_model_len request and change), so a long-context-heavy production mix finds a lower knee than the fixed prompt.
+SERVER_SPEED: dict[str, Any] = {"first_token_delay": 0.08, "token_delay": 0.004, "prefill_per_token": 0.000002,
+                                "kv_capacity_tokens": 400_000}
 # A sweep that finds that knee in a few seconds rather than the production default's minutes.
 SANDBOX_SWEEP = {
     "ceiling": 16, "warmup_requests": 1, "steady_requests_per_slot": 1, "steady_seconds": 3, "burst_rounds": 1,

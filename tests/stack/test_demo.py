@@ -172,6 +172,18 @@ def test_demo_shows_real_gate_measurements_and_probe_history(demo_run: subproces
     assert "readiness-probe: kimi-prod: answered: first token" in out
 
 
+def test_demo_shows_a_long_context_heavy_mix_asking_for_a_review_and_lowering_the_knee(
+        demo_run: subprocess.CompletedProcess[str]) -> None:
+    out = demo_run.stdout
+    # The metrics watch read production's mix from vLLM's histograms and asked for a capacity review, once.
+    assert out.count("capacity review due: p90 prompt") >= 1 and "long-context share 0% →" in out
+    assert "live mix: metrics, " in out  # /kimi capacity
+    # Deploy #2's traffic gate replayed that mix: its knee is below the first release's, measured on the fixed prompt.
+    knees = [int(k) for k in re.findall(r"knee at (\d+) \(", out)]
+    assert knees and knees[-1] < knees[0], knees  # each report is shown as posted and as edited: first and last
+    assert "replayed: metrics mix" in out
+
+
 def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # No AWS credentials, kubeconfig or network: building them must not touch any of those.
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "KUBECONFIG", "KIMI_CONFIG", "SLACK_BOT_TOKEN"):
