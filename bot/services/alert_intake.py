@@ -91,6 +91,11 @@ def _apply(ctx: Context, signal: AlertSignal, intake: Intake) -> None:
         open_now = {i.kind: i for i in uow.incidents.open_of(row.id, [signal.kind])}
         incidents = Incidents(ctx, uow, row, spec, now, open_now, actor=ACTOR)
         label = f"{signal.endpoint} {signal.kind}"
+        if signal.firing and spec.slo.alerting != "prometheus":
+            # kimi-ops's own watch pages for it and closes what it finds healthy: an alert left firing in Prometheus
+            # (its rule kept after a switch to builtin) would reopen that page at every Alertmanager repeat.
+            intake.ignored.append(f"{label} (kimi-ops's own watch pages for it: slo.alerting is {spec.slo.alerting})")
+            return
         if signal.firing:
             if (incident := open_now.get(signal.kind)) is not None:
                 intake.repeated += 1

@@ -195,3 +195,19 @@ def test_simultaneous_deliveries_open_one_incident_and_post_one_page(bench: Slac
     bench.app.deliver()
     assert len([m for m in bench.stub.messages if m.thread_ts is None and m.ephemeral_to is None
                 and "burn-page:ttft" in blocks_text(m.blocks)]) == 1
+
+
+def test_an_endpoint_kimi_ops_watches_itself_is_not_paged_by_alertmanager_but_its_page_still_closes(
+        bench: SlackBench) -> None:
+    """After a switch to slo.alerting: builtin, a rule left in Prometheus must not reopen pages the built-in watch
+    closes (at every Alertmanager repeat); the resolution of a page Alertmanager opened before the switch still closes it."""
+    assert post(bench, json.dumps(notification(alert()))).text.startswith("opened")
+    ctx = bench.app.ctx
+    [spec] = ctx.settings.endpoints
+    ctx.settings.endpoints = [spec.model_copy(update={"slo": spec.slo.model_copy(update={"alerting": "builtin"})})]
+    assert "1 already open" not in post(bench, json.dumps(notification(alert()))).text
+    resolved = post(bench, json.dumps(notification(alert(status="resolved"))))
+    assert resolved.text.startswith("closed kimi-prod burn-page:ttft"), resolved.text
+    answer = post(bench, json.dumps(notification(alert())))
+    assert answer.status_code == 200 and "slo.alerting is builtin" in answer.text, answer.text
+    assert open_incidents(bench) == []
