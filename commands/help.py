@@ -19,7 +19,7 @@ HELP = "List the sub-commands, grouped by who uses them."
 GATES_LINE = ("Gates are decided with the *Approve* / *Reject* buttons on each gate message in the deployment's "
               "thread; `/kimi gates` lists the gates waiting for you, with their buttons.")
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Everyone: see what runs", ("status", "history", "slo", "reservations", "release", "diff", "drills",
+    ("Everyone: see what runs", ("status", "history", "slo", "capacity", "reservations", "release", "diff", "drills",
                                   "exceptions", "help")),
     ("Deployers: move releases", ("deploy", "rollback", "cancel", "drain", "drill")),
     ("Approvers: decide", ("gates", "ramp", "exception", "licence")),

@@ -32,6 +32,7 @@ MALFORMED = {
     "reservations": "reservations all", "drain": "drain later 3", "admission": "admission maybe kimi-prod",
     "slo": "slo a b", "licence": "licence a b", "exceptions": "exceptions none", "exception": "exception add SEC-1 kind=root",
     "ramp": "ramp later 3 50%", "drill": "drill kimi-prod chaos", "drills": "drills kimi-prod many",
+    "capacity": "capacity kimi-prod kimi-staging",
 }
 
 
