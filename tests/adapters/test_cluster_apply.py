@@ -274,8 +274,10 @@ def test_a_rollout_is_followed_to_success_with_pods_and_events(
     manifest = cluster.render(release, ep, release.tuple_hash())
     cluster.apply(ep, manifest)
     progress = Progress()
-    with OperatorSimulator(seeded.rest(), NS, kind=kind, step_seconds=0.02):  # type: ignore[arg-type]
-        outcome = cluster.watch(ep, manifest, timeout_seconds=30, on_progress=progress)
+    # Each step of the simulated rollout lasts long enough for the watch to see it on a busy machine (at 20 ms a
+    # step, the pod's ContainerCreating came and went between two of the watch's reads).
+    with OperatorSimulator(seeded.rest(), NS, kind=kind, step_seconds=0.4):  # type: ignore[arg-type]
+        outcome = cluster.watch(ep, manifest, timeout_seconds=60, on_progress=progress)
     assert outcome.status == "succeeded"
     assert "ContainerCreating" in progress.text and "Running (ready)" in progress.text
     assert "event Normal Scheduled Pod/" in progress.text
