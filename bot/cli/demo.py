@@ -34,17 +34,12 @@ import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from bot.cli import output
-from bot.cli.guard import run_guarded
-
-if TYPE_CHECKING:
-    pass
-
 from bot.cli.demo_tour import ScriptFailed, Tour, pair_tour, start_world, tour
+from bot.cli.guard import run_guarded
 
 
 def require_sandbox() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -14,10 +14,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 Kind = Literal["coding", "tool_call", "structured_output", "long_context", "image", "refusal", "adversarial"]
 KINDS: tuple[Kind, ...] = ("coding", "tool_call", "structured_output", "long_context", "image", "refusal", "adversarial")

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
 from bot.domain.evaluation.eval_set import EvalCase, EvalSet, ImagePart, Message, TextPart
-
-if TYPE_CHECKING:
-    pass
-
 
 _WORDS = [
     "cluster",

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bot.domain.evaluation.eval_set import EvalSet
 from bot.domain.evaluation.scoring import CaseResult, rounded
-
-if TYPE_CHECKING:
-    pass
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from bot.domain.evaluation.eval_set import EvalSet, Tolerances
 from bot.domain.evaluation.scoring import CaseResult
 from bot.domain.evaluation.summary import Summary
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
