@@ -165,7 +165,8 @@ def test_an_ingress_or_another_route_to_the_model_service_fails_prod(kube: KubeS
     check = gate(cluster, endpoint(), release)
     assert check.status == "fail"
     assert "Ingress kimi-alb: kimi.example.com/v1 → Service kimi-internal" in check.reason
-    assert "HTTPRoute shortcut: sends requests to Service kimi-internal outside kimi-ops's admission" in check.reason
+    assert ("HTTPRoute model-serving/shortcut: sends requests to Service kimi-internal outside kimi-ops's admission"
+            in check.reason)
 
 
 def test_a_sagemaker_endpoint_the_running_object_registers_fails_prod(kube: KubeStandIn, cluster: KubernetesCluster,

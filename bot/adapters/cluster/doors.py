@@ -8,8 +8,10 @@ operator's ``app: <name>`` label; EKS: the Deployment's pod template labels).
   application layer of an endpoint without a route;
 * Services of type ``LoadBalancer`` or ``NodePort`` (or with ``externalIPs``)
   that select the model pods;
-* Ingresses, and HTTPRoutes other than kimi-ops's own, that send requests to a
-  Service selecting the model pods;
+* Ingresses that send requests to a Service selecting the model pods, and
+  HTTPRoutes and GRPCRoutes other than kimi-ops's own that send requests to a
+  model Service or InferencePool, in this namespace or from another one through
+  a ReferenceGrant (:mod:`.route_doors`);
 * a SageMaker endpoint and the operator's load balancer: the ones this release
   declares (``door:``), and one the running ``InferenceEndpointConfig`` still
   registers;
@@ -27,6 +29,7 @@ from typing import Any
 
 from bot.adapters.cluster.policies import front_door, hyperpod_pod_selector
 from bot.adapters.cluster.rest import Rest, collection_path, object_path
+from bot.adapters.cluster.route_doors import model_backends, route_doors
 from bot.config import EndpointSettings
 from bot.domain.doors import DoorPath, PodPeer, wide_peers
 
@@ -87,16 +90,6 @@ def _ingress_services(ingress: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def _route_services(route: dict[str, Any], namespace: str) -> set[str]:
-    names: set[str] = set()
-    for rule in _spec(route).get("rules") or []:
-        for ref in rule.get("backendRefs") or []:
-            if (ref.get("group", "") == "" and ref.get("kind", "Service") == "Service"
-                    and ref.get("namespace", namespace) == namespace and int(ref.get("weight", 1)) > 0):
-                names.add(str(ref.get("name")))
-    return names
-
-
 def _owned_by_endpoint(obj: dict[str, Any], endpoint: EndpointSettings) -> bool:
     owners = _meta(obj).get("ownerReferences") or []
     return any(ref.get("kind") == IEC_KIND and ref.get("name") == endpoint.name for ref in owners)
@@ -154,9 +147,9 @@ def _service_doors(services: list[dict[str, Any]], labels: dict[str, str]) -> li
     return paths
 
 
-def _routed_doors(rest: Rest, endpoint: EndpointSettings, model_services: set[str]) -> list[DoorPath]:
-    """Ingresses and other HTTPRoutes to a Service of the model pods (an Ingress the operator owns for a declared ALB
-    is that load balancer, already listed)."""
+def _ingress_doors(rest: Rest, endpoint: EndpointSettings, model_services: frozenset[str]) -> list[DoorPath]:
+    """Ingresses to a Service of the model pods (an Ingress the operator owns for a declared ALB is that load
+    balancer, already listed)."""
     namespace = endpoint.namespace
     paths: list[DoorPath] = []
     for ingress in rest.items(collection_path("Ingress", namespace)):
@@ -165,13 +158,6 @@ def _routed_doors(rest: Rest, endpoint: EndpointSettings, model_services: set[st
         hits = [f"{where} → Service {name}" for name, where in _ingress_services(ingress) if name in model_services]
         if hits:
             paths.append(DoorPath("Ingress", str(_meta(ingress).get("name")), "; ".join(hits)))
-    ours = endpoint.route.route_name(endpoint.name) if endpoint.route is not None else None
-    for route in rest.items(collection_path("HTTPRoute", namespace)):
-        name = str(_meta(route).get("name"))
-        hits_routes = sorted(_route_services(route, namespace) & model_services)
-        if name != ours and hits_routes:
-            paths.append(DoorPath("HTTPRoute", name, f"sends requests to Service {', '.join(hits_routes)} "
-                                                     "outside kimi-ops's admission"))
     return paths
 
 
@@ -200,6 +186,7 @@ def find_doors(rest: Rest, endpoint: EndpointSettings, objects: list[dict[str, A
     """The door, then every other way to the model pods (see the module docstring)."""
     labels = model_pod_labels(endpoint, objects)
     services = rest.items(collection_path("Service", endpoint.namespace))
-    model_services = {str(_meta(s).get("name")) for s in services if _selects(_spec(s).get("selector"), labels)}
+    backends = model_backends(rest, endpoint, objects, labels, services)
     return [*_the_door(endpoint), *_public_doors(rest, endpoint, objects), *_service_doors(services, labels),
-            *_routed_doors(rest, endpoint, model_services), *_policy_doors(rest, endpoint, objects, labels)]
+            *_ingress_doors(rest, endpoint, backends.services), *route_doors(rest, endpoint, backends),
+            *_policy_doors(rest, endpoint, objects, labels)]

@@ -50,6 +50,9 @@ RESOURCES: dict[str, Kind] = {
     "ConfigMap": Kind("v1", "configmaps", True),
     "Secret": Kind("v1", "secrets", True),
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes", True),
+    "GRPCRoute": Kind("gateway.networking.k8s.io/v1", "grpcroutes", True),
+    # v1beta1: served by every Gateway API release (v1 only since 1.5); read only (bot/adapters/cluster/route_doors.py).
+    "ReferenceGrant": Kind("gateway.networking.k8s.io/v1beta1", "referencegrants", True),
     "PrometheusRule": Kind("monitoring.coreos.com/v1", "prometheusrules", True),
     "Ingress": Kind("networking.k8s.io/v1", "ingresses", True),
     "InferencePool": Kind("inference.networking.k8s.io/v1", "inferencepools", True),

@@ -1,0 +1,161 @@
+"""Gateway API routes to the model backends besides kimi-ops's own, for the infrastructure gate's ``cluster.doors``.
+
+The model backends are the Services and InferencePools that reach the model
+pods: the route's configured model backend, and every Service or pool (in the
+cluster or in this release) whose selector picks the model pods' labels.
+
+A route is a side door when a rule sends requests (weight above 0) to one of
+them and it is not kimi-ops's own HTTPRoute:
+
+* any ``HTTPRoute`` or ``GRPCRoute`` in the endpoint's namespace;
+* an ``HTTPRoute`` or ``GRPCRoute`` in another namespace whose backendRef names
+  the endpoint's namespace, when a ``ReferenceGrant`` there lets that kind from
+  that namespace refer to the backend. The Gateway API honours a cross-namespace
+  backendRef only under such a grant (GEP-709): without one the gateway refuses
+  the reference (``RefNotPermitted``), so a route alone is no door, nor is a
+  grant that does not cover a model backend.
+
+Only kinds whose CRDs kimi-ops validates against are read (HTTPRoute, GRPCRoute,
+ReferenceGrant of the Gateway API's standard channel). ReferenceGrants are read
+as ``v1beta1``, which every Gateway API release serves (``v1`` only since 1.5).
+A kind the cluster does not serve (its CRD not installed) holds no door.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from bot.adapters.cluster.rest import Rest, collection_path
+from bot.config import EndpointSettings
+from bot.domain.doors import DoorPath
+
+ROUTE_KINDS = ("HTTPRoute", "GRPCRoute")
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+POOL_GROUP = "inference.networking.k8s.io"
+Target = tuple[str, str, str]  # (group, kind, name) of a backend in the endpoint's namespace
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = obj.get("spec") or {}
+    return spec
+
+
+def served_items(rest: Rest, path: str) -> list[dict[str, Any]]:
+    """The objects at ``path``; none when the cluster does not serve the kind (a 404: its CRD is not installed)."""
+    try:
+        return rest.items(path)
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A selector (plain, or ``matchLabels``) that names labels and picks pods with ``labels``."""
+    nested = selector.get("matchLabels")
+    wanted: dict[str, Any] = nested if isinstance(nested, dict) else selector
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
+
+
+@dataclass(frozen=True)
+class ModelBackends:
+    """The backends in the endpoint's namespace that reach the model pods."""
+
+    services: frozenset[str]
+    pools: frozenset[str]
+
+    def holds(self, target: Target) -> bool:
+        group, kind, name = target
+        if (group, kind) == ("", "Service"):
+            return name in self.services
+        return (group, kind) == (POOL_GROUP, "InferencePool") and name in self.pools
+
+    def describe(self, target: Target) -> str:
+        return f"{target[1]} {target[2]}"
+
+
+def model_backends(rest: Rest, endpoint: EndpointSettings, objects: list[dict[str, Any]],
+                   labels: dict[str, str], services: list[dict[str, Any]]) -> ModelBackends:
+    """The route's model backend, and every Service and InferencePool (running or rendered) selecting ``labels``."""
+    pools = served_items(rest, collection_path("InferencePool", endpoint.namespace))
+    rendered = [o for o in objects if o.get("kind") in ("Service", "InferencePool")]
+    service_names = {str(_meta(s).get("name")) for s in [*services, *(o for o in rendered if o["kind"] == "Service")]
+                     if _matches(_spec(s).get("selector") or {}, labels)}
+    pool_names = {str(_meta(p).get("name")) for p in [*pools, *(o for o in rendered if o["kind"] == "InferencePool")]
+                  if _matches(_spec(p).get("selector") or {}, labels)}
+    if endpoint.route is not None:
+        backend = endpoint.route.model_backend(endpoint.name)
+        (pool_names if backend.kind == "InferencePool" else service_names).add(backend.name)
+    return ModelBackends(frozenset(service_names), frozenset(pool_names))
+
+
+def _sent_to(route: dict[str, Any], route_namespace: str) -> list[tuple[str, Target]]:
+    """(namespace, target) of every backendRef that takes requests (weight above 0)."""
+    found: list[tuple[str, Target]] = []
+    for rule in _spec(route).get("rules") or []:
+        for ref in rule.get("backendRefs") or []:
+            if int(ref.get("weight", 1)) <= 0:
+                continue
+            target = (str(ref.get("group", "")), str(ref.get("kind", "Service")), str(ref.get("name")))
+            found.append((str(ref.get("namespace") or route_namespace), target))
+    return found
+
+
+def _grant_covers(grant: dict[str, Any], target: Target) -> bool:
+    """A ReferenceGrant's ``to`` lets references reach ``target`` (no name: every object of that group and kind)."""
+    return any(str(to.get("group", "")) == target[0] and to.get("kind") == target[1]
+               and to.get("name") in (None, "", target[2]) for to in _spec(grant).get("to") or [])
+
+
+def _same_namespace(rest: Rest, endpoint: EndpointSettings, backends: ModelBackends) -> list[DoorPath]:
+    namespace = endpoint.namespace
+    ours = endpoint.route.route_name(endpoint.name) if endpoint.route is not None else None
+    paths: list[DoorPath] = []
+    for kind in ROUTE_KINDS:
+        for route in served_items(rest, collection_path(kind, namespace)):
+            name = str(_meta(route).get("name"))
+            if kind == "HTTPRoute" and name == ours:
+                continue
+            hits = sorted({backends.describe(t) for ns, t in _sent_to(route, namespace)
+                           if ns == namespace and backends.holds(t)})
+            if hits:
+                paths.append(DoorPath(kind, f"{namespace}/{name}", f"sends requests to {', '.join(hits)} outside "
+                                                                   "kimi-ops's admission; delete it"))
+    return paths
+
+
+def _through_grants(rest: Rest, endpoint: EndpointSettings, backends: ModelBackends) -> list[DoorPath]:
+    namespace = endpoint.namespace
+    grants = served_items(rest, collection_path("ReferenceGrant", namespace))
+    routes: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    paths: dict[tuple[str, str], DoorPath] = {}
+    for grant in grants:
+        grant_name = f"{namespace}/{_meta(grant).get('name')}"
+        for source in _spec(grant).get("from") or []:
+            kind, source_ns = str(source.get("kind")), str(source.get("namespace"))
+            if source.get("group") != GATEWAY_GROUP or kind not in ROUTE_KINDS or source_ns == namespace:
+                continue
+            if (kind, source_ns) not in routes:
+                routes[(kind, source_ns)] = served_items(rest, collection_path(kind, source_ns))
+            for route in routes[(kind, source_ns)]:
+                hits = sorted({backends.describe(t) for ns, t in _sent_to(route, source_ns)
+                               if ns == namespace and backends.holds(t) and _grant_covers(grant, t)})
+                key = (kind, f"{source_ns}/{_meta(route).get('name')}")
+                if hits and key not in paths:
+                    paths[key] = DoorPath(kind, key[1], f"sends requests to {', '.join(hits)} in {namespace}, allowed by "
+                                                        f"ReferenceGrant {grant_name}, outside kimi-ops's admission; "
+                                                        f"delete the route or take {', '.join(hits)} out of the grant")
+    return list(paths.values())
+
+
+def route_doors(rest: Rest, endpoint: EndpointSettings, backends: ModelBackends) -> list[DoorPath]:
+    """Every HTTPRoute and GRPCRoute besides kimi-ops's own that sends requests to a model backend."""
+    return [*_same_namespace(rest, endpoint, backends), *_through_grants(rest, endpoint, backends)]
