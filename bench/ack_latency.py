@@ -22,8 +22,13 @@ machines, not on the cores of the replica being timed). The follow-up of one app
 measurement. Each level runs ``--requests`` requests (at least one per client) spread over 1, 10 and 50
 concurrent clients, in ``--rounds`` rounds (4), the apps taking turns within each; the table gives p50 and p99
 of the time until the HTTP answer (the ack Slack waits for, 3 s at most) and the worker shape's ratio to the
-bare app. Goals (issue 19): p50 within
-1.5x of the bare app at 1 and 10 clients, p99 within 1.5x at 50.
+bare app.
+
+Goals, restated in issue 36 from measurement: the worker shape's p50 at most ``P50_MARGIN_MS`` (5 ms) above the
+bare app's at 1 and 10 clients, and its p99 at most ``P99_MARGIN_MS`` (100 ms) above the bare app's at 50. Issue
+19's goals were ratios (1.5x); issue 31's promise put a durable write to the shared database before every
+answer, which the bare app (about 1 ms, doing nothing) never makes, so a ratio to it measures one database round
+trip, not kimi-ops. A margin in milliseconds says what a person could notice, far below Slack's 3 s.
 
     .venv/bin/python bench/ack_latency.py [--requests 300] [--database-url postgresql+psycopg://…]
 """
@@ -61,6 +66,8 @@ from bot.views.actions import APPROVE, GateTicket
 
 SECRET = "bench-signing-secret"
 LEVELS = (1, 10, 50)
+P50_MARGIN_MS = 5.0  # the worker shape's p50 over the bare app's, at 1 and 10 clients (see the docstring)
+P99_MARGIN_MS = 100.0  # its p99 over the bare app's at 50 clients
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -290,7 +297,8 @@ def main() -> None:
         b50, b99, n = result["bare"]
         i50, i99, _ = result["inline"]
         w50, w99, _ = result["worker"]
-        goal, ok = (("p99 <= 1.5x", w99 <= 1.5 * b99) if clients >= 50 else ("p50 <= 1.5x", w50 <= 1.5 * b50))
+        goal, ok = ((f"p99 <= bare+{P99_MARGIN_MS:g}ms", w99 <= b99 + P99_MARGIN_MS) if clients >= 50
+                    else (f"p50 <= bare+{P50_MARGIN_MS:g}ms", w50 <= b50 + P50_MARGIN_MS))
         met = met and ok
         print(f"{kind:<14} {clients:>7} {n:>5} {b50:>8.1f}/{b99:<8.1f} {i50:>9.1f}/{i99:<9.1f} {w50:>9.1f}/{w99:<9.1f} "
               f"{i50 / b50:>6.2f}/{i99 / b99:<6.2f} {w50 / b50:>6.2f}/{w99 / b99:<6.2f}  {goal} {'ok' if ok else 'MISSED'}")
