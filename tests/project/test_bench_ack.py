@@ -39,8 +39,12 @@ def test_the_benchmark_prints_p50_p99_and_the_ratio_to_a_bare_bolt_app(tmp_path:
         assert w50 <= w99 and b50 <= b99, row
         # The ratios are the worker's over bare (from unrounded figures: the printed milliseconds have one decimal).
         assert math.isclose(r50, w50 / b50, rel_tol=0.2) and math.isclose(r99, w99 / b99, rel_tol=0.2), row
-        goal = "p99 <= 1.5x" if clients >= 50 else "p50 <= 1.5x"  # the issue's goal for this many clients
+        # The goal restated in issue 36: a margin in ms over the bare app, p99 at 50 clients, p50 below.
+        goal, met = (("p99 <= bare+100ms", w99 <= b99 + 100) if clients >= 50 else ("p50 <= bare+5ms", w50 <= b50 + 5))
         assert goal in row and words[-1] in ("ok", "MISSED"), row
+        # The verdict follows the margin (a printed figure is rounded to 0.1 ms: skip a verdict on the edge).
+        edge = abs((w99 - b99 - 100) if clients >= 50 else (w50 - b50 - 5)) < 0.2
+        assert edge or (words[-1] == "ok") == met, row
         seen.add((kind, clients))
     assert seen == {(k, c) for k in ("slash command", "button click") for c in (1, 10, 50)}
     assert "worst kimi-ops p99" in run.stdout and "Slack's limit: 3000 ms" in run.stdout
