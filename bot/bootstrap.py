@@ -111,7 +111,8 @@ def build_root(ctx: Context, *, slack_token: str | None = None, readiness_pause:
         from bot.adapters.slack.identity import web_client
         from bot.adapters.slack.notifier import SlackNotifier
 
-        notifier = SlackNotifier(web_client(slack_token, ctx.settings.slack_api_url), ctx.uow, ctx.clock)
+        notifier = SlackNotifier(web_client(slack_token, ctx.settings.slack_api_url), ctx.uow, ctx.clock,
+                                 plot_dir=ctx.settings.data_dir / "reports")
     pause = READINESS_PAUSE_SECONDS if readiness_pause is None else readiness_pause
     return Root(ctx=ctx, engine=Engine(ctx, readiness_pause=pause), notifier=notifier)
 

@@ -9,6 +9,7 @@ and every ``kimi-ops`` command would otherwise pay for it.
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,17 +25,26 @@ def _pyplot() -> Any:
 
 
 def load() -> None:
-    """Load matplotlib now, off the request path (the worker does at start): the first gate plot in a process then
-    costs its drawing, not a second of import while users wait on the fallback."""
+    """Load matplotlib now, beside the worker's start-up: the first plot the worker's notifier draws then costs its
+    drawing, not a second of import as well."""
     _pyplot()
 
 
-def _save(fig: Any, path: Path) -> dict[str, Any]:
+def png_bytes(fig: Any) -> bytes:
+    """``fig`` as PNG bytes; the figure is closed."""
     plt = _pyplot()
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=110)
+    finally:
+        plt.close(fig)
+    return buffer.getvalue()
+
+
+def _save(fig: Any, path: Path) -> dict[str, Any]:
+    data = png_bytes(fig)  # first: the figure is closed whatever the disk says
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=110)
-    plt.close(fig)
-    data = path.read_bytes()
+    path.write_bytes(data)
     return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "content_type": "image/png"}
 
 

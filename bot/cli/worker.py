@@ -70,7 +70,7 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, 
     os.nice(WORKER_NICENESS)
     kimi = create_app(root, signing_secret=settings.slack_signing_secret or "the-worker-verifies-nothing",
                       outbox_seconds=OUTBOX_SECONDS, role="worker")
-    # The gates' plots are drawn in this process: matplotlib loads beside the start-up, not in the first gate.
+    # The outbox delivery draws the gates' plots in this process: matplotlib loads beside the start-up, not in the first.
     threading.Thread(target=plots.load, name="kimi-plots-load", daemon=True).start()
     runner = None
     if jobs:

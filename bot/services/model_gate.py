@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.adapters.plots import plot_evaluation
 from bot.config import EndpointSettings
 from bot.domain.checks import Check, GateReport
 from bot.domain.evaluation import (
@@ -29,12 +28,9 @@ from bot.domain.evaluation import (
 )
 from bot.domain.own_requests import OwnLedger, own_requests_of
 from bot.domain.release_report import MAX_REPORT_BYTES, pass_rate_of, release_report_check
-from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured
-
-log = logger_for(__name__)
 
 DEFAULT_EVAL_SET = Path(__file__).resolve().parents[2] / "deploy" / "evaluation" / "kimi-k3-default.yaml"
 
@@ -104,11 +100,12 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
             # What the candidate's finished-request counter saw of these cases (the closed-door check subtracts it).
             "own_requests": own_requests_of(answers).as_dict(),
             "production": {"release": production_release, "summary": production.as_dict()} if production else None,
+            # The allowed fall of a kind's pass rate: the plot draws the lowest rate that passes.
+            "tolerance": eval_set.tolerances.pass_rate_drop,
         }
     }
-    plot = _plot(ctx, endpoint, release_name, summary, production, production_release, eval_set.tolerances.pass_rate_drop)
-    if plot is not None:
-        attachments["plot"] = plot
+    # No plot here: users are closed out while the gate runs. The notifier draws it from these numbers after the
+    # report is posted (bot/adapters/gate_plots.py).
     failed = sum(1 for r in results if not r.passed)
     versus = f" vs production {production_release}" if production_release else ""
     text = (f"{len(results) - failed}/{len(results)} cases passed; "
@@ -130,30 +127,6 @@ def with_release_report(ctx: Context, report: GateReport, uri: str | None) -> Ga
         problem = "this process has no S3 access"
     check = release_report_check(uri, document, problem, fresh)
     return report.model_copy(update={"checks": [*report.checks, check]})
-
-
-def _plot(
-    ctx: Context, endpoint: EndpointSettings, release: str, summary: Summary, production: Summary | None,
-    replaced: str | None = None, tolerance: float | None = None,
-) -> dict[str, Any] | None:
-    kinds = sorted(summary.kinds)
-    path = ctx.settings.data_dir / "reports" / f"model-{endpoint.name}-{release}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
-    try:
-        latency = {"this release": (summary.latency_p50_ms, summary.latency_p95_ms)}
-        if production is not None:
-            latency["production"] = (production.latency_p50_ms, production.latency_p95_ms)
-        return plot_evaluation(
-            kinds,
-            [(summary.kinds[k].passed, summary.kinds[k].total) for k in kinds],
-            [(production.kinds[k].passed, production.kinds[k].total) if k in production.kinds else (0, 0) for k in kinds]
-            if production else None,
-            path,
-            f"Model gate · {release} on {endpoint.name}",
-            latency=latency, replaced=replaced, tolerance=tolerance,
-        )
-    except OSError as exc:  # a plot is a convenience: the report stands without it
-        log.warning("model gate plot not written to %s: %s", path, exc)
-        return None
 
 
 def _ms(value: float | None) -> str:

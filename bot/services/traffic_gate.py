@@ -22,7 +22,6 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from bot.adapters.plots import plot_sweep
 from bot.adapters.store.models import Deployment, ManifestRevision
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
@@ -48,7 +47,6 @@ from bot.domain.sweep import (
     SweepPlan,
     propose,
 )
-from bot.domain.workload import Workload
 from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
@@ -104,7 +102,8 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | No
     current = endpoint.effective_request_limits
     checks = [*_checks(outcome, proposal, current), *workload_checks(endpoint, plan, workload, outcome.levels)]
     attachments: dict[str, Any] = {
-        "mix": {"used": workload.as_dict(), "production": workload.mix.model_dump(mode="json") if workload.mix else None},
+        "mix": {"used": workload.as_dict(), "production": workload.mix.model_dump(mode="json") if workload.mix else None,
+                "words": workload_words(workload)},
         "sweep": _sweep_attachment(outcome, plan, objectives),
         "knee": {"concurrency": proposal.knee, "prefix": proposal.limiting_prefix, "broken": list(proposal.knee_reasons)},
         "proposal": {
@@ -115,9 +114,8 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | No
         },
         "current_limits": current.model_dump(mode="json"),
     }
-    plot = _plot(ctx, endpoint, outcome, proposal, release, workload, objectives)
-    if plot is not None:
-        attachments["plot"] = plot
+    # No plot here: users are closed out while the gate runs. The notifier draws it from these numbers after the
+    # report is posted (bot/adapters/gate_plots.py).
     attachments["review_id"] = record_review(
         ctx, endpoint, kind=kind, actor=actor, release=release, deployment_id=deployment_id,
         max_model_len=endpoint.max_model_len, workload=workload, knee=proposal.knee,
@@ -182,21 +180,6 @@ def _checks(outcome: SweepOutcome, proposal: Proposal, current: RequestLimits) -
             text += "; the knee is the endpoint's own admission limit, raise it and recheck to measure the model beyond it"
         checks.append(Check.passed("traffic.limits", text))
     return checks
-
-
-def _plot(ctx: Context, endpoint: EndpointSettings, outcome: SweepOutcome, proposal: Proposal,
-          release: str | None, workload: Workload, objectives: Objectives | None = None) -> dict[str, Any] | None:
-    named = f"-{release}" if release else ""
-    path = ctx.settings.data_dir / "reports" / f"traffic-{endpoint.name}{named}-{ctx.clock.now():%Y%m%dT%H%M%S}.png"
-    on = f"{release} on {endpoint.name}" if release else endpoint.name
-    try:
-        return plot_sweep([lv.as_dict() for lv in outcome.levels], proposal.knee, proposal.max_concurrent_requests, path,
-                          f"Traffic gate · {on}: latency and rejections", knee_reasons=proposal.knee_reasons,
-                          objectives=objectives.model_dump() if objectives is not None else None,
-                          mix=workload_words(workload))
-    except OSError as exc:  # a plot is a convenience: the report stands without it
-        log.warning("traffic gate plot not written to %s: %s", path, exc)
-        return None
 
 
 @dataclass(frozen=True)

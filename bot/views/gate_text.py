@@ -70,7 +70,5 @@ def render_traffic_report(report: GateReport | dict[str, Any]) -> str:
                    f"(now {current.get('max_concurrent_requests')}/{current.get('max_queue_size')})")
     else:
         out.append("proposed: nothing (no level met the objectives)")
-    if att.get("plot", {}).get("path"):
-        out.append(f"plot: {att['plot']['path']}")
     out += ["", _checks(data)]
     return "\n".join(out).rstrip()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bot.adapters.endpoint.evaluation import HttpEvaluator
+from bot.adapters.gate_plots import gate_figure
 from bot.config import EndpointSettings
 from bot.domain.checks import GateReport
 from bot.domain.evaluation import KINDS, expand, parse_eval_set
@@ -147,8 +148,12 @@ def test_every_kind_passes_on_a_healthy_endpoint_and_no_text_is_stored(gate_ctx,
     stored = json.dumps(report.model_dump(mode="json"))
     for secret in ("7-4-1-9-amber", "adds two numbers", "def add", "SAVE-9000"):
         assert secret not in stored
-    png = Path(report.attachments["plot"]["path"])
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # No plot is drawn while the gate runs; the notifier draws it later from these stored numbers.
+    assert "plot" not in report.attachments
+    figure = gate_figure(report.model_dump(mode="json"), endpoint="kimi-test", release="rel-new")
+    rates, _ = figure.axes
+    assert rates.get_title() == "Model gate · rel-new on kimi-test"
+    assert {"2/2", "1/1"} <= {t.get_text() for t in rates.texts}
     text = render_model_report(report)
     assert "tool_call" in text and "100%" in text
 

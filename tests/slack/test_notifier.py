@@ -220,17 +220,18 @@ def test_a_delivery_failing_after_slack_took_the_message_posts_it_once_and_moves
         ctx.close()
 
 
-def test_an_upload_whose_answer_was_lost_is_found_in_the_thread_and_not_uploaded_again(make_ctx, stub, tmp_path) -> None:
-    from bot.adapters.plots import plot_evaluation
+def test_an_upload_whose_answer_was_lost_is_found_in_the_thread_and_not_uploaded_again(make_ctx, stub) -> None:
     from bot.domain.checks import GateReport
     from bot.services.transitions import store_gate_report
 
     ctx = setup(make_ctx, "C0PROD")
     view = request_deploy(ctx, "rel-a", None, REQUESTER)
-    plot = plot_evaluation(["coding"], [(1, 1)], [(1, 1)], tmp_path / "model.png", "pass rate per kind")
+    evaluation = {"release": "rel-a", "summary": {"kinds": {"coding": {"passed": 1, "total": 1}},
+                                                  "latency_p50_ms": 800.0, "latency_p95_ms": 2400.0}}
     with ctx.uow() as uow:
         store_gate_report(uow, ctx, uow.deployments.get(view.id),
-                          GateReport(gate="model", checks=[Check.passed("model.coding", "2/2")], attachments={"plot": plot}))
+                          GateReport(gate="model", checks=[Check.passed("model.coding", "1/1")],
+                                     attachments={"evaluation": evaluation}))
         uow.commit()
     stub.lose_answer_next("files.completeUploadExternal")  # the file is shared in the thread; the answer never comes
     notifier = notifier_for(ctx, stub)

@@ -9,10 +9,8 @@ doubles, since this file is about the last gate.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from slack_sdk import WebClient
@@ -20,7 +18,6 @@ from slack_sdk import WebClient
 from bot.adapters.cluster.kube import render_manifest
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
-from bot.adapters.plots import plot_evaluation
 from bot.adapters.slack.blocks import MAX_BLOCKS, SECTION_CHARS, render
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.cli.shell import Shell
@@ -216,13 +213,16 @@ def test_the_sweep_plot_lands_in_the_thread_once_even_when_slack_fails_first(ben
     (shared, upload), = files
     (file,) = shared.files
     with bench.app.ctx.uow() as uow:
-        report = uow.gates.latest(1, "traffic").report
+        row = uow.gates.latest(1, "traffic")
+        report, gate_id = row.report, row.id
         dep = uow.deployments.get(1)
         named = f"{dep.endpoint.name}-{dep.release.name}-traffic-sweep.png"  # whose plot, when saved from Slack
     assert file["name"] == named and file["mimetype"] == "image/png"
-    plot = report["attachments"]["plot"]
-    assert upload.data is not None and hashlib.sha256(upload.data).hexdigest() == plot["sha256"]
-    assert upload.data == Path(plot["path"]).read_bytes()
+    # Drawn from the stored report's numbers (the report holds no picture), and a copy kept in the data directory.
+    assert "plot" not in report["attachments"]
+    assert upload.data is not None and upload.data[:8] == b"\x89PNG\r\n\x1a\n"
+    kept = bench.app.ctx.settings.data_dir / "reports" / f"gate-{gate_id}-{named}"
+    assert upload.data == kept.read_bytes()
     assert len(bench.stub.calls_to("files.getUploadURLExternal")) == 3  # two failures, then the upload that arrived
     # Nothing was posted twice while the upload was retried.
     assert sum(1 for m in bench.stub.messages if "Traffic gate · deployment #1" in blocks_text(m.blocks)) == 1
@@ -288,29 +288,30 @@ def test_the_shell_shows_an_uploaded_file_as_one_line(make_ctx) -> None:
         console.close()
 
 
-def test_each_gate_plot_is_uploaded_once_and_a_missing_one_becomes_a_note(make_ctx, tmp_path: Path) -> None:
+def test_each_gate_plot_is_drawn_and_uploaded_once_and_a_report_without_numbers_gets_none(make_ctx) -> None:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     view = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
-    plot = plot_evaluation(["coding", "refusal"], [(2, 2), (1, 2)], [(2, 2), (2, 2)], tmp_path / "model.png",
-                           "pass rate per kind")
+    kinds = {"coding": (2, 2, 2, 2), "refusal": (1, 2, 2, 2)}
     with ctx.uow() as uow:
         dep = uow.deployments.get(view.id)
-        store_gate_report(uow, ctx, dep, GateReport(gate="model", checks=[Check.passed("model.coding", "2/2")],
-                                                    attachments={"plot": plot}))
-        store_gate_report(uow, ctx, dep, GateReport(gate="traffic", checks=[Check.passed("traffic.sweep", "ok")],
-                                                    attachments={"plot": {**plot, "path": str(tmp_path / "gone.png")}}))
+        store_gate_report(uow, ctx, dep, model_report(kinds))
+        # A sweep the endpoint never answered: its report says so, and there is nothing to draw.
+        store_gate_report(uow, ctx, dep, GateReport(gate="traffic", checks=[Check.errored("traffic.sweep", "no answer")],
+                                                    attachments={"sweep": {"levels": []}}))
+        store_gate_report(uow, ctx, dep, GateReport(gate="infrastructure", checks=[Check.passed("cluster.access", "ok")]))
         uow.commit()
     with SlackStub() as stub:
         notifier = SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
         notifier.deliver_pending()
         notifier.deliver_pending()  # a second pass (another replica, a restart) sends nothing again
         files = stub.files_in(CHANNEL)
-        uploaded = [(m.files[0]["name"], u.data == Path(plot["path"]).read_bytes()) for m, u in files]
+        uploaded = [(m.files[0]["name"], u.data is not None and u.data[:4] == b"\x89PNG") for m, u in files]
         assert uploaded == [("kimi-prod-rel-a-model-pass-rates.png", True)]
-        assert sum(1 for m in stub.messages if "plot is not available on this kimi-ops replica" in m.text) == 1
+        assert not [m for m in stub.messages if "plot" in m.text]  # no note for a plot there is no reason to draw
     with ctx.uow() as uow:
         assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))
+        assert [e.payload["gate"] for e in uow.events.for_deployment(view.id) if e.kind == "gate.plot"] == ["model"]
 
 
 def test_approving_above_the_measured_limits_is_refused_until_a_reason_is_given_in_its_form(bench: SlackBench) -> None:

@@ -82,6 +82,7 @@ class SlackNotifier:
         *,
         fallback_channel: str | None = None,
         on_delivered: Callable[[set[str]], None] | None = None,
+        plot_dir: Path | None = None,
     ) -> None:
         self.client = client
         self.posts = PostOnce(client, uow, clock)
@@ -95,7 +96,7 @@ class SlackNotifier:
         # Set when a delivery wrote a follow-up event (a plot upload), so the pass runs once more.
         self._spawned = False
         self.thread = DeploymentThread(client, self.posts, clock, fallback_channel=fallback_channel,
-                                       on_follow_up=self._follow_up)
+                                       on_follow_up=self._follow_up, plot_dir=plot_dir)
 
     def remember_origin(self, deployment_id: int, channel: str | None) -> None:
         """The channel a request came from: the thread goes there when the endpoint names no channel."""

@@ -18,10 +18,12 @@ deployment here, through one handler per event class (:attr:`DeploymentThread.HA
 * a traffic gate message also offers "Accept proposed limits" while its
   proposal differs from the endpoint's limits; ``limits.accepted`` updates it
   in place to say who accepted which limits and when;
-* a gate report with a plot gets it uploaded into the thread
+* a model or traffic report gets its plot uploaded into the thread
   (``files_upload_v2``) by its own ``gate.plot`` event, written in the same
-  transaction that records the gate message, so a failed upload is retried
-  without posting the gate message twice.
+  transaction that records the gate message, so the message is posted (and can
+  be decided) before the plot is drawn, and a failed upload is retried without
+  posting the gate message twice. The plot is drawn then, from the report's
+  stored numbers (:mod:`bot.adapters.gate_plots`), on whichever replica delivers.
 
 Every post goes through :class:`~bot.adapters.slack.once.PostOnce`; what each
 message says comes from :mod:`bot.adapters.slack.messages`.
@@ -39,6 +41,7 @@ from typing import Any, ClassVar
 from slack_sdk import WebClient
 
 from bot.adapters.clock import Clock
+from bot.adapters.gate_plots import gate_png, plottable
 from bot.adapters.slack.blocks import render, slack_text
 from bot.adapters.slack.messages import (
     gate_message,
@@ -95,8 +98,9 @@ class DeploymentThread:
     """Delivers the events of one deployment into its thread; ``on_follow_up`` is told when one wrote another event."""
 
     def __init__(self, client: WebClient, posts: PostOnce, clock: Clock, *, fallback_channel: str | None,
-                 on_follow_up: Callable[[], None]) -> None:
+                 on_follow_up: Callable[[], None], plot_dir: Path | None = None) -> None:
         self.client = client
+        self.plot_dir = plot_dir  # where a copy of each gate plot drawn is kept (none when None)
         self.posts = posts
         self.clock = clock
         self.fallback_channel = fallback_channel
@@ -263,8 +267,9 @@ class DeploymentThread:
             return  # already posted (a redelivery), or the report is gone
         # Keyed by the gate result, not the event: one report is one message, whoever asks to post it.
         row.slack_channel, row.slack_ts = self._reply(dep, f"gate:{row.id}", "", parts=gate_message(uow, dep, row))
-        if ((row.report.get("attachments") or {}).get("plot") or {}).get("path"):
-            # Its own event, committed with the gate message's ts: a failed upload is retried alone.
+        if plottable(row.report):
+            # Its own event, committed with the gate message's ts: the plot is drawn after the message is posted,
+            # and a failed upload is retried alone.
             uow.events.emit(GatePlot(deployment_id=dep.id, endpoint_name=dep.endpoint.name, gate=row.gate, gate_result_id=row.id),
                             at=self.clock.now())
             self.on_follow_up()
@@ -291,23 +296,34 @@ class DeploymentThread:
         self._reply(dep, key, limits_accepted_text(event.accepted_by, event.accepted))
 
     def _gate_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: GatePlot, key: str) -> None:
+        """Draw the gate's plot from its stored report and upload it, once; one that cannot be drawn becomes a note."""
         row = self._gate_row(uow, event.gate_result_id)
-        plot = (((row.report if row else {}).get("attachments") or {}).get("plot")) or {}
-        gate = event.gate or (row.gate if row else "gate")
-        path = Path(str(plot.get("path", "")))
+        if row is None:
+            return  # the report is gone: nothing to draw
+        gate = event.gate or row.gate
         try:
-            data = path.read_bytes() if plot.get("path") else None
-        except OSError:
-            data = None
-        if data is None or (plot.get("sha256") and hashlib.sha256(data).hexdigest() != plot["sha256"]):
-            # Another replica ran the sweep, or the file was cleaned up: the table in the message has the numbers.
-            log.warning("plot of the %s gate of deployment #%s is not readable at %s", gate, dep.id, path)
-            self._reply(dep, key, f"The {gate} gate's plot is not available on this kimi-ops replica; "
-                                  "the table above has the same numbers.")
+            data = gate_png(row.report, endpoint=dep.endpoint.name, release=dep.release.name)
+        except Exception:  # a plot is a convenience: the gate message above has the numbers
+            log.warning("plot of the %s gate of deployment #%s could not be drawn", gate, dep.id, exc_info=True)
+            self._reply(dep, key, f"The {gate} gate's plot could not be drawn; the table above has the same numbers.")
             return
+        if data is None:
+            return  # nothing to draw (an event written before the report's numbers were stored this way)
+        filename = plot_filename(dep.endpoint.name, dep.release.name, gate)
+        self._keep(f"gate-{row.id}-{filename}", data)
         channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
-        self.posts.upload(key, channel, thread_ts, data, filename=plot_filename(dep.endpoint.name, dep.release.name, gate),
-                          title=gate_plot_title(gate, dep.id), alt_text=gate_plot_alt_text(gate, dep.id))
+        self.posts.upload(key, channel, thread_ts, data, filename=filename, title=gate_plot_title(gate, dep.id),
+                          alt_text=gate_plot_alt_text(gate, dep.id))
+
+    def _keep(self, name: str, data: bytes) -> None:
+        """A copy of a drawn plot in :attr:`plot_dir`, for whoever reads the files there; best effort."""
+        if self.plot_dir is None:
+            return
+        try:
+            self.plot_dir.mkdir(parents=True, exist_ok=True)
+            (self.plot_dir / name).write_bytes(data)
+        except OSError as exc:
+            log.warning("plot not kept in %s: %s", self.plot_dir, exc)
 
     # One handler per event class; a subclass without its own entry uses its nearest base's (every ChannelNotice).
     HANDLERS: ClassVar[dict[type[OutboxEvent], Handler]] = {
