@@ -4,10 +4,15 @@
 (:func:`bot.services.metrics_watch.endpoint_objectives`) and renders them (:mod:`bot.domain.alert_rules`) as a
 ``PrometheusRule`` and as a plain rules file (``kimi-ops slo rules NAME`` prints them).
 
-:func:`publish_rules` keeps the cluster's ``PrometheusRule`` of every endpoint with ``slo.alerting: prometheus``
-current: it runs with each metrics-watch round (on the leader), and applies a rule object by server-side apply
-only when its rendering changed since this process last applied it — after a go-live or a rollback (the
-``release`` label), or a change of objectives — so the labels follow the live release within a round.
+The cluster's ``PrometheusRule`` of every endpoint with ``slo.alerting: prometheus`` follows its live release
+(the ``release`` label) two ways, both by server-side apply through the cluster port:
+
+* :func:`apply_after_go_live`: the deployment itself applies them right after it goes live (a deploy's ramp, a
+  rollback's or restore's reopening). A refusal is said in the deployment's thread and audited; it never
+  undoes the go-live.
+* :meth:`RulePublisher.publish`: each metrics-watch round (on the leader) applies a rule object whose rendering
+  changed since this process last applied it: the retry after a refusal, a change of objectives, and the
+  safety net for a go-live recorded by another replica.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 from bot.config import EndpointSettings
 from bot.domain import alert_rules
+from bot.domain.events import RulesNotApplied
 from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context
@@ -36,6 +42,12 @@ class RenderedRules:
     targets: tuple[alert_rules.RuleTarget, ...]
     rule_object: dict[str, Any]  # the PrometheusRule
     rules_file: dict[str, Any]  # the same groups for a plain Prometheus
+    applied_by: EndpointSettings  # whose cluster and namespace the object goes to (a pair's sides share them)
+
+    @property
+    def release_words(self) -> str:
+        releases = sorted({t.release for t in self.targets if t.release})
+        return ", ".join(releases) or "no live release"
 
     @property
     def sha256(self) -> str:
@@ -72,39 +84,107 @@ def render_rules(ctx: Context, name: str) -> RenderedRules:
     specs = _endpoints_of(ctx, name)
     targets = tuple(rule_target(ctx, spec, _live_release(ctx, spec.name)) for spec in specs)
     rule_object = alert_rules.prometheus_rule(name, specs[0].namespace, targets, ctx.settings.prometheus_rule_labels)
-    return RenderedRules(name, targets, rule_object, alert_rules.rules_file(targets))
+    return RenderedRules(name, targets, rule_object, alert_rules.rules_file(targets), specs[0])
+
+
+def watched_objects(ctx: Context) -> list[str]:
+    """The names whose rule objects kimi-ops keeps applied: every endpoint with ``slo.alerting: prometheus``."""
+    return [spec.name for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"]
+
+
+def objects_following(ctx: Context, endpoint: str) -> list[str]:
+    """The rule objects whose ``release`` label moves when ``endpoint`` goes live (none unless Prometheus pages)."""
+    return [name for name in watched_objects(ctx) if name == endpoint]
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 class RulePublisher:
-    """Applies each Prometheus-watched endpoint's rule object when its rendering changed (one per process)."""
+    """Applies the watched rule objects when their rendering changed (one per process)."""
 
     def __init__(self) -> None:
         self._applied: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def publish(self, ctx: Context) -> list[str]:
-        """One line per endpoint whose rules were applied or could not be."""
-        watched = [spec for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"]
+    def _apply(self, ctx: Context, name: str, *, force: bool) -> tuple[RenderedRules, bool] | None:
+        """Render and apply ``name``'s object (unless unchanged since this process applied it and not ``force``):
+        the rendering and whether the server's copy changed; None when skipped. Raises what the cluster raised."""
         cluster: object = ctx.ports.cluster
-        if not watched or not isinstance(cluster, ports.RuleApplier):
-            return []
+        if not isinstance(cluster, ports.RuleApplier):
+            return None
+        rendered = render_rules(ctx, name)
+        with self._lock:
+            if not force and self._applied.get(name) == rendered.sha256:
+                return None
+        try:
+            changed = cluster.apply_rules(rendered.applied_by, rendered.rule_object)
+        except Exception:
+            with self._lock:  # what the server holds now is unknown: the next round applies it whatever it renders
+                self._applied.pop(name, None)
+            raise
+        with self._lock:
+            self._applied[name] = rendered.sha256
+        return rendered, changed
+
+    def publish(self, ctx: Context) -> list[str]:
+        """One line per rule object that was applied or could not be (the metrics-watch round's summary)."""
         said: list[str] = []
-        for spec in watched:
-            rendered = render_rules(ctx, spec.name)
-            with self._lock:
-                if self._applied.get(spec.name) == rendered.sha256:
-                    continue
+        for name in watched_objects(ctx):
             try:
-                changed = cluster.apply_rules(spec, rendered.rule_object)
+                done = self._apply(ctx, name, force=False)
             except Exception as exc:  # one endpoint's refused rule must not stop the others; said in the round's summary
-                said.append(f"{spec.name}: Prometheus rules not applied ({str(exc).splitlines()[0][:200]})")
+                said.append(f"{name}: Prometheus rules not applied ({_first_line(exc)})")
                 continue
-            with self._lock:
-                self._applied[spec.name] = rendered.sha256
-            if changed:
-                release = rendered.targets[0].release or "no live release"
-                said.append(f"{spec.name}: Prometheus rules applied ({release})")
+            if done is not None and done[1]:
+                said.append(f"{name}: Prometheus rules applied ({done[0].release_words})")
         return said
+
+    def after_go_live(self, ctx: Context, endpoint: str, deployment_id: int | None) -> list[str]:
+        """Apply the rule objects ``endpoint``'s go-live relabelled, now; audit each, and say a refusal in the
+        deployment's thread (the endpoint's channel without one). Never raises: the go-live stands either way."""
+        said: list[str] = []
+        for name in objects_following(ctx, endpoint):
+            try:
+                done = self._apply(ctx, name, force=True)
+                failure = None
+            except Exception as exc:  # the cluster refused or did not answer: the next metrics-watch round retries
+                log.warning("Prometheus rules of %s not applied after a go-live: %s", name, _first_line(exc))
+                done, failure = None, _first_line(exc)
+            if done is None and failure is None:
+                continue
+            said.append(self._record(ctx, name, endpoint, deployment_id, done, failure))
+        return said
+
+    def _record(self, ctx: Context, name: str, endpoint: str, deployment_id: int | None,
+                done: tuple[RenderedRules, bool] | None, failure: str | None) -> str:
+        now = ctx.clock.now()
+        subject = f"deployment:{deployment_id}" if deployment_id is not None else f"endpoint:{endpoint}"
+        rule = alert_rules.rule_object_name(name)
+        with ctx.uow() as uow:
+            if done is not None:
+                rendered, changed = done
+                uow.audit.record(at=now, actor="kimi-ops", action="alert_rules.applied", subject=subject,
+                                 details={"rule": rule, "release": rendered.release_words, "changed": changed,
+                                          "sha256": rendered.sha256})
+                line = f"{name}: Prometheus rules applied ({rendered.release_words})"
+            else:
+                uow.audit.record(at=now, actor="kimi-ops", action="alert_rules.not_applied", subject=subject,
+                                 details={"rule": rule, "reason": failure})
+                line = f"{name}: Prometheus rules not applied ({failure})"
+                uow.events.emit(RulesNotApplied(
+                    deployment_id=deployment_id, endpoint_name=endpoint, rule=rule, reason=failure or "",
+                    text=f":warning: The PrometheusRule `{rule}` was not applied after {endpoint} went live ({failure}): "
+                         "Prometheus's alerts still carry the release before it. The go-live stands; the next "
+                         "metrics-watch round applies the rules again."), at=now)
+            uow.commit()
+        return line
 
 
 PUBLISHER = RulePublisher()
+
+
+def apply_after_go_live(ctx: Context, endpoint: str, deployment_id: int | None = None) -> list[str]:
+    """What :meth:`RulePublisher.after_go_live` does, for the engine and ``/kimi rollback SERVICE``."""
+    return PUBLISHER.after_go_live(ctx, endpoint, deployment_id)

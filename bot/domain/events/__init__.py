@@ -53,7 +53,15 @@ from bot.domain.events.thread import (
     RolloutProgress,
     StateChanged,
 )
-from bot.domain.events.watch import DrillNotice, FailoverNotice, IncidentHandled, SloPlot, WatchAlert, WatchRecovered
+from bot.domain.events.watch import (
+    DrillNotice,
+    FailoverNotice,
+    IncidentHandled,
+    RulesNotApplied,
+    SloPlot,
+    WatchAlert,
+    WatchRecovered,
+)
 
 EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     DeploymentRequested, StateChanged, GateWaiting, GateDecided, LimitsAccepted, GatePlot, RolloutProgress,
@@ -61,7 +69,7 @@ EVENT_CLASSES: tuple[type[OutboxEvent], ...] = (
     ReservationAppeared, ReservationChanged, ReservationGone, ReservationMismatch, ReservationAlert, ReservationEscalation,
     ReservationWatchFailed, ReservationWatchRecovered, ReservationMissing, ReservationFound,
     AdmissionChanged, RestoreStarted, AdmissionStuck, DrainStalled, GateReminder, ServiceRolledBack, RampSplit, RampPlot,
-    WatchAlert, WatchRecovered, IncidentHandled, SloPlot, FailoverNotice,
+    WatchAlert, WatchRecovered, IncidentHandled, SloPlot, FailoverNotice, RulesNotApplied,
 )
 """Every event that may be stored, one per ``KIND``."""
 
@@ -103,6 +111,7 @@ __all__ = [
     "ReservationWatchRecovered",
     "RestoreStarted",
     "RolloutProgress",
+    "RulesNotApplied",
     "ServiceRolledBack",
     "SloPlot",
     "StateChanged",

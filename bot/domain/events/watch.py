@@ -71,3 +71,13 @@ class FailoverNotice(ChannelNotice):
 
     KIND: ClassVar[str] = "failover.notice"
     incident_id: int | None = None  # the incident that moved them (its alert's thread), when it is known
+
+
+@dataclass(frozen=True, kw_only=True)
+class RulesNotApplied(ChannelNotice):
+    """After a go-live, the cluster refused (or did not answer) the endpoint's ``PrometheusRule``: said in the
+    deployment's thread (the endpoint's channel without one); the next metrics-watch round applies it again."""
+
+    KIND: ClassVar[str] = "alert_rules.not_applied"
+    rule: str
+    reason: str

@@ -20,6 +20,7 @@ from bot.services.admission import (
     record_admission,
     reopened,
 )
+from bot.services.alert_rules import apply_after_go_live
 from bot.services.context import Context, require
 from bot.services.engine.run import Runner, Snapshot, StepFailed, TryLater
 from bot.services.reservations import reservation_for
@@ -98,11 +99,12 @@ def reopen(runner: Runner, snap: Snapshot) -> None:
         words = apply_admission(ctx, snap.endpoint, admission, reason)
     except AdmissionFailed as exc:
         raise StepFailed(str(exc)) from exc
+    went_live = snap.ending is None and snap.kind != "deploy"
     with ctx.uow() as uow:
         dep = runner.locked(uow, snap)
         record_admission(uow, ctx, snap.endpoint.name, admission, reason, actor="kimi-ops",
                          deployment_id=snap.id, words=words)
-        if snap.ending is not None or snap.kind == "deploy":
+        if not went_live:
             ending = State(snap.ending or State.CANCELLED)
             back = (f"all weight is back on {snap.endpoint.pair.partner}" if snap.endpoint.pair is not None
                     else "users are back on the running release")
@@ -111,6 +113,8 @@ def reopen(runner: Runner, snap: Snapshot) -> None:
             reopened(uow, ctx, snap.endpoint.name)
             transition(uow, ctx, dep, State.LIVE, reason=f"{reason}: {words}", details={"admission": "open"})
         uow.commit()
+    if went_live:
+        apply_after_go_live(ctx, snap.endpoint.name, snap.id)  # the alerts' release label: the rolled-back-to release
 
 
 def _reservation_left(ctx: Context, endpoint: EndpointSettings) -> str:

@@ -21,6 +21,7 @@ from bot.domain.rollout import RolloutProgress
 from bot.domain.states import State
 from bot.logs import logger_for
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission
+from bot.services.alert_rules import apply_after_go_live
 from bot.services.engine.closed_door import own_words, reach_now, stored_own
 from bot.services.engine.revised import ready_again, revised_after_readiness
 from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed, WaitingForPerson
@@ -85,6 +86,7 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
                    if endpoint.pair is None else f"ramp complete: all of {endpoint.pair.service}'s weight is on "
                    f"{endpoint.name}", details={"admission": "open"})
         uow.commit()
+    apply_after_go_live(runner.ctx, endpoint.name, snap.id)  # the alerts' release label follows at once
     _ramp_plot(runner, snap)
 
 def _ask_approval(runner: Runner, snap: Snapshot, step: str) -> bool:
