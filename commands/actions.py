@@ -113,19 +113,32 @@ def show_checks(ctx: Context, identity: Identity, value: str | None) -> Reply:
     return Reply(parts=parts, text=plain(parts))
 
 
-def accept_limits(ctx: Context, identity: Identity, value: str | None) -> Reply:
-    """Store the traffic report's proposed limits in its endpoint's settings; the gate message says who and when."""
+def accept_limits(root: Root, identity: Identity, value: str | None) -> Reply:
+    """Store the traffic report's proposed limits in its endpoint's settings; the gate message says who and when.
+
+    When the limits reach the cluster through the procedure (a restore of the live release, or the ramp closing to
+    apply them), that work is driven at once, as ``/kimi rollback`` drives its own; a takeover round only picks it up
+    after a crash.
+    """
     seen = ticket(value)
     if seen.gate != "traffic":
         raise Refused(DAMAGED)
-    done = accept_proposed_limits(ctx, None, seen.deployment_id, identity, seen_report_hash=seen.report_hash)
+    done = accept_proposed_limits(root.ctx, None, seen.deployment_id, identity, seen_report_hash=seen.report_hash)
     before = done.previous
     if done.applied_sha256:
         where = (f"applied to deployment #{done.deployment_id}'s running release (manifest revision {done.revision}, "
                  f"{done.applied_sha256[:12]})")
     elif done.restore_id is not None:
         where = f"restore #{done.restore_id} applies them to the live release: {done.how}; its thread follows it"
+    elif done.ramping:
+        where = f"deployment #{done.deployment_id} is ramping, so its ramp applies them: {done.how}; its thread follows it"
     else:
         where = done.how or "the next manifest rendered for it uses them"
+    driven = done.drive
+
+    def drive() -> None:
+        if driven is not None:
+            root.engine.advance(driven)
+
     return reply(f"You accepted {limits_words(done.accepted)} for {done.endpoint} (was {before['max_concurrent_requests']} / "
-                 f"{before['max_queue_size']}); {where}.")
+                 f"{before['max_queue_size']}); {where}.", then=drive if driven is not None else None)

@@ -340,14 +340,20 @@ def gate_accept_limits(
                                help="Hash (or its first characters) of the traffic report you read, "
                                                       "as `gate report` prints it; refused if the report changed since."),
     user: str = AS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
 ) -> None:
-    """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers)."""
+    """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers).
+
+    When they reach the cluster through the procedure (a restore of the live release, or the ramp closing to apply
+    them), this process drives it, printing its progress, as `rollback` does.
+    """
     from bot.services.errors import Refused
     from bot.services.gate_reports import stored_gate_report
     from bot.services.traffic_gate import accept_proposed_limits
 
     def body() -> None:
-        ctx = context()
+        here = root()
+        ctx = here.ctx
         who = identity(ctx, user)
         stored = stored_gate_report(ctx, deployment, "traffic")
         if report is not None and not stored.report_hash.startswith(report.strip().lower()):
@@ -367,8 +373,14 @@ def gate_accept_limits(
                         f"({accepted.applied_sha256[:12]}); a rollback to this release restores them")
         elif accepted.restore_id is not None:
             output.info(f"  restore #{accepted.restore_id} applies them to the live release: {accepted.how}")
+        elif accepted.ramping:
+            output.info(f"  deployment #{deployment} is ramping, so its ramp applies them: {accepted.how}")
         else:
-            output.info("  the next deployment's manifest carries them (a rollback re-applies its stored manifest unchanged)")
+            output.info(f"  {accepted.how or 'the next manifest rendered for it uses them'} (a rollback re-applies its "
+                        "stored manifest unchanged)")
+        driven = accepted.drive
+        if driven is not None:
+            _show(drive(ctx, driven, lambda: here.engine.advance(driven), timeout))
 
     run_guarded(body)
 

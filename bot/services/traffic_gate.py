@@ -8,11 +8,11 @@ approver's one click that stores the proposal in the endpoint's settings, under
 to the report the approver saw and accepted at most once per report, by an
 approver other than the deployment's requester.
 
-Accepted limits do not wait for the next deployment: when the measured
-deployment is past its apply (the candidate at its traffic gate, ramping, or
-live), its release is re-rendered with them and applied at once, and the result
-becomes that deployment's applied manifest — a new revision kept in
-``manifest_revisions`` beside the ones before it — so a later rollback to this
+Accepted limits do not wait for the next deployment when the measured one is past
+its apply: they reach it through the procedure (close, drain, apply, readiness,
+reopen; :mod:`bot.services.limits_apply` says how for each place it can stand).
+Each re-render becomes that deployment's applied manifest — a new revision kept
+in ``manifest_revisions`` beside the ones before it — so a later rollback to this
 release restores its own accepted limits with its exact stored manifest.
 """
 
@@ -22,8 +22,6 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from bot.adapters.store.models import Deployment, ManifestRevision
-from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
 from bot.domain.checks import Check, GateReport
 from bot.domain.events import LimitsAccepted
@@ -51,8 +49,7 @@ from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
 from bot.services.errors import NotConfigured, NotFound, Refused
-from bot.services.limits_apply import plan_limits, start_limits_restore
-from bot.services.releases import manifest_from_row
+from bot.services.limits_apply import ApplyRefused, plan_limits, revise_limits, start_limits_restore
 from bot.services.traffic_mix import record_review, workload_for
 from bot.services.workload_checks import workload_checks, workload_words
 
@@ -195,64 +192,10 @@ class AcceptedLimits:
     # Set when a restore of the live release applies them (close, drain, apply, readiness, reopen): its number.
     restore_id: int | None = None
     how: str = ""  # how they reach the cluster, in words (bot/services/limits_apply.py)
-
-
-class ApplyRefused(Exception):
-    """The accepted limits could not be applied to the running release; ``why`` is the audit's word."""
-
-    def __init__(self, message: str, why: str) -> None:
-        super().__init__(message)
-        self.why = why
-
-
-def _apply_limits(ctx: Context, uow: SqlUnitOfWork, dep: Deployment, endpoint: EndpointSettings, *, actor: str,
-                  now: dt.datetime) -> tuple[RenderedManifest, int]:
-    """Re-render ``dep``'s release with ``endpoint``'s (newly accepted) limits, apply it, and store the revision.
-
-    Runs inside the caller's transaction, which holds the endpoint's row lock, so two acceptances cannot
-    interleave their applies. Raises :class:`ApplyRefused` before anything is stored when the cluster refuses.
-    """
-    name = endpoint.name
-    cluster = ctx.ports.cluster
-    if cluster is None:
-        raise ApplyRefused(f"no cluster access is configured for this process, and accepting applies the limits to the "
-                           f"running release of {name}; accept from the bot or a CLI with cluster access", "no_cluster")
-    holder = uow.deployments.in_flight(dep.endpoint_id)
-    if holder is not None and holder.id != dep.id:
-        raise ApplyRefused(f"deployment #{holder.id} is in flight on {name} and owns what the cluster runs; accept once it "
-                           "has ended", "busy")
-    try:
-        manifest = cluster.render(manifest_from_row(dep.release), endpoint, dep.release.tuple_hash)
-    except Exception as exc:
-        raise ApplyRefused(f"the manifest of {dep.release.name} with these limits could not be rendered ({exc}); "
-                           "nothing changed", "render_failed") from exc
-    try:
-        result = cluster.apply(endpoint, manifest)
-    except Exception as exc:
-        log.warning("applying accepted limits to deployment #%s failed", dep.id, exc_info=True)
-        raise ApplyRefused(f"the cluster did not take {dep.release.name} with these limits ({exc}); nothing changed",
-                           "apply_failed") from exc
-    if result.conflicts:
-        raise ApplyRefused(f"the cluster refused the new limits: fields are owned by another manager "
-                           f"({'; '.join(result.conflicts[:3])}); nothing changed", "apply_conflict")
-    revisions = list(uow.manifests.for_deployment(dep.id))
-    if not revisions and dep.applied_manifest is not None and dep.manifest_hash is not None:
-        # The deployment's first manifest predates revisions: keep it as revision 1 so no applied bytes are lost.
-        uow.manifests.add(ManifestRevision(deployment_id=dep.id, revision=1, sha256=dep.manifest_hash, previous_sha256=None,
-                                           manifest=dep.applied_manifest, limits=None, reason="rendered for the deployment",
-                                           actor="kimi-ops", at=dep.updated_at))
-        revisions = list(uow.manifests.for_deployment(dep.id))
-    number = (revisions[-1].revision if revisions else 0) + 1
-    limits = endpoint.effective_request_limits.model_dump(mode="json")
-    reason = f"request limits accepted: {limits_words(limits)}"
-    uow.manifests.add(ManifestRevision(deployment_id=dep.id, revision=number, sha256=manifest.sha256,
-                                       previous_sha256=dep.manifest_hash, manifest=manifest.text, limits=limits,
-                                       reason=reason, actor=actor, at=now))
-    uow.audit.record(at=now, actor=actor, action="manifest.revised", subject=f"deployment:{dep.id}",
-                     details={"revision": number, "old_sha256": dep.manifest_hash, "new_sha256": manifest.sha256,
-                              "limits": limits, "changed": result.changed, "reason": reason})
-    dep.applied_manifest, dep.manifest_hash = manifest.text, manifest.sha256
-    return manifest, number
+    # The deployment whose engine run carries them onto the cluster (the restore, or the ramping deployment): the
+    # accepting command drives it at once.
+    drive: int | None = None
+    ramping: bool = False  # stored as a revision the ramp applies behind a closed route (not applied yet)
 
 
 def accept_proposed_limits(
@@ -324,15 +267,13 @@ def accept_proposed_limits(
         )
         # A new dict, so the JSON column sees the change.
         settings = {**endpoint.settings, "accepted_request_limits": accepted.model_dump(mode="json")}
-        applied: tuple[RenderedManifest, int] | None = None
+        stored: tuple[RenderedManifest, int] | None = None
         restore_id: int | None = None
         revised = EndpointSettings.model_validate(settings)
         plan = plan_limits(dep, endpoint, revised)
-        if plan.how == "refuse":
-            raise refuse(plan.why, "ramping")
-        if plan.how == "apply":
-            try:
-                applied = _apply_limits(ctx, uow, dep, revised, actor=actor.user_id, now=now)
+        if plan.how in ("apply", "ramp"):
+            try:  # ramping: stored now, applied by the ramp behind a closed route (bot/services/limits_apply.py)
+                stored = revise_limits(ctx, uow, dep, revised, actor=actor.user_id, now=now, apply=plan.how == "apply")
             except ApplyRefused as exc:
                 raise refuse(str(exc), exc.why) from None
         elif plan.how == "restore":
@@ -342,10 +283,11 @@ def accept_proposed_limits(
                 raise refuse(f"the restore that applies these limits could not start ({exc}); nothing changed",
                              "restore_failed") from None
         endpoint.settings = settings
+        applied = stored if plan.how == "apply" else None  # on the cluster now
         before, after = previous.model_dump(mode="json"), accepted.model_dump(mode="json")
         details = {"deployment_id": deployment_id, "gate_result_id": row.id, "report_hash": row.report_hash,
                    "previous": before, "accepted": after,
-                   "applied_sha256": applied[0].sha256 if applied else None, "revision": applied[1] if applied else None,
+                   "applied_sha256": applied[0].sha256 if applied else None, "revision": stored[1] if stored else None,
                    "procedure": plan.how, "restore_id": restore_id}
         uow.audit.record(at=now, actor=actor.user_id, action=LIMITS_ACCEPTED, subject=f"endpoint:{name}", details=details)
         uow.events.emit(LimitsAccepted(deployment_id=deployment_id, endpoint_name=name, gate_result_id=row.id,
@@ -354,5 +296,6 @@ def accept_proposed_limits(
         uow.commit()
     return AcceptedLimits(endpoint=name, deployment_id=deployment_id, previous=previous.model_dump(mode="json"),
                           accepted=accepted.model_dump(mode="json"), accepted_at=now,
-                          applied_sha256=applied[0].sha256 if applied else None, revision=applied[1] if applied else None,
-                          restore_id=restore_id, how=plan.why)
+                          applied_sha256=applied[0].sha256 if applied else None, revision=stored[1] if stored else None,
+                          restore_id=restore_id, how=plan.why, ramping=plan.how == "ramp",
+                          drive=restore_id if restore_id is not None else deployment_id if plan.how == "ramp" else None)

@@ -1,7 +1,8 @@
 """Accepted limits follow the procedure: never applied over admitted users.
 
 Live on a single node, accepting starts a restore of the same release with the new limits (close → drain →
-apply → readiness → evaluation → reopen); while ramping it is refused; a pair's idle side takes them at once.
+apply → readiness → evaluation → reopen); while ramping the ramp closes, drains, applies, passes readiness and
+starts again from its first step; a pair's idle side takes them at once, a side users are on keeps them.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from bot.adapters.store.models import Deployment
 from bot.domain.checks import Check, GateReport
 from bot.domain.states import State
 from bot.services.deployments import get_deployment
-from bot.services.errors import Refused
 from bot.services.limits_apply import plan_limits
 from bot.services.traffic_gate import accept_proposed_limits
 from bot.services.transitions import store_gate_report
 from tests.services.test_workflow import deploy_to_live
-from tests.workflow_support import ADMIN, FakeCluster, workflow
+from tests.workflow_support import ADMIN, APPROVER_1, FakeCluster, workflow
 
 
 @pytest.fixture()
@@ -59,17 +59,56 @@ def test_limits_accepted_while_live_go_through_a_restore_behind_a_closed_door(wf
     assert get_deployment(ctx, live.id).state != "live"  # the restore is what runs now
 
 
-def test_limits_accepted_while_ramping_are_refused_and_change_nothing(wf: Any) -> None:
-    ctx, engine = wf
-    live = deploy_to_live(ctx, engine)
+def test_limits_accepted_while_the_ramp_holds_close_drain_apply_pass_readiness_and_ramp_again(make_ctx: Any) -> None:
+    from bot.services.deployments import decide_gate
+    from bot.services.engine import Engine
+    from bot.services.engine.recovery import waits_for_a_person
+    from bot.services.ramp_approvals import approve_ramp_step
+    from bot.services.releases import register_release
+    from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
+
+    # The ramp holds before everyone (an approval step): users are admitted, and nobody drives the deployment.
+    ctx = make_ctx(endpoints=[endpoint_config(ramp={"approval_steps": [100]})], roles=ROLES, ports=fake_ports())
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    engine = Engine(ctx, readiness_pause=0)
+    view = _to_traffic_gate(ctx, engine)
+    decide_gate(ctx, view.id, "traffic", "approved", ADMIN, seen_report_hash=view.pending.report_hash,
+                seen_release_hash=view.pending.release_hash)
+    assert engine.advance(view.id).state == "ramping"
+    cluster: FakeCluster = ctx.ports.cluster
+    applied, admission, watches = len(cluster.applied), len(cluster.admission), len(cluster.watched_since)
+
+    accepted = accept_proposed_limits(ctx, None, view.id, ADMIN, seen_report_hash=_propose(ctx, view.id, 5, 10))
+    # Stored as the next revision, not applied over the users the ramp admitted; the command drives the ramp.
+    assert accepted.ramping and accepted.applied_sha256 is None and accepted.drive == view.id
+    assert accepted.how == "close → drain → apply → readiness → the ramp again from its first step"
+    assert len(cluster.applied) == applied and not waits_for_a_person(ctx, view.id)
+
+    # The drain does not end: users are closed out and nothing is applied; the deployment is left for a takeover.
+    ctx.ports.endpoint.drained = False
+    assert engine.advance(view.id).state == "ramping"
+    assert cluster.admission[admission:] == [False] and len(cluster.applied) == applied
     with ctx.uow() as uow:
-        dep = uow.deployments.get_for_update(live.id)
-        dep.state = State.RAMPING.value  # as it stood a step before going live
-        uow.commit()
-    with pytest.raises(Refused, match="is ramping: users are admitted to it"):
-        accept_proposed_limits(ctx, None, live.id, ADMIN, seen_report_hash=_propose(ctx, live.id, 5, 10))
+        assert uow.endpoints.get("kimi-prod").admission == "closed"
+    assert view.id in engine.lapsed()
+
+    # Another process takes it over from its stored state: it drains, applies, watches, runs readiness, and the
+    # ramp starts again from its first step (here it holds again before everyone: asked once, still unanswered).
+    ctx.ports.endpoint.drained = True
+    again = Engine(ctx, readiness_pause=0)
+    assert again.resume(view.id).state == "ramping"
+    assert cluster.admission[admission:] == [False]  # not closed a second time, not opened before its approval
+    assert len(cluster.applied) == applied + 1 and len(cluster.watched_since) == watches + 1
+    approve_ramp_step(ctx, view.id, "open", APPROVER_1)
+    assert again.advance(view.id).state == "live"
+    assert cluster.admission[admission:] == [False, True]
     with ctx.uow() as uow:
-        assert (uow.endpoints.get("kimi-prod").settings or {}).get("accepted_request_limits") is None
+        actions = [a.action for a in reversed(uow.audit.list(subject=f"deployment:{view.id}", limit=200))]
+        revision = list(uow.manifests.for_deployment(view.id))[-1]
+        assert revision.limits["max_concurrent_requests"] == 5
+        assert uow.deployments.get(view.id).manifest_hash == revision.sha256
+    done = [a for a in actions if a.startswith("limits.") or a == "manifest.revised"]
+    assert done == ["manifest.revised", "limits.users_closed", "limits.drained", "limits.applied", "limits.ready"]
 
 
 def test_a_pairs_idle_side_takes_them_at_once_and_the_side_users_are_on_keeps_them() -> None:
@@ -85,6 +124,12 @@ def test_a_pairs_idle_side_takes_them_at_once_and_the_side_users_are_on_keeps_th
     assert plan_limits(dep, Row(), side).how == "apply"  # type: ignore[arg-type]
     Row.admission = "open"
     assert plan_limits(dep, Row(), side).how == "keep"  # type: ignore[arg-type]
+    # Ramping, a side is never idle (its users move onto it while the other side has the rest): kept, not applied.
+    dep.state = State.RAMPING.value
+    for admission in ("closed", "internal", "50%"):
+        Row.admission = admission
+        plan = plan_limits(dep, Row(), side)  # type: ignore[arg-type]
+        assert plan.how == "keep" and "users are on both sides of kimi" in plan.why
 
 
 def _to_traffic_gate(ctx: Any, engine: Any) -> Any:

@@ -7,7 +7,7 @@ There are deliberately no update or delete methods for releases or audit entries
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import func, inspect, select, true, union_all, update
@@ -358,6 +358,13 @@ class AuditRepository(Repository):
             select(AuditEntry).where(AuditEntry.subject == subject, AuditEntry.action == action).order_by(AuditEntry.id.desc())
         ).all()
         return [(a.action, a.actor, a.at, a.details or {}) for a in rows]
+
+    def newest(self, subject: str, actions: Collection[str]) -> Sequence[AuditEntry]:
+        """The rows about ``subject`` whose action is one of ``actions``, newest first."""
+        return self.session.scalars(
+            select(AuditEntry).where(AuditEntry.subject == subject, AuditEntry.action.in_(list(actions)))
+            .order_by(AuditEntry.id.desc())
+        ).all()
 
     def list(self, subject: str | None = None, limit: int = 100) -> Sequence[AuditEntry]:
         stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)

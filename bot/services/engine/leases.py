@@ -19,6 +19,7 @@ from bot.domain.states import WAITING, State
 from bot.logs import logger_for
 from bot.services.context import Context
 from bot.services.errors import NotFound
+from bot.services.limits_apply import limits_step
 from bot.services.ramp_approvals import ramp_step_waiting
 
 log = logger_for(__name__)
@@ -164,7 +165,8 @@ def waits_for_person(uow: SqlUnitOfWork, dep: Deployment) -> bool:
     """A gate whose report awaits a decision, a stalled drain, or a ramp step asked and not yet approved."""
     state = State(dep.state)
     if state == State.RAMPING:
-        return ramp_step_waiting(uow, dep.id) is not None
+        # Limits accepted while it held before a step: the ramp has work to do first (close, drain, apply, readiness).
+        return ramp_step_waiting(uow, dep.id) is not None and limits_step(uow, dep.id) is None
     if state not in WAITING:
         return False
     if state.gate is None:

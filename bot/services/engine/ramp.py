@@ -23,7 +23,7 @@ from bot.logs import logger_for
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission
 from bot.services.alert_rules import apply_after_go_live
 from bot.services.engine.closed_door import own_words, reach_now, stored_own
-from bot.services.engine.revised import ready_again, revised_after_readiness
+from bot.services.engine.revised import limits_first, limits_left
 from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed, WaitingForPerson
 from bot.services.objectives import RampObjectives
 from bot.services.ramp_approvals import RAMP_ASKED, ramp_steps_approved
@@ -37,16 +37,19 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
 
     The failure restores the previous release on a single node, and on a pair side returns all the service's
     weight to the other side in one route change (``end`` → ``reopening``). A restart resumes at the step the
-    endpoint row records: that step is applied again (the same weights) and soaked from its start.
+    endpoint row records: that step is applied again (the same weights) and soaked from its start. Limits accepted
+    while it ramps stop it where it is (:mod:`bot.services.engine.revised`).
     """
     endpoint = snap.endpoint
     with runner.ctx.uow() as uow:
         row = uow.endpoints.get(endpoint.name)
         current = row.admission if row is not None else "closed"
     steps = ramp_steps(endpoint.ramp.steps) if endpoint.route is not None else ("open",)
-    if current not in steps and revised_after_readiness(runner, snap):
-        # Limits accepted at the traffic gate restarted the model: its readiness passes again before anyone enters.
-        snap = ready_again(runner, snap)
+    # Accepted limits restart the model: their revision is applied behind a closed route and passes readiness again
+    # before anyone enters, and then the ramp starts again from its first step.
+    snap, again = limits_first(runner, snap, admitted=current in steps)
+    if again:
+        current = "closed"
     if current not in steps:
         reach = reach_now(runner, snap, stored_own(runner, snap.id))  # as stored now: readiness just above counts
         if reach is not None and reach.users > 0:
@@ -55,6 +58,8 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
     step = current if current in steps else next_step(steps, None)
     last: dict[str, Window] = {}
     while step is not None:
+        if limits_left(runner, snap):
+            raise StateMoved(f"deployment #{snap.id}: limits were accepted while ramping; the ramp closes to apply them")
         if step != current and needs_approval(step, endpoint.ramp.approval_steps) and not _ask_approval(runner, snap, step):
             raise WaitingForPerson(f"deployment #{snap.id} waits for an approval of its ramp step {step}")
         admission = parse_admission(step)
@@ -173,6 +178,8 @@ def _soak(runner: Runner, snap: Snapshot, step: str, admission: Admission) -> di
         while (left := ramp.soak_seconds - (time.monotonic() - started)) > 0:
             if stop.wait(min(ramp.sample_seconds, left)):
                 raise StateMoved("ramp soak stopped")
+            if limits_left(runner, snap):  # accepted meanwhile: the ramp stops at once to apply them
+                raise StateMoved(f"deployment #{snap.id}: limits were accepted while ramping; the ramp closes to apply them")
             for side in sides:
                 sample = runner.metrics(snap, side)
                 if sample is None:

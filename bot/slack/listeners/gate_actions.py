@@ -167,7 +167,7 @@ def recheck(deps: SlackDeps, job: Job) -> None:
 
 def accept_limits(deps: SlackDeps, job: Job) -> None:
     tell = _clicker(deps, job)
-    answer = guard(lambda: actions.accept_limits(deps.ctx, deps.identity(job.actor), job.args.get("value")), tell)
+    answer = guard(lambda: actions.accept_limits(deps.root, deps.identity(job.actor), job.args.get("value")), tell)
     deps.follow(answer, tell, job.channel)
 
 
