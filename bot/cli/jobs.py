@@ -19,6 +19,7 @@ from bot.cli.common import context, default_actor
 from bot.cli.conventions import OUTPUT_OPTION, Format, plain, typer_app
 from bot.cli.guard import run_guarded
 from bot.cli.slo_rules import slo_app
+from bot.cli.watch import WATCH_OPTION, WATCH_TIMEOUT_OPTION, watch_endpoint, watching
 
 if TYPE_CHECKING:
     from bot.services.metrics_watch import SloView
@@ -126,11 +127,16 @@ def reservations(all_: bool = typer.Option(False, "--all", help="Also show reser
 
 
 def status(endpoint: str = typer.Argument(None, metavar="ENDPOINT", help="Endpoint (default: all)."),
-           fmt: Format = OUTPUT_OPTION) -> None:
-    """Each endpoint: live release, what the cluster runs and users get, drift, last probe, incidents, reservation left."""
+           fmt: Format = OUTPUT_OPTION, watch: bool = WATCH_OPTION, timeout: float = WATCH_TIMEOUT_OPTION) -> None:
+    """Each endpoint: live release, what the cluster runs and users get, drift, last probe, incidents, reservation left.
+
+    With --watch, follow the deployment in flight on ENDPOINT instead, as it is recorded."""
     from bot.services.readiness import endpoint_status
 
     def body() -> None:
+        if watching(watch, fmt, timeout):
+            watch_endpoint(context(), endpoint, timeout)
+            return
         statuses = endpoint_status(context(), endpoint)
         output.emit(fmt, statuses, lambda: _show_status(statuses))
 

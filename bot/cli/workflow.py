@@ -20,6 +20,7 @@ from bot.cli.common import context, identity, root
 from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format, typer_app
 from bot.cli.guard import run_guarded
 from bot.cli.progress import TIMEOUT_OPTION, drive
+from bot.cli.watch import WATCH_OPTION, WATCH_TIMEOUT_OPTION, follow, watching
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
@@ -203,11 +204,15 @@ def history(
 
 
 @gate_app.command("show")
-def gate_show(deployment: int = DEPLOYMENT_ARGUMENT, fmt: Format = OUTPUT_OPTION) -> None:
-    """Show a deployment, its gates and the report of the gate waiting for a decision."""
+def gate_show(deployment: int = DEPLOYMENT_ARGUMENT, fmt: Format = OUTPUT_OPTION, watch: bool = WATCH_OPTION,
+              timeout: float = WATCH_TIMEOUT_OPTION) -> None:
+    """Show a deployment, its gates and the report of the gate waiting for a decision (--watch: follow it)."""
     from bot.services.deployments import get_deployment
 
     def body() -> None:
+        if watching(watch, fmt, timeout):
+            follow(context(), deployment, timeout)
+            return
         view = get_deployment(context(), deployment)
         output.emit(fmt, view, lambda: _show(view))
 

@@ -1,8 +1,9 @@
-"""What a deployment said as it moved, read back for a terminal that drives it: each state change and step line.
+"""What a deployment said as it moved, read back for a terminal: each state change and step line.
 
 The engine writes these into the outbox for the Slack thread (:mod:`bot.domain.events`); a CLI command that runs
 the engine in its own process reads the same rows to print progress while a long step (a cold start, a sweep)
-runs, so the terminal tells the story the thread does.
+runs, and ``--watch`` reads them to follow a deployment another process drives, so the terminal tells the story
+the thread does.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from dataclasses import dataclass
 
 from bot.adapters.store.outbox import event_of
 from bot.domain.events import AdmissionChanged, RolloutProgress, StateChanged
+from bot.domain.read_models import DeploymentView
 from bot.domain.states import State
 from bot.services.context import Context
+from bot.services.deployments import endpoint_row, resolve_endpoint
+from bot.services.transitions import deployment_view
 
 
 @dataclass(frozen=True)
@@ -51,3 +55,11 @@ def last_event(ctx: Context, deployment_id: int) -> int:
     with ctx.uow() as uow:
         rows = uow.events.for_deployment(deployment_id)
         return rows[-1].id if rows else 0
+
+
+def in_flight_on(ctx: Context, endpoint_name: str | None) -> tuple[str, DeploymentView | None]:
+    """The endpoint's name as declared (the only one when none is named) and its deployment in flight, if any."""
+    name = resolve_endpoint(ctx, endpoint_name)
+    with ctx.uow() as uow:
+        dep = uow.deployments.in_flight(endpoint_row(uow, name).id)
+        return name, (deployment_view(uow, dep) if dep is not None else None)
