@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
+from bot.domain.chat_text import literal
 from bot.domain.drills import KINDS
 from bot.domain.names import did_you_mean
 from bot.services.access import Identity
@@ -76,7 +77,7 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
                      f"`/kimi drill approve {view.id}` or `/kimi drill reject {view.id} REASON`.", ephemeral=False)
     if parsed.action == "reject":
         view = decide_drill(ctx, identity, parsed.drill, approve=False, reason=parsed.reason)
-        return reply(f"Drill #{view.id} ({view.kind} on *{view.endpoint}*) rejected: {view.reason}", ephemeral=False)
+        return reply(f"Drill #{view.id} ({view.kind} on *{view.endpoint}*) rejected: {literal(view.reason)}", ephemeral=False)
     view = decide_drill(ctx, identity, parsed.drill, approve=True)
 
     def go() -> Reply:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bot.bootstrap import Root
+from bot.domain.chat_text import literal
 from bot.services.access import Identity
 from bot.services.governance import list_exceptions
 from bot.views.parts import Heading, Reply, Text, plain
@@ -23,7 +24,7 @@ def run(root: Root, identity: Identity, parsed: bool) -> Reply:
     now = root.ctx.clock.now()
     lines = [
         f"*{e.id}* · {e.kind} · {e.scope} {e.target} · by {e.reviewer} · "
-        f"{'expired' if e.expires_at <= now else 'until'} {e.expires_at:%Y-%m-%d} · {e.reason}"
+        f"{'expired' if e.expires_at <= now else 'until'} {e.expires_at:%Y-%m-%d} · {literal(e.reason)}"
         for e in list_exceptions(root.ctx, identity, include_expired=parsed)[:30]
     ]
     parts = (Heading("Security exceptions"), Text("\n".join(lines) or "None in force."))

@@ -6,6 +6,7 @@ For a service (a pair of endpoints): both sides, each with its release, route we
 from __future__ import annotations
 
 from bot.bootstrap import Root
+from bot.domain.chat_text import literal
 from bot.services.access import Identity, authorize
 from bot.services.pairs import ServiceStatus, service_settings, service_status
 from bot.services.readiness import ProbeView, endpoint_status
@@ -81,7 +82,7 @@ def run(root: Root, identity: Identity, name: str | None) -> Reply:
         ]
         if s.cold_start is not None:
             lines.append(f"*last cold start:* {s.cold_start.words()} ({at(s.cold_start_at)})")
-        lines += [f"*incident:* {i.kind} since {at(i.opened_at)} — {i.reason}" for i in s.incidents]
+        lines += [f"*incident:* {i.kind} since {at(i.opened_at)} — {literal(i.reason)}" for i in s.incidents]
         dep = s.in_flight
         if dep is not None:
             lines.append("*in flight:* " + deployment_title(dep.id, dep.kind, dep.release, dep.endpoint, dep.state)

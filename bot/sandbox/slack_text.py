@@ -28,7 +28,8 @@ def ago(seconds: float) -> str:
 
 
 def as_slack_shows(text: str, now: dt.datetime | None = None) -> str:
-    """``text`` as Slack shows it: emoji names as emoji, ``<@U…>`` as ``@U…``, ``{ago}`` dates measured from ``now``."""
+    """``text`` as Slack shows it: emoji names as emoji, ``<@U…>`` as ``@U…``, ``{ago}`` dates measured from ``now``,
+    ``&lt;`` ``&gt;`` ``&amp;`` as the characters."""
     import emoji
 
     for code, shown in SLACK_ONLY_EMOJI.items():
@@ -43,4 +44,5 @@ def as_slack_shows(text: str, now: dt.datetime | None = None) -> str:
 
     text = SLACK_DATE.sub(date, text)
     text = re.sub(r"<!subteam\^([A-Z0-9]+)(?:\|[^>]*)?>", r"@\1", text)  # a user group, as Slack names it
-    return re.sub(r"<@([A-Z0-9]+)>", r"@\1", text)
+    text = re.sub(r"<@([A-Z0-9]+)>", r"@\1", text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")  # escaped text, as typed

@@ -24,6 +24,7 @@ from bot.adapters.store.models import Incident
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission, AdmissionError, AdmissionState, parse_admission
+from bot.domain.chat_text import literal
 from bot.domain.drills import seconds
 from bot.domain.events import AdmissionChanged, AdmissionStuck
 from bot.domain.names import did_you_mean, match
@@ -159,7 +160,7 @@ def record_admission(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, admis
         return
     uow.events.emit(AdmissionChanged(deployment_id=deployment_id, endpoint_name=endpoint_name, admission=str(admission),
                                      reason=reason, actor=actor, text=f"Admission of {endpoint_name} is now {admission}: "
-                                     f"{words} ({reason})."), at=now)
+                                     f"{words} ({literal(reason)})."), at=now)
 
 
 def open_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, reason: str) -> None:
@@ -171,7 +172,7 @@ def open_stuck_incident(uow: SqlUnitOfWork, ctx: Context, endpoint_name: str, re
     uow.incidents.add(Incident(endpoint_id=row.id, kind=STUCK, open=True, reason=reason, opened_at=now))
     group = ctx.settings.oncall_group
     mention = f"<!subteam^{group}> " if group else ""
-    text = (f"{mention}:rotating_light: {endpoint_name} stays closed to users: {reason}. Check the cluster, then "
+    text = (f"{mention}:rotating_light: {endpoint_name} stays closed to users: {literal(reason)}. Check the cluster, then "
             f"`/kimi rollback {endpoint_name}` or `/kimi admission open {endpoint_name} --reason …` (admin).")
     uow.audit.record(at=now, actor="kimi-ops", action="incident.opened", subject=f"endpoint:{endpoint_name}",
                      details={"kind": STUCK, "reason": reason})

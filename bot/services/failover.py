@@ -28,6 +28,7 @@ from bot.adapters.store.models import Endpoint, Incident
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.admission import Admission
+from bot.domain.chat_text import literal
 from bot.domain.events import FailoverNotice
 from bot.logs import logger_for
 from bot.services.admission import FAILOVER, AdmissionFailed, apply_admission, end_failover, record_admission
@@ -99,8 +100,8 @@ def _fail_over(ctx: Context, spec: EndpointSettings, trigger: Seen) -> str:
         uow.audit.record(at=now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{spec.name}",
                          details={"kind": FAILOVER, "reason": reason, "trigger": trigger.kind})
         _post(uow, spec, trigger, f":twisted_rightwards_arrows: `{spec.name}`: Kimi K3 stopped answering ({trigger.kind}: "
-                                  f"{trigger.reason}); the route is closed to the fallback: {words}. kimi-ops reopens it "
-                                  "once the readiness suite passes again; `/kimi admission close "
+                                  f"{literal(trigger.reason)}); the route is closed to the fallback: {words}. kimi-ops "
+                                  "reopens it once the readiness suite passes again; `/kimi admission close "
                                   f"{spec.name} --reason …` holds it closed.", now)
         uow.commit()
     return "failed over"

@@ -19,6 +19,7 @@ from bot.adapters.store.models import Endpoint, Incident
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
 from bot.domain.alert_rules import KIND_LABEL
+from bot.domain.chat_text import literal
 from bot.domain.drills import seconds
 from bot.domain.events import IncidentHandled, WatchAlert, WatchRecovered
 from bot.services.access import Identity, authorize
@@ -70,7 +71,7 @@ class Incidents:
             self._context = deployment_context(self.uow, self.row)
         icon = ":rotating_light:" if severity == "page" else ":warning:"
         mention = self._mention() if severity == "page" else ""
-        text = f"{icon} {mention}`{self.spec.name}` {kind}: {reason}.{fast_path(self.spec)}"
+        text = f"{icon} {mention}`{self.spec.name}` {kind}: {literal(reason)}.{fast_path(self.spec)}"
         self.uow.audit.record(at=self.now, actor=self.actor, action="incident.opened", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "severity": severity, "reason": reason, "incident_id": incident.id,
                                        "silenced_by": silence.silenced_by if silence else None})
@@ -90,7 +91,8 @@ class Incidents:
                               details={"kind": kind, "opened_at": incident.opened_at.isoformat(), "reason": incident.reason,
                                        "incident_id": incident.id})
         # The same words as a drill's recovery time ("4 s", "2 min 15 s"), never "0 min" beside "4 s".
-        text = f":large_green_circle: `{self.spec.name}` {kind} recovered after {seconds(self.now - incident.opened_at)}: {why}."
+        text = (f":large_green_circle: `{self.spec.name}` {kind} recovered after "
+                f"{seconds(self.now - incident.opened_at)}: {literal(why)}.")
         self.uow.events.emit(WatchRecovered(endpoint_name=self.spec.name, channel=self.spec.channel, text=text,
                                             incident_id=incident.id, incident=kind, silenced=silence is not None),
                              at=self.now)
@@ -146,7 +148,7 @@ def silence(ctx: Context, actor: Identity, incident_id: int, hours: float, reaso
         uow.events.emit(IncidentHandled(endpoint_name=endpoint.name, text="", incident_id=incident.id, action="silenced",
                                         actor=actor.user_id), at=now)
         uow.commit()
-        return f"{incident.kind} on {endpoint.name} silenced for {hours:g} h: {reason[:500]}"
+        return f"{incident.kind} on {endpoint.name} silenced for {hours:g} h: {literal(reason[:500])}"
 
 
 def _silence_in_alertmanager(ctx: Context, incident: Incident, endpoint: Endpoint, starts: dt.datetime,

@@ -37,6 +37,7 @@ from bot.adapters.store.models import Deployment, Endpoint, Incident, ReadinessC
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, RequestLimits
+from bot.domain.chat_text import literal
 from bot.domain.coldstart import ColdStart
 from bot.domain.drift import ClusterTruth, Recorded
 from bot.domain.events import ReadinessAlert, ReadinessRecovered
@@ -277,9 +278,9 @@ class _Incidents:
             return False  # already alerted: no storm
         self.uow.incidents.add(Incident(endpoint_id=self.row.id, kind=kind, open=True, reason=reason, opened_at=self.now))
         if kind == FAILING:
-            text = f":red_circle: {self._mention()}Endpoint `{self.spec.name}` is not answering: {reason}."
+            text = f":red_circle: {self._mention()}Endpoint `{self.spec.name}` is not answering: {literal(reason)}."
         else:
-            text = f":large_orange_circle: Endpoint `{self.spec.name}` is slow: {reason}."
+            text = f":large_orange_circle: Endpoint `{self.spec.name}` is slow: {literal(reason)}."
         text += fast_path(self.spec)
         self.uow.audit.record(at=self.now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{self.spec.name}",
                               details={"kind": kind, "reason": reason})
@@ -299,7 +300,7 @@ class _Incidents:
 
     def recovered(self, kinds: list[str], probe: ProbeView) -> None:
         what = " and ".join("answering" if k == FAILING else "within its first-token objective" for k in kinds)
-        text = f":large_green_circle: Endpoint `{self.spec.name}` is {what} again: {probe.summary}."
+        text = f":large_green_circle: Endpoint `{self.spec.name}` is {what} again: {literal(probe.summary)}."
         self.uow.events.emit(ReadinessRecovered(endpoint_name=self.spec.name, text=text, channel=self.spec.channel,
                                                 incidents=tuple(kinds)), at=self.now)
 

@@ -4,7 +4,8 @@ The services name a command a person can type the way Slack spells it
 (`` `/kimi cancel 5 force` ``); the CLI prints every sentence through
 :func:`for_terminal`, which rewrites each such command into the CLI's own
 spelling (`` `kimi-ops cancel 5 --force` ``). Commands that exist only in a
-terminal (``kimi-ops db upgrade``) are written that way everywhere.
+terminal (``kimi-ops db upgrade``) are written that way everywhere. Outside text in a
+sentence is escaped for Slack (:func:`bot.domain.chat_text.literal`); a terminal shows it as typed.
 """
 
 from __future__ import annotations
@@ -37,5 +38,7 @@ def terminal_command(words: str) -> str:
 
 
 def for_terminal(text: str) -> str:
-    """``text`` with every `` `/kimi …` `` command written as the terminal's `` `kimi-ops …` ``."""
-    return _SLASH.sub(lambda m: f"`{terminal_command(m.group(1))}`", text)
+    """``text`` with every `` `/kimi …` `` command written as the terminal's `` `kimi-ops …` ``, and Slack's
+    escapes (``&lt;``, ``&gt;``, ``&amp;``) as the characters they stand for."""
+    text = _SLASH.sub(lambda m: f"`{terminal_command(m.group(1))}`", text)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.config import EndpointSettings
+from bot.domain.chat_text import literal
 from bot.domain.checks import STATUS_ORDER, GateReport
 from bot.domain.limits import (
     LimitsAcceptance,
@@ -43,7 +44,8 @@ from bot.views.tables import (
 def check_lines(report: GateReport, *, passing: bool = True) -> list[str]:
     """One line per check, the worst first (what a reviewer must read first); without ``passing``, only the others."""
     ordered = sorted(report.checks, key=lambda c: -STATUS_ORDER[c.status])
-    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {c.reason}" for c in ordered if passing or c.status != "pass"]
+    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {literal(c.reason)}" for c in ordered
+            if passing or c.status != "pass"]
 
 
 def passed_line(report: GateReport) -> str | None:
@@ -200,5 +202,5 @@ def waiting_for(endpoint: EndpointSettings, requested_by: str) -> str:
 
 def decided_note(decision: str, decided_by: str, decided_at: dt.datetime, reason: str | None) -> Note:
     verb = f"{Icon.PASS} Approved" if decision == "approved" else f"{Icon.REJECTED} Rejected"
-    why = f" — {reason}" if reason else ""
+    why = f" — {literal(reason)}" if reason else ""
     return Note(f"{verb} by {person(decided_by)} at {decided_at:%Y-%m-%d %H:%M} UTC{why}")

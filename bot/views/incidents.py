@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from bot.domain.chat_text import literal
 from bot.views.actions import INCIDENT_ACK, INCIDENT_ROLLBACK, INCIDENT_SILENCE
 from bot.views.parts import Button, Buttons, Note, Part, Text, person
 
@@ -35,7 +36,7 @@ def alert_parts(text: str, incident_id: int, context: Mapping[str, Any], *, ackn
         parts.append(Note(f":eyes: acknowledged by {person(acknowledged_by)}"))
     if silenced_by and silenced_until:
         parts.append(Note(f":no_bell: silenced by {person(silenced_by)} until "
-                          f"{silenced_until.strftime('%Y-%m-%d %H:%M')} UTC: {silence_reason or ''}"))
+                          f"{silenced_until.strftime('%Y-%m-%d %H:%M')} UTC: {literal(silence_reason or '')}"))
     if closed:
         parts.append(Note(":large_green_circle: recovered"))
         return parts

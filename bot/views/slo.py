@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from bot.domain.chat_text import literal
 from bot.domain.slo import Burn
 from bot.views.parts import Heading, Note, Part, Table, Text
 from bot.views.tables import text_table
@@ -35,6 +36,6 @@ def slo_parts(endpoint: str, window_days: float, burns: Sequence[Burn], incident
     parts.append(Table("burn rate per window (1× spends the budget exactly over the window) and budget left",
                        text_table(header, rows), what="objectives"))
     for kind, reason, opened in incidents:
-        parts.append(Text(f"*{kind}* since {opened:%Y-%m-%d %H:%M} UTC — {reason}"))
+        parts.append(Text(f"*{kind}* since {opened:%Y-%m-%d %H:%M} UTC — {literal(reason)}"))
     parts.append(Note(f"last reading {last_sample:%Y-%m-%d %H:%M} UTC"))
     return parts

@@ -19,6 +19,7 @@ from bot.adapters.store.models import Deployment, GateResult, Incident
 from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.chat_text import literal
 from bot.domain.checks import GateReport
 from bot.domain.events import RolloutProgress, StateChanged
 from bot.domain.limits import (
@@ -59,7 +60,7 @@ def root_text(dep: Deployment, state: str | None = None, reason: str | None = No
     # The title follows the event being delivered, not the database (which may already be further on).
     state, reason = (state, reason) if state else (dep.state, dep.state_reason)
     return slack_text(deployment_title(dep.id, work_kind(dep.kind, dep.cause_id), dep.release.name, dep.endpoint.name, state)
-                      + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{reason}_" if reason else ""))
+                      + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{literal(reason)}_" if reason else ""))
 
 
 def pods_line(uow: SqlUnitOfWork, dep: Deployment) -> str | None:
@@ -127,7 +128,7 @@ def traffic_limits_parts(uow: SqlUnitOfWork, dep: Deployment, row: GateResult, r
 def limits_settled(report: GateReport, acceptance: LimitsAcceptance) -> GateReport:
     """``report`` as shown once its proposal was accepted: its limits warning no longer asks for the acceptance."""
     checks = [check.model_copy(update={"reason": f"{check.reason.split('; accept the proposal')[0]}; accepted since by "
-                                                 f"{person(acceptance.accepted_by)}"})
+                                                 f"{acceptance.accepted_by}"})
               if check.name == "traffic.limits" and check.status == "warn" else check for check in report.checks]
     return report.model_copy(update={"checks": checks})
 

@@ -46,6 +46,7 @@ from bot.adapters.slack.thread import DeploymentThread
 from bot.adapters.store.models import Event, Incident
 from bot.adapters.store.outbox import UnknownEvent, event_of
 from bot.adapters.store.uow import SqlUnitOfWork, UnitOfWorkFactory
+from bot.domain.chat_text import literal
 from bot.domain.events import (
     ChannelNotice,
     FailoverNotice,
@@ -241,7 +242,7 @@ class SlackNotifier:
         if not incident.slack_channel or not incident.slack_ts:
             return
         alert = next((e for e in uow.events.for_endpoint_kind(incident.endpoint_id, WatchAlert.KIND, incident.id)), None)
-        text = slack_text(str(alert.payload.get("text", ""))) if alert is not None else incident.reason
+        text = slack_text(str(alert.payload.get("text", ""))) if alert is not None else literal(incident.reason)
         context = dict(alert.payload.get("context") or {}) if alert is not None else {}
         rendered = render(incident_parts(incident, text, context))
         self.client.chat_update(channel=incident.slack_channel, ts=incident.slack_ts, text=rendered.text,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bot.adapters.store.models import Drill
 from bot.domain import drills as rules
+from bot.domain.chat_text import literal
 from bot.domain.drills import DrillView
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
@@ -93,7 +94,8 @@ def decide_drill(ctx: Context, actor: Identity, drill_id: int, approve: bool, re
         else:
             drill.state, drill.active, drill.ended_at, drill.reason = rules.REJECTED, None, now, reason[:500]
             say(uow, spec, drill, now, actor.user_id, "drill.rejected",
-                 f":test_tube: {actor.user_id} rejected drill #{drill.id} ({drill.kind} on `{spec.name}`): {reason[:500]}",
+                 f":test_tube: {actor.user_id} rejected drill #{drill.id} ({drill.kind} on `{spec.name}`): "
+                 f"{literal(reason[:500])}",
                  reason=reason[:500])
         view = view_of(drill)
         uow.commit()

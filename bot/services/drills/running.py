@@ -11,6 +11,7 @@ from bot.adapters.clock import Sleeps
 from bot.adapters.store.repositories import Conflict
 from bot.config import EndpointSettings
 from bot.domain import drills as rules
+from bot.domain.chat_text import literal
 from bot.domain.drills import DrillView
 from bot.domain.health import WorkloadHealth, crash_faults, node_faults
 from bot.domain.rollout import RenderedManifest
@@ -262,7 +263,7 @@ def _finish(ctx: Context, run: _Run, passed: bool, reason: str, detected: dt.dat
         view = view_of(drill)
         icon = ":white_check_mark:" if passed else ":x:"
         say(uow, run.spec, drill, now, ACTOR, "drill.ended",
-             f"{icon} drill #{drill.id} ({drill.kind} on `{run.spec.name}`) {view.state}: {reason}"
+             f"{icon} drill #{drill.id} ({drill.kind} on `{run.spec.name}`) {view.state}: {literal(reason)}"
              + (f"; alerts: {', '.join(view.alerts)}" if view.alerts else "; no alert fired") + ".",
              passed=passed, detection_seconds=view.detection_seconds, recovery_seconds=view.recovery_seconds,
              alerts=view.alerts, notes=notes)

@@ -10,6 +10,7 @@ from typing import Any
 from bot.adapters.store.models import Incident, Reservation
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.chat_text import literal
 from bot.domain.events import (
     EndpointIncidentNotice,
     ReservationAlert,
@@ -300,7 +301,7 @@ class Watch:
             self._incident(
                 spec, WATCH_INCIDENT, spec.region in errors, reason,
                 (ReservationWatchFailed,
-                 f":warning: The reservation watch is blind for endpoint `{spec.name}`: {reason}. No reservation alert "
+                 f":warning: The reservation watch is blind for endpoint `{spec.name}`: {literal(reason)}. No reservation alert "
                  "can be sent until it reads AWS again; check this process's AWS credentials and permissions."),
                 (ReservationWatchRecovered,
                  f":large_green_circle: The reservation watch reads AWS in {spec.region} again for endpoint `{spec.name}`."),
