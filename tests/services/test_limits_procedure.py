@@ -27,7 +27,7 @@ def wf(make_ctx: Any) -> Any:
     return workflow(make_ctx, releases=2)
 
 
-def _propose(ctx: Any, dep_id: int, concurrent: int, queue: int) -> str:
+def propose_limits(ctx: Any, dep_id: int, concurrent: int, queue: int) -> str:
     report = GateReport(gate="traffic", checks=[Check.passed("traffic.sweep", "measured")],
                         attachments={"proposal": {"max_concurrent_requests": concurrent, "max_queue_size": queue}})
     with ctx.uow() as uow:
@@ -41,7 +41,7 @@ def test_limits_accepted_while_live_go_through_a_restore_behind_a_closed_door(wf
     live = deploy_to_live(ctx, engine)
     cluster: FakeCluster = ctx.ports.cluster
     applied_before, admission_before = len(cluster.applied), list(cluster.admission)
-    accepted = accept_proposed_limits(ctx, None, live.id, ADMIN, seen_report_hash=_propose(ctx, live.id, 5, 10))
+    accepted = accept_proposed_limits(ctx, None, live.id, ADMIN, seen_report_hash=propose_limits(ctx, live.id, 5, 10))
     # Nothing applied over the users: a restore of the same release will.
     assert accepted.applied_sha256 is None and accepted.restore_id is not None
     assert len(cluster.applied) == applied_before
@@ -78,7 +78,7 @@ def test_limits_accepted_while_the_ramp_holds_close_drain_apply_pass_readiness_a
     cluster: FakeCluster = ctx.ports.cluster
     applied, admission, watches = len(cluster.applied), len(cluster.admission), len(cluster.watched_since)
 
-    accepted = accept_proposed_limits(ctx, None, view.id, ADMIN, seen_report_hash=_propose(ctx, view.id, 5, 10))
+    accepted = accept_proposed_limits(ctx, None, view.id, ADMIN, seen_report_hash=propose_limits(ctx, view.id, 5, 10))
     # Stored as the next revision, not applied over the users the ramp admitted; the command drives the ramp.
     assert accepted.ramping and accepted.applied_sha256 is None and accepted.drive == view.id
     assert accepted.how == "close → drain → apply → readiness → the ramp again from its first step"
@@ -151,7 +151,7 @@ def test_limits_applied_at_the_traffic_gate_pass_readiness_again_before_anyone_i
     ctx, engine = wf
     view = _to_traffic_gate(ctx, engine)
     cluster: FakeCluster = ctx.ports.cluster
-    report_hash = _propose(ctx, view.id, 5, 10)
+    report_hash = propose_limits(ctx, view.id, 5, 10)
     accepted = accept_proposed_limits(ctx, None, view.id, ADMIN, seen_report_hash=report_hash)
     assert accepted.applied_sha256 is not None  # users are closed out: applied at once, as a new revision
     watches, opened = len(cluster.watched_since), cluster.admission.count(True)
