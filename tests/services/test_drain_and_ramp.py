@@ -13,10 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
+from slack_sdk import WebClient
 
 from bot.adapters.cluster.rest import object_path
+from bot.adapters.slack.notifier import SlackNotifier
 from bot.cli.shell import Shell
 from bot.sandbox.gateway import Routed
+from bot.sandbox.slack_stub import SlackStub
 from bot.sandbox.stack import APPROVER_1, CHANNEL, DEPLOYER, ENDPOINT, GROUPS, NAMESPACE
 from bot.services.access import Identity
 from bot.services.deployments import decide_gate, get_deployment, request_deploy
@@ -184,5 +187,13 @@ def test_a_ramp_step_whose_objectives_break_returns_everyone_to_the_previous_rel
         assert during[("50%", Routed(ENDPOINT, False))] == 0  # …ordinary users never did
         reached = world.kimi_at_gateway("open")
         wait_until("users on the restored release", lambda: world.kimi_at_gateway("open") > reached)
+        # Users were given back before any picture of the ramp was drawn: the notifier draws it afterwards.
+        reports = world.ctx.settings.data_dir / "reports"
+        assert not list(reports.glob("ramp-*"))
+        with SlackStub() as stub:
+            SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), world.ctx.uow, world.ctx.clock,
+                          plot_dir=reports).deliver_pending()
+            (upload,) = [u for _, u in stub.files_in(CHANNEL) if u.filename == f"ramp-{ENDPOINT}-{dep}.png"]
+        assert upload.data == (reports / f"ramp-{ENDPOINT}-{dep}.png").read_bytes()
     finally:
         world.sandbox.stop()

@@ -42,6 +42,7 @@ from slack_sdk import WebClient
 
 from bot.adapters.clock import Clock
 from bot.adapters.gate_plots import gate_png, plottable
+from bot.adapters.plots import png_bytes, ramp_figure
 from bot.adapters.slack.blocks import render, slack_text
 from bot.adapters.slack.messages import (
     gate_message,
@@ -56,6 +57,7 @@ from bot.adapters.slack.messages import (
 )
 from bot.adapters.slack.once import PostOnce
 from bot.adapters.store.models import Deployment, GateResult
+from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.domain.chat_text import literal
 from bot.domain.events import (
@@ -144,7 +146,14 @@ class DeploymentThread:
         self.client.chat_update(channel=channel, ts=ts, text=rendered.text, blocks=rendered.blocks)
 
     def _ramp_plot(self, uow: SqlUnitOfWork, dep: Deployment, event: RampPlot, key: str) -> None:
-        """The ramp's PNG into its thread, once; one not readable on this replica (or changed) becomes a note."""
+        """The ramp's PNG into its thread, once, drawn here from its stored split messages.
+
+        An event written by an earlier version names the file the engine drew: one not readable on this replica (or
+        changed) becomes a note.
+        """
+        if not event.path:
+            self._draw_ramp(uow, dep, event, key)
+            return
         try:
             data: bytes | None = Path(event.path).read_bytes()
         except OSError:
@@ -155,6 +164,23 @@ class DeploymentThread:
             return
         channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
         self.posts.upload(key, channel, thread_ts, data, filename=Path(event.path).name, title=event.title)
+
+    def _draw_ramp(self, uow: SqlUnitOfWork, dep: Deployment, event: RampPlot, key: str) -> None:
+        points = [{"at": row.at, "step": split.step, "sides": list(split.sides)}
+                  for row in uow.events.for_deployment(dep.id)
+                  if row.kind == RampSplit.KIND and isinstance(split := event_of(row), RampSplit)]
+        if len(points) < 2:
+            return  # one split is no line to draw; the ramp message has it
+        try:
+            data = png_bytes(ramp_figure(points, event.title))
+        except Exception:  # the ramp message above has the numbers; a missing picture is a note
+            log.warning("the ramp plot of deployment #%s could not be drawn", dep.id, exc_info=True)
+            self._reply(dep, key, "The ramp's plot could not be drawn; the ramp message above has its numbers.")
+            return
+        name = f"ramp-{dep.endpoint.name}-{dep.id}.png"
+        self._keep(name, data)
+        channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
+        self.posts.upload(key, channel, thread_ts, data, filename=name, title=event.title)
 
     def _thread_notice(self, uow: SqlUnitOfWork, dep: Deployment, event: ChannelNotice, key: str) -> None:
         if event.text:

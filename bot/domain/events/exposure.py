@@ -75,13 +75,18 @@ class RampSplit(OutboxEvent):
 
 @dataclass(frozen=True, kw_only=True)
 class RampPlot(OutboxEvent):
-    """The ramp ended (live or aborted): the PNG of its weights and latencies, uploaded into the thread."""
+    """The ramp ended (live or aborted): the PNG of its weights and latencies, uploaded into the thread.
+
+    Written with the ramp's last split message; the notifier draws the PNG from the stored split messages when it
+    delivers this (``path`` empty), so no plot is drawn while users wait on a broken step. An event written
+    before that carries the file the engine drew (``path``, ``sha256``).
+    """
 
     KIND: ClassVar[str] = "ramp.plot"
     deployment_id: int
-    path: str
-    sha256: str
     title: str
+    path: str = ""
+    sha256: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

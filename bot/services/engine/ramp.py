@@ -2,7 +2,8 @@
 
 Each share's split (the candidate and where the rest of the users are) is a thread message; a ramp
 configured with approval steps holds before them until an approver answers (:mod:`bot.services.ramp_approvals`).
-At the end the ramp's plot is drawn from the stored split messages.
+At the end the ramp's plot is asked for, with the last split message; the notifier draws it from the stored
+split messages afterwards, so a step that broke its objectives gives users back without waiting for a picture.
 """
 
 from __future__ import annotations
@@ -11,15 +12,12 @@ import datetime as dt
 import time
 from typing import Any
 
-from bot.adapters.plots import plot_ramp
-from bot.adapters.store.outbox import event_of
 from bot.domain.admission import Admission, parse_admission
 from bot.domain.events import RampPlot, RampSplit
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.ramp import Window, needs_approval, next_step, ramp_steps, window_between, window_summary
 from bot.domain.rollout import RolloutProgress
 from bot.domain.states import State
-from bot.logs import logger_for
 from bot.services.admission import AdmissionFailed, apply_admission, record_admission
 from bot.services.alert_rules import apply_after_go_live
 from bot.services.engine.closed_door import own_words, reach_now, stored_own
@@ -28,8 +26,6 @@ from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed, Wa
 from bot.services.objectives import RampObjectives
 from bot.services.ramp_approvals import RAMP_ASKED, ramp_steps_approved
 from bot.services.transitions import transition
-
-log = logger_for(__name__)
 
 
 def ramp(runner: Runner, snap: Snapshot) -> None:
@@ -81,6 +77,7 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
     with runner.ctx.uow() as uow:
         dep = runner.locked(uow, snap)
         uow.events.emit(_split_event(snap, "open", last, outcome="live"), at=runner.ctx.clock.now())
+        uow.events.emit(_ramp_plot(snap), at=runner.ctx.clock.now())
         if endpoint.pair is not None:
             # The other side keeps its release warm with no users: `/kimi rollback SERVICE` moves them back.
             record_admission(uow, runner.ctx, endpoint.pair.partner, Admission.closed(),
@@ -92,7 +89,6 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
                    f"{endpoint.name}", details={"admission": "open"})
         uow.commit()
     apply_after_go_live(runner.ctx, endpoint.name, snap.id)  # the alerts' release label follows at once
-    _ramp_plot(runner, snap)
 
 def _ask_approval(runner: Runner, snap: Snapshot, step: str) -> bool:
     """True when ``step`` was approved; otherwise ask for it in the thread (once) and say False."""
@@ -134,24 +130,10 @@ def _split_event(snap: Snapshot, step: str, windows: dict[str, Window], *, next_
     return RampSplit(deployment_id=snap.id, endpoint_name=endpoint.name, step=step, sides=tuple(sides),
                      next_step=next_step, next_at=next_at, outcome=outcome)
 
-def _ramp_plot(runner: Runner, snap: Snapshot) -> None:
-    """The PNG of the ramp from its stored split messages (a resumed ramp's earlier steps included); best effort."""
-    try:
-        with runner.ctx.uow() as uow:
-            points = [{"at": row.at, "step": event.step, "sides": list(event.sides)}
-                      for row in uow.events.for_deployment(snap.id)
-                      if row.kind == RampSplit.KIND and isinstance(event := event_of(row), RampSplit)]
-        if len(points) < 2:
-            return
-        title = f"Ramp of {snap.subject.release.name} on {snap.endpoint.name} · deployment #{snap.id}"
-        path = runner.ctx.settings.data_dir / "reports" / f"ramp-{snap.endpoint.name}-{snap.id}.png"
-        plot = plot_ramp(points, path, title)
-        with runner.ctx.uow() as uow:
-            uow.events.emit(RampPlot(deployment_id=snap.id, endpoint_name=snap.endpoint.name, path=plot["path"],
-                                     sha256=plot["sha256"], title=title), at=runner.ctx.clock.now())
-            uow.commit()
-    except Exception:  # the thread's message has the numbers; a missing picture never fails a ramp
-        log.warning("deployment #%s: the ramp's plot could not be drawn", snap.id, exc_info=True)
+def _ramp_plot(snap: Snapshot) -> RampPlot:
+    """The ask for the ramp's PNG, drawn by the notifier from the stored split messages (a resumed ramp's included)."""
+    title = f"Ramp of {snap.subject.release.name} on {snap.endpoint.name} · deployment #{snap.id}"
+    return RampPlot(deployment_id=snap.id, endpoint_name=snap.endpoint.name, title=title)
 
 def _show_split(runner: Runner, snap: Snapshot, step: str, windows: dict[str, Window], *, next_step: str | None) -> None:
     now = runner.ctx.clock.now()
@@ -205,8 +187,8 @@ def _soak(runner: Runner, snap: Snapshot, step: str, admission: Admission) -> di
                 else "the previous release is restored")
         with runner.ctx.uow() as uow:
             uow.events.emit(_split_event(snap, step, windows, outcome=f"{why}; {back}"), at=runner.ctx.clock.now())
+            uow.events.emit(_ramp_plot(snap), at=runner.ctx.clock.now())
             uow.commit()
-        _ramp_plot(runner, snap)
         raise StepFailed(why)
     runner.progress(snap, RolloutProgress(f"ramp step {step} held: {'; '.join(seen)}", "ramping"))
     return windows
