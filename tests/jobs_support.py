@@ -116,5 +116,6 @@ class ScriptedEndpoint:
     def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
         return MetricsSnapshot(0, 0, 0.0, 0.0, None, None)
 
-    def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float,
+              stop: object = None) -> tuple[bool, MetricsSnapshot | None]:
         return True, self.metrics(endpoint)

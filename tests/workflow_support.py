@@ -168,7 +168,7 @@ class FakeEndpoint:
     def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
         return MetricsSnapshot(0, 0, 0.1, 0.5, 0.1, 0.3)
 
-    def drain(self, endpoint: EndpointSettings, timeout_seconds: float):
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float, stop: object = None):
         if self.drained:
             return True, self.metrics(endpoint)
         return False, MetricsSnapshot(2, 1, 0.4, 0.5, 0.1, 0.3)

@@ -75,3 +75,9 @@ class GateReport(BaseModel):
         """Stable hash of the report; an approval is bound to it."""
         canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def stopped_report(gate: GateName, check: str) -> GateReport:
+    """The report of a gate run stopped before its end (its deployment moved on elsewhere): an error, so even a
+    caller that stored it by mistake could never approve it."""
+    return GateReport(gate=gate, checks=[Check.errored(check, "the run was stopped before its end; run the checks again")])

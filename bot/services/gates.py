@@ -7,6 +7,7 @@ check, never a ``pass``: a report with an error cannot be approved.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -154,27 +155,31 @@ HUMAN_STEP = {
 }
 
 
-def model_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:
+def model_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = None,
+                 stop: threading.Event | None = None) -> GateReport:
     if ctx.ports.evaluator is None:
         return _human_decides("model", "model.evaluation", "evaluation")
     report = run_model_gate(ctx, subject.endpoint, subject.release.name, subject.baseline_reports.get("model"),
-                            ledger=ledger)
+                            ledger=ledger, stop=stop)
     return with_release_report(ctx, report, subject.release.evaluation_report)
 
 
-def traffic_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:
+def traffic_report(ctx: Context, subject: GateSubject, ledger: OwnLedger | None = None,
+                   stop: threading.Event | None = None) -> GateReport:
     if ctx.ports.loadgen is None:
         return _human_decides("traffic", "traffic.sweep", "load sweep")
     return run_traffic_gate(ctx, subject.endpoint, subject.release.name, manifest=subject.release,
-                            deployment_id=subject.deployment_id, ledger=ledger)
+                            deployment_id=subject.deployment_id, ledger=ledger, stop=stop)
 
 
-def run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | None = None) -> GateReport:
+def run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | None = None,
+             stop: threading.Event | None = None) -> GateReport:
     """Run one gate's checks, and say on each gate when nothing keeps users off the candidate.
 
-    ``ledger`` keeps the requests the model and traffic gates send to the candidate, each before it is sent.
+    ``ledger`` keeps the requests the model and traffic gates send to the candidate, each before it is sent;
+    once ``stop`` is set, their evaluation or sweep sends nothing more and ends (its report is not to be stored).
     """
-    report = _run_gate(ctx, gate, subject, ledger)
+    report = _run_gate(ctx, gate, subject, ledger, stop)
     endpoint = subject.endpoint
     if endpoint.route is not None or endpoint.door.application_layer is not None:
         return report
@@ -183,7 +188,8 @@ def run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | 
     return report.model_copy(update={"checks": [*report.checks, unguarded]})
 
 
-def _run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | None) -> GateReport:
+def _run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger | None,
+              stop: threading.Event | None) -> GateReport:
     """Run one gate's checks; an unexpected failure becomes an ``error`` report, never a crash."""
     try:
         if gate == "artifact":
@@ -191,9 +197,9 @@ def _run_gate(ctx: Context, gate: str, subject: GateSubject, ledger: OwnLedger |
         if gate == "infrastructure":
             return infrastructure_report(ctx, subject, ctx.clock.now())
         if gate == "model":
-            return model_report(ctx, subject, ledger)
+            return model_report(ctx, subject, ledger, stop)
         if gate == "traffic":
-            return traffic_report(ctx, subject, ledger)
+            return traffic_report(ctx, subject, ledger, stop)
     except Exception as exc:
         log.exception("gate %s checks crashed", gate)
         return GateReport(gate=gate, checks=[Check.errored(f"{gate}.checks", f"the checks could not run: {_short(exc)}")])

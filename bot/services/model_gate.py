@@ -9,11 +9,12 @@ so the next release's gate compares against them.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from bot.config import EndpointSettings
-from bot.domain.checks import Check, GateReport
+from bot.domain.checks import Check, GateReport, stopped_report
 from bot.domain.evaluation import (
     EvalSet,
     EvalSetError,
@@ -63,10 +64,11 @@ def baseline_summary(baseline: dict[str, Any] | None) -> tuple[Summary | None, s
 
 
 def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, baseline: dict[str, Any] | None, *,
-                   ledger: OwnLedger | None = None) -> GateReport:
+                   ledger: OwnLedger | None = None, stop: threading.Event | None = None) -> GateReport:
     """Evaluate ``release_name`` as served by ``endpoint``; ``baseline`` is the live release's model-gate report.
 
-    ``ledger`` hears of each case before it is sent (kimi-ops's own requests, for the closed door).
+    ``ledger`` hears of each case before it is sent (kimi-ops's own requests, for the closed door). Once ``stop``
+    is set the evaluation sends nothing more, and the report says only that it was stopped (nobody stores it).
     """
     try:
         evaluator = require(ctx.ports.evaluator, "endpoint client", "to run the evaluation set")
@@ -78,7 +80,9 @@ def run_model_gate(ctx: Context, endpoint: EndpointSettings, release_name: str, 
         return GateReport(gate="model", checks=[Check.errored("model.evaluation_set", str(exc))])
     cases = expand(eval_set)
     answers = evaluator.run(endpoint, cases, concurrency=eval_set.concurrency, timeout=eval_set.timeout_seconds,
-                            ledger=ledger)
+                            ledger=ledger, stop=stop)
+    if stop is not None and stop.is_set():
+        return stopped_report("model", "model.evaluation")
     if answers and all(a.http_status is None for a in answers):
         first = answers[0].error or "no answer"
         silent = Check.errored("model.evaluation", f"the endpoint {endpoint.url} did not answer: {first}")

@@ -157,8 +157,9 @@ class EndpointClient(Protocol):
 
     def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot: ...
 
-    def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
-        """Wait until no request runs or waits; ``(drained, last snapshot)``."""
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float,
+              stop: threading.Event | None = None) -> tuple[bool, MetricsSnapshot | None]:
+        """Wait until no request runs or waits, the deadline, or ``stop``; ``(drained, last snapshot)``."""
         ...
 
 
@@ -166,7 +167,8 @@ class Evaluator(Protocol):
     """Sends the model gate's evaluation cases to an endpoint (bounded concurrency)."""
 
     def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float,
-            ledger: OwnLedger | None = None) -> list[Answer]: ...
+            ledger: OwnLedger | None = None, stop: threading.Event | None = None) -> list[Answer]:
+        """One answer per case; once ``stop`` is set no case is sent and the streams under way are cut."""
 
 
 class LoadGenerator(Protocol):
@@ -174,8 +176,9 @@ class LoadGenerator(Protocol):
 
     def sweep(self, endpoint: EndpointSettings, plan: SweepPlan, objectives: Objectives,
               on_level: Callable[[LevelStats], None] | None = None, ledger: OwnLedger | None = None,
-              workload: Workload | None = None) -> SweepOutcome:
-        """``workload``: what to send (production's mix synthesised); None sends the plan's fixed prompt."""
+              workload: Workload | None = None, stop: threading.Event | None = None) -> SweepOutcome:
+        """``workload``: what to send (production's mix synthesised); None sends the plan's fixed prompt. Once
+        ``stop`` is set the sweep sends nothing more, cuts the streams under way and returns what it measured."""
 
 
 class ReservationSource(Protocol):

@@ -19,11 +19,12 @@ release restores its own accepted limits with its exact stored manifest.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from bot.config import EndpointSettings, RequestLimits
-from bot.domain.checks import Check, GateReport
+from bot.domain.checks import Check, GateReport, stopped_report
 from bot.domain.events import LimitsAccepted
 from bot.domain.limits import (
     LIMITS_ACCEPTED,
@@ -74,12 +75,13 @@ def sweep_plan(ctx: Context, endpoint: EndpointSettings) -> SweepPlan:
 
 def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | None = None, *,
                      manifest: ReleaseManifest | None = None, deployment_id: int | None = None,
-                     kind: str = "traffic-gate", actor: str = "kimi-ops", ledger: OwnLedger | None = None) -> GateReport:
+                     kind: str = "traffic-gate", actor: str = "kimi-ops", ledger: OwnLedger | None = None,
+                     stop: threading.Event | None = None) -> GateReport:
     """Sweep ``endpoint``'s concurrency with production's mix and propose admission limits below the knee.
 
     ``manifest`` is the release measured (its context length and whether it takes images); each sweep is kept
     as the endpoint's newest capacity review (``kind``: the traffic gate's, or an on-demand one); ``ledger``
-    keeps each request sent.
+    keeps each request sent. A sweep ``stop`` cut short is no review: its report only says it was stopped.
     """
     try:
         loadgen = require(ctx.ports.loadgen, "load generator")
@@ -88,7 +90,9 @@ def run_traffic_gate(ctx: Context, endpoint: EndpointSettings, release: str | No
     plan = sweep_plan(ctx, endpoint)
     objectives = objectives_for(ctx, endpoint)
     workload = workload_for(ctx, endpoint, plan, manifest)
-    outcome = loadgen.sweep(endpoint, plan, objectives, ledger=ledger, workload=workload)
+    outcome = loadgen.sweep(endpoint, plan, objectives, ledger=ledger, workload=workload, stop=stop)
+    if stop is not None and stop.is_set():
+        return stopped_report("traffic", "traffic.sweep")
     if not outcome.levels or all(lv.ok == 0 and lv.rejected == 0 for lv in outcome.levels):
         said = next((lv.first_error for lv in outcome.levels if lv.first_error), None)
         why = f" (every request failed: {said})" if said else ""

@@ -8,6 +8,7 @@ as the readiness client already judges them. Add a row for a new misbehaviour.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,11 +16,12 @@ import httpx
 import pytest
 
 from bot.adapters.endpoint import HttpEndpointClient
-from bot.adapters.endpoint.evaluation import HttpEvaluator, stream_chat
+from bot.adapters.endpoint.evaluation import STOPPED, HttpEvaluator, stream_chat
 from bot.adapters.endpoint.loadgen import _Sampler
 from bot.adapters.endpoint.metrics import parse_metrics
 from bot.config import EndpointSettings
 from bot.domain.evaluation import EvalCase
+from bot.domain.own_requests import Counted
 from bot.domain.sweep import Sample
 from bot.sandbox.openai_server import OpenAIServer
 
@@ -115,3 +117,26 @@ def test_the_gauge_is_averaged_over_engines_and_the_counters_win_when_present() 
         "# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total 4\n"
     )
     assert parse_metrics(both).prefix_cache_hit_rate == pytest.approx(0.25)
+
+
+def test_a_stopped_evaluation_cuts_its_stream_and_sends_no_further_case(server: OpenAIServer) -> None:
+    """A stop (the deployment moved on elsewhere) ends the run at the next token, not when the answers would."""
+    server.configure(token_delay=0.5)  # 16 tokens: eight seconds a case, and the set is long
+    endpoint = EndpointSettings(name="kimi-test", url=server.url, served_model_name=SERVED)
+    cases = [EvalCase.model_validate({"id": f"c{n}", "kind": "coding", "messages": [{"role": "user", "content": "Hi."}],
+                                      "checks": {"regex": ["hello"]}}) for n in range(20)]
+    stop = threading.Event()
+    kept: list[str] = []
+
+    class Ledger:
+        def sent(self) -> None:
+            kept.append("sent")
+            stop.set()  # the stop comes while the first case streams
+
+        def settled(self, kind: Counted) -> None:
+            kept.append(kind)
+
+    answers = HttpEvaluator().run(endpoint, cases, concurrency=1, timeout=600, ledger=Ledger(), stop=stop)
+    assert [a.error for a in answers] == [STOPPED] * len(cases)
+    assert kept == ["sent", "uncertain"]  # one case sent, cut mid-answer: the server may count it; none other sent
+    assert server.wait_for(lambda s: s.running == 0 and s.served + s.aborted == 1), server.stats()

@@ -12,6 +12,7 @@ domain for scoring and is never logged here.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -106,12 +107,17 @@ def _stream_error(chunk: dict[str, Any]) -> str | None:
     return f"error during the stream: {str(message or 'no message')[:200]}"
 
 
+STOPPED = "stopped: the run was abandoned"
+"""The error of a request a stopped run cut mid-stream, or never sent."""
+
+
 def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, case_id: str = "",
-                deadline: float | None = None) -> Answer:
+                deadline: float | None = None, stop: threading.Event | None = None) -> Answer:
     """POST one streamed chat completion and return what came back, timed from the request's start.
 
     ``deadline`` bounds the whole request in seconds. The client's timeout only bounds each read,
-    so a stream trickling one token just inside it would otherwise run for tokens × timeout.
+    so a stream trickling one token just inside it would otherwise run for tokens × timeout. Once ``stop`` is
+    set, the stream is cut at its next event (the server may still count it finished: an abort).
     """
     payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
     url = base_url.rstrip("/") + "/v1/chat/completions"
@@ -146,6 +152,8 @@ def stream_chat(client: httpx.Client, base_url: str, body: dict[str, Any], *, ca
                 partial.take(chunk, since())
                 if deadline is not None and since() > deadline * 1000.0:
                     return Answer(case_id=case_id, http_status=None, error="timed out", latency_ms=since())
+                if stop is not None and stop.is_set():
+                    return Answer(case_id=case_id, http_status=None, error=STOPPED, latency_ms=since())
             # A connection cut mid-answer ends the stream quietly: only a finish reason and [DONE] say it was whole.
             if partial.finish_reason is None:
                 return Answer(case_id=case_id, http_status=200, error="the stream ended without a finish reason",
@@ -170,15 +178,20 @@ class HttpEvaluator:
         self.transport = transport
 
     def run(self, endpoint: EndpointSettings, cases: Sequence[EvalCase], *, concurrency: int, timeout: float,
-            ledger: OwnLedger | None = None) -> list[Answer]:
-        """One :class:`Answer` per case, in the cases' order; ``ledger`` hears of each case before it is sent."""
+            ledger: OwnLedger | None = None, stop: threading.Event | None = None) -> list[Answer]:
+        """One :class:`Answer` per case, in the cases' order; ``ledger`` hears of each case before it is sent.
+
+        Once ``stop`` is set, the cases not yet sent are answered :data:`STOPPED` without being sent.
+        """
         limit = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
 
         def one(client: httpx.Client, case: EvalCase) -> Answer:
+            if stop is not None and stop.is_set():
+                return Answer(case_id=case.id, http_status=None, error=STOPPED, latency_ms=0.0)
             if ledger is not None:
                 ledger.sent()
             answer = stream_chat(client, endpoint.url, case.request_body(endpoint.served_model_name), case_id=case.id,
-                                 deadline=timeout)
+                                 deadline=timeout, stop=stop)
             if ledger is not None:
                 ledger.settled(counted(answer.http_status, complete=answer.error is None))
             return answer

@@ -51,22 +51,29 @@ MetricsReader = Callable[[EndpointSettings], MetricsSnapshot]
 class _Budget:
     """Shared, thread-safe request and time budget of one sweep."""
 
-    def __init__(self, max_requests: int, max_seconds: float) -> None:
+    def __init__(self, max_requests: int, max_seconds: float, stop: threading.Event | None = None) -> None:
         self._left = max_requests
         self.deadline = time.monotonic() + max_seconds
+        self.stop = stop
         self._lock = threading.Lock()
         self.used = 0
 
     def take(self) -> bool:
         with self._lock:
-            if self._left <= 0 or time.monotonic() >= self.deadline:
+            if self._left <= 0 or time.monotonic() >= self.deadline or self.stopped:
                 return False
             self._left -= 1
             self.used += 1
             return True
 
     @property
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    @property
     def exhausted(self) -> str | None:
+        if self.stopped:
+            return "stopped: the run was abandoned"
         with self._lock:
             if self._left <= 0:
                 return "request budget used up"
@@ -150,17 +157,18 @@ class HttpLoadGenerator:
         on_level: Callable[[LevelStats], None] | None = None,
         ledger: OwnLedger | None = None,
         workload: Workload | None = None,
+        stop: threading.Event | None = None,
     ) -> SweepOutcome:
         work = workload or synthesise(None, prompt_words=plan.prompt_words, max_tokens=plan.max_tokens,
                                       max_model_len=endpoint.max_model_len, multimodal=False, prod=False)
-        budget = _Budget(plan.max_requests, plan.max_seconds)
+        budget = _Budget(plan.max_requests, plan.max_seconds, stop)
         started = time.monotonic()
         levels: list[LevelStats] = []
         stopped: str | None = None
         limits = httpx.Limits(max_connections=plan.ceiling + 1, max_keepalive_connections=plan.ceiling + 1)
         with httpx.Client(timeout=plan.request_timeout_seconds, limits=limits, transport=self.transport,
                           verify=tls_context()) as client:
-            counter = _Counter(ledger)
+            counter = _Counter(ledger, stop)
             for mode in plan.prefix_modes:
                 self._warm(client, endpoint, plan, mode, counter, budget, work.cycle[0])
                 tried: dict[int, bool] = {}
@@ -189,7 +197,7 @@ class HttpLoadGenerator:
               counter: _Counter, phase: Phase, shape: RequestShape) -> Sample:
         body = chat_body(endpoint.served_model_name, shape, mode, counter.next())
         counter.sent()
-        answer = stream_chat(client, endpoint.url, body, deadline=plan.request_timeout_seconds)
+        answer = stream_chat(client, endpoint.url, body, deadline=plan.request_timeout_seconds, stop=counter.stop)
         counter.count(counted(answer.http_status, complete=answer.error is None))
         return Sample(phase=phase, status=answer.http_status, ttft_ms=answer.ttft_ms, total_ms=answer.latency_ms,
                       error=answer.error, tail=shape.tail is not None)
@@ -277,10 +285,11 @@ class HttpLoadGenerator:
 class _Counter:
     """Numbers the sweep's prompts and tallies its requests as the model's finished counter sees them."""
 
-    def __init__(self, ledger: OwnLedger | None = None) -> None:
+    def __init__(self, ledger: OwnLedger | None = None, stop: threading.Event | None = None) -> None:
         self._n = 0
         self._lock = threading.Lock()
         self._ledger = ledger
+        self.stop = stop  # a stopped sweep cuts its streams under way
         self.own = OwnRequests()
 
     def next(self) -> int:

@@ -15,6 +15,7 @@ Prompts and answers are never stored or logged: only sizes and timings.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -292,8 +293,9 @@ class HttpEndpointClient:
         """One scrape of ``/metrics``; raises :class:`MetricsUnavailable` with the reason."""
         return scrape(self._client(), _url(endpoint, "metrics"))
 
-    def drain(self, endpoint: EndpointSettings, timeout_seconds: float) -> tuple[bool, MetricsSnapshot | None]:
-        """Poll ``/metrics`` until nothing runs or waits, or the deadline; ``(drained, last snapshot)``.
+    def drain(self, endpoint: EndpointSettings, timeout_seconds: float,
+              stop: threading.Event | None = None) -> tuple[bool, MetricsSnapshot | None]:
+        """Poll ``/metrics`` until nothing runs or waits, the deadline, or ``stop``; ``(drained, last snapshot)``.
 
         Unreadable metrics never count as drained: an empty queue must be seen, not assumed.
         """
@@ -309,4 +311,8 @@ class HttpEndpointClient:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 return False, last
-            self._sleep(min(self.drain_poll_seconds, remaining))
+            pause = min(self.drain_poll_seconds, remaining)
+            if stop is None:
+                self._sleep(pause)
+            elif stop.wait(pause):  # the deployment moved on elsewhere (a cancel): waiting longer helps nobody
+                return False, last

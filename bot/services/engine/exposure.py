@@ -22,7 +22,7 @@ from bot.services.admission import (
 )
 from bot.services.alert_rules import apply_after_go_live
 from bot.services.context import Context, require
-from bot.services.engine.run import Runner, Snapshot, StepFailed, TryLater
+from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed, TryLater
 from bot.services.reservations import reservation_for
 from bot.services.transitions import transition
 
@@ -51,7 +51,10 @@ def drain(runner: Runner, snap: Snapshot) -> None:
     client = require(ctx.ports.endpoint, "endpoint access")
     elapsed = max(0.0, ctx.clock.now().timestamp() - snap.entered_at_epoch)
     remaining = snap.endpoint.drain_seconds if snap.kind == "restore" else max(1.0, snap.endpoint.drain_seconds - elapsed)
-    drained, last = client.drain(snap.endpoint, timeout_seconds=remaining)
+    with runner.stoppable(snap) as stop:  # a cancel elsewhere ends the wait at once: reopening needs no empty queue
+        drained, last = client.drain(snap.endpoint, timeout_seconds=remaining, stop=stop)
+        if not drained and stop.is_set():
+            raise StateMoved(f"deployment #{snap.id}: its drain stopped (it moved on elsewhere)")
     if drained:
         runner.move(snap, State.APPLYING, "queue drained: no running or waiting requests", drained=True)
         return

@@ -2,13 +2,16 @@
 
 A deploy's model and traffic reports carry the closed-door proof (:mod:`bot.services.engine.closed_door`).
 A rollback configured with ``rollback_approvals = 0`` has its approvable report decided by kimi-ops itself.
+A run is stoppable like a rollout watch: a cancel made elsewhere (read at the lease heartbeat), a lost lease or a
+shutdown ends its evaluation or sweep at once, and nothing of it is stored but the requests it sent.
 """
 
 from __future__ import annotations
 
+from bot.domain.checks import GateReport
 from bot.domain.states import next_state
 from bot.services.access import Identity
-from bot.services.engine.closed_door import add_own, closed_door, ledger_for
+from bot.services.engine.closed_door import StoredLedger, add_own, closed_door, ledger_for
 from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed
 from bot.services.errors import Refused
 from bot.services.gates import run_gate
@@ -27,9 +30,19 @@ def gate(runner: Runner, snap: Snapshot) -> None:
         raise StateMoved("gate decided without a transition")
 
 
+def run_until_stopped(runner: Runner, snap: Snapshot, gate_name: str, ledger: StoredLedger | None) -> GateReport:
+    """Run the gate's checks; a run stopped half-way (the deployment moved on elsewhere) stores nothing: the requests
+    it sent are on the deployment's row already (``ledger``), so whoever runs the gate next counts them."""
+    with runner.stoppable(snap) as stop:
+        report = run_gate(runner.ctx, gate_name, snap.subject, ledger, stop)
+        if stop.is_set():
+            raise StateMoved(f"deployment #{snap.id}: its {gate_name} gate's run stopped (it moved on elsewhere)")
+    return report
+
+
 def check_gate(runner: Runner, snap: Snapshot, gate_name: str) -> None:
     ledger = ledger_for(runner, snap, gate_name)
-    report, sent = closed_door(runner, snap, run_gate(runner.ctx, gate_name, snap.subject, ledger), ledger)
+    report, sent = closed_door(runner, snap, run_until_stopped(runner, snap, gate_name, ledger), ledger)
     with runner.ctx.uow() as uow:
         dep = runner.locked(uow, snap)
         add_own(dep, sent)
@@ -58,7 +71,7 @@ def auto_decide(runner: Runner, snap: Snapshot, gate_name: str, *, why: str) -> 
 def recheck_gate(runner: Runner, snap: Snapshot, gate_name: str, actor: Identity) -> None:
     """Run a waiting gate's checks again under the lease the caller holds; the new report is stored beside the old."""
     ledger = ledger_for(runner, snap, gate_name)
-    report, sent = closed_door(runner, snap, run_gate(runner.ctx, gate_name, snap.subject, ledger), ledger)
+    report, sent = closed_door(runner, snap, run_until_stopped(runner, snap, gate_name, ledger), ledger)
     with runner.ctx.uow() as uow:
         dep = runner.locked(uow, snap)
         latest = uow.gates.latest(dep.id, gate_name)

@@ -87,7 +87,10 @@ def _close(runner: Runner, snap: Snapshot, revision: int) -> None:
 
 def _drain(runner: Runner, snap: Snapshot, revision: int) -> None:
     client = require(runner.ctx.ports.endpoint, "endpoint access")
-    drained, last = client.drain(snap.endpoint, timeout_seconds=snap.endpoint.drain_seconds)
+    with runner.stoppable(snap) as stop:  # a cancel elsewhere ends the wait at once (its restore drains again)
+        drained, last = client.drain(snap.endpoint, timeout_seconds=snap.endpoint.drain_seconds, stop=stop)
+        if not drained and stop.is_set():
+            raise StateMoved(f"deployment #{snap.id}: its drain stopped (it moved on elsewhere)")
     if not drained:
         running = f"{(last.running or 0):.0f} running, {(last.waiting or 0):.0f} waiting" if last else "metrics unavailable"
         runner.progress(snap, RolloutProgress(
