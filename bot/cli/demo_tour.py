@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from bot.sandbox.stack import Sandbox
 
 GATES = ("artifact", "infrastructure", "model", "traffic")
+LONG_CONTEXT_PLAYED = 0.4  # the share of 60,000-token prompts the tour plays as production's traffic
 DEMO_POD_RESTART_SECONDS = 3.0  # how long the demo's deleted model pod takes to come back (the drill's recovery)
 
 
@@ -68,10 +69,6 @@ class Tour:
                 return number
         return None
 
-    def offers(self, label: str, gate: str, deployment: int) -> bool:
-        """Whether the gate message of ``deployment`` offers a ``label`` button."""
-        return self._button(label, gate, deployment) is not None
-
     def press(self, user: str, label: str, gate: str, deployment: int) -> list[str]:
         """Press ``label`` on the gate message of ``deployment`` as ``user``."""
         number = self._button(label, gate, deployment)
@@ -100,6 +97,18 @@ class Tour:
         self.echo(f"(gateway) {title}: " + ", ".join(f"{n} → {side}" for side, n in sorted(got.items())))
         self._echo_labels()
         return got
+
+    def expect_long_context_mix(self, endpoint: str, share: float) -> None:
+        """The live mix stored for ``endpoint`` (what its next traffic gate replays) has ``share`` long-context requests.
+
+        A state read, not a wait: the metrics watch's round ran to its commit before :meth:`scheduler` returned.
+        """
+        from bot.services.capacity import capacity_view
+
+        live = capacity_view(self.console.ctx, endpoint).live_mix
+        if live is None or live.long_context_share < share:
+            raise ScriptFailed(f"the live mix stored for {endpoint} is not the long-context-heavy one played "
+                               f"({live.words() if live else 'none stored'}); its next traffic gate would not replay it")
 
     def expect_live(self, deployment: int) -> None:
         self.expect(deployment, "live")
@@ -213,6 +222,7 @@ def tour(tour: Tour) -> None:
         tour.model.simulate(requests=60_000, ttft=0.2, e2e=2.0, prompt_tokens=1_500, output_tokens=200)
         tour.model.simulate(requests=40_000, ttft=0.2, e2e=2.0, prompt_tokens=60_000, output_tokens=300)
         tour.scheduler("metrics-watch")
+        tour.expect_long_context_mix(ENDPOINT, LONG_CONTEXT_PLAYED)
         tour.say(APPROVER_1, f"/kimi capacity {ENDPOINT}")
 
         tour.step("An availability drill: the model pod is deleted; its detection, page and recovery time are recorded")
@@ -224,12 +234,14 @@ def tour(tour: Tour) -> None:
     tour.step(f"{second} goes through the same gates; users move to the fallback while it is checked; its traffic gate "
               "replays production's long-context-heavy mix, and finds a lower knee than the first release's fixed prompt")
     tour.users(f"users while {first} serves", CLOSING)
+    if tour.model is not None:
+        tour.expect_long_context_mix(ENDPOINT, LONG_CONTEXT_PLAYED)  # still what the sweep will replay
     tour.say(DEPLOYER, f"/kimi deploy {second}")
     _through_model_gate(tour, 2, (APPROVER_2, APPROVER_1, APPROVER_2))
-    # When the mix measured less than the limits first accepted, the gate offers to accept its proposal with the
-    # approval (a plain Approve would be refused); when the endpoint already admits no more, plain Approve.
-    accept = "Accept limits and approve"
-    tour.press(APPROVER_1, accept if tour.offers(accept, "traffic", 2) else "Approve", "traffic", 2)
+    # Production's mix measured less than the limits first accepted: the gate offers to accept its proposal with the
+    # approval (a plain Approve would be refused). No such button means the mix did not lower the knee: the demo stops.
+    # (Without the model stand-in no mix was played: the fixed prompt measures what the first release did.)
+    tour.press(APPROVER_1, "Accept limits and approve" if tour.model is not None else "Approve", "traffic", 2)
     tour.users("the ramp", RAMPING)
     tour.expect_live(2)
 

@@ -53,7 +53,8 @@ class SweepPlan(BaseModel):
     max_requests: int = Field(default=2000, ge=1, description="total requests of the whole sweep")
     max_seconds: float = Field(default=900, gt=0, description="wall time of the whole sweep")
     request_timeout_seconds: float = Field(default=60, gt=0, description="bound of one whole streamed request")
-    max_tokens: int = Field(default=64, ge=1, description="output tokens of the fixed prompt and of the long-context tail")
+    max_tokens: int = Field(default=64, ge=1, description="output tokens of the fixed prompt, and of the "
+                            "long-context tail while no mix is known")
     prompt_words: int = Field(default=200, ge=1, description="prompt tokens of the fixed prompt (no traffic mix known)")
     prefix_modes: tuple[PrefixMode, ...] = Field(
         default=("shared", "unique"), min_length=1,

@@ -6,7 +6,8 @@ evenly spaced quantiles of the mix's prompt and output lengths (sent in an order
 whose every stretch spans them), with the mix's image and tool-call shares spread
 over the cycle, and a long-context tail every
 level opens with. On prod the tail is never left out: a request at least as long as
-the mix's p99 prompt and one near the served ``max_model_len``. Where the release
+the mix's p99 prompt and one near the served ``max_model_len``, each answering at
+the mix's median output length (the plan's ``max_tokens`` with no mix). Where the release
 is multimodal, at least one request of the cycle carries an image.
 
 The tail requests must be served (an error or a rejection counts against the level,
@@ -115,7 +116,11 @@ def synthesise(mix: TrafficMix | None, *, prompt_words: int, max_tokens: int, ma
         p99 = mix.prompt_p99
     tail: list[RequestShape] = []
     if prod:
-        out = max(1, min(max_tokens, ceiling // 100))
+        # The tail answers as production does (the mix's median output; the plan's max_tokens with no mix), so it
+        # holds its KV cache about as long as the level's other requests and meets them there. With the sandbox's
+        # 8-token answer it stayed in the cache for a tenth of a second, and whether a level was seen full was down
+        # to when /metrics happened to be read (the demo's long-context knee came out 4, 8 or 16).
+        out = max(1, min(max_tokens if mix is None else mix.output_p50, ceiling // 100))
         tail.append(RequestShape(prompt_tokens=max(1, min(p99, ceiling - out - 1)), output_tokens=out, tail="p99"))
         tail.append(RequestShape(prompt_tokens=max(1, math.floor((ceiling - out) * NEAR_MAX)), output_tokens=out,
                                  tail="max_model_len"))

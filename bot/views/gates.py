@@ -134,7 +134,8 @@ def all_checks_parts(report: Mapping[str, Any] | GateReport, deployment_id: int)
 
 
 def report_tables(report: GateReport) -> list[Part]:
-    """The compact tables of a model gate (beside production, when there is a baseline) or a traffic gate."""
+    """The compact tables of a model gate (beside production, when there is a baseline) or a traffic gate (and the
+    mix its sweep replayed)."""
     attachments = report.attachments or {}
     if report.gate == "model":
         evaluation = attachments.get("evaluation") or {}
@@ -147,7 +148,11 @@ def report_tables(report: GateReport) -> list[Part]:
         levels = (attachments.get("sweep") or {}).get("levels") or []
         if not levels:
             return []
-        return [Table("*Sweep* (ms; 429 = rejected requests):", sweep_table(levels, SWEEP_COMPACT_COLUMNS), what="levels")]
+        # What the sweep replayed beside production's mix, under the table it measured: a passing check, which the
+        # count of passed checks would otherwise hide from the approver deciding on these numbers.
+        mix = [Text(f"*Mix* {c.reason}") for c in report.checks if c.name == "traffic.mix"]
+        return [Table("*Sweep* (ms; 429 = rejected requests):", sweep_table(levels, SWEEP_COMPACT_COLUMNS), what="levels"),
+                *mix]
     return []
 
 

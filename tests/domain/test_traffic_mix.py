@@ -99,6 +99,11 @@ def test_the_workload_follows_the_mix_and_opens_with_a_long_context_tail_on_prod
     assert [s.tail for s in workload.tail] == ["p99", "max_model_len"]
     assert workload.tail[0].prompt_tokens == 40_000 and 240_000 < workload.tail[1].prompt_tokens < 262_144
     assert workload.shape(0).tail == "p99" and workload.shape(2) == workload.cycle[0]
+    # The tail answers as production does (its median output), so it stays in the KV cache as long as the level's
+    # other requests; the fixed prompt's answer length stands in while no mix is known.
+    assert [s.output_tokens for s in workload.tail] == [200, 200]  # the mix's p50, not max_tokens (64)
+    fixed = synthesise(None, prompt_words=200, max_tokens=64, max_model_len=262_144, multimodal=False, prod=True)
+    assert [s.output_tokens for s in fixed.tail] == [64, 64]
     # Off prod no tail is forced; a text-only release gets no image.
     quiet = synthesise(mix, prompt_words=200, max_tokens=64, max_model_len=262_144, multimodal=False, prod=False)
     assert quiet.tail == () and not any(s.images for s in quiet.cycle)

@@ -178,9 +178,25 @@ def test_demo_shows_a_long_context_heavy_mix_asking_for_a_review_and_lowering_th
     # The metrics watch read production's mix from vLLM's histograms and asked for a capacity review, once.
     assert out.count("capacity review due: p90 prompt") >= 1 and "long-context share 0% →" in out
     assert "live mix: metrics, " in out  # /kimi capacity
-    # Deploy #2's traffic gate replayed that mix: its knee is below the first release's, measured on the fixed prompt.
-    knees = [int(k) for k in re.findall(r"knee at (\d+) \(", out)]
-    assert knees and knees[-1] < knees[0], knees  # each report is shown as posted and as edited: first and last
+    first, second = _traffic_gate(out, 1), _traffic_gate(out, 2)
+    # Deploy #1's sweep sent the fixed prompt; deploy #2's replayed that mix, and its report says so beside production's.
+    assert "*Mix* replayed: fixed mix" in first and "production: no mix known yet (fixed prompt)" in first
+    assert "*Mix* replayed: metrics mix" in second and "production: metrics, " in second
+    assert "long-context (≥32,768) 40%" in second
+    # Its knee is below the first release's, so it proposes less than the limits accepted then and offers to accept
+    # them with the approval (a plain Approve would be refused), which the approver pressed.
+    knees = [re.search(r"knee at (\d+) \(", gate) for gate in (first, second)]
+    assert knees[0] and knees[1] and int(knees[1][1]) < int(knees[0][1]), knees
+    assert "Accept limits and approve" in second
+    accepted = re.search(r"Limits accepted by @U0APPROVER1 .*?: maxConcurrentRequests (\d+), maxQueueSize \d+ "
+                         r"\(was (\d+) / \d+\)", out)
+    assert accepted and int(accepted[1]) < int(accepted[2]), accepted
+
+
+def _traffic_gate(out: str, deployment: int) -> str:
+    """The traffic gate message of ``deployment`` as first posted: from its heading to its buttons."""
+    start = out.index(f"== Traffic gate · deployment #{deployment} ==")
+    return out[start:out.index("Show every check", start)]
 
 
 def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
