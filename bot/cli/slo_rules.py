@@ -1,5 +1,5 @@
 """``kimi-ops slo``: ``[show] [ENDPOINT]`` the objectives as the built-in watch reads them, ``rules NAME`` the
-Prometheus rules of an endpoint or a pair service as kimi-ops renders them.
+Prometheus rules of an endpoint, or a pair service's own (its burn rates over both sides), as kimi-ops renders them.
 
 ``rules --as prometheusrule`` (default) prints the Prometheus Operator object kimi-ops applies for an endpoint
 with ``slo.alerting: prometheus``; ``--as rules-file`` the same groups as a plain Prometheus rules file
@@ -36,10 +36,11 @@ class DefaultShow(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-def rules(name: str = typer.Argument(..., metavar="NAME", help="The endpoint, or a pair service (both sides)."),
+def rules(name: str = typer.Argument(..., metavar="NAME",
+                                     help="The endpoint, or a pair service (its own rules over both sides)."),
           form: RulesForm = typer.Option(RulesForm.PROMETHEUSRULE, "--as",
                                          help="The PrometheusRule object, or a plain Prometheus rules file.")) -> None:
-    """The Prometheus rules of an endpoint or a pair service: recording and burn-rate alerts, the direct pages."""
+    """The Prometheus rules of an endpoint (burn rates and direct pages) or a pair service (its burn rates)."""
     from bot.domain.alert_rules import rules_yaml
     from bot.services.alert_rules import render_rules
 

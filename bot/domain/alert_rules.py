@@ -53,12 +53,18 @@ BURN_ALERT = "KimiOpsErrorBudgetBurn"
 DIRECT_ALERTS = {"kv-pressure": "KimiOpsKvCachePressure", "gpu": "KimiOpsGpuFault", "node": "KimiOpsNodeFault",
                  "crashloop": "KimiOpsCrashLoop"}
 KIND_LABEL = "kimi_ops_kind"
+SCOPE_LABEL = "kimi_ops_scope"  # "service" on a pair service's own alerts (absent on an endpoint's)
 RECENT = "5m"  # how far back a direct page looks for new rejects, NVLink errors or restarts (a few scrapes)
 
 
 @dataclass(frozen=True)
 class RuleTarget:
-    """One endpoint as its rules see it: what it is called, where its pods run, and what it promises."""
+    """One endpoint as its rules see it: what it is called, where its pods run, and what it promises.
+
+    With ``sides``, a pair service's own rules instead: its burn rates over both sides' series together, its
+    recording rules labelled by ``service`` alone; its alerts name ``endpoint`` (the side users are on, where
+    the page goes) and carry ``kimi_ops_scope: service``.
+    """
 
     endpoint: str
     namespace: str
@@ -70,21 +76,48 @@ class RuleTarget:
     release: str | None = None
     service: str | None = None
     selector: str | None = None  # PromQL label matchers of the endpoint's series; default: its pods by name
+    sides: tuple[RuleTarget, ...] = ()  # a pair service's own rules: over both sides' series
+
+    @property
+    def name(self) -> str:
+        """What its rule groups are named after: the endpoint, or the service."""
+        return self.service if self.sides and self.service else self.endpoint
 
     @property
     def matchers(self) -> str:
         return self.selector or f'namespace="{self.namespace}", pod=~"{self.endpoint}-.*"'
 
     @property
+    def selectors(self) -> tuple[str, ...]:
+        """The series' label matchers; for a service one per side unless both are found by pod name."""
+        if not self.sides:
+            return (self.matchers,)
+        if all(side.selector is None for side in self.sides):
+            pods = "|".join(side.endpoint for side in self.sides)
+            return (f'namespace="{self.namespace}", pod=~"({pods})-.*"',)
+        return tuple(dict.fromkeys(side.matchers for side in self.sides))
+
+    @property
     def labels(self) -> dict[str, str]:
         """The labels of every rule of this endpoint (the release only on alerts: see :meth:`alert_labels`)."""
+        if self.sides:
+            return {"service": self.service or self.endpoint}
         found = {"endpoint": self.endpoint}
         if self.service:
             found["service"] = self.service
         return found
 
+    @property
+    def recorded(self) -> dict[str, str]:
+        """The labels that pick its recorded series: a service's have no ``endpoint`` (its sides' have one)."""
+        return {**self.labels, "endpoint": ""} if self.sides else self.labels
+
     def alert_labels(self, kind: str, severity: str) -> dict[str, str]:
-        return {**self.labels, "release": self.release or "none", "severity": severity, KIND_LABEL: kind}
+        found = {"endpoint": self.endpoint, **self.labels, "release": self.release or "none", "severity": severity,
+                 KIND_LABEL: kind}
+        if self.sides:
+            found[SCOPE_LABEL] = "service"
+        return found
 
 
 def duration(length_minutes: float) -> str:
@@ -114,11 +147,20 @@ def le_matcher(bound: float) -> str:
 # ---------------------------------------------------------------------------- the bad share of one window
 
 
-def _bucket_rate(name: str, matchers: str, bound: float, window: str) -> str:
-    return f'sum(rate({name}_bucket{{{matchers}, le=~"{le_matcher(bound)}"}}[{window}]))'
+Matchers = str | Sequence[str]  # one selector's label matchers, or several (a pair service's sides)
 
 
-def good_rate(objective: Objective, matchers: str, window: str) -> str:
+def summed(function: str, name: str, matchers: Matchers, window: str, extra: str = "") -> str:
+    """``sum(rate(name{…}[window]))``; over several selectors, the sum of their union (``or``: a series once)."""
+    chosen = (matchers,) if isinstance(matchers, str) else tuple(matchers)
+    return "sum(" + " or ".join(f"{function}({name}{{{m}{extra}}}[{window}])" for m in chosen) + ")"
+
+
+def _bucket_rate(name: str, matchers: Matchers, bound: float, window: str) -> str:
+    return summed("rate", f"{name}_bucket", matchers, window, f', le=~"{le_matcher(bound)}"')
+
+
+def good_rate(objective: Objective, matchers: Matchers, window: str) -> str:
     """Requests at or under the bound per second, interpolated in the bucket around it (as ``count_within``)."""
     name, bound = HISTOGRAMS[objective.name], objective.bound / 1000
     bounds = LATENCY_BUCKETS[objective.name]
@@ -136,19 +178,19 @@ def good_rate(objective: Objective, matchers: str, window: str) -> str:
     return f"({lower} + ({upper} - {lower}) * {_number(share)})"
 
 
-def bad_ratio(objective: Objective, matchers: str, window: str) -> str:
+def bad_ratio(objective: Objective, matchers: Matchers, window: str) -> str:
     """The share of bad events over ``window``; no value without events (so no alert on an idle endpoint)."""
     if objective.name in HISTOGRAMS:
-        total = f"sum(rate({HISTOGRAMS[objective.name]}_count{{{matchers}}}[{window}]))"
+        total = summed("rate", f"{HISTOGRAMS[objective.name]}_count", matchers, window)
         return f"clamp_min(1 - {good_rate(objective, matchers, window)} / {total}, 0)"
     status = ERROR_STATUS if objective.name == "errors" else REJECT_STATUS
-    return (f'sum(rate({REQUESTS}{{{matchers}, status=~"{status}"}}[{window}])) '
-            f"/ sum(rate({REQUESTS}{{{matchers}}}[{window}]))")
+    bad = summed("rate", REQUESTS, matchers, window, f', status=~"{status}"')
+    return f"{bad} / {summed('rate', REQUESTS, matchers, window)}"
 
 
-def events(objective: Objective, matchers: str, window: str) -> str:
+def events(objective: Objective, matchers: Matchers, window: str) -> str:
     name = f"{HISTOGRAMS[objective.name]}_count" if objective.name in HISTOGRAMS else REQUESTS
-    return f"sum(increase({name}{{{matchers}}}[{window}]))"
+    return summed("increase", name, matchers, window)
 
 
 def windows() -> list[str]:
@@ -162,10 +204,10 @@ def recording_rules(target: RuleTarget) -> list[dict[str, Any]]:
     for objective in target.objectives:
         labels = {**target.labels, "objective": objective.name}
         for window in windows():
-            rules.append({"record": f"{BAD}{window}", "expr": bad_ratio(objective, target.matchers, window),
+            rules.append({"record": f"{BAD}{window}", "expr": bad_ratio(objective, target.selectors, window),
                           "labels": labels})
             if window in longs:
-                rules.append({"record": f"{EVENTS}{window}", "expr": events(objective, target.matchers, window),
+                rules.append({"record": f"{EVENTS}{window}", "expr": events(objective, target.selectors, window),
                               "labels": labels})
     return rules
 
@@ -174,7 +216,7 @@ def recording_rules(target: RuleTarget) -> list[dict[str, Any]]:
 
 
 def _selected(target: RuleTarget, objective: Objective) -> str:
-    parts = [f'{k}="{v}"' for k, v in {**target.labels, "objective": objective.name}.items()]
+    parts = [f'{k}="{v}"' for k, v in {**target.recorded, "objective": objective.name}.items()]
     return "{" + ", ".join(parts) + "}"
 
 
@@ -193,6 +235,7 @@ def _days(window_days: float) -> dt.timedelta:
 def burn_alerts(target: RuleTarget) -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = []
     budget_window = duration(target.window_days * 24 * 60)
+    who = f"service {target.name} (both sides)" if target.sides else "{{ $labels.endpoint }}"
     for objective in target.objectives:
         for severity in ("page", "warn"):
             pairs = [p for p in PAIRS if p.severity == severity]
@@ -203,8 +246,7 @@ def burn_alerts(target: RuleTarget) -> list[dict[str, Any]]:
                 "expr": "\n  or ".join(pair_condition(target, objective, p) for p in pairs),
                 "labels": target.alert_labels(f"burn-{severity}:{objective.name}", severity),
                 "annotations": {
-                    "summary": f"{{{{ $labels.endpoint }}}}: {objective.words} is burning its {budget_window} "
-                               "error budget",
+                    "summary": f"{who}: {objective.words} is burning its {budget_window} error budget",
                     "description": (f"{TITLES[objective.name]}: {{{{ $value | humanizePercentage }}}} of requests bad "
                                     f"over the long window, budget {objective.budget:.2%}; alerts above {factors}."),
                 },
@@ -260,12 +302,28 @@ def direct_alerts(target: RuleTarget) -> list[dict[str, Any]]:
             for kind, expr in exprs.items()]
 
 
+def service_target(service: str, sides: Sequence[RuleTarget], *, endpoint: str, release: str | None) -> RuleTarget:
+    """A pair service's own target over both ``sides``: for each objective the stricter side's bound and budget
+    (the same when the sides promise the same), the shorter budget window and the smaller ``min_requests``.
+    ``endpoint`` and ``release``: the side users are on and its live release (where the page goes)."""
+    first = sides[0]
+    objectives = tuple(Objective(o.name, min(x.bound for x in same), min(x.budget for x in same))
+                       for o in first.objectives
+                       if len(same := [x for side in sides for x in side.objectives if x.name == o.name]) == len(sides))
+    return RuleTarget(endpoint=endpoint, namespace=first.namespace, objectives=objectives,
+                      window_days=min(s.window_days for s in sides), min_requests=min(s.min_requests for s in sides),
+                      kv_cache_pressure=min(s.kv_cache_pressure for s in sides), gpus=first.gpus, release=release,
+                      service=service, sides=tuple(sides))
+
+
 # ---------------------------------------------------------------------------- outputs
 
 
 def rule_groups(target: RuleTarget) -> list[dict[str, Any]]:
-    return [{"name": f"kimi-ops.{target.endpoint}.slo-recording", "rules": recording_rules(target)},
-            {"name": f"kimi-ops.{target.endpoint}.alerts", "rules": burn_alerts(target) + direct_alerts(target)}]
+    """A service's own groups hold its burn rates only: the direct pages are each side's."""
+    alerts = burn_alerts(target) + ([] if target.sides else direct_alerts(target))
+    return [{"name": f"kimi-ops.{target.name}.slo-recording", "rules": recording_rules(target)},
+            {"name": f"kimi-ops.{target.name}.alerts", "rules": alerts}]
 
 
 def rules_file(targets: Sequence[RuleTarget]) -> dict[str, Any]:

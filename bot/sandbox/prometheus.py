@@ -142,7 +142,8 @@ def beside(ctx: Any, app: Any, workdir: Path, *, alertmanager_port: int, token: 
 
     http = HttpServer(app.wsgi(), "127.0.0.1", 0, threads=4).start()
     endpoints = list(ctx.settings.endpoints)
-    rules = {"groups": [g for e in endpoints for g in render_rules(ctx, e.name).rules_file["groups"]]}
+    names = [e.name for e in endpoints] + [s.name for s in ctx.settings.services]  # a pair's own rules too
+    rules = {"groups": [g for name in names for g in render_rules(ctx, name).rules_file["groups"]]}
     try:
         stack = PrometheusStack(workdir, targets={e.name: e.url for e in endpoints}, namespace=endpoints[0].namespace,
                                 rules=rules, webhook_url=f"{http.url}/alertmanager/webhook", token=token,

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from bot.config import EndpointSettings
+from bot.config import EndpointSettings, ServiceSettings
 from bot.domain import alert_rules
 from bot.domain.events import RulesNotApplied
 from bot.logs import logger_for
@@ -31,6 +31,7 @@ from bot.services import ports
 from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.metrics_watch import endpoint_objectives
+from bot.services.pairs import users_side
 from bot.services.transitions import live_deployment
 
 log = logger_for(__name__)
@@ -69,32 +70,53 @@ def _live_release(ctx: Context, name: str) -> str | None:
         return live.release.name if live is not None else None
 
 
-def _endpoints_of(ctx: Context, name: str) -> list[EndpointSettings]:
-    if (spec := ctx.settings.endpoint(name)) is not None:
-        return [spec]
-    service = next((s for s in ctx.settings.services if s.name == name), None)
-    if service is None:
-        known = ", ".join(sorted([e.name for e in ctx.settings.endpoints] + [s.name for s in ctx.settings.services]))
-        raise NotFound(f"no endpoint or service named {name}" + (f"; known: {known}" if known else ""))
-    return [spec for side in service.endpoints if (spec := ctx.settings.endpoint(side)) is not None]
+def _service_rules(ctx: Context, service: ServiceSettings) -> RenderedRules:
+    """The service's own burn-rate rules over both sides' series, paging the side users are on."""
+    specs = [spec for side in service.endpoints if (spec := ctx.settings.endpoint(side)) is not None]
+    sides = tuple(rule_target(ctx, spec, None) for spec in specs)
+    endpoint, release = specs[0].name, None
+    with ctx.uow() as uow:
+        if (row := users_side(uow, service)) is not None and (live := live_deployment(uow, row.id)) is not None:
+            endpoint, release = row.name, live.release.name
+    target = alert_rules.service_target(service.name, sides, endpoint=endpoint, release=release)
+    rule_object = alert_rules.prometheus_rule(service.name, specs[0].namespace, [target],
+                                              ctx.settings.prometheus_rule_labels)
+    return RenderedRules(service.name, (target,), rule_object, alert_rules.rules_file([target]), specs[0])
 
 
 def render_rules(ctx: Context, name: str) -> RenderedRules:
-    """The rules of the endpoint ``name``, or of both sides of the service ``name``, labelled with the live release."""
-    specs = _endpoints_of(ctx, name)
-    targets = tuple(rule_target(ctx, spec, _live_release(ctx, spec.name)) for spec in specs)
-    rule_object = alert_rules.prometheus_rule(name, specs[0].namespace, targets, ctx.settings.prometheus_rule_labels)
-    return RenderedRules(name, targets, rule_object, alert_rules.rules_file(targets), specs[0])
+    """The rules of the endpoint ``name`` labelled with its live release, or the pair service ``name``'s own."""
+    if (spec := ctx.settings.endpoint(name)) is not None:
+        target = rule_target(ctx, spec, _live_release(ctx, spec.name))
+        rule_object = alert_rules.prometheus_rule(name, spec.namespace, [target], ctx.settings.prometheus_rule_labels)
+        return RenderedRules(name, (target,), rule_object, alert_rules.rules_file([target]), spec)
+    if (service := ctx.settings.service(name)) is not None:
+        return _service_rules(ctx, service)
+    known = ", ".join(sorted([e.name for e in ctx.settings.endpoints] + [s.name for s in ctx.settings.services]))
+    raise NotFound(f"no endpoint or service named {name}" + (f"; known: {known}" if known else ""))
+
+
+def _watched_services(ctx: Context) -> list[ServiceSettings]:
+    """Pair services both of whose sides Prometheus watches (a side the built-in watch pages for gets none)."""
+    def prometheus(name: str) -> bool:
+        spec = ctx.settings.endpoint(name)
+        return spec is not None and spec.slo.alerting == "prometheus"
+
+    return [service for service in ctx.settings.services if all(prometheus(side) for side in service.endpoints)]
 
 
 def watched_objects(ctx: Context) -> list[str]:
-    """The names whose rule objects kimi-ops keeps applied: every endpoint with ``slo.alerting: prometheus``."""
-    return [spec.name for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"]
+    """The names whose rule objects kimi-ops keeps applied: every endpoint with ``slo.alerting: prometheus``, and
+    every pair service both of whose sides have it."""
+    endpoints = [spec.name for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"]
+    return endpoints + [service.name for service in _watched_services(ctx)]
 
 
 def objects_following(ctx: Context, endpoint: str) -> list[str]:
-    """The rule objects whose ``release`` label moves when ``endpoint`` goes live (none unless Prometheus pages)."""
-    return [name for name in watched_objects(ctx) if name == endpoint]
+    """The rule objects whose labels move when ``endpoint`` goes live (its own; its service's, whose page follows
+    the users to it); none unless Prometheus pages for it."""
+    services = [s.name for s in _watched_services(ctx) if endpoint in s.endpoints]
+    return [name for name in watched_objects(ctx) if name == endpoint] + services
 
 
 def _first_line(exc: Exception) -> str:

@@ -70,7 +70,7 @@ def test_every_rule_and_alert_the_watch_pages_on_is_rendered() -> None:
         "kv-pressure", "gpu", "node", "crashloop"}
 
 
-@pytest.mark.parametrize("rendered", ["example", "pair", "selector", "odd-bounds"])
+@pytest.mark.parametrize("rendered", ["example", "pair", "service", "service-selectors", "selector", "odd-bounds"])
 def test_promtool_checks_every_rendered_rules_file(rendered: str, tmp_path: Path) -> None:
     if rendered == "example":
         release = ReleaseManifest.model_validate(yaml.safe_load(EXAMPLE_RELEASE.read_text()))
@@ -81,6 +81,11 @@ def test_promtool_checks_every_rendered_rules_file(rendered: str, tmp_path: Path
         return
     if rendered == "pair":
         targets = [target(service="kimi"), target(endpoint="kimi-green", service="kimi")]
+    elif rendered.startswith("service"):  # a pair's own rules beside its sides' (group names must not clash)
+        selectors = ['job="kimi-blue"', 'job="kimi-green"'] if rendered == "service-selectors" else [None, None]
+        sides = [target(service="kimi", selector=selectors[0]),
+                 target(endpoint="kimi-green", service="kimi", selector=selectors[1])]
+        targets = [*sides, alert_rules.service_target("kimi", sides, endpoint="kimi-green", release="rel-b")]
     elif rendered == "selector":
         targets = [target(selector='job="kimi-blue", cluster="prod"')]
     else:  # bounds on a bucket edge, below the first bucket and past the last one; a 30-day budget
@@ -96,3 +101,26 @@ def test_an_interpolated_bound_reads_the_buckets_around_it() -> None:
     assert 'le=~"1|1.0"' in good and 'le=~"2.5"' in good and "* 0.666667" in good  # 2 s is 2/3 of the way to 2.5 s
     edge = alert_rules.good_rate(slo.Objective("ttft", 2500, 0.01), 'job="x"', "5m")
     assert edge == 'sum(rate(vllm:time_to_first_token_seconds_bucket{job="x", le=~"2.5"}[5m]))'
+
+
+def test_a_pair_s_own_rules_read_both_sides_and_keep_the_stricter_objective() -> None:
+    strict = slo.resolve(slo.SloSettings(), ttft_p99_ms=1000, completion_p99_ms=30_000, error_rate=0.005,
+                         reject_rate=0.01)
+    sides = [target(service="kimi", selector='job="kimi-blue"'),
+             target(endpoint="kimi-green", service="kimi", objectives=strict, min_requests=50, release=None)]
+    service = alert_rules.service_target("kimi", sides, endpoint="kimi-blue", release="kimi-k3-2026-08-01")
+    assert {o.name: (o.bound, o.budget) for o in service.objectives}["ttft"] == (1000, 0.01)
+    assert {o.name: o.budget for o in service.objectives}["errors"] == 0.005 and service.min_requests == 20
+    groups = alert_rules.rule_groups(service)
+    assert [g["name"] for g in groups] == ["kimi-ops.kimi.slo-recording", "kimi-ops.kimi.alerts"]
+    record = groups[0]["rules"][0]
+    assert record["labels"] == {"service": "kimi", "objective": "ttft"}  # no endpoint: the sides' sum
+    assert '{job="kimi-blue", le=~' in record["expr"] and ' or rate(' in record["expr"]
+    assert '{namespace="model-serving", pod=~"kimi-green-.*", le=~' in record["expr"]
+    alerts = [r for r in groups[1]["rules"]]
+    assert {a["labels"][alert_rules.KIND_LABEL] for a in alerts} == {
+        f"burn-{s}:{o}" for s in ("page", "warn") for o in slo.OBJECTIVES}  # the direct pages stay the sides'
+    assert all('endpoint=""' in a["expr"] and a["labels"][alert_rules.SCOPE_LABEL] == "service"
+               and a["labels"]["endpoint"] == "kimi-blue" for a in alerts)
+    rule = alert_rules.prometheus_rule("kimi", "model-serving", [service])
+    assert object_errors(rule) == [] and rule["metadata"]["labels"]["kimi-ops.io/release"] == "kimi-k3-2026-08-01"

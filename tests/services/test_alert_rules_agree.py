@@ -48,6 +48,20 @@ class Run:
     open_at: dict[int, set[str]] = field(default_factory=dict)
 
 
+def scrape_into(run: Run, scraper: httpx.Client, targets: dict[str, dict[str, str]]) -> None:
+    """One scrape of each target's ``/metrics`` (url → the labels Prometheus's scrape adds), as one minute's values."""
+    for url, target_labels in targets.items():
+        for family in text_string_to_metric_families(scraper.get(f"{url}/metrics").text):
+            for sample in family.samples:
+                if sample.name in FED:
+                    labels = {**sample.labels, **target_labels}
+                    key = sample.name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+                    values = run.series[key]
+                    values.extend([None] * (run.scrapes - len(values)))  # a series first exposed now
+                    values.append(sample.value)
+    run.scrapes += 1
+
+
 @pytest.fixture()
 def watched(make_ctx, clock):
     with OpenAIServer() as server:
@@ -58,15 +72,7 @@ def watched(make_ctx, clock):
         scraper = httpx.Client(timeout=10)
 
         def scrape() -> None:
-            for family in text_string_to_metric_families(scraper.get(f"{server.url}/metrics").text):
-                for sample in family.samples:
-                    if sample.name in FED:
-                        labels = {**sample.labels, **POD}
-                        key = sample.name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
-                        values = run.series[key]
-                        values.extend([None] * (run.scrapes - len(values)))  # a series first exposed now
-                        values.append(sample.value)
-            run.scrapes += 1
+            scrape_into(run, scraper, {server.url: POD})
 
         def watch(minute: int) -> None:
             watch_metrics(ctx)
@@ -95,25 +101,33 @@ def watched(make_ctx, clock):
             scraper.close()
 
 
+def firing(selector: str, minute: int, kinds: set[str]) -> dict:
+    """A ``promql_expr_test``: at ``minute`` the alerts ``selector`` picks fire exactly ``kinds``, once each."""
+    return {"expr": f'count by ({alert_rules.KIND_LABEL}) (ALERTS{{alertstate="firing", {selector}}})',
+            "eval_time": f"{minute}m",
+            "exp_samples": [{"labels": f'{{{alert_rules.KIND_LABEL}="{kind}"}}', "value": 1} for kind in sorted(kinds)]}
+
+
+def promtool_test(run: Run, groups: list[dict], checks: list[dict], tmp_path: Path) -> None:
+    write_yaml(tmp_path / "rules.yaml", {"groups": groups})
+    series = [{"series": key, "values": " ".join("_" if v is None else f"{v:g}" for v in values)}
+              for key, values in run.series.items()]
+    # Recording groups first at each moment, as the watch computes its ratios before deciding: without an order
+    # promtool evaluates the groups in Go's random map order, so an alert might read the minute-old ratios.
+    ordered = sorted(groups, key=lambda g: any("alert" in r for r in g["rules"]))
+    write_yaml(tmp_path / "test.yaml", {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+                                        "group_eval_order": [g["name"] for g in ordered],
+                                        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}]})
+    done = promtool("test", "rules", "test.yaml", cwd=tmp_path)
+    assert done.returncode == 0, f"the rules and the built-in watch disagree:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+
+
 def promtool_agrees(ctx, run: Run, tmp_path: Path) -> None:
     """``promtool test rules``: at each watch round, the firing alerts' kinds are the watch's open incidents."""
     rendered = render_rules(ctx, "kimi-prod")
     assert rendered.targets[0].release == "rel-live"
-    write_yaml(tmp_path / "rules.yaml", rendered.rules_file)
-    series = [{"series": key, "values": " ".join("_" if v is None else f"{v:g}" for v in values)}
-              for key, values in run.series.items()]
-    checks = [{"expr": f'count by ({alert_rules.KIND_LABEL}) (ALERTS{{alertstate="firing", endpoint="kimi-prod"}})',
-               "eval_time": f"{minute}m",
-               "exp_samples": [{"labels": f'{{{alert_rules.KIND_LABEL}="{kind}"}}', "value": 1} for kind in sorted(kinds)]}
-              for minute, kinds in sorted(run.open_at.items())]
-    # Recording groups first at each moment, as the watch computes its ratios before deciding: without an order
-    # promtool evaluates the groups in Go's random map order, so an alert might read the minute-old ratios.
-    groups = sorted(rendered.rules_file["groups"], key=lambda g: any("alert" in r for r in g["rules"]))
-    write_yaml(tmp_path / "test.yaml", {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-                                        "group_eval_order": [g["name"] for g in groups],
-                                        "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}]})
-    done = promtool("test", "rules", "test.yaml", cwd=tmp_path)
-    assert done.returncode == 0, f"the rules and the built-in watch disagree:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    checks = [firing('endpoint="kimi-prod"', minute, kinds) for minute, kinds in sorted(run.open_at.items())]
+    promtool_test(run, rendered.rules_file["groups"], checks, tmp_path)
 
 
 def ever(run: Run) -> set[str]:
@@ -146,3 +160,42 @@ def test_a_reject_storm_pages_kv_pressure_and_the_reject_budget_in_both(watched,
     run = play([(BUSY, 6), ({**BUSY, "rejects": 600}, 6), (BUSY, 12)])
     assert {"kv-pressure", "burn-page:rejects"} <= ever(run) and run.open_at[max(run.open_at)] <= {"burn-warn:rejects"}
     promtool_agrees(ctx, run, tmp_path)
+
+
+def test_a_burn_split_over_both_sides_pages_the_service_and_neither_side(make_ctx, clock, tmp_path) -> None:
+    """Half the requests fail, alternately on each side, at a rate too thin for either side alone to reach
+    ``min_requests`` (60 an hour each, 100 needed): neither side's rules nor the built-in watch (which has no
+    service-wide burn rate) page, the service's own rules, counting both sides' requests, do."""
+    sides = ("kimi-blue", "kimi-green")
+    with OpenAIServer() as blue, OpenAIServer() as green:
+        servers = dict(zip(sides, (blue, green), strict=True))
+        ctx = make_ctx(endpoints=[eks_endpoint(side, url=servers[side].url, ttft_objective_ms=2000,
+                                               slo={"min_requests": 100}) for side in sides],
+                       services=[{"name": "kimi", "sides": list(sides),
+                                  "route": {"gateway": {"name": "gw", "namespace": "gateways"}}}],
+                       ports=Ports(endpoint=HttpEndpointClient(timeout=10)))
+        for side in sides:
+            make_live(ctx, side)
+        run = Run()
+        targets = {servers[side].url: {"namespace": "model-serving", "pod": f"{side}-7d9f-0"} for side in sides}
+        with httpx.Client(timeout=10) as scraper:
+            for minute in range(71):
+                if minute:
+                    blue.simulate(requests=1, errors=minute % 2, ttft=0.2, e2e=4.0)
+                    green.simulate(requests=1, errors=1 - minute % 2, ttft=0.2, e2e=4.0)
+                    clock.advance(dt.timedelta(minutes=1))
+                scrape_into(run, scraper, targets)
+                if minute % 5 == 0:
+                    watch_metrics(ctx)
+                    with ctx.uow() as uow:
+                        run.open_at[minute] = {f"{row.name} {i.kind}" for row in uow.endpoints.list()
+                                               for i in uow.incidents.open_of(row.id, KINDS)}
+    assert ever(run) == set()  # the built-in watch: each side alone has too few requests to judge
+
+    groups = [g for name in (*sides, "kimi") for g in render_rules(ctx, name).rules_file["groups"]]
+    sides_only = f'{alert_rules.SCOPE_LABEL}=""'
+    service = f'{alert_rules.SCOPE_LABEL}="service", service="kimi"'
+    checks = [firing(sides_only, minute, set()) for minute in sorted(run.open_at)]  # as the watch: nothing
+    checks += [firing(service, 30, set()),  # half an hour: 60 requests over both sides, too few
+               firing(service, 70, {"burn-page:errors", "burn-warn:errors"})]
+    promtool_test(run, groups, checks, tmp_path)

@@ -14,6 +14,7 @@ from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.domain.alert_rules import rule_object_name
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
+from bot.services.alert_rules import apply_after_go_live
 from bot.services.context import Ports
 from bot.services.readiness import endpoint_status
 from bot.services.scheduling import run_job
@@ -94,8 +95,13 @@ def test_kimi_ops_slo_rules_prints_what_kimi_ops_applies(make_ctx, monkeypatch, 
     rule = yaml.safe_load(shown.output)
     assert rule["kind"] == "PrometheusRule" and rule["metadata"]["name"] == "kimi-ops-slo-kimi"
     alerts = [r["labels"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
-    assert {(a["endpoint"], a["release"], a["service"]) for a in alerts} == {("kimi-blue", "rel-a", "kimi"),
-                                                                              ("kimi-green", "none", "kimi")}
+    # The service's own burn rates, paging the side users are on (blue: live, admission open) with its release.
+    assert {(a["endpoint"], a["release"], a["service"], a["kimi_ops_scope"]) for a in alerts} == {
+        ("kimi-blue", "rel-a", "kimi", "service")}
+    assert {a["kimi_ops_kind"] for a in alerts} == {f"burn-{s}:{o}" for s in ("page", "warn")
+                                                    for o in ("ttft", "queue", "e2e", "errors", "rejects")}
+    side = yaml.safe_load(runner.invoke(app, ["slo", "rules", "kimi-blue"]).output)
+    assert {r["labels"]["release"] for g in side["spec"]["groups"] for r in g["rules"] if "alert" in r} == {"rel-a"}
     plain = runner.invoke(app, ["slo", "rules", "kimi-blue", "--as", "rules-file"])
     assert plain.exit_code == 0 and "groups" in yaml.safe_load(plain.output)
     (tmp_path / "rules.yaml").write_text(plain.output)
@@ -104,3 +110,46 @@ def test_kimi_ops_slo_rules_prints_what_kimi_ops_applies(make_ctx, monkeypatch, 
     assert unknown.exit_code == 1 and "no endpoint or service named kimi-purple" in unknown.output
     assert "Traceback" not in unknown.output
     assert runner.invoke(app, ["slo", "kimi-blue"]).exit_code == 0  # the objectives, as before
+
+
+def test_a_pair_s_own_rules_page_the_side_users_are_on_and_follow_them(make_ctx, clock, kube) -> None:
+    ctx = make_ctx(
+        endpoints=[eks_endpoint(side, slo={"alerting": "prometheus"}) for side in ("kimi-blue", "kimi-green")],
+        services=[{"name": "kimi", "sides": ["kimi-blue", "kimi-green"],
+                   "route": {"gateway": {"name": "gw", "namespace": "gateways"}}}],
+        ports=Ports(cluster=KubernetesCluster(kube.api_client(), clock=clock)))
+    rest = kube.rest()
+    path = object_path("PrometheusRule", rule_object_name("kimi"), "model-serving")
+
+    def users_on(side: str, release: str) -> int:
+        """What a side's go-live records: its live deployment, every user on it, none on the other side."""
+        dep = make_live(ctx, side, release)
+        with ctx.uow() as uow:
+            for row in uow.endpoints.list():
+                if row.name in ("kimi-blue", "kimi-green"):
+                    row.admission = "open" if row.name == side else "closed"
+            uow.commit()
+        return dep
+
+    def paged() -> set[tuple[str, str]]:
+        rule = rest.get(path)
+        assert rule is not None
+        return {(r["labels"]["endpoint"], r["labels"]["release"]) for g in rule["spec"]["groups"] for r in g["rules"]
+                if "alert" in r}
+
+    blue = users_on("kimi-blue", "rel-a")
+    said = apply_after_go_live(ctx, "kimi-blue", blue)  # what the ramp does once the side is live
+    assert said == ["kimi-blue: Prometheus rules applied (rel-a)", "kimi: Prometheus rules applied (rel-a)"]
+    assert paged() == {("kimi-blue", "rel-a")}
+    assert rest.get(object_path("PrometheusRule", rule_object_name("kimi-green"), "model-serving")) is None
+
+    users_on("kimi-green", "rel-b")  # a go-live recorded by another replica: the round is the safety net
+    run = run_job(ctx, "metrics-watch", trigger="test")
+    assert "kimi: Prometheus rules applied (rel-b)" in run.summary and paged() == {("kimi-green", "rel-b")}
+
+    users_on("kimi-blue", "rel-a")  # `/kimi rollback kimi`: every user back on blue, then its rules
+    apply_after_go_live(ctx, "kimi-blue")
+    assert paged() == {("kimi-blue", "rel-a")}
+    alerts = [r for g in rest.get(path)["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert {a["labels"]["kimi_ops_scope"] for a in alerts} == {"service"}
+    assert all(not a["labels"]["kimi_ops_kind"].startswith(("gpu", "node", "crashloop", "kv")) for a in alerts)

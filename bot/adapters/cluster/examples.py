@@ -1,7 +1,8 @@
 """The rendered manifests of the example release, written to ``deploy/endpoints/`` for readers.
 
 Beside each release manifest: the example endpoint's Prometheus rules with that release live, as the
-``PrometheusRule`` kimi-ops applies (``slo.alerting: prometheus``) and as a plain rules file.
+``PrometheusRule`` kimi-ops applies (``slo.alerting: prometheus``) and as a plain rules file, and the same for
+the own rules of a pair service made of two copies of that endpoint.
 The release manifests carry the model pods' NetworkPolicies; the example endpoint's HTTPRoute is
 written in each admission state (closed, the internal cohort, the first ramp share, open).
 
@@ -69,24 +70,42 @@ def example_routes(endpoint: EndpointSettings) -> dict[str, str]:
     return files
 
 
-def example_rules(release: ReleaseManifest) -> dict[str, str]:
-    """The example endpoint's rules with ``release`` live: the PrometheusRule (CRD-valid) and the rules file."""
+def _example_target(endpoint: EndpointSettings, release: str | None, service: str | None = None) -> alert_rules.RuleTarget:
     config = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
-    endpoint = example_endpoints()[0]
     traffic = Objectives.model_validate(config.get("traffic_objectives") or {})
-    target = alert_rules.RuleTarget(
+    return alert_rules.RuleTarget(
         endpoint=endpoint.name, namespace=endpoint.namespace,
         objectives=endpoint_objectives(endpoint.slo, traffic, endpoint.ttft_objective_ms),
         window_days=endpoint.slo.window_days, min_requests=endpoint.slo.min_requests,
-        kv_cache_pressure=endpoint.slo.kv_cache_pressure, gpus=endpoint.gpus, release=release.name)
-    rule_object = alert_rules.prometheus_rule(endpoint.name, endpoint.namespace, [target],
-                                              config.get("prometheus_rule_labels"))
+        kv_cache_pressure=endpoint.slo.kv_cache_pressure, gpus=endpoint.gpus, release=release, service=service)
+
+
+def _rule_files(stem: str, name: str, namespace: str, targets: list[alert_rules.RuleTarget], header: str) -> dict[str, str]:
+    labels = yaml.safe_load(EXAMPLE_CONFIG.read_text(encoding="utf-8")).get("prometheus_rule_labels")
+    rule_object = alert_rules.prometheus_rule(name, namespace, targets, labels)
     if errors := object_errors(rule_object):
         raise ValueError("; ".join(errors))
+    return {f"{stem}.prometheusrule.yaml": header + alert_rules.rules_yaml(rule_object),
+            f"{stem}.rules.yaml": header + alert_rules.rules_yaml(alert_rules.rules_file(targets))}
+
+
+def example_rules(release: ReleaseManifest) -> dict[str, str]:
+    """The example endpoint's rules with ``release`` live: the PrometheusRule (CRD-valid) and the rules file; and
+    those of a pair service made of two copies of it (``kimi-k3``: blue with users on ``release``, green warm)."""
+    endpoint = example_endpoints()[0]
     header = (f"# Prometheus rules kimi-ops renders for endpoint {endpoint.name} with release {release.name} live.\n"
               "# Generated: python -m bot.adapters.cluster.examples (kimi-ops slo rules ENDPOINT prints the same).\n")
-    return {f"{release.name}.prometheusrule.yaml": header + alert_rules.rules_yaml(rule_object),
-            f"{release.name}.rules.yaml": header + alert_rules.rules_yaml(alert_rules.rules_file([target]))}
+    files = _rule_files(release.name, endpoint.name, endpoint.namespace, [_example_target(endpoint, release.name)],
+                        header)
+    service = "kimi-k3"
+    sides = [_example_target(endpoint.model_copy(update={"name": f"{service}-{colour}"}), None, service)
+             for colour in ("blue", "green")]
+    target = alert_rules.service_target(service, sides, endpoint=sides[0].endpoint, release=release.name)
+    header = (f"# The pair service {service}'s own rules (its burn rates over both sides), users on {target.endpoint} "
+              f"with release {release.name}.\n# Each side also gets its own rules, as {endpoint.name} does. "
+              "Generated: python -m bot.adapters.cluster.examples (kimi-ops slo rules SERVICE prints the same).\n")
+    files.update(_rule_files(f"{service}.service", service, endpoint.namespace, [target], header))
+    return files
 
 
 def main() -> None:
