@@ -22,6 +22,7 @@ from slack_sdk import WebClient
 
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.slack.notifier import SlackNotifier
+from bot.domain.alert_rules import rule_object_name
 from bot.bootstrap import Root
 from bot.domain.admission import Admission
 from bot.sandbox.slack_stub import SlackStub
@@ -125,6 +126,20 @@ class PairWorld(SandboxWorld):
     def users_on(self) -> str:
         return next(s.endpoint for s in service_status(self.ctx, SERVICE).sides if s.users)
 
+    def service_pages(self) -> set[tuple[str, str]]:
+        """Whom the service's own PrometheusRule in the cluster pages: (endpoint, release) of its alerts."""
+        rule = self.sandbox.stand_ins["kube"].rest().get(object_path("PrometheusRule", rule_object_name(SERVICE),
+                                                                      NAMESPACE))
+        assert rule is not None, "no PrometheusRule of the service in the cluster"
+        return {(r["labels"]["endpoint"], r["labels"]["release"]) for g in rule["spec"]["groups"] for r in g["rules"]
+                if "alert" in r}
+
+    def rules_applied(self, side: str) -> list[str]:
+        """The releases the rules were applied for outside a deployment (a service rollback), oldest first."""
+        with self.ctx.uow() as uow:
+            return [d["release"] for _, _, _, d in uow.audit.actions(f"endpoint:{side}", "alert_rules.applied")
+                    if d["rule"] == rule_object_name(SERVICE)]
+
 
 def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Counter[str]:
     """Which side's server answered each of ``n`` cheap requests through the gateway (10 at a time)."""
@@ -140,9 +155,10 @@ def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Coun
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
     # Most tests here only need a ramp to walk its steps, so its soaks are short; the ones about what a soak sees
-    # (or stopping during one) soak as long as the sandbox does (:meth:`endpoint_changed`).
+    # (or stopping during one) soak as long as the sandbox does (:meth:`endpoint_changed`). Prometheus pages for both
+    # sides (no test here runs the metrics watch): the service's own rules follow each go-live and rollback.
     sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
-                      endpoint_overrides={"ttft_objective_ms": 1000},
+                      endpoint_overrides={"ttft_objective_ms": 1000, "slo": {"alerting": "prometheus"}},
                       service_overrides={"ramp": {**SANDBOX_PAIR_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}}).start()
     slack = SlackStub().start()
     w = PairWorld(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2), slack=slack)
@@ -182,6 +198,7 @@ def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_st
     assert status[idle].users and status[idle].release == release
     assert status[users].release is not None and not status[users].users  # kept warm
     assert status[idle].reservation_left and status[users].reservation_left
+    assert world.service_pages() == {(idle, release)}  # applied by the go-live: the service now pages the new side
     wait_until("users on the new side", lambda: world.users_at(idle) > before_idle)
     # One thread message followed the ramp, edited in place at each step and soak: its last text is the end.
     ramp = world.ramp_message(dep.id)
@@ -271,6 +288,7 @@ def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_r
     (alert,) = [m for m in world.slack.messages if f"`{users}` errors" in m.text]
     assert f"Fast path back: `/kimi rollback {SERVICE}` (one route change to the side kept warm)." in alert.text
     writes, workload = world.route_writes(), world.workload_writes()
+    applied = len(world.rules_applied(warm))
     try:
         # What the Roll back button's listener calls with the clicker and the button's value.
         answer = incidents.roll_back(Root(world.ctx, world.engine), Identity(DEPLOYER), str(incident))
@@ -283,6 +301,9 @@ def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_r
     assert f"*{SERVICE}* rolled back to *{warm}*" in answer.text
     assert world.route_writes() - writes == 1 and world.workload_writes() == workload
     assert world.weights() == {warm: 100, users: 0}
+    # The service's own rules now page the side users are back on, with its release, applied by the rollback.
+    assert world.rules_applied(warm)[-1:] == [world.live_release(warm)] and len(world.rules_applied(warm)) > applied
+    assert world.service_pages() == {(warm, world.live_release(warm))}
 
 
 
