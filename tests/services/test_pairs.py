@@ -22,9 +22,9 @@ from slack_sdk import WebClient
 
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.slack.notifier import SlackNotifier
-from bot.domain.alert_rules import rule_object_name
 from bot.bootstrap import Root
 from bot.domain.admission import Admission
+from bot.domain.alert_rules import rule_object_name
 from bot.sandbox.slack_stub import SlackStub
 from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SANDBOX_PAIR_RAMP, SERVICE, Sandbox
 from bot.sandbox.users import COHORT_USER, USER
