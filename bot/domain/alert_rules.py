@@ -11,6 +11,9 @@ follow slok/sloth and Pyrra (SRE workbook, ch. 5), with :mod:`bot.domain.slo`'s 
   windows both burn faster than its factor (the pairs of one severity joined with ``or``);
 * ``KimiOpsKvCachePressure``, ``KimiOpsGpuFault``, ``KimiOpsNodeFault`` and ``KimiOpsCrashLoop``, the watch's
   direct pages (:mod:`bot.domain.health`), on vLLM's, the DCGM exporter's and kube-state-metrics' series.
+* for a pair service, its own burn rates (:func:`service_target`): the same rules over both sides' series, the
+  requests summed before the ratio is taken, recorded by ``service`` alone; the built-in watch has no twin of
+  these (it judges each side alone).
 
 A latency objective counts a request as bad above its bound the way :func:`bot.domain.slo.count_within` does:
 interpolated inside vLLM's histogram bucket around the bound (:data:`LATENCY_BUCKETS`), so both judge the same
