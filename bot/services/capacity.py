@@ -53,18 +53,24 @@ def reviewed_mix(review: CapacityReview) -> TrafficMix:
                       output_p50=0, output_p90=0, output_p99=0)
 
 
-def drift_of(uow: SqlUnitOfWork, row: Endpoint, spec: EndpointSettings, live: TrafficMix | None) -> list[str] | None:
+def accepted_limit(row: Endpoint) -> int:
+    """The concurrency the endpoint admits: limits accepted from a traffic gate (kept on its stored settings, not in
+    the settings file), else the declared ones."""
+    return EndpointSettings.model_validate(row.settings).effective_request_limits.max_concurrent_requests
+
+
+def drift_of(uow: SqlUnitOfWork, row: Endpoint, live: TrafficMix | None) -> list[str] | None:
     """What moved since the last review; None when there is nothing to compare (no review or no live mix)."""
     review = uow.capacity.last_review(row.id)
     if review is None or live is None:
         return None
-    return mix_drift(live, reviewed_mix(review), accepted_limit=spec.effective_request_limits.max_concurrent_requests)
+    return mix_drift(live, reviewed_mix(review), accepted_limit=accepted_limit(row))
 
 
 def watch_mix(ctx: Context, uow: SqlUnitOfWork, row: Endpoint, spec: EndpointSettings, metrics: MetricsSnapshot,
               incidents: Incidents) -> tuple[list[str], list[str]]:
     """Store the live mix and open or close the endpoint's ``capacity-review`` incident: (opened, closed)."""
-    moved = drift_of(uow, row, spec, update_live_mix(uow, row, metrics, ctx))
+    moved = drift_of(uow, row, update_live_mix(uow, row, metrics, ctx))
     if moved is None:
         return [], []
     if moved:
@@ -112,12 +118,12 @@ def capacity_view(ctx: Context, name: str) -> CapacityView:
         trace = uow.capacity.trace(row.id)
         return CapacityView(
             endpoint=name, max_model_len=spec.max_model_len,
-            accepted_limit=spec.effective_request_limits.max_concurrent_requests,
+            accepted_limit=accepted_limit(row),
             last_review=_review_dict(review) if review else None, live_mix=live,
             live_at=live_row.at if live_row else None,
             trace={"sha256": trace.sha256, "at": trace.at.isoformat(), "by": trace.registered_by, "mix": trace.mix}
             if trace else None,
-            drift=drift_of(uow, row, spec, live))
+            drift=drift_of(uow, row, live))
 
 
 def capacity_sweep(ctx: Context, name: str, actor: Identity) -> GateReport:

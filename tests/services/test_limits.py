@@ -28,6 +28,7 @@ from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.operator import OperatorSimulator
 from bot.services.access import Identity
+from bot.services.capacity import capacity_view
 from bot.services.deployments import decide_gate, get_deployment, request_deploy, request_rollback
 from bot.services.engine import Engine
 from bot.services.errors import Refused
@@ -157,6 +158,8 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
     assert status.cluster.applied_limits is not None and status.cluster.applied_limits["max_concurrent_requests"] == 6
     assert status.cluster.accepted_limits is not None and status.cluster.accepted_limits["max_concurrent_requests"] == proposed
     assert not status.cluster.drift
+    # The capacity view compares production's concurrency with the limit accepted, not the settings file's 32.
+    assert capacity_view(ctx, "kimi-prod").accepted_limit == proposed
 
 
 def traffic_report(proposed: int) -> GateReport:
