@@ -347,11 +347,8 @@ def gate_accept_limits(
     user: str = AS_OPTION,
     timeout: float = TIMEOUT_OPTION,
 ) -> None:
-    """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers).
-
-    When they reach the cluster through the procedure (a restore of the live release, or the ramp closing to apply
-    them), this process drives it, printing its progress, as `rollback` does.
-    """
+    """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers); drives the restore or
+    ramp that applies them, printing its progress, as `rollback` does."""
     from bot.services.errors import Refused
     from bot.services.gate_reports import stored_gate_report
     from bot.services.traffic_gate import accept_proposed_limits
