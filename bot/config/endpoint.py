@@ -11,7 +11,7 @@ from bot.domain.doors import DoorSettings
 from bot.domain.egress import REQUIRED as REQUIRED_EGRESS
 from bot.domain.egress import EgressPolicy
 from bot.domain.slo import SloSettings
-from bot.route_config import RouteSettings
+from bot.route_config import Backend, RouteSettings
 
 EndpointKind = Literal["hyperpod", "eks"]
 IAM_ROLE_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]+$"
@@ -66,6 +66,9 @@ class PairSide(BaseModel):
 
     service: str = Field(description="The service this endpoint is a side of.")
     partner: str = Field(description="The service's other side.")
+    fallback: Backend | None = Field(
+        default=None, description="The service's smaller fallback model, where users go while the side they are on "
+                                  "fails (never the other side, which may hold an older release or none checked).")
 
 
 class EndpointSettings(BaseModel):
@@ -185,3 +188,19 @@ class EndpointSettings(BaseModel):
     def sagemaker_instance_type(self) -> str:
         return self.instance_type if self.instance_type.startswith("ml.") else f"ml.{self.instance_type}"
 
+
+    @property
+    def smaller_fallback(self) -> bool:
+        """Whether the route's fallback is a smaller model, not Kimi K3 on a pair's other side: a single node's
+        fallback, or a pair side's route while it sends users to the service's fallback (:meth:`on_fallback`)."""
+        route = self.route
+        if route is None or route.fallback is None:
+            return False
+        return self.pair is None or (self.pair.fallback is not None and route.fallback.same(self.pair.fallback))
+
+    def on_fallback(self) -> EndpointSettings:
+        """The endpoint as a failover writes its route: a pair side with the service's smaller fallback in its
+        partner's place, so closing sends users to that model and never to the other side; others unchanged."""
+        if self.pair is None or self.pair.fallback is None or self.route is None:
+            return self
+        return self.model_copy(update={"route": self.route.model_copy(update={"fallback": self.pair.fallback})})

@@ -26,6 +26,9 @@ class ServiceRoute(BaseModel):
     hostnames: list[str] = Field(default_factory=list, max_length=16,
                                  description="Host headers the route answers; empty: every hostname of the listener.")
     cohort_header: CohortHeader = Field(default_factory=CohortHeader, description="The header of the internal cohort.")
+    fallback: Backend | None = Field(
+        default=None, description="A smaller fallback model: while the side users are on stops answering, kimi-ops "
+                                  "moves them there (never to the other side) until its readiness passes again.")
 
 
 class ServiceSettings(BaseModel):
@@ -82,7 +85,12 @@ def with_pair_sides(endpoints: list[EndpointSettings], services: list[ServiceSet
                 raise ValueError(f"service {service.name}: {side.endpoint} and {partner.endpoint} must share a cluster "
                                  "and namespace (one HTTPRoute sends to both Services)")
             route = service.side_route(side, partner)
-            pair = PairSide(service=service.name, partner=partner.endpoint)
+            fallback = service.route.fallback
+            if fallback is not None and any(fallback.same(s.backend or Backend(name=s.endpoint, port=MODEL_PORT))
+                                            for s in sides):
+                raise ValueError(f"service {service.name}: route.fallback {fallback.name} is one of its sides; name the "
+                                 "smaller fallback model's Service")
+            pair = PairSide(service=service.name, partner=partner.endpoint, fallback=fallback)
             if endpoint.route is not None and endpoint.route != route:
                 raise ValueError(f"endpoint {side.endpoint} is a side of service {service.name}: its route comes "
                                  "from the service; remove its own route: block")

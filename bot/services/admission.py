@@ -61,7 +61,7 @@ def users_get(endpoint: EndpointSettings, admission: Admission) -> str:
             return "everyone reaches Kimi K3"
         return "the application layer turns users away (admission ConfigMap closed; no route is configured)"
     cohort = route.cohort_header.describe(route.route_name(endpoint.name))
-    if endpoint.pair is not None:
+    if endpoint.pair is not None and not endpoint.smaller_fallback:
         here, there = endpoint.name, endpoint.pair.partner
         return {AdmissionState.CLOSED: f"every user of {endpoint.pair.service} is on {there}; none reaches {here}",
                 AdmissionState.INTERNAL: f"only the internal cohort ({cohort}) reaches {here}; other users stay on {there}",
@@ -232,6 +232,9 @@ def override_admission(ctx: Context, endpoint_name: str, word: str, reason: str,
         if holder is not None:
             raise Refused(f"deployment #{holder.id} is in flight on {endpoint_name} and drives its admission; "
                           f"`/kimi cancel {holder.id}` first (a cancel after apply restores the previous release)")
+        # Held during a failover, a pair side keeps its users on the service's smaller fallback, not the other side.
+        if admission.state is AdmissionState.CLOSED and uow.incidents.open_for(row.id, FAILOVER) is not None:
+            endpoint = endpoint.on_fallback()
     try:
         words = apply_admission(ctx, endpoint, admission, f"{reason} (by {actor.user_id})")
     except AdmissionFailed as exc:

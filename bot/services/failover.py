@@ -1,7 +1,10 @@
 """The fallback when Kimi K3 fails on a live endpoint: the route closes to the fallback by itself, and reopens.
 
 After each readiness probe and metrics watch round (:mod:`bot.services.scheduling`), :func:`failover_round`
-looks at every live endpoint whose route has a smaller fallback model (not a pair: its other side is Kimi K3):
+looks at every live endpoint whose route has a smaller fallback model. On a pair (a service of two sides) that is
+the service's ``route.fallback``, never the other side, which may hold an older release or none checked: the side
+users are on writes the service's route with that model in its partner's place (:meth:`EndpointSettings.on_fallback`)
+and the rest is the same:
 
 * **fail over.** While the endpoint is open to users and one of its incidents says Kimi K3 stopped answering
   (the readiness probe's ``readiness``, the metrics watch's ``node`` or ``crashloop``) and no deployment is in
@@ -53,8 +56,8 @@ class FailoverOutcome:
 
 
 def guarded(spec: EndpointSettings) -> bool:
-    """Endpoints whose users can be moved to a smaller fallback model."""
-    return spec.route is not None and spec.route.fallback is not None and spec.pair is None
+    """Endpoints whose users can be moved to a smaller fallback model (a pair side: its service's)."""
+    return spec.on_fallback().smaller_fallback
 
 
 def _spec(ctx: Context, row: Endpoint) -> EndpointSettings:
@@ -85,7 +88,7 @@ def _post(uow: SqlUnitOfWork, spec: EndpointSettings, about: Seen | None, text: 
 def _fail_over(ctx: Context, spec: EndpointSettings, trigger: Seen) -> str:
     reason = f"failover: {trigger.kind}: {trigger.reason}"
     try:
-        words = apply_admission(ctx, spec, Admission.closed(), reason)
+        words = apply_admission(ctx, spec.on_fallback(), Admission.closed(), reason)
     except AdmissionFailed as exc:
         log.warning("failover of %s could not close its route: %s", spec.name, exc)
         return f"could not fail over ({exc})"

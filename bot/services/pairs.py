@@ -25,7 +25,7 @@ from bot.domain.events import ServiceRolledBack
 from bot.domain.states import State
 from bot.logs import logger_for
 from bot.services.access import Identity, authorize
-from bot.services.admission import AdmissionFailed, apply_admission, record_admission
+from bot.services.admission import FAILOVER, AdmissionFailed, apply_admission, record_admission
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
 from bot.services.reservations import reservation_for
@@ -76,10 +76,21 @@ def _refuse_in_flight(uow: SqlUnitOfWork, service: ServiceSettings, then: str) -
                           f"is in flight on {row.name}, a side of {service.name}; {then}")
 
 
+def _refuse_on_fallback(uow: SqlUnitOfWork, service: ServiceSettings) -> None:
+    """While a side's failover holds users on the service's smaller fallback, a deploy's closing would move them onto
+    a side nobody checked: refused until they are back (kimi-ops fails back, or an admin opens the side)."""
+    for row in _rows(uow, service):
+        if uow.incidents.open_for(row.id, FAILOVER) is not None:
+            raise Refused(f"users of {service.name} are on its fallback since {row.name} stopped answering; deploy once "
+                          f"they are back on {row.name} (kimi-ops moves them when its readiness passes, or "
+                          f"`/kimi admission open {row.name} --reason …`)")
+
+
 def deploy_side(ctx: Context, service: ServiceSettings) -> str:
     """The side a deploy to ``service`` goes to: the one users are not on (the first side before any deploy)."""
     with ctx.uow() as uow:
         _refuse_in_flight(uow, service, "one deployment per service at a time: wait for it or cancel it")
+        _refuse_on_fallback(uow, service)
         found = users_side(uow, service)
         active = found.name if found is not None else None
     first, second = service.endpoints

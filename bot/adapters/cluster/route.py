@@ -177,7 +177,7 @@ def model_labels(rest: Rest, endpoint: EndpointSettings) -> ModelLabels:
     route = route_settings(endpoint)
     model = (route.model_backend(endpoint.name).model_name or _running_release(rest, endpoint, endpoint.name)
              or endpoint.served_model_name)
-    if endpoint.pair is not None:
+    if endpoint.pair is not None and not endpoint.smaller_fallback:
         return ModelLabels(model=model, fallback=_running_release(rest, endpoint, endpoint.pair.partner)
                            or f"{endpoint.pair.partner} ({endpoint.served_model_name})")
     return ModelLabels(model=model)

@@ -57,12 +57,26 @@ def _rule_percent(rule: dict[str, Any], route: RouteSettings, endpoint: Endpoint
             to_model += _weight(ref)
         elif route.fallback is not None and _same_service(ref, route.fallback, endpoint.namespace):
             to_fallback += _weight(ref)
+        elif _pair_fallback(endpoint, ref):
+            to_fallback += _weight(ref)  # a pair side's failover: its users on the service's smaller fallback
         elif _weight(ref) > 0:
             problems.append(f"{where} sends traffic to {ref.get('kind', 'Service')} {ref.get('name')}:{ref.get('port')}, "
                             "which is neither the model nor the fallback")
             to_fallback += _weight(ref)
     total = to_model + to_fallback
     return round(100 * to_model / total) if total else 0
+
+
+def _pair_fallback(endpoint: EndpointSettings, ref: dict[str, Any]) -> bool:
+    """The reference names the service's smaller fallback of a pair side (where its failover sends users)."""
+    pair = endpoint.pair
+    return pair is not None and pair.fallback is not None and _same_service(ref, pair.fallback, endpoint.namespace)
+
+
+def _on_pair_fallback(obj: dict[str, Any], endpoint: EndpointSettings) -> bool:
+    """Some rule sends requests to the service's smaller fallback: the side that wrote it failed over."""
+    return any(_pair_fallback(endpoint, ref) and _weight(ref) > 0 for rule in (obj.get("spec") or {}).get("rules") or []
+               for ref in rule.get("backendRefs") or [] if isinstance(ref, dict))
 
 
 def _is_cohort(match: dict[str, Any], route: RouteSettings) -> bool:
@@ -140,7 +154,7 @@ def mirrored(endpoint: EndpointSettings) -> EndpointSettings:
     route, pair = route_settings(endpoint), endpoint.pair
     assert pair is not None
     return endpoint.model_copy(update={
-        "name": pair.partner, "pair": PairSide(service=pair.service, partner=endpoint.name),
+        "name": pair.partner, "pair": PairSide(service=pair.service, partner=endpoint.name, fallback=pair.fallback),
         "route": route.model_copy(update={"backend": route.fallback, "fallback": route.model_backend(endpoint.name)})})
 
 
@@ -161,10 +175,13 @@ def read_route_status(obj: dict[str, Any], endpoint: EndpointSettings) -> RouteS
     annotations = meta.get("annotations") or {}
     if endpoint.pair is not None and annotations.get(SIDE_ANNOTATION) == endpoint.pair.partner:
         theirs = read_route_status(obj, mirrored(endpoint))
-        mine = _complement(theirs.effective)
+        # Their users on the service's smaller fallback are on neither side: this one is closed too.
+        on_fallback = _on_pair_fallback(obj, endpoint)
+        mine = Admission.closed() if on_fallback else _complement(theirs.effective)
         mid_ramp = [] if mine is not None or theirs.effective is None else [
             f"mid-ramp: {endpoint.pair.partner} is at {theirs.effective}"]
-        return RouteStatus(name=theirs.name, namespace=theirs.namespace, annotated=_complement(theirs.annotated),
+        return RouteStatus(name=theirs.name, namespace=theirs.namespace,
+                           annotated=Admission.closed() if on_fallback else _complement(theirs.annotated),
                            effective=mine, reason=theirs.reason, changed_at=theirs.changed_at,
                            generation=theirs.generation, parents=theirs.parents, problems=(*theirs.problems, *mid_ramp))
     problems: list[str] = []

@@ -5,7 +5,8 @@ Two rules always (a change of admission only moves weights):
 * the internal cohort (its header, ``Exact``): the model at the cohort's share, the fallback at the rest;
 * every other request (``PathPrefix /``): the model at the admission's share, the fallback at the rest.
 
-With a smaller fallback model (not a pair, whose other side runs Kimi K3 too) two more, each with one more
+With a smaller fallback model (not a pair's other side, which runs Kimi K3 too; but a pair side's route while
+its failover sends users to the service's smaller fallback) two more, each with one more
 header match and so taking precedence: requests that declare they need Kimi K3 (``route.requires_header``),
 with and without the cohort header, go to the model alone. While their class of requests is not admitted its
 weight is 0, which a conforming gateway answers with 500: they get the gateway's unavailable answer, never a
@@ -57,8 +58,7 @@ def _split(route: RouteSettings, endpoint: EndpointSettings, percent: int, label
 
 def guards_kimi(endpoint: EndpointSettings) -> bool:
     """Whether requests that need Kimi K3 get rules of their own: only where the fallback is a smaller model."""
-    route = endpoint.route
-    return route is not None and route.fallback is not None and endpoint.pair is None
+    return endpoint.smaller_fallback
 
 
 def route_rules(endpoint: EndpointSettings, route: RouteSettings, admission: Admission, cohort_value: str,
