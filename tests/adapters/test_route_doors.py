@@ -7,7 +7,7 @@ kimi-ops's admission: on prod ``cluster.doors`` fails and names it (kind,
 namespace, name) and the fix. A cross-namespace route without a grant, or with a
 grant that does not cover a model backend, is refused by the gateway, so it is no
 door. Every object planted is first validated against the Gateway API's own CRDs
-(v1.6.1, ``tests/fixtures/gateway-api/``) and the Inference Extension's.
+(v1.6.1, ``tests/fixtures/gateway-api/other-kinds/``) and the Inference Extension's.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tests.conftest import EXAMPLE_RELEASE, START
 NS = "model-serving"
 APPS = "apps"
 GATEWAY = "gateway.networking.k8s.io"
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "gateway-api"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "gateway-api" / "other-kinds"
 
 
 @functools.cache
