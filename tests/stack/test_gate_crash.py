@@ -11,6 +11,7 @@ the candidate from elsewhere fails it. On SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import subprocess
@@ -74,13 +75,23 @@ def _kill_mid_gate(cli: CliSandbox, deployment_id: int, gate: str, approving: su
     assert openai.wait_for(lambda s: s.running == 0, timeout=WAIT_SECONDS)
 
 
+def _lease_lapsed(cli: CliSandbox, deployment_id: int) -> bool:
+    """Whether the endpoint's lease (the dead process's) has lapsed, so another process may take the deployment."""
+    with cli.ctx.uow() as uow:
+        lease = uow.leases.get(uow.deployments.get(deployment_id).endpoint_id)
+        return lease is None or lease.expires_at <= dt.datetime.now(dt.UTC)
+
+
 def _resumed_closed_door(cli: CliSandbox, deployment_id: int, gate: str) -> tuple[str, str]:
     """Run ``kimi-ops resume`` until the gate's report is stored; the admission.closed check's status and reason."""
     def report() -> GateReport | None:
         view = get_deployment(cli.ctx, deployment_id)
         if view.pending is not None and view.pending.gate == gate:
             return GateReport.model_validate(view.pending.report)
-        cli.run("resume", timeout=WAIT_SECONDS)  # a no-op while the dead process's lease is alive
+        # A resume is a no-op while the dead process's lease is alive: start one only once it has lapsed (each
+        # process costs a second of imports, and starting one every half second cost most of this module's CPU).
+        if _lease_lapsed(cli, deployment_id):
+            cli.run("resume", timeout=WAIT_SECONDS)
         return None
 
     found = wait_until(f"the resumed {gate} gate's report", report, WAIT_SECONDS * 2, poll=0.5)
