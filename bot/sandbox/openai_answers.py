@@ -134,6 +134,18 @@ def _content_text(content: Any) -> tuple[str, list[str]]:
     return "\n".join(texts), images
 
 
+def _tokens(text: str) -> tuple[str, ...]:
+    """``TOKEN_RE.findall(text)``, about twice as fast on the traffic gate's 200k-word prompts: a whitespace-separated
+    chunk of letters and digits only (``str.isalnum``, the same characters as ``\\w`` but ``_``) is one token."""
+    found: list[str] = []
+    for chunk in text.split():  # the same whitespace as ``\\s``
+        if chunk.isalnum():
+            found.append(chunk)
+        else:
+            found.extend(TOKEN_RE.findall(chunk))
+    return tuple(found)
+
+
 def read_prompt(body: Mapping[str, Any]) -> Prompt:
     """Flatten the chat messages into one prompt text (roles included, as a chat template would)."""
     messages = body.get("messages")
@@ -151,7 +163,7 @@ def read_prompt(body: Mapping[str, Any]) -> Prompt:
         if message["role"] == "user":
             last_user = text
     text = "\n".join(lines)
-    tokens = tuple(TOKEN_RE.findall(text)) + ("<image>",) * (len(images) * IMAGE_TOKENS)
+    tokens = _tokens(text) + ("<image>",) * (len(images) * IMAGE_TOKENS)
     return Prompt(text=text, tokens=tokens, last_user_text=last_user, last_role=str(messages[-1]["role"]),
                   images=tuple(images))
 
@@ -236,14 +248,25 @@ def _refuses(behaviour: Behaviour, prompt: Prompt) -> bool:
         return False
     if behaviour.refusal_marker and behaviour.refusal_marker in prompt.last_user_text:
         return True
-    return any(re.search(p, prompt.last_user_text, re.IGNORECASE) for p in behaviour.refusal_patterns)
+    return any(_found(p, prompt.last_user_text) for p in behaviour.refusal_patterns)
 
 
 def _reply_text(behaviour: Behaviour, prompt: Prompt) -> str:
     for pattern, reply in behaviour.replies:
-        if re.search(pattern, prompt.text, re.IGNORECASE):
+        if _found(pattern, prompt.text):
             return reply
     return behaviour.reply
+
+
+LITERAL_RE = re.compile(r"[A-Za-z0-9 ]+")
+
+
+def _found(pattern: str, text: str) -> bool:
+    """``re.search(pattern, text, re.IGNORECASE)``; a pattern of ASCII letters, digits and spaces in an ASCII text is
+    looked for as lower-cased text (the same answer there, and ten times faster on the sweep's longest prompts)."""
+    if text.isascii() and LITERAL_RE.fullmatch(pattern):
+        return pattern.lower() in text.lower()
+    return re.search(pattern, text, re.IGNORECASE) is not None
 
 
 def pieces(text: str) -> tuple[str, ...]:
