@@ -73,12 +73,13 @@ class CliSandbox:
                 f"{result.stdout}\n{result.stderr}\n--- log ---\n{tail}")
 
 
-def start_cli_sandbox(tmp_path: Path, database_url: str | None = None, **overrides: Any) -> CliSandbox:
-    """Start everything; call :func:`stop_cli_sandbox` after."""
+def start_cli_sandbox(tmp_path: Path, database_url: str | None = None, *, endpoint: dict[str, Any] | None = None,
+                      **overrides: Any) -> CliSandbox:
+    """Start everything (``endpoint``: changes to the endpoint's settings); call :func:`stop_cli_sandbox` after."""
     settings: dict[str, Any] = {"roles": CLI_ROLES, "traffic_sweep": QUICK_SWEEP, **overrides}
     if database_url is not None:
         settings["database_url"] = database_url
-    sandbox = Sandbox(tmp_path / "sandbox", settings_overrides=settings).start()
+    sandbox = Sandbox(tmp_path / "sandbox", settings_overrides=settings, endpoint_overrides=endpoint or {}).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
     env.update(sandbox.environment(tmp_path / "kubeconfig"))
     env.update({

@@ -11,7 +11,10 @@ endpoint free. Each replica dies with this test process (its parent-death signal
   candidate, so it does not fail; requests from elsewhere that did reach it fail it;
 * ``/kimi cancel``, signed as Slack signs it, sent to a replica that does not drive the stuck rollout: the driver
   hears of it at its lease heartbeat and starts the restore, whatever the rollout limit;
-* ``kimi-ops resume`` right after the driver's kill: it names who holds the deployment until when, and exits 1.
+* ``kimi-ops resume`` right after the driver's kill: it names who holds the deployment until when, and exits 1;
+* the same cancel while the driver drains (a request held at the model, an hour's drain deadline) or runs its
+  traffic gate's sweep (the replicas' plan has a day's budget): the step ends at once and the deployment is
+  cancelled (reopened before the apply, restored after it), never waiting for the step to end by itself.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from bot.domain.checks import GateReport
 from bot.sandbox.slack_stub import SlackSender, SlackStub
@@ -34,10 +38,17 @@ from bot.sandbox.stack import ADMIN, APPROVER_2, DEPLOYER
 from bot.services.access import Identity
 from bot.services.deployments import cancel, decide_gate, get_deployment, history
 from bot.services.engine import Engine
-from tests.cli_support import CliSandbox, deploy_in_process, run_in_process, start_cli_sandbox, stop_cli_sandbox
-from tests.services.test_crash_recovery import _record, _watching
+from tests.cli_support import (
+    QUICK_SWEEP,
+    CliSandbox,
+    deploy_in_process,
+    run_in_process,
+    start_cli_sandbox,
+    stop_cli_sandbox,
+)
+from tests.services.test_crash_recovery import _applies, _record, _watching
 from tests.stack.test_replica_takeover import holder_pid
-from tests.world_support import wait_until
+from tests.world_support import in_background, joined, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -48,6 +59,9 @@ TIED_CLI = [sys.executable, "-c", f"from bot.cli.orphan_guard import die_with; d
 # A lease long enough that ``resume`` run right after a kill still finds it (a lapsed lease of a hung rollout would
 # be taken over by the resume itself), short enough that a takeover comes within seconds.
 LEASE = {"KIMI_LEASE_SECONDS": "6", "KIMI_LEASE_HEARTBEAT_SECONDS": "1", "KIMI_LEASE_TAKEOVER_SECONDS": "1"}
+# The replicas' sweep: its first level alone would run all day (this process's own, for the live release, is quick).
+ENDLESS_SWEEP = {**QUICK_SWEEP, "steady_seconds": 86_400, "steady_requests_per_slot": 1_000_000,
+                 "max_requests": 10_000_000, "max_seconds": 86_400}
 WAIT_SECONDS = 120  # a bound on waiting for another process, not a performance expectation
 
 
@@ -62,6 +76,7 @@ class Replica:
 class Pool:
     cli: CliSandbox
     stub: SlackStub
+    config: Path  # the replicas' settings file: the sandbox's, with the endless sweep
     replicas: list[Replica] = field(default_factory=list)
 
     def live(self) -> list[Replica]:
@@ -81,7 +96,7 @@ class Pool:
         home = self.cli.cwd / name
         home.mkdir()
         env = {**self.cli.env, **LEASE, "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": SECRET,
-               "KIMI_SLACK_API_URL": self.stub.api_url}
+               "KIMI_SLACK_API_URL": self.stub.api_url, "KIMI_CONFIG": str(self.config)}
         log = home / "stderr.log"
         with log.open("w") as err:  # a file, not a pipe: nobody reads the log while the replica runs
             proc = subprocess.Popen([*TIED_CLI, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
@@ -113,11 +128,15 @@ def pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         for name in list(os.environ):  # as every test starts: nothing of the machine's Slack, AWS or kimi-ops settings
             if name.startswith(("SLACK_", "AWS_", "KIMI_")):
                 env.delenv(name)
-        cli = start_cli_sandbox(tmp_path_factory.mktemp(f"three-{request.param}"), database_url=url)
+        cli = start_cli_sandbox(tmp_path_factory.mktemp(f"three-{request.param}"), database_url=url,
+                                endpoint={"drain_seconds": 3600})
         try:
             deploy_in_process(cli, cli.sandbox.releases[0].name)  # live: what each test's restore gives users back
+            config = cli.cwd / "replicas-settings.yaml"
+            config.write_text(yaml.safe_dump({**yaml.safe_load(Path(cli.env["KIMI_CONFIG"]).read_text()),
+                                              "traffic_sweep": ENDLESS_SWEEP}))
             with SlackStub() as stub:
-                replicas = Pool(cli, stub)
+                replicas = Pool(cli, stub, config)
                 try:
                     replicas.ensure(3)
                     yield replicas
@@ -247,3 +266,61 @@ def test_resume_right_after_the_driver_is_killed_says_who_holds_it_and_exits_1(p
     wait_until("another replica watching the rollout", lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]),
                WAIT_SECONDS, poll=0.2)
     assert holder_pid(cli, dep) in {r.proc.pid for r in pool.live()}
+
+
+def _cancel_on_another(pool: Pool, deployment_id: int) -> None:
+    """``/kimi cancel`` signed as Slack signs it, into a replica that does not drive the deployment."""
+    driver = wait_until("the driver's lease", lambda: holder_pid(pool.cli, deployment_id), WAIT_SECONDS)
+    other = next(r for r in pool.live() if r.proc.pid != driver)
+    sender = SlackSender(SECRET, pool.stub)
+    body = sender.slash(DEPLOYER, f"cancel {deployment_id}")
+    answer = httpx.post(f"{other.url}/slack/events", content=body.encode(), headers=sender.headers(body), timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_cancel_on_another_replica_during_a_drain_reopens_without_waiting_for_the_running_request(
+        pool: Pool, handed: int) -> None:
+    cli, dep = pool.cli, handed
+    openai = cli.sandbox.stand_ins["openai"]
+    openai.hold()  # a user's request runs at the model, producing nothing until released: the drain cannot end
+    body = {"model": openai.behaviour.served_model, "messages": [{"role": "user", "content": "Write the long report."}],
+            "max_tokens": 8, "stream": True}
+    user, got = in_background(lambda: httpx.post(f"{openai.url}/v1/chat/completions", json=body, timeout=WAIT_SECONDS * 3))
+    assert openai.wait_for(lambda s: s.running == 1)
+    applies = len(_applies(cli))
+    wait_until("a replica draining", lambda: _state(cli, dep) == "draining", WAIT_SECONDS, poll=0.1)
+    scraped = openai.stats().scrapes
+    assert openai.wait_for(lambda s: s.scrapes >= scraped + 2, timeout=WAIT_SECONDS)  # it looks at the request
+
+    _cancel_on_another(pool, dep)
+    # Without the drain hearing of it, the deployment stays `reopening` for the drain's hour.
+    wait_until("users reopened and the deployment cancelled", lambda: _state(cli, dep) == "cancelled", WAIT_SECONDS,
+               poll=0.2)
+    assert len(_applies(cli)) == applies  # nothing applied
+    assert user.is_alive()  # the user's request was never cut off
+    openai.release()
+    assert joined(user, got).status_code == 200
+
+
+def test_a_cancel_on_another_replica_during_the_traffic_gate_sweep_stops_it_and_the_restore_runs(
+        pool: Pool, handed: int) -> None:
+    cli, dep = pool.cli, handed
+    report = wait_until("the model gate's report", lambda: (view := get_deployment(cli.ctx, dep)).pending
+                        and view.pending.gate == "model" and view.pending, WAIT_SECONDS, poll=0.2)
+    decide_gate(cli.ctx, dep, "model", "approved", Identity(APPROVER_2), seen_report_hash=report.report_hash,
+                seen_release_hash=report.release_hash)
+
+    def sweeping() -> bool:
+        with cli.ctx.uow() as uow:
+            row = uow.deployments.get(dep)
+            return row.state == "traffic_gate" and (row.own_requests or 0) >= 3
+
+    wait_until("a replica's sweep answered", sweeping, WAIT_SECONDS, poll=0.2)
+    _cancel_on_another(pool, dep)
+    wait_until("the cancel", lambda: _state(cli, dep) == "cancelled", WAIT_SECONDS, poll=0.2)
+    # Without the sweep hearing of it, the restore waits for the sweep's day.
+    restore = wait_until("the restore live", lambda: (found := _restore_of(cli, dep)) is not None
+                         and found[1] == "live" and found, WAIT_SECONDS, poll=0.5)
+    assert restore
+    with cli.ctx.uow() as uow:
+        assert "traffic" not in [g.gate for g in uow.gates.for_deployment(dep)]  # the stopped run stored nothing
