@@ -188,7 +188,6 @@ class EndpointSettings(BaseModel):
     def sagemaker_instance_type(self) -> str:
         return self.instance_type if self.instance_type.startswith("ml.") else f"ml.{self.instance_type}"
 
-
     @property
     def smaller_fallback(self) -> bool:
         """Whether the route's fallback is a smaller model, not Kimi K3 on a pair's other side: a single node's

@@ -150,7 +150,7 @@ def report_tables(report: GateReport) -> list[Part]:
             return []
         # What the sweep replayed beside production's mix, under the table it measured: a passing check, which the
         # count of passed checks would otherwise hide from the approver deciding on these numbers.
-        mix = [Text(f"*Mix* {c.reason}") for c in report.checks if c.name == "traffic.mix"]
+        mix = [Text(f"*Mix* {literal(c.reason)}") for c in report.checks if c.name == "traffic.mix"]
         return [Table("*Sweep* (ms; 429 = rejected requests):", sweep_table(levels, SWEEP_COMPACT_COLUMNS), what="levels"),
                 *mix]
     return []
