@@ -13,7 +13,7 @@ import typer
 
 from bot.cli import output
 from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format
-from bot.cli.workflow import AS_OPTION
+from bot.cli.options import AS_OPTION
 
 
 def capacity(

@@ -14,7 +14,7 @@ from bot.cli import output
 from bot.cli.common import identity
 from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format
 from bot.cli.guard import run_guarded
-from bot.cli.workflow import AS_OPTION
+from bot.cli.options import AS_OPTION
 
 
 def drill(

@@ -14,7 +14,7 @@ from bot.cli import output
 from bot.cli.common import context, identity
 from bot.cli.conventions import OUTPUT_OPTION, Format, typer_app
 from bot.cli.guard import run_guarded
-from bot.cli.workflow import AS_OPTION
+from bot.cli.options import AS_OPTION
 
 licence_app = typer_app(help="Licence reviews per endpoint and licence version.")
 exception_app = typer_app(help="Security exceptions (trust-remote-code, unscanned image, …).")

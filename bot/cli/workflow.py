@@ -1,8 +1,6 @@
 """``kimi-ops deploy / gate / rollback / cancel / history / resume``: the gated workflow from a terminal.
 
-``gate report`` prints a gate's stored report (the model and traffic gates as
-their tables) and ``gate accept-limits`` takes a traffic gate's proposed
-request limits for the endpoint.
+``gate report`` and ``gate accept-limits`` are in :mod:`bot.cli.gate_reports`.
 
 Each command acts as a Slack identity (``--as U…`` or ``KIMI_CLI_USER``) so the
 same roles and separation of duties apply as in Slack. Slow steps run in this
@@ -18,20 +16,17 @@ import typer
 from bot.cli import output
 from bot.cli.common import context, identity, root
 from bot.cli.conventions import EXIT_REFUSED, OUTPUT_OPTION, Format, typer_app
+from bot.cli.gate_reports import register_reports
 from bot.cli.guard import run_guarded
+from bot.cli.options import AS_OPTION, DEPLOYMENT_ARGUMENT, GATE_ARGUMENT, gate_named
 from bot.cli.progress import TIMEOUT_OPTION, drive
 from bot.cli.watch import WATCH_OPTION, WATCH_TIMEOUT_OPTION, follow, watching
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
-    from bot.services.gate_reports import StoredGateReport
 
 gate_app = typer_app(help="Decide or re-run a deployment's gates.")
 
-AS_OPTION = typer.Option(None, "--as", metavar="USER", help="Slack user ID to act as (default: KIMI_CLI_USER).")
-# The gates' names are spelled out (bot.domain.checks.GATES): importing the domain would slow every --help.
-GATE_ARGUMENT = typer.Argument(..., metavar="GATE", help="artifact | infrastructure | model | traffic")
-DEPLOYMENT_ARGUMENT = typer.Argument(..., metavar="DEPLOYMENT", help="Deployment number.")
 VERBOSE_OPTION = typer.Option(False, "--verbose", "-v", help="After a refusal, also print the gate's report.")
 
 
@@ -40,16 +35,6 @@ def _show(view: DeploymentView) -> None:
 
     for line in deployment_lines(view):
         output.info(line)
-
-
-def _gate(name: str) -> str:
-    """A gate's name in any case; anything else is a usage error (exit 2) naming the gates, before anything is read."""
-    from bot.domain.checks import GATES
-    from bot.services.errors import Invalid
-
-    if name.lower() not in GATES:
-        raise Invalid(f"no gate named {name}; the gates are {', '.join(GATES)}")
-    return name.lower()
 
 
 def _outcome(view: DeploymentView) -> None:
@@ -225,7 +210,7 @@ def _decide(deployment: int, named: str, decision: str, user: str | None, reason
     from bot.services.errors import Invalid, Refused, UserError
 
     def body() -> None:
-        gate = _gate(named)
+        gate = gate_named(named)
         if decision == "rejected" and not (reason or "").strip():
             raise Invalid("say why the gate is rejected: --reason \"…\" is recorded and shown in the thread and the history")
         here = root()
@@ -291,100 +276,14 @@ def gate_recheck(
     """Run the waiting GATE's automated checks again."""
     def body() -> None:
         here = root()
-        view = here.engine.recheck(deployment, _gate(gate), identity(here.ctx, user))
+        view = here.engine.recheck(deployment, gate_named(gate), identity(here.ctx, user))
         _show(view)
         _outcome(view)
 
     run_guarded(body)
 
 
-@gate_app.command("report")
-def gate_report(
-    deployment: int = DEPLOYMENT_ARGUMENT,
-    gate: str = GATE_ARGUMENT,
-    fmt: Format = OUTPUT_OPTION,
-) -> None:
-    """Print the stored report of GATE of DEPLOYMENT (the newest one, decided or waiting)."""
-    from bot.services.gate_reports import stored_gate_report
-
-    def body() -> None:
-        stored = stored_gate_report(context(), deployment, _gate(gate))
-        output.emit(fmt, stored, lambda: _print_report(stored))
-
-    run_guarded(body)
-
-
-def _print_report(stored: StoredGateReport) -> None:
-    from bot.cli.render import report_lines
-    from bot.views.gate_text import render_model_report, render_traffic_report
-
-    gate = stored.gate
-    if stored.decision:
-        verdict = f"{stored.decision} by {stored.decided_by} at {stored.decided_at:%Y-%m-%d %H:%M} UTC" + (
-            f" — {stored.decision_reason}" if stored.decision_reason else "")
-    else:
-        verdict = "waiting for a decision"
-    rechecks = f" (check run {stored.checks_run})" if stored.checks_run > 1 else ""
-    output.info(f"deployment #{stored.deployment_id} ({stored.kind} of {stored.release}), {gate} gate: {verdict}")
-    output.info(f"checked {stored.checked_at:%Y-%m-%d %H:%M} UTC{rechecks}, report {stored.report_hash[:12]}")
-    output.info("")
-    # The model and traffic gates carry tables (evaluation, sweep); the others are their check list.
-    if gate == "model":
-        output.info(render_model_report(stored.report))
-    elif gate == "traffic":
-        output.info(render_traffic_report(stored.report))
-    else:
-        for line in report_lines(stored.report):
-            output.info(line)
-
-
-@gate_app.command("accept-limits")
-def gate_accept_limits(
-    deployment: int = typer.Argument(..., metavar="DEPLOYMENT", help="Deployment number whose traffic gate proposed the limits."),
-    report: str = typer.Option(None, "--report", metavar="HASH",
-                               help="Hash (or its first characters) of the traffic report you read, "
-                                                      "as `gate report` prints it; refused if the report changed since."),
-    user: str = AS_OPTION,
-    timeout: float = TIMEOUT_OPTION,
-) -> None:
-    """Accept the request limits DEPLOYMENT's traffic gate proposed for its endpoint (approvers); drives the restore or
-    ramp that applies them, printing its progress, as `rollback` does."""
-    from bot.services.errors import Refused
-    from bot.services.gate_reports import stored_gate_report
-    from bot.services.traffic_gate import accept_proposed_limits
-
-    def body() -> None:
-        here = root()
-        ctx = here.ctx
-        who = identity(ctx, user)
-        stored = stored_gate_report(ctx, deployment, "traffic")
-        if report is not None and not stored.report_hash.startswith(report.strip().lower()):
-            raise Refused(f"the traffic report of deployment #{deployment} is now {stored.report_hash[:12]}, not {report} "
-                          f"(it was re-checked); read it with `kimi-ops gate report {deployment} traffic` and accept again")
-        # Bound to the report just read: a recheck landing in between is refused by the service, not applied.
-        accepted = accept_proposed_limits(ctx, None, deployment, who, seen_report_hash=stored.report_hash)
-        now, was = accepted.accepted, accepted.previous
-        output.info(
-            f"{accepted.endpoint}: request limits set to {now['max_concurrent_requests']} concurrent, "
-            f"queue {now['max_queue_size']} "
-            f"(were {was['max_concurrent_requests']}, queue {was['max_queue_size']}), accepted by {who} "
-            f"from report {stored.report_hash[:12]} of deployment #{deployment}'s traffic gate"
-        )
-        if accepted.applied_sha256:
-            output.info(f"  applied to deployment #{deployment}'s running release: manifest revision {accepted.revision} "
-                        f"({accepted.applied_sha256[:12]}); a rollback to this release restores them")
-        elif accepted.restore_id is not None:
-            output.info(f"  restore #{accepted.restore_id} applies them to the live release: {accepted.how}")
-        elif accepted.ramping:
-            output.info(f"  deployment #{deployment} is ramping, so its ramp applies them: {accepted.how}")
-        else:
-            output.info(f"  {accepted.how or 'the next manifest rendered for it uses them'} (a rollback re-applies its "
-                        "stored manifest unchanged)")
-        driven = accepted.drive
-        if driven is not None:
-            _show(drive(ctx, driven, lambda: here.engine.advance(driven), timeout))
-
-    run_guarded(body)
+register_reports(gate_app)  # after the commands above: `gate --help` lists them first
 
 
 def register(app: typer.Typer) -> None:

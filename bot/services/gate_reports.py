@@ -1,4 +1,5 @@
-"""The stored reports of a deployment's gates, read back (``gate show``, the Slack report view, a limits proposal)."""
+"""The stored reports of a deployment's gates, read back (``gate report``, the Slack report view, a limits proposal),
+and a model or traffic report's plot drawn from its numbers."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from bot.adapters.gate_plots import gate_png
 from bot.domain.states import STATE_OF_GATE, State
 from bot.services.context import Context
 from bot.services.errors import NotFound
@@ -18,6 +20,7 @@ class StoredGateReport:
     deployment_id: int
     kind: str
     release: str
+    endpoint: str
     gate: str
     report: dict[str, Any]
     report_hash: str
@@ -44,7 +47,13 @@ def stored_gate_report(ctx: Context, deployment_id: int, gate: str) -> StoredGat
             raise NotFound(f"deployment #{dep.id} has no {gate} gate report ({why})")
         row = rows[-1]
         return StoredGateReport(
-            deployment_id=dep.id, kind=dep.kind, release=dep.release.name, gate=gate, report=row.report,
+            deployment_id=dep.id, kind=dep.kind, release=dep.release.name, endpoint=dep.endpoint.name, gate=gate,
+            report=row.report,
             report_hash=row.report_hash, checked_at=row.checked_at, checks_run=len(rows), decision=row.decision,
             decided_by=row.decided_by, decided_at=row.decided_at, decision_reason=row.decision_reason,
         )
+
+
+def gate_plot(stored: StoredGateReport) -> bytes | None:
+    """The PNG of a stored model or traffic report, drawn from its numbers (None: the report has none to draw)."""
+    return gate_png(stored.report, endpoint=stored.endpoint, release=stored.release)

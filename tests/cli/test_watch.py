@@ -94,7 +94,7 @@ def test_status_watch_prints_each_recorded_step_of_a_deploy_driven_elsewhere_and
     finally:
         if watcher.poll() is None:
             watcher.kill()
-            watcher.wait()
+        watcher.communicate()  # waits, and closes its pipes
     assert gates == ["artifact", "infrastructure", "model", "traffic"]
     # Every step recorded after the watch began, in the order recorded, each once, then the verdict.
     steps = [line[12:] for line in printed if line.startswith("  ") and line[2:10].count(":") == 2]

@@ -226,7 +226,7 @@ def test_an_upload_whose_answer_was_lost_is_found_in_the_thread_and_not_uploaded
 
     ctx = setup(make_ctx, "C0PROD")
     view = request_deploy(ctx, "rel-a", None, REQUESTER)
-    evaluation = {"release": "rel-a", "summary": {"kinds": {"coding": {"passed": 1, "total": 1}},
+    evaluation = {"release": "rel-a", "summary": {"kinds": {"coding": {"passed": 1, "total": 1, "pass_rate": 1.0}},
                                                   "latency_p50_ms": 800.0, "latency_p95_ms": 2400.0}}
     with ctx.uow() as uow:
         store_gate_report(uow, ctx, uow.deployments.get(view.id),
