@@ -41,6 +41,9 @@ class CliSandbox:
     env: dict[str, str]
     cwd: Path
     runs: list[subprocess.CompletedProcess[str]] = field(default_factory=list)
+    # Run commands through :func:`run_in_process` (the console script's ``main`` in this process, the same
+    # environment) instead of a new interpreter each; :meth:`popen` always starts a process.
+    in_process: bool = False
 
     @property
     def ctx(self) -> Any:
@@ -50,8 +53,12 @@ class CliSandbox:
         return [str(KIMI_OPS), *args]
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run ``kimi-ops ARGS`` to completion (output captured, never a shell)."""
-        result = subprocess.run(self.command(*args), capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=timeout)
+        """Run ``kimi-ops ARGS`` to completion (output captured, never a shell; in this process if ``in_process``)."""
+        if self.in_process:
+            result = run_in_process(list(args), self.env, self.cwd)
+        else:
+            result = subprocess.run(self.command(*args), capture_output=True, text=True, env=self.env, cwd=self.cwd,
+                                    timeout=timeout)
         self.runs.append(result)
         return result
 

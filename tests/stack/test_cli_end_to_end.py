@@ -1,12 +1,15 @@
 """The gated workflow from the ``kimi-ops`` console script, end to end against the sandbox's stand-ins.
 
-Each CLI step is a separate ``kimi-ops`` process (the installed console script)
-aimed at the sandbox by ``Sandbox.environment``: the database, moto's S3 and ECR,
-the kmock cluster with the HyperPod operator simulator, the OpenAI-compatible
-endpoint, and the capacity stand-in over HTTP (:mod:`tests.cli_support`), so the
-subprocess runs every gate with the production adapter classes. The test
-process only sets the scene (an earlier release live) and looks at what a user
-would: the CLI's output and exit status, the cluster, the history.
+Each CLI step runs the console script's ``main`` as a terminal would run ``kimi-ops ARGS``
+(:func:`tests.cli_support.run_in_process`: in this process, which saves a new interpreter's
+second of imports per step), with nothing but the environment ``Sandbox.environment`` gives
+it: the database, moto's S3 and ECR, the kmock cluster with the HyperPod operator simulator,
+the OpenAI-compatible endpoint, and the capacity stand-in over HTTP, so the command builds
+its own context and runs every gate with the production adapter classes. The test only sets
+the scene (an earlier release live) and looks at what a user would: the CLI's output and
+exit status, the cluster, the history. Separate ``kimi-ops`` processes are tested where the
+process is the point (tests/services/test_crash_recovery.py, tests/stack/test_gate_crash.py,
+tests/stack/test_cancel_elsewhere.py, tests/sandbox/test_headless.py).
 """
 
 from __future__ import annotations
@@ -38,13 +41,14 @@ from tests.cli_support import (
 )
 from tests.docs_support import read_examples
 
-# Whole-stack: every stand-in plus many kimi-ops subprocesses per test.
+# Whole-stack: every stand-in, and every gate run by the CLI's commands.
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture()
 def cli(tmp_path: Path) -> Iterator[CliSandbox]:
     sandbox = start_cli_sandbox(tmp_path)
+    sandbox.in_process = True
     try:
         yield sandbox
     finally:
@@ -106,7 +110,7 @@ def test_deploy_through_four_gates_by_two_approvers_to_live_from_the_cli(cli: Cl
 
     out = cli.ok("gate", "approve", dep, "artifact", "--as", APPROVER_1)
     assert _headline(out) == f"deployment #{dep}: deploy of {release} to {ENDPOINT} — infrastructure gate"
-    # The subprocess read the training plan itself (over HTTP) and the cluster's nodes.
+    # The command read the training plan itself (over HTTP) and the cluster's nodes.
     assert "PASS  reservation.window" in out and "PASS  cluster.gpu_nodes" in out
     assert "PASS  capture.policy" in out and "no payloads" in out
     assert "PASS  pods.boundary" in out  # the model pods' NetworkPolicy, read from the render
@@ -250,7 +254,7 @@ def test_gate_report_prints_stored_reports_and_accept_limits_takes_the_proposal(
         assert words in refused.output
     assert endpoint_settings(cli.ctx, ENDPOINT).effective_request_limits.max_concurrent_requests == 32
 
-    # A separate process, like an operator's: accepting applies the limits to the running release on the cluster.
+    # As an operator's terminal runs it: accepting applies the limits to the running release on the cluster.
     accepted = cli.ok("gate", "accept-limits", str(dep.id), "--report", report_hash[1], "--as", APPROVER_2)
     assert (f"{ENDPOINT}: request limits set to {proposed[1]} concurrent, queue {proposed[2]} (were 32, queue 64), "
             f"accepted by {APPROVER_2} from report {report_hash[1]}") in accepted

@@ -9,6 +9,7 @@ and kept for the life of the process.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,13 +42,15 @@ def kubeconfig_client(context: str | None) -> Any:
     """An ``ApiClient`` for ``context``; ``None`` means in-cluster, falling back to the current context."""
     from kubernetes import client, config
 
+    # KUBECONFIG as it is now: the kubernetes package reads its default once, when it is first imported.
+    path = os.environ.get("KUBECONFIG") or None
     if context is None:
         try:
             config.load_incluster_config()
             return client.ApiClient()
         except config.ConfigException:
-            return config.new_client_from_config()
-    return config.new_client_from_config(context=context)
+            return config.new_client_from_config(config_file=path)
+    return config.new_client_from_config(config_file=path, context=context)
 
 
 class ContextClusters:
