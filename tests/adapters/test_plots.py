@@ -2,7 +2,8 @@
 objectives and tolerances drawn, axes that span the data.
 
 The figures are inspected before they are saved (``sweep_figure``, ``evaluation_figure``, ``ramp_figure``,
-``slo_figure``): their titles, tick labels, legends and axis limits are what a reader sees.
+``slo_figure``, and ``gate_figure`` drawing a stored report): their titles, tick labels, legends and axis limits are
+what a reader sees.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from matplotlib.dates import num2date
 
+from bot.adapters.gate_plots import gate_figure
 from bot.adapters.plots import evaluation_figure, plot_sweep, ramp_figure, slo_figure, sweep_figure
 
 LEVELS = [{"prefix": mode, "concurrency": c, "requests": 20, "ttft_p99_ms": 80.0 * c, "completion_p99_ms": 600.0 * c,
@@ -99,3 +101,25 @@ def test_the_slo_plot_spans_its_readings_and_says_when_there_is_nothing_to_draw(
     drawn = slo_figure(rows, "t")
     assert {line.get_label() for line in drawn.axes[0].get_lines()} == {"ttft", "burning exactly the budget"}
     assert {line.get_label() for line in drawn.axes[1].get_lines()} == {"KV cache %", "requests waiting"}
+
+
+def test_a_gate_plot_is_drawn_from_the_stored_report_alone() -> None:
+    # What an approval is bound to (the report's numbers) is all the plot needs: objectives, knee, limit, mix, tolerance.
+    traffic = {"gate": "traffic", "attachments": {
+        "sweep": {"levels": LEVELS, "objectives": {"ttft_p99_ms": 900.0, "reject_rate": 0.01}},
+        "knee": {"concurrency": 12, "broken": ["429/503 rate 10% > 1%"]},
+        "proposal": {"max_concurrent_requests": 10}, "mix": {"words": ["replayed: live mix", "production: live mix"]}}}
+    lat, _ = gate_figure(traffic, endpoint="kimi-prod", release="rel-b").axes
+    assert lat.get_title().startswith("Traffic gate · rel-b on kimi-prod") and "knee at 12 (429/503 rate" in lat.get_title()
+    assert {"TTFT p99 objective 900 ms", "knee 12", "limit 10"} <= set(legend_of(lat))
+    assert [t.get_text() for t in lat.figure.texts] == ["replayed: live mix\nproduction: live mix"]
+    summary = {"kinds": {"coding": {"passed": 2, "total": 3}}, "latency_p50_ms": 820.0, "latency_p95_ms": 2400.0}
+    model = {"gate": "model", "attachments": {"evaluation": {
+        "release": "rel-b", "summary": summary, "tolerance": 0.05,
+        "production": {"release": "rel-a", "summary": {**summary, "kinds": {"coding": {"passed": 3, "total": 3}}}}}}}
+    rates, _ = gate_figure(model, endpoint="kimi-prod", release="rel-b").axes
+    assert rates.get_title() == "Model gate · rel-b on kimi-prod"
+    assert legend_of(rates) == ["lowest passing rate (replaced − 5 pts)", "this release", "replaced: rel-a"]
+    # A report without numbers (an errored sweep, a gate that draws none) has no plot.
+    assert gate_figure({"gate": "traffic", "attachments": {"sweep": {"levels": []}}}, endpoint="e", release="r") is None
+    assert gate_figure({"gate": "artifact", "attachments": {}}, endpoint="e", release="r") is None
