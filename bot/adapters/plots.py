@@ -4,15 +4,37 @@ matplotlib with the Agg backend (no display); each function draws one figure
 from plain values, saves it and closes it so a long-running bot does not leak
 figures. matplotlib is imported on first use: it takes a second or more to load,
 and every ``kimi-ops`` command would otherwise pay for it.
+
+matplotlib is not thread-safe: pyplot keeps its figures in one global registry, and
+the fonts that measure and render text are shared objects. Gate and ramp plots are
+drawn by notifier threads, and a sandbox or a test runs several notifiers in one
+process, so every figure is built and saved under one lock (two threads drawing at
+once crashed the interpreter).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_DRAWING = threading.RLock()  # matplotlib's state is process-wide (see the module docstring)
+
+
+def _one_at_a_time(draw: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``draw`` runs while no other thread of this process builds or saves a figure."""
+    @functools.wraps(draw)
+    def serialised(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _DRAWING:
+            return draw(*args, **kwargs)
+
+    return serialised
 
 
 def _pyplot() -> Any:
@@ -30,6 +52,7 @@ def load() -> None:
     _pyplot()
 
 
+@_one_at_a_time
 def png_bytes(fig: Any) -> bytes:
     """``fig`` as PNG bytes; the figure is closed."""
     plt = _pyplot()
@@ -93,6 +116,7 @@ def plot_sweep(
     return _save(sweep_figure(levels, knee, proposal, title, knee_reasons, objectives, mix), path)
 
 
+@_one_at_a_time
 def sweep_figure(
     levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, title: str, knee_reasons: Sequence[str] = (),
     objectives: Mapping[str, float | None] | None = None, mix: Sequence[str] = (),
@@ -170,6 +194,7 @@ def plot_evaluation(
                  path)
 
 
+@_one_at_a_time
 def evaluation_figure(
     kinds: Sequence[str], current: Sequence[tuple[int, int]], production: Sequence[tuple[int, int]] | None, title: str,
     latency: dict[str, tuple[float | None, float | None]] | None = None, *,
@@ -228,6 +253,7 @@ def plot_slo(rows: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str
     return _save(slo_figure(rows, title), path)
 
 
+@_one_at_a_time
 def slo_figure(rows: Sequence[dict[str, Any]], title: str) -> Any:
     """The last hours of one endpoint: each objective's bad share per reading beside its budget, KV cache and queue.
 
@@ -273,6 +299,7 @@ def plot_ramp(points: Sequence[dict[str, Any]], path: Path, title: str) -> dict[
     return _save(ramp_figure(points, title), path)
 
 
+@_one_at_a_time
 def ramp_figure(points: Sequence[dict[str, Any]], title: str) -> Any:
     """A ramp as it went: each backend's share of the weight per step (the internal cohort's step marked), and each
     side's first-token p99 per soak on an axis from zero.
