@@ -21,7 +21,7 @@ from bot.adapters.cluster.rest import object_path
 from bot.domain.sweep import SweepPlan
 from bot.sandbox.stack import DEPLOYER, ENDPOINT, NAMESPACE, SANDBOX_SWEEP, Sandbox
 from bot.services.access import Identity
-from bot.services.deployments import cancel, get_deployment, request_deploy
+from bot.services.deployments import cancel, get_deployment, history, request_deploy
 from bot.services.engine import Engine
 from tests.exposure_support import World, assert_runs_exactly, restore_of
 from tests.world_support import WAIT_SECONDS, in_background, joined, wait_until
@@ -119,3 +119,31 @@ def test_a_cancel_during_the_traffic_gate_sweep_stops_it_and_the_restore_runs(wo
         assert [g.gate for g in uow.gates.for_deployment(dep)].count("traffic") == 0  # the stopped run stored nothing
         row = uow.deployments.get(dep)
         assert (row.own_requests or 0) >= 3 and (row.own_uncertain or 0) <= 1  # …but every request it sent
+
+
+def test_a_cancel_during_the_model_gate_gives_way_while_its_requests_hang_at_the_model(world: World) -> None:
+    newer = world.releases[1]
+    dep = world.approve(request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id, until="infrastructure_gate").id
+    world.decide(get_deployment(world.ctx, dep))
+    engine, result = in_background(lambda: world.engine.advance(dep))
+    wait_until("the model gate", lambda: _state(world, dep) == "model_gate", poll=0.02)
+    world.model.hold()  # the evaluation's requests hang at the model: no token comes (each may wait 180 s)
+    assert world.model.wait_for(lambda s: s.running > 0, timeout=WAIT_SECONDS)
+
+    cancel(world.ctx, dep, Identity(DEPLOYER))
+
+    def restore_draining() -> bool:
+        found = [v for v in history(world.ctx, ENDPOINT) if v.id > dep and v.kind == "restore"]
+        return bool(found) and found[-1].state == "draining"
+
+    # The restore is under way while the abandoned run's requests still hang: it waits for them, applying nothing.
+    wait_until("the restore draining", restore_draining)
+    assert world.model.stats().running > 0
+    world.model.release()
+    joined(engine, result, timeout=WAIT_SECONDS * 2)
+    assert restore_of(world, dep).state == "live"
+    assert_runs_exactly(world, world.live.id)  # type: ignore[attr-defined]
+    with world.ctx.uow() as uow:
+        assert "model" not in [g.gate for g in uow.gates.for_deployment(dep)]  # the stopped run stored nothing
+        row = uow.deployments.get(dep)
+        assert (row.own_requests or 0) + (row.own_uncertain or 0) > 0  # …but what it sent is counted

@@ -8,6 +8,8 @@ shutdown ends its evaluation or sweep at once, and nothing of it is stored but t
 
 from __future__ import annotations
 
+import threading
+
 from bot.domain.checks import GateReport
 from bot.domain.states import next_state
 from bot.services.access import Identity
@@ -16,6 +18,9 @@ from bot.services.engine.run import Runner, Snapshot, StateMoved, StepFailed
 from bot.services.errors import Refused
 from bot.services.gates import run_gate
 from bot.services.transitions import store_gate_report
+
+GIVE_WAY_SECONDS = 0.2
+"""How often a step waiting for its gate's run looks whether it was stopped."""
 
 
 def gate(runner: Runner, snap: Snapshot) -> None:
@@ -32,9 +37,32 @@ def gate(runner: Runner, snap: Snapshot) -> None:
 
 def run_until_stopped(runner: Runner, snap: Snapshot, gate_name: str, ledger: StoredLedger | None) -> GateReport:
     """Run the gate's checks; a run stopped half-way (the deployment moved on elsewhere) stores nothing: the requests
-    it sent are on the deployment's row already (``ledger``), so whoever runs the gate next counts them."""
+    it sent are on the deployment's row already (``ledger``), so whoever runs the gate next counts them.
+
+    A run that sends requests runs on a thread of its own, so the step gives way the moment it is stopped, even
+    while a request the model never answers holds that thread (until its own timeout); the run sends nothing more.
+    """
     with runner.stoppable(snap) as stop:
-        report = run_gate(runner.ctx, gate_name, snap.subject, ledger, stop)
+        if ledger is None:
+            report = run_gate(runner.ctx, gate_name, snap.subject, ledger, stop)
+        else:
+            outcome: list[GateReport | BaseException] = []
+
+            def run() -> None:
+                try:
+                    outcome.append(run_gate(runner.ctx, gate_name, snap.subject, ledger, stop))
+                except BaseException as exc:  # handed back to the step's thread
+                    outcome.append(exc)
+
+            worker = threading.Thread(target=run, name=f"kimi-gate-{snap.id}", daemon=True)
+            worker.start()
+            while worker.is_alive() and not stop.is_set():
+                worker.join(GIVE_WAY_SECONDS)
+            if not stop.is_set():
+                worker.join()
+                if isinstance(outcome[0], BaseException):
+                    raise outcome[0]
+                report = outcome[0]
         if stop.is_set():
             raise StateMoved(f"deployment #{snap.id}: its {gate_name} gate's run stopped (it moved on elsewhere)")
     return report
