@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.adapters.cluster.policies import front_door, hyperpod_pod_selector
-from bot.adapters.cluster.rest import Rest, collection_path, object_path
+from bot.adapters.cluster.rest import Rest, collection_path, meta_of, object_path, spec_of
 from bot.adapters.cluster.route_doors import model_backends, route_doors
 from bot.config import EndpointSettings
 from bot.domain.doors import DoorPath, PodPeer, wide_peers
@@ -38,22 +38,12 @@ OPERATOR_LABELS = {"deploying-service": "hyperpod-inference"}
 """What the HyperPod operator puts on its pods besides ``app`` (see :mod:`.policies`)."""
 
 
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta: dict[str, Any] = obj.get("metadata") or {}
-    return meta
-
-
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = obj.get("spec") or {}
-    return spec
-
-
 def model_pod_labels(endpoint: EndpointSettings, objects: list[dict[str, Any]]) -> dict[str, str]:
     """The labels every model pod of this release carries."""
     if endpoint.kind == "hyperpod":
         return {**OPERATOR_LABELS, **hyperpod_pod_selector(endpoint)}
     deployment = next((o for o in objects if o.get("kind") == "Deployment"), {})
-    labels: dict[str, str] = (_meta(_spec(deployment).get("template") or {}).get("labels") or {})
+    labels: dict[str, str] = (meta_of(spec_of(deployment).get("template") or {}).get("labels") or {})
     return dict(labels)
 
 
@@ -64,19 +54,19 @@ def _selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
 
 def _policy_selects(policy: dict[str, Any], labels: dict[str, str]) -> bool:
     """A NetworkPolicy's ``podSelector`` (empty: every pod) picks the model pods; expressions: taken to pick them."""
-    wanted = (_spec(policy).get("podSelector") or {}).get("matchLabels") or {}
+    wanted = (spec_of(policy).get("podSelector") or {}).get("matchLabels") or {}
     return all(labels.get(k) == v for k, v in wanted.items())
 
 
 def _limits_ingress(policy: dict[str, Any]) -> bool:
-    spec = _spec(policy)
+    spec = spec_of(policy)
     types = spec.get("policyTypes")
     return "Ingress" in types if types else True  # without policyTypes a policy always limits ingress
 
 
 def _ingress_services(ingress: dict[str, Any]) -> list[tuple[str, str]]:
     """(Service name, where) for every backend of an Ingress."""
-    spec = _spec(ingress)
+    spec = spec_of(ingress)
     found: list[tuple[str, str]] = []
     default = ((spec.get("defaultBackend") or {}).get("service") or {}).get("name")
     if default:
@@ -91,7 +81,7 @@ def _ingress_services(ingress: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _owned_by_endpoint(obj: dict[str, Any], endpoint: EndpointSettings) -> bool:
-    owners = _meta(obj).get("ownerReferences") or []
+    owners = meta_of(obj).get("ownerReferences") or []
     return any(ref.get("kind") == IEC_KIND and ref.get("name") == endpoint.name for ref in owners)
 
 
@@ -113,17 +103,17 @@ def _public_doors(rest: Rest, endpoint: EndpointSettings, objects: list[dict[str
         return []
     paths: list[DoorPath] = []
     rendered = next((o for o in objects if o.get("kind") == IEC_KIND), {})
-    declared = str(_spec(rendered).get("endpointName") or "")
+    declared = str(spec_of(rendered).get("endpointName") or "")
     if declared:
         paths.append(DoorPath("SageMaker endpoint", declared, "declared in door.sagemaker_endpoint", declared=True))
-    if "loadBalancer" in _spec(rendered) and endpoint.door.load_balancer is not None:
+    if "loadBalancer" in spec_of(rendered) and endpoint.door.load_balancer is not None:
         paths.append(DoorPath("load balancer", "", "the operator's ALB from "
                               f"{', '.join(endpoint.door.load_balancer.source_cidrs)}, declared in door.load_balancer",
                               declared=True))
     live = rest.get(object_path(IEC_KIND, endpoint.name, endpoint.namespace))
     if live is not None:
         registered = ((live.get("status") or {}).get("endpoints") or {}).get("sagemaker")
-        running = str(_spec(live).get("endpointName") or "")
+        running = str(spec_of(live).get("endpointName") or "")
         if (registered or running) and running != declared:
             state = f" ({registered.get('state')})" if isinstance(registered, dict) and registered.get("state") else ""
             paths.append(DoorPath("SageMaker endpoint", running or "(registered)",
@@ -135,11 +125,11 @@ def _public_doors(rest: Rest, endpoint: EndpointSettings, objects: list[dict[str
 def _service_doors(services: list[dict[str, Any]], labels: dict[str, str]) -> list[DoorPath]:
     paths: list[DoorPath] = []
     for service in services:
-        spec = _spec(service)
+        spec = spec_of(service)
         if not _selects(spec.get("selector"), labels):
             continue
         kind = str(spec.get("type") or "ClusterIP")
-        name = str(_meta(service).get("name"))
+        name = str(meta_of(service).get("name"))
         if kind in ("LoadBalancer", "NodePort"):
             paths.append(DoorPath(f"{kind} Service", name, "exposes the model pods outside the cluster"))
         if spec.get("externalIPs"):
@@ -157,7 +147,7 @@ def _ingress_doors(rest: Rest, endpoint: EndpointSettings, model_services: froze
             continue
         hits = [f"{where} → Service {name}" for name, where in _ingress_services(ingress) if name in model_services]
         if hits:
-            paths.append(DoorPath("Ingress", str(_meta(ingress).get("name")), "; ".join(hits)))
+            paths.append(DoorPath("Ingress", str(meta_of(ingress).get("name")), "; ".join(hits)))
     return paths
 
 
@@ -165,8 +155,8 @@ def _policy_doors(rest: Rest, endpoint: EndpointSettings, objects: list[dict[str
                   labels: dict[str, str]) -> list[DoorPath]:
     namespace = endpoint.namespace
     rendered = [o for o in objects if o.get("kind") == "NetworkPolicy"]
-    ours = {str(_meta(o).get("name")) for o in rendered}
-    policies = [p for p in rest.items(collection_path("NetworkPolicy", namespace)) if _meta(p).get("name") not in ours]
+    ours = {str(meta_of(o).get("name")) for o in rendered}
+    policies = [p for p in rest.items(collection_path("NetworkPolicy", namespace)) if meta_of(p).get("name") not in ours]
     limiting = [p for p in [*rendered, *policies] if _policy_selects(p, labels) and _limits_ingress(p)]
     if not limiting:
         return [DoorPath("no ingress policy", "", f"no NetworkPolicy limits who reaches the model pods in {namespace}: "
@@ -176,9 +166,9 @@ def _policy_doors(rest: Rest, endpoint: EndpointSettings, objects: list[dict[str
     cidrs = list(endpoint.door.load_balancer.source_cidrs) if endpoint.door.load_balancer is not None else []
     paths: list[DoorPath] = []
     for policy in limiting:
-        wide = wide_peers(list(_spec(policy).get("ingress") or []), namespace, allowed, cidrs)
+        wide = wide_peers(list(spec_of(policy).get("ingress") or []), namespace, allowed, cidrs)
         if wide:
-            paths.append(DoorPath("NetworkPolicy", str(_meta(policy).get("name")), "; ".join(wide)))
+            paths.append(DoorPath("NetworkPolicy", str(meta_of(policy).get("name")), "; ".join(wide)))
     return paths
 
 

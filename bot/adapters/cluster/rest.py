@@ -31,6 +31,18 @@ REQUEST_TIMEOUT = (5.0, 30.0)
 Timeout = tuple[float, float]
 
 
+def meta_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object's ``metadata`` (empty when it has none)."""
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object's ``spec`` (empty when it has none)."""
+    spec: dict[str, Any] = obj.get("spec") or {}
+    return spec
+
+
 @dataclass(frozen=True)
 class Kind:
     api_version: str

@@ -28,7 +28,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from bot.adapters.cluster.rest import Rest, collection_path
+from bot.adapters.cluster.rest import Rest, collection_path, meta_of, spec_of
 from bot.config import EndpointSettings
 from bot.domain.doors import DoorPath
 
@@ -36,16 +36,6 @@ ROUTE_KINDS = ("HTTPRoute", "GRPCRoute")
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 POOL_GROUP = "inference.networking.k8s.io"
 Target = tuple[str, str, str]  # (group, kind, name) of a backend in the endpoint's namespace
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    meta: dict[str, Any] = obj.get("metadata") or {}
-    return meta
-
-
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = obj.get("spec") or {}
-    return spec
 
 
 def served_items(rest: Rest, path: str) -> list[dict[str, Any]]:
@@ -87,10 +77,10 @@ def model_backends(rest: Rest, endpoint: EndpointSettings, objects: list[dict[st
     """The route's model backend, and every Service and InferencePool (running or rendered) selecting ``labels``."""
     pools = served_items(rest, collection_path("InferencePool", endpoint.namespace))
     rendered = [o for o in objects if o.get("kind") in ("Service", "InferencePool")]
-    service_names = {str(_meta(s).get("name")) for s in [*services, *(o for o in rendered if o["kind"] == "Service")]
-                     if _matches(_spec(s).get("selector") or {}, labels)}
-    pool_names = {str(_meta(p).get("name")) for p in [*pools, *(o for o in rendered if o["kind"] == "InferencePool")]
-                  if _matches(_spec(p).get("selector") or {}, labels)}
+    service_names = {str(meta_of(s).get("name")) for s in [*services, *(o for o in rendered if o["kind"] == "Service")]
+                     if _matches(spec_of(s).get("selector") or {}, labels)}
+    pool_names = {str(meta_of(p).get("name")) for p in [*pools, *(o for o in rendered if o["kind"] == "InferencePool")]
+                  if _matches(spec_of(p).get("selector") or {}, labels)}
     if endpoint.route is not None:
         backend = endpoint.route.model_backend(endpoint.name)
         (pool_names if backend.kind == "InferencePool" else service_names).add(backend.name)
@@ -100,7 +90,7 @@ def model_backends(rest: Rest, endpoint: EndpointSettings, objects: list[dict[st
 def _sent_to(route: dict[str, Any], route_namespace: str) -> list[tuple[str, Target]]:
     """(namespace, target) of every backendRef that takes requests (weight above 0)."""
     found: list[tuple[str, Target]] = []
-    for rule in _spec(route).get("rules") or []:
+    for rule in spec_of(route).get("rules") or []:
         for ref in rule.get("backendRefs") or []:
             if int(ref.get("weight", 1)) <= 0:
                 continue
@@ -112,7 +102,7 @@ def _sent_to(route: dict[str, Any], route_namespace: str) -> list[tuple[str, Tar
 def _grant_covers(grant: dict[str, Any], target: Target) -> bool:
     """A ReferenceGrant's ``to`` lets references reach ``target`` (no name: every object of that group and kind)."""
     return any(str(to.get("group", "")) == target[0] and to.get("kind") == target[1]
-               and to.get("name") in (None, "", target[2]) for to in _spec(grant).get("to") or [])
+               and to.get("name") in (None, "", target[2]) for to in spec_of(grant).get("to") or [])
 
 
 def _same_namespace(rest: Rest, endpoint: EndpointSettings, backends: ModelBackends) -> list[DoorPath]:
@@ -121,7 +111,7 @@ def _same_namespace(rest: Rest, endpoint: EndpointSettings, backends: ModelBacke
     paths: list[DoorPath] = []
     for kind in ROUTE_KINDS:
         for route in served_items(rest, collection_path(kind, namespace)):
-            name = str(_meta(route).get("name"))
+            name = str(meta_of(route).get("name"))
             if kind == "HTTPRoute" and name == ours:
                 continue
             hits = sorted({backends.describe(t) for ns, t in _sent_to(route, namespace)
@@ -138,8 +128,8 @@ def _through_grants(rest: Rest, endpoint: EndpointSettings, backends: ModelBacke
     routes: dict[tuple[str, str], list[dict[str, Any]]] = {}
     paths: dict[tuple[str, str], DoorPath] = {}
     for grant in grants:
-        grant_name = f"{namespace}/{_meta(grant).get('name')}"
-        for source in _spec(grant).get("from") or []:
+        grant_name = f"{namespace}/{meta_of(grant).get('name')}"
+        for source in spec_of(grant).get("from") or []:
             kind, source_ns = str(source.get("kind")), str(source.get("namespace"))
             if source.get("group") != GATEWAY_GROUP or kind not in ROUTE_KINDS or source_ns == namespace:
                 continue
@@ -148,7 +138,7 @@ def _through_grants(rest: Rest, endpoint: EndpointSettings, backends: ModelBacke
             for route in routes[(kind, source_ns)]:
                 hits = sorted({backends.describe(t) for ns, t in _sent_to(route, source_ns)
                                if ns == namespace and backends.holds(t) and _grant_covers(grant, t)})
-                key = (kind, f"{source_ns}/{_meta(route).get('name')}")
+                key = (kind, f"{source_ns}/{meta_of(route).get('name')}")
                 if hits and key not in paths:
                     paths[key] = DoorPath(kind, key[1], f"sends requests to {', '.join(hits)} in {namespace}, allowed by "
                                                         f"ReferenceGrant {grant_name}, outside kimi-ops's admission; "
