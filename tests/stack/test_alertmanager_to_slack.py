@@ -9,19 +9,17 @@ The alerts are posted to Alertmanager's API v2 as Prometheus posts a firing rule
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import replace
 
 import httpx
 import pytest
 
-from bot.adapters.alertmanager import HttpAlertmanager
 from bot.adapters.clock import FrozenClock
 from bot.services.alert_intake import Reconciler
 from bot.views.actions import INCIDENT_ACK, INCIDENT_ROLLBACK, INCIDENT_SILENCE
-from tests.jobs_support import make_live
-from tests.promtool_support import Alertmanager, free_port
-from tests.slack_support import CHANNEL, blocks_text, button, start_bench, stop_bench
-from tests.workflow_support import ROLES, endpoint_config, fake_ports
+from tests.alertmanager_support import routed_alertmanager
+from tests.promtool_support import Alertmanager
+from tests.slack_support import CHANNEL, blocks_text, button
+from tests.workflow_support import ROLES, endpoint_config
 from tests.world_support import wait_until
 
 TOKEN = "am-webhook-token-0123456789abcdef"
@@ -38,20 +36,8 @@ def clock() -> FrozenClock:
 
 @pytest.fixture()
 def routed(make_ctx, tmp_path):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL, slo={"alerting": "prometheus"})], roles=ROLES,
-                   ports=replace(fake_ports(), silences=HttpAlertmanager(url)), alertmanager_url=url,
-                   alertmanager_webhook_token=TOKEN)
-    make_live(ctx, "kimi-prod", "rel-b")
-    bench = start_bench(ctx)
-    manager = Alertmanager(tmp_path, f"{bench.http.url}/alertmanager/webhook", TOKEN, port=port)
-    try:
-        wait_until("Alertmanager ready", manager.ready, timeout=30)
-        yield bench, manager
-    finally:
-        manager.stop()
-        stop_bench(bench)
+    with routed_alertmanager(make_ctx, tmp_path, TOKEN) as both:
+        yield both
 
 
 def fire(manager: Alertmanager, *, resolved: bool = False) -> None:
