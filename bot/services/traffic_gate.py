@@ -230,13 +230,15 @@ def accept_proposed_limits(
             uow.commit()
             return Refused(message)
 
-        dep = uow.deployments.get(deployment_id)
+        # Locked first (the engine's order: the deployment, then its endpoint): how the limits reach the cluster
+        # depends on its state, which the engine may be moving on (a ramp going live) until this transaction ends.
+        dep = uow.deployments.get_for_update(deployment_id)
         if dep is None:
             raise NotFound(f"no deployment #{deployment_id}; `/kimi history` lists them")
         name = dep.endpoint.name
         if endpoint_name is not None and name != endpoint_name:
             raise Refused(f"deployment #{deployment_id} runs on {name}, not {endpoint_name}; name the right endpoint")
-        # The endpoint row is locked first, so two clicks at once are decided one after the other.
+        # The endpoint row is locked too, so two clicks at once are decided one after the other.
         endpoint = uow.endpoints.get_for_update(name)
         if endpoint is None:
             raise NotFound(f"no endpoint named {name}")

@@ -71,7 +71,7 @@ def test_limits_accepted_while_the_ramp_holds_close_drain_apply_pass_readiness_a
     ctx = make_ctx(endpoints=[endpoint_config(ramp={"approval_steps": [100]})], roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     engine = Engine(ctx, readiness_pause=0)
-    view = _to_traffic_gate(ctx, engine)
+    view = to_traffic_gate(ctx, engine)
     decide_gate(ctx, view.id, "traffic", "approved", ADMIN, seen_report_hash=view.pending.report_hash,
                 seen_release_hash=view.pending.release_hash)
     assert engine.advance(view.id).state == "ramping"
@@ -132,7 +132,7 @@ def test_a_pairs_idle_side_takes_them_at_once_and_the_side_users_are_on_keeps_th
         assert plan.how == "keep" and "users are on both sides of kimi" in plan.why
 
 
-def _to_traffic_gate(ctx: Any, engine: Any) -> Any:
+def to_traffic_gate(ctx: Any, engine: Any) -> Any:
     from bot.services.deployments import decide_gate, request_deploy
     from tests.workflow_support import APPROVER_1, REQUESTER
 
@@ -149,7 +149,7 @@ def test_limits_applied_at_the_traffic_gate_pass_readiness_again_before_anyone_i
     from bot.services.deployments import decide_gate
 
     ctx, engine = wf
-    view = _to_traffic_gate(ctx, engine)
+    view = to_traffic_gate(ctx, engine)
     cluster: FakeCluster = ctx.ports.cluster
     report_hash = propose_limits(ctx, view.id, 5, 10)
     accepted = accept_proposed_limits(ctx, None, view.id, ADMIN, seen_report_hash=report_hash)
