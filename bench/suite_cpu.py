@@ -1,0 +1,84 @@
+"""The test suite's CPU time per module: a pytest plugin that records it, and a report of what it recorded.
+
+On a shared machine wall time says more about the neighbours than about the suite, so CI's speed is measured
+in CPU seconds: each test's user + system time of its worker process (its threads and in-process stand-ins
+included) and of the child processes it waited for (``kimi-ops`` commands, serve, promtool, the demo).
+
+    SUITE_CPU_DIR=/tmp/cpu PYTHONPATH=. PYTEST_ADDOPTS="-p bench.suite_cpu" .ci/run   # record (any pytest run)
+    .venv/bin/python bench/suite_cpu.py /tmp/cpu                                      # the table, costliest first
+    .venv/bin/python bench/suite_cpu.py /tmp/cpu /tmp/cpu-before                      # beside an earlier run
+
+Each worker appends ``node id, wall, own CPU, children's CPU`` per test to a file of its own in the directory.
+A stand-in's thread that keeps running between tests is counted in whichever test is running at the time.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+
+_out: TextIO | None = None
+
+
+def _cpu() -> tuple[float, float]:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: Any, nextitem: Any) -> Generator[None, object, object]:
+    """Around each test (setup, call, teardown): its wall time and the CPU time spent meanwhile."""
+    global _out
+    if _out is None:
+        folder = Path(os.environ.get("SUITE_CPU_DIR", "suite-cpu"))
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.tsv"
+        _out = (folder / name).open("a", buffering=1)
+    started, (own, children) = time.monotonic(), _cpu()
+    result = yield
+    own_after, children_after = _cpu()
+    _out.write(f"{item.nodeid}\t{time.monotonic() - started:.3f}\t{own_after - own:.3f}\t"
+               f"{children_after - children:.3f}\n")
+    return result
+
+
+def per_module(folder: Path) -> dict[str, list[float]]:
+    """Module → [tests, wall, own CPU, children's CPU], summed over every worker's file."""
+    modules: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for path in folder.glob("*.tsv"):
+        for line in path.read_text().splitlines():
+            node, wall, own, children = line.split("\t")
+            row = modules[node.split("::")[0]]
+            row[0] += 1
+            row[1] += float(wall)
+            row[2] += float(own)
+            row[3] += float(children)
+    return dict(modules)
+
+
+def main(argv: list[str]) -> None:
+    now = per_module(Path(argv[0]))
+    before = per_module(Path(argv[1])) if len(argv) > 1 else {}
+
+    def cpu(row: list[float] | None) -> float:
+        return row[2] + row[3] if row else 0.0
+
+    total = [sum(row[i] for row in now.values()) for i in range(4)]
+    print(f"{int(total[0])} tests, CPU {total[2] + total[3]:.0f} s (own {total[2]:.0f} s, children {total[3]:.0f} s)"
+          + (f"; before {sum(cpu(row) for row in before.values()):.0f} s" if before else ""))
+    print(f"{'module':58} {'tests':>5} {'CPU s':>7} {'before':>7} {'wall s':>7}")
+    for module, row in sorted(now.items(), key=lambda item: -cpu(item[1]))[:40]:
+        was = f"{cpu(before[module]):7.1f}" if module in before else f"{'':7}"
+        print(f"{module:58} {int(row[0]):5d} {cpu(row):7.1f} {was} {row[1]:7.1f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
