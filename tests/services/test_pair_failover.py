@@ -27,6 +27,7 @@ from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.failover import failover_round
 from bot.services.readiness import probe_endpoints
+from tests.cli_support import QUICK_SWEEP
 from tests.world_support import SandboxWorld, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -72,6 +73,7 @@ class World(SandboxWorld):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     sandbox = Sandbox(tmp_path_factory.mktemp("pair-failover") / "sandbox", pair=True, users_per_second=8.0,
+                      settings_overrides={"traffic_sweep": QUICK_SWEEP},  # no test here reads the sweep
                       service_overrides={"route": ROUTE, "ramp": {**SANDBOX_PAIR_RAMP, "soak_seconds": 0.3,
                                                                   "sample_seconds": 0.3}}).start()
     w = World(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))

@@ -39,6 +39,7 @@ from bot.services.ramp_approvals import approve_ramp_step, ramp_step_waiting
 from bot.services.reservations import endpoints_with_tested_release, watch_reservations
 from bot.services.scheduling import run_job
 from commands import incidents
+from tests.cli_support import QUICK_SWEEP
 from tests.world_support import APPROVER, SandboxWorld, in_background, joined, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -158,6 +159,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
     # (or stopping during one) soak as long as the sandbox does (:meth:`endpoint_changed`). Prometheus pages for both
     # sides (no test here runs the metrics watch): the service's own rules follow each go-live and rollback.
     sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
+                      settings_overrides={"traffic_sweep": QUICK_SWEEP},  # no test here reads the sweep
                       endpoint_overrides={"ttft_objective_ms": 1000, "slo": {"alerting": "prometheus"}},
                       service_overrides={"ramp": {**SANDBOX_PAIR_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}}).start()
     slack = SlackStub().start()
