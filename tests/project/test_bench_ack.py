@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 # Runs the benchmark script end to end in a subprocess.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "ack_latency.py"
 

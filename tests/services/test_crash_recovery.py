@@ -48,7 +48,7 @@ from tests.workflow_support import APPROVER_1, REQUESTER, workflow
 from tests.world_support import wait_until
 
 # Whole-stack: a kimi-ops subprocess is killed mid-rollout and another resumes it.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
 
 WAIT_SECONDS = 90  # a bound on waiting for another process, not a performance expectation
 

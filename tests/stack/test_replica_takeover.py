@@ -42,7 +42,7 @@ from tests.services.test_crash_recovery import _applies, _record, _watching
 from tests.slack_support import blocks_text, has_buttons
 from tests.world_support import wait_until
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(600)]
 
 CLI = [sys.executable, "-c", "from bot.cli.main import main; main()"]
 LEASE_SECONDS, HEARTBEAT_SECONDS, TAKEOVER_SECONDS = 4.0, 1.0, 1.0

@@ -50,7 +50,7 @@ from tests.services.test_crash_recovery import _applies, _record, _watching
 from tests.stack.test_replica_takeover import holder_pid
 from tests.world_support import in_background, joined, wait_until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
 
 SECRET = "three-replicas-signing-secret"
 # Each replica ends with this test process (its pdeath signal): a run killed at a test's timeout leaves no serve.
