@@ -8,7 +8,7 @@ included) and of the child processes it waited for (``kimi-ops`` commands, serve
     .venv/bin/python bench/suite_cpu.py /tmp/cpu                                      # the table, costliest first
     .venv/bin/python bench/suite_cpu.py /tmp/cpu /tmp/cpu-before                      # beside an earlier run
 
-Each worker appends ``node id, wall, own CPU, children's CPU`` per test to a file of its own in the directory.
+Each worker appends ``node id, wall, own CPU, children's CPU, outcome`` per test to a file of its own in the directory.
 A stand-in's thread that keeps running between tests is counted in whichever test is running at the time.
 """
 
@@ -26,6 +26,13 @@ from typing import Any, TextIO
 import pytest
 
 _out: TextIO | None = None
+_outcome: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    """The test's outcome: failed if any phase failed (an error in setup included), else passed or skipped."""
+    if report.failed or _outcome.get(report.nodeid) != "failed":
+        _outcome[report.nodeid] = "failed" if report.failed else _outcome.get(report.nodeid, report.outcome)
 
 
 def _cpu() -> tuple[float, float]:
@@ -46,7 +53,7 @@ def pytest_runtest_protocol(item: Any, nextitem: Any) -> Generator[None, object,
     result = yield
     own_after, children_after = _cpu()
     _out.write(f"{item.nodeid}\t{time.monotonic() - started:.3f}\t{own_after - own:.3f}\t"
-               f"{children_after - children:.3f}\n")
+               f"{children_after - children:.3f}\t{_outcome.pop(item.nodeid, 'unknown')}\n")
     return result
 
 
@@ -55,7 +62,7 @@ def per_module(folder: Path) -> dict[str, list[float]]:
     modules: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for path in folder.glob("*.tsv"):
         for line in path.read_text().splitlines():
-            node, wall, own, children = line.split("\t")
+            node, wall, own, children = line.split("\t")[:4]
             row = modules[node.split("::")[0]]
             row[0] += 1
             row[1] += float(wall)
