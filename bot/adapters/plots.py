@@ -1,9 +1,10 @@
-"""PNG plots of gate reports, written where the Slack notifier can upload them.
+"""PNG plots of gate reports, ramps and objectives, for the Slack notifier to upload.
 
-matplotlib with the Agg backend (no display); each function draws one figure
-from plain values, saves it and closes it so a long-running bot does not leak
-figures. matplotlib is imported on first use: it takes a second or more to load,
-and every ``kimi-ops`` command would otherwise pay for it.
+matplotlib with the Agg backend (no display); each ``*_figure`` function draws
+one figure from plain values, and :func:`png_bytes` renders it and closes it so
+a long-running bot does not leak figures. matplotlib is imported on first use:
+it takes a second or more to load, and every ``kimi-ops`` command would
+otherwise pay for it.
 
 matplotlib is not thread-safe: pyplot keeps its figures in one global registry, and
 the fonts that measure and render text are shared objects. Gate and ramp plots are
@@ -108,14 +109,6 @@ def _style(plt: Any) -> None:
                          "xtick.labelsize": FONT - 1, "ytick.labelsize": FONT - 1})
 
 
-def plot_sweep(
-    levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, path: Path, title: str,
-    knee_reasons: Sequence[str] = (), objectives: Mapping[str, float | None] | None = None, mix: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The sweep's figure (:func:`sweep_figure`) as a PNG at ``path``."""
-    return _save(sweep_figure(levels, knee, proposal, title, knee_reasons, objectives, mix), path)
-
-
 @_one_at_a_time
 def sweep_figure(
     levels: Sequence[dict[str, Any]], knee: int | None, proposal: int | None, title: str, knee_reasons: Sequence[str] = (),
@@ -182,16 +175,6 @@ def sweep_figure(
         fig.subplots_adjust(bottom=0.12 + 0.03 * len(mix))
         fig.text(0.01, 0.01, "\n".join(mix), fontsize=FONT - 4, va="bottom", ha="left", color="#444444")
     return fig
-
-
-def plot_evaluation(
-    kinds: Sequence[str], current: Sequence[tuple[int, int]], production: Sequence[tuple[int, int]] | None, path: Path,
-    title: str, latency: dict[str, tuple[float | None, float | None]] | None = None, *,
-    replaced: str | None = None, tolerance: float | None = None,
-) -> dict[str, Any]:
-    """The evaluation's figure (:func:`evaluation_figure`) as a PNG at ``path``."""
-    return _save(evaluation_figure(kinds, current, production, title, latency, replaced=replaced, tolerance=tolerance),
-                 path)
 
 
 @_one_at_a_time
@@ -292,11 +275,6 @@ def slo_figure(rows: Sequence[dict[str, Any]], title: str) -> Any:
     _utc_times(load, times)
     fig.suptitle(title, fontsize=10)
     return fig
-
-
-def plot_ramp(points: Sequence[dict[str, Any]], path: Path, title: str) -> dict[str, Any]:
-    """The figure of :func:`ramp_figure` as a PNG at ``path``."""
-    return _save(ramp_figure(points, title), path)
 
 
 @_one_at_a_time

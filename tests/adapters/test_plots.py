@@ -9,12 +9,11 @@ what a reader sees.
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 from matplotlib.dates import num2date
 
 from bot.adapters.gate_plots import gate_figure
-from bot.adapters.plots import evaluation_figure, plot_sweep, ramp_figure, slo_figure, sweep_figure
+from bot.adapters.plots import evaluation_figure, png_bytes, ramp_figure, slo_figure, sweep_figure
 
 LEVELS = [{"prefix": mode, "concurrency": c, "requests": 20, "ttft_p99_ms": 80.0 * c, "completion_p99_ms": 600.0 * c,
            "reject_rate": 0.1 if c >= 12 else 0.0, "error_rate": 0.0}
@@ -26,8 +25,7 @@ def legend_of(ax) -> list[str]:
     return [t.get_text() for t in ax.get_legend().get_texts()]
 
 
-def test_the_sweep_labels_every_level_with_its_samples_draws_the_objectives_and_keeps_labels_off_the_data(
-        tmp_path: Path) -> None:
+def test_the_sweep_labels_every_level_with_its_samples_draws_the_objectives_and_keeps_labels_off_the_data() -> None:
     fig = sweep_figure(LEVELS, 12, 10, "Traffic gate · rel-b on kimi-prod: latency and rejections",
                        knee_reasons=["TTFT p99 960 ms > 900 ms objective"],
                        objectives={"ttft_p99_ms": 900.0, "completion_p99_ms": 30_000.0, "reject_rate": 0.01})
@@ -45,7 +43,7 @@ def test_the_sweep_labels_every_level_with_its_samples_draws_the_objectives_and_
     fig.canvas.draw()
     shown = [t.get_text() for t in lat.get_yticklabels() if t.get_text()]
     assert shown and all("10^" not in t and "times" not in t and "$" not in t for t in shown), shown
-    assert plot_sweep(LEVELS, 12, 10, tmp_path / "s.png", "t")["bytes"] > 10_000
+    assert png_bytes(sweep_figure(LEVELS, 12, 10, "t"))[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_model_plot_names_what_it_compares_with_draws_the_tolerance_and_latency_side_by_side() -> None:

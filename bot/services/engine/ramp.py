@@ -77,7 +77,6 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
     with runner.ctx.uow() as uow:
         dep = runner.locked(uow, snap)
         uow.events.emit(_split_event(snap, "open", last, outcome="live"), at=runner.ctx.clock.now())
-        uow.events.emit(_ramp_plot(snap), at=runner.ctx.clock.now())
         if endpoint.pair is not None:
             # The other side keeps its release warm with no users: `/kimi rollback SERVICE` moves them back.
             record_admission(uow, runner.ctx, endpoint.pair.partner, Admission.closed(),
@@ -87,6 +86,7 @@ def ramp(runner: Runner, snap: Snapshot) -> None:
         transition(uow, runner.ctx, dep, State.LIVE, reason="ramp complete: everyone reaches Kimi K3"
                    if endpoint.pair is None else f"ramp complete: all of {endpoint.pair.service}'s weight is on "
                    f"{endpoint.name}", details={"admission": "open"})
+        uow.events.emit(_ramp_plot(snap), at=runner.ctx.clock.now())  # after "live", as the thread reads
         uow.commit()
     apply_after_go_live(runner.ctx, endpoint.name, snap.id)  # the alerts' release label follows at once
 
