@@ -25,6 +25,7 @@ from typing import Any
 
 from bot.config import EndpointSettings, ServiceSettings
 from bot.domain import alert_rules
+from bot.domain.chat_text import literal
 from bot.domain.events import RulesNotApplied
 from bot.logs import logger_for
 from bot.services import ports
@@ -197,7 +198,8 @@ class RulePublisher:
                 line = f"{name}: Prometheus rules not applied ({failure})"
                 uow.events.emit(RulesNotApplied(
                     deployment_id=deployment_id, endpoint_name=endpoint, rule=rule, reason=failure or "",
-                    text=f":warning: The PrometheusRule `{rule}` was not applied after {endpoint} went live ({failure}): "
+                    text=f":warning: The PrometheusRule `{rule}` was not applied after {endpoint} went live "
+                         f"({literal(failure or '')}): "
                          "Prometheus's alerts still carry the release before it. The go-live stands; the next "
                          "metrics-watch round applies the rules again."), at=now)
             uow.commit()

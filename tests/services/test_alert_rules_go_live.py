@@ -94,3 +94,24 @@ def test_a_refused_rule_leaves_the_go_live_standing_is_said_and_the_next_round_a
         assert "kimi-refused: Prometheus rules applied (rel-b)" in run.summary
         assert alert_releases(kube.rest().get(object_path("PrometheusRule", rule_object_name("kimi-refused"),
                                                           "model-serving"))) == {"rel-b"}
+
+
+class RefusingRules:
+    """A cluster port whose admission webhook refuses every rule object, with outside words in its message."""
+
+    def apply_rules(self, endpoint: Any, rule_object: dict[str, Any]) -> bool:
+        raise RuntimeError('admission webhook "policy.example" denied the request: <!channel> see <https://x|y>')
+
+
+def test_the_clusters_refusal_reaches_the_thread_as_typed_never_as_a_channel_ping(make_ctx) -> None:
+    ctx = make_ctx(endpoints=[eks_endpoint("kimi-refused", slo={"alerting": "prometheus"})],
+                   ports=Ports(cluster=RefusingRules()))  # type: ignore[arg-type]
+    dep = make_live(ctx, "kimi-refused", "rel-b")
+
+    apply_after_go_live(ctx, "kimi-refused", dep)
+    with ctx.uow() as uow:
+        [said] = [e.payload["text"] for e in uow.events.for_deployment(dep) if e.kind == "alert_rules.not_applied"]
+        [audited] = [d["reason"] for _, _, _, d in uow.audit.actions(f"deployment:{dep}", "alert_rules.not_applied")]
+    assert "denied the request: &lt;!channel&gt; see &lt;https://x|y&gt;" in said
+    assert "<!channel>" not in said and "<https://" not in said
+    assert "<!channel>" in audited  # the audit keeps the words as they came
