@@ -18,6 +18,7 @@ from typing import Any
 from bot.adapters.store.models import Deployment, GateResult
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.chat_text import literal
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.own_requests import OwnRequests
 from bot.domain.readiness import MetricsSnapshot
@@ -145,9 +146,11 @@ class Runner:
             uow.commit()
 
     def progress(self, snap: Snapshot, progress: RolloutProgress) -> None:
+        """A step line for the thread; the rollout watch's carry the cluster's words (pod events, conditions), so
+        the line is made literal for Slack (a terminal shows it as typed)."""
         with self.ctx.uow() as uow:
             uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
-                                                 message=progress.message,
+                                                 message=literal(progress.message),
                                                  state=progress.state), at=self.ctx.clock.now())
             uow.commit()
 
