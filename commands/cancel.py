@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.bootstrap import Root
-from bot.domain.chat_text import literal
+from bot.domain.chat_text import stored_reason
 from bot.services.access import Identity
 from bot.services.deployments import cancel
 from bot.views.deployments import state_words
@@ -44,5 +44,5 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     def advance() -> None:
         root.engine.advance(view.id)  # reopens (cancelled before apply) or drives the restore (after apply)
 
-    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {literal(view.state_reason)}", then=advance,
+    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {stored_reason(view.state_reason)}", then=advance,
                  deployment_id=view.id)

@@ -10,13 +10,44 @@ or AWS answered, any stored reason that may hold one of those — is shown as ty
 It is the one helper every message that embeds outside text uses, wherever that
 message is composed (a view, the notifier, or a service writing an event's text).
 Stored rows, audit entries and logs keep the text as it came.
+
+kimi-ops writes the people it names by their bare Slack user id (``rejected by
+U0APPROVER1``), and the Slack adapter turns each :data:`BARE_ID` into a mention.
+An id typed in outside text (``--reason ping U0ABCDEF12``) is not one of those:
+:func:`literal` puts :data:`OUTSIDE` (a word joiner, U+2060) before it, the
+conversion leaves an id so marked as written, and :func:`unmarked` takes the
+marks out before the text is shown (Slack, a terminal). A reason kimi-ops stored
+around a person's words (``artifact gate rejected by U0APPROVER1: …``) is shown
+through :func:`stored_reason`: kimi-ops names people there only as ``by U…``.
 """
 
 from __future__ import annotations
 
+import re
+
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+OUTSIDE = "\u2060"
+"""Put before a Slack-user-id-shaped word of outside text: no mention is made of it."""
+
+BARE_ID = re.compile(r"(?<![<@\w/:=\u2060-])([UW](?=[A-Z0-9]*[0-9])[A-Z0-9]{6,})(?![\w>-])")
+"""A Slack user id written bare in a sentence ("rejected by U0APPROVER1"): letters and digits, at least one digit."""
 
 
 def literal(text: object) -> str:
     """``text`` as literal mrkdwn: Slack shows it exactly as written, with no mention, notification or link."""
-    return str(text).translate(_ESCAPES)
+    return BARE_ID.sub(OUTSIDE + r"\1", str(text).translate(_ESCAPES))
+
+
+_NAMED_BY = re.compile(r"\bby \u2060(?=[UW][A-Z0-9]{6,})")
+
+
+def stored_reason(text: object) -> str:
+    """A reason kimi-ops stored, made literal like :func:`literal`, except the person it names ``by U…`` (``cancelled
+    by U0ADMIN …``, ``(by U0ADMIN)``), who stays a mention; an id anywhere else in it was typed and stays as typed."""
+    return _NAMED_BY.sub("by ", literal(text))
+
+
+def unmarked(text: str) -> str:
+    """``text`` without the marks :func:`literal` put on ids typed in outside text (as it is shown)."""
+    return text.replace(OUTSIDE, "")

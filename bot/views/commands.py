@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from bot.domain.chat_text import unmarked
+
 _SLASH = re.compile(r"`/kimi ([^`]*)`")
 
 
@@ -39,6 +41,7 @@ def terminal_command(words: str) -> str:
 
 def for_terminal(text: str) -> str:
     """``text`` with every `` `/kimi …` `` command written as the terminal's `` `kimi-ops …` ``, and Slack's
-    escapes (``&lt;``, ``&gt;``, ``&amp;``) as the characters they stand for."""
-    text = _SLASH.sub(lambda m: f"`{terminal_command(m.group(1))}`", text)
+    escapes (``&lt;``, ``&gt;``, ``&amp;``) as the characters they stand for (without the marks
+    :func:`bot.domain.chat_text.literal` puts on typed ids)."""
+    text = _SLASH.sub(lambda m: f"`{terminal_command(m.group(1))}`", unmarked(text))
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 
-from bot.domain.chat_text import literal
+from bot.domain.chat_text import literal, stored_reason
 from bot.domain.read_models import DeploymentView
 from bot.domain.states import IllegalTransition, State, next_state
 from bot.views.icons import state_icon
@@ -73,7 +73,7 @@ def progress_text(state: State, *, requested_at: dt.datetime, step_since: dt.dat
 def deployment_parts(view: DeploymentView) -> tuple[Part, ...]:
     """A deployment view (from the deployments service): title, gates, what to do next."""
     parts: list[Part] = [Text(deployment_title(view.id, view.kind, view.release, view.endpoint, view.state)
-                              + (f"\n_{literal(view.state_reason)}_" if view.state_reason else ""))]
+                              + (f"\n_{stored_reason(view.state_reason)}_" if view.state_reason else ""))]
     gate_lines = []
     for g in view.gates:
         decided = f"{g.decision} by {person(g.decided_by or 'someone')}" if g.decision else "waiting"

@@ -14,6 +14,7 @@ import pytest
 
 from bot.adapters.slack.blocks import mention_people, render
 from bot.bootstrap import build_root
+from bot.domain.chat_text import literal
 from bot.domain.states import State
 from bot.services.deployments import cancel, decide_gate, request_deploy
 from bot.services.errors import Forbidden, NotFound
@@ -87,11 +88,14 @@ def test_people_are_mentions_in_slack_and_reasons_stay_in_the_history(make_ctx) 
     view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
     assert view.pending is not None
     decide_gate(ctx, view.id, "artifact", "rejected", APPROVER_1, seen_report_hash=view.pending.report_hash,
-                seen_release_hash=view.pending.release_hash, reason="licence not reviewed")
+                seen_release_hash=view.pending.release_hash, reason="licence not reviewed, ping U0ABCDEF12")
     answer = render(dispatch(build_root(ctx), REQUESTER, "history kimi-prod").parts)
     shown = answer.text
-    assert "rejected by <@U0APPROVER1>: licence not reviewed" in shown, shown
-    assert "U0APPROVER1" not in shown.replace("<@U0APPROVER1>", "")
+    # The approver kimi-ops names is a mention; an ID typed in their reason pings nobody and reads as typed.
+    assert "rejected by <@U0APPROVER1>: licence not reviewed, ping U0ABCDEF12" in shown, shown
+    assert "U0APPROVER1" not in shown.replace("<@U0APPROVER1>", "") and "<@U0ABCDEF12>" not in shown
+    assert render([Text(f"rejected by U0APPROVER1: {literal('ping U0ABCDEF12 by U0ABCDEF13')}")]).text == (
+        "rejected by <@U0APPROVER1>: ping U0ABCDEF12 by U0ABCDEF13")
     # Code keeps what it says; an ID already a mention is left alone.
     assert mention_people("`cancel U0ABCDEF1` by <@U0ABCDEF1>") == "`cancel U0ABCDEF1` by <@U0ABCDEF1>"
 

@@ -34,6 +34,7 @@ from slack_sdk.models.blocks import (
     SectionBlock,
 )
 
+from bot.domain.chat_text import BARE_ID, unmarked
 from bot.views.actions import COMMAND_FORM
 from bot.views.icons import Icon
 from bot.views.parts import (
@@ -72,22 +73,22 @@ EMOJI: dict[Icon, str] = {
 }
 
 
-# A Slack user ID written bare in a sentence ("rejected by U0APPROVER1"): letters and digits, at least one digit.
-_PERSON = re.compile(r"(?<![<@\w/:=-])([UW](?=[A-Z0-9]*[0-9])[A-Z0-9]{6,})(?![\w>-])")
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
 
 
 def mention_people(text: str) -> str:
-    """Every bare Slack user ID in ``text`` as a mention (``<@U…>``), which Slack shows as the person's name.
+    """Every bare Slack user ID kimi-ops wrote in ``text`` as a mention (``<@U…>``), which Slack shows as the person's name.
 
-    Code (fenced or inline) is left as written: a table or a command keeps its IDs.
+    Code (fenced or inline) is left as written: a table or a command keeps its IDs. So is an ID typed in outside text
+    (:func:`bot.domain.chat_text.literal` marked it): a reason saying ``ping U0ABCDEF12`` pings nobody.
     """
     pieces = _CODE.split(text)
-    return "".join(piece if i % 2 else _PERSON.sub(r"<@\1>", piece) for i, piece in enumerate(pieces))
+    # The marks stay (applied twice, the text mentions nobody more); render() and the posts take them out.
+    return "".join(piece if i % 2 else BARE_ID.sub(r"<@\1>", piece) for i, piece in enumerate(pieces))
 
 
 def slack_text(text: str, *, people: bool = True) -> str:
-    """``text`` with every icon as its Slack emoji name and (``people``) every user ID as a mention."""
+    """``text`` with every icon as its Slack emoji name and (``people``) every user ID kimi-ops wrote as a mention."""
     for icon, name in EMOJI.items():
         if icon.value in text:
             text = text.replace(icon.value, name)
@@ -147,13 +148,13 @@ def _slack_part(part: Part) -> list[Part]:
     if isinstance(part, Table):
         return [q for p in fenced_parts(part) for q in _slack_part(p)]
     if isinstance(part, Heading):
-        return [Heading(slack_text(part.text, people=False))]  # plain text in Slack: a mention would show raw
+        return [Heading(unmarked(slack_text(part.text, people=False)))]  # plain text in Slack: a mention would show raw
     if isinstance(part, Text):
-        return [Text(slack_text(part.text))]
+        return [Text(unmarked(slack_text(part.text)))]
     if isinstance(part, Note):
-        return [Note(slack_text(part.text))]
+        return [Note(unmarked(slack_text(part.text)))]
     if isinstance(part, Detail):
-        return [Detail(slack_text(part.text), part.code)]
+        return [Detail(unmarked(slack_text(part.text)), part.code)]
     return [part]
 
 

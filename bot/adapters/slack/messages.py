@@ -19,7 +19,7 @@ from bot.adapters.store.models import Deployment, GateResult, Incident
 from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
-from bot.domain.chat_text import literal
+from bot.domain.chat_text import stored_reason
 from bot.domain.checks import GateReport
 from bot.domain.events import RolloutProgress, StateChanged
 from bot.domain.limits import (
@@ -60,7 +60,7 @@ def root_text(dep: Deployment, state: str | None = None, reason: str | None = No
     # The title follows the event being delivered, not the database (which may already be further on).
     state, reason = (state, reason) if state else (dep.state, dep.state_reason)
     return slack_text(deployment_title(dep.id, work_kind(dep.kind, dep.cause_id), dep.release.name, dep.endpoint.name, state)
-                      + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{literal(reason)}_" if reason else ""))
+                      + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{stored_reason(reason)}_" if reason else ""))
 
 
 def pods_line(uow: SqlUnitOfWork, dep: Deployment) -> str | None:

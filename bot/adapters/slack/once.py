@@ -26,6 +26,7 @@ from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 from bot.adapters.clock import Clock
 from bot.adapters.store.posts import PostClaim
 from bot.adapters.store.uow import UnitOfWorkFactory
+from bot.domain.chat_text import unmarked
 from bot.logs import logger_for
 
 log = logger_for(__name__)
@@ -73,7 +74,7 @@ class PostOnce:
 
         def send() -> tuple[str, str]:
             answer = self.poster.chat_postMessage(
-                channel=channel, text=text, blocks=blocks,
+                channel=channel, text=unmarked(text), blocks=blocks,
                 metadata={"event_type": POST_EVENT_TYPE, "event_payload": {"key": key}}, **extra,
             )
             return str(answer["channel"]), str(answer["ts"])

@@ -59,7 +59,7 @@ from bot.adapters.slack.once import PostOnce
 from bot.adapters.store.models import Deployment, GateResult
 from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
-from bot.domain.chat_text import literal
+from bot.domain.chat_text import stored_reason
 from bot.domain.events import (
     AdmissionChanged,
     ChannelNotice,
@@ -221,7 +221,7 @@ class DeploymentThread:
             if where is not None and not ending and edited is not None and time.monotonic() - edited < self.progress_every:
                 continue  # a later pass shows it (the outbox runs every few seconds)
             if said_at is not None and said_at != step.state:  # a line of another step: say the step itself
-                last = f"→ *{step.state.words}*" + (f": {literal(step.reason)}" if step.reason else "")
+                last = f"→ *{step.state.words}*" + (f": {stored_reason(step.reason)}" if step.reason else "")
             rendered = render(progress_parts(uow, dep, step, last))
             if where is not None:
                 self.client.chat_update(channel=where[0], ts=where[1], text=rendered.text, blocks=rendered.blocks)
@@ -267,7 +267,7 @@ class DeploymentThread:
 
     def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged, key: str) -> None:
         target, reason = State(event.to_state), event.reason
-        self._note_progress(dep, f"→ *{state_words(target)}*" + (f": {literal(reason)}" if reason else ""), target)
+        self._note_progress(dep, f"→ *{state_words(target)}*" + (f": {stored_reason(reason)}" if reason else ""), target)
         if target == State.LIVE:
             # The release this one replaced is no longer live: its thread's title must say so too.
             for older in uow.deployments.in_states(dep.endpoint_id, [State.SUPERSEDED]):
