@@ -230,10 +230,11 @@ class Sandbox:
         self.stand_ins["sagemaker"] = SageMakerFace(capacity).start()  # for kimi-ops processes of environment()
 
     def _follow_pods(self, obj: dict[str, Any], ready: bool) -> None:
-        """The model server answers as the endpoint's pods allow: 503 with none ready, else as the args say."""
+        """The model server answers as the endpoint's pods allow: 503 with none ready, else as the args say (on a
+        pair, the server of the side the object is)."""
         from bot.adapters.cluster.drills import vllm_args
 
-        server = self.stand_ins["openai"]
+        server = self.side_server(str(obj["metadata"]["name"]))
         if not ready:
             server.configure(health_status=503, fail_status=503, fail_message="no ready pod behind the endpoint")
             return

@@ -80,9 +80,17 @@ def _trigger(uow: SqlUnitOfWork, row: Endpoint) -> Seen | None:
     return None if first is None else Seen(first.id, first.kind, first.reason, first.opened_at)
 
 
-def _post(uow: SqlUnitOfWork, spec: EndpointSettings, about: Seen | None, text: str, at: dt.datetime) -> None:
-    uow.events.emit(FailoverNotice(endpoint_name=spec.name, channel=spec.channel, text=text,
-                                   incident_id=about.id if about is not None else None), at=at)
+def _post(uow: SqlUnitOfWork, spec: EndpointSettings, about: int | None, text: str, at: dt.datetime) -> None:
+    uow.events.emit(FailoverNotice(endpoint_name=spec.name, channel=spec.channel, text=text, incident_id=about), at=at)
+
+
+def _moved_by(uow: SqlUnitOfWork, endpoint_name: str) -> int | None:
+    """The incident whose thread the last failover was said in (the fail back is said there too, even once the watch
+    closed it); None for a failover recorded before the trigger's id was."""
+    opened = [d for (_action, _actor, _at, d) in uow.audit.actions(f"endpoint:{endpoint_name}", "incident.opened")
+              if d.get("kind") == FAILOVER]
+    found = opened[0].get("trigger_id") if opened else None
+    return int(found) if found is not None else None
 
 
 def _fail_over(ctx: Context, spec: EndpointSettings, trigger: Seen) -> str:
@@ -101,8 +109,9 @@ def _fail_over(ctx: Context, spec: EndpointSettings, trigger: Seen) -> str:
         uow.incidents.add(Incident(endpoint_id=row.id, kind=FAILOVER, open=True, reason=reason, opened_at=now,
                                    severity="page"))
         uow.audit.record(at=now, actor=ACTOR, action="incident.opened", subject=f"endpoint:{spec.name}",
-                         details={"kind": FAILOVER, "reason": reason, "trigger": trigger.kind})
-        _post(uow, spec, trigger, f":twisted_rightwards_arrows: `{spec.name}`: Kimi K3 stopped answering ({trigger.kind}: "
+                         details={"kind": FAILOVER, "reason": reason, "trigger": trigger.kind,
+                                  "trigger_id": trigger.id})
+        _post(uow, spec, trigger.id, f":twisted_rightwards_arrows: `{spec.name}`: Kimi K3 stopped answering ({trigger.kind}: "
                                   f"{literal(trigger.reason)}); the route is closed to the fallback: {words}. kimi-ops "
                                   "reopens it once the readiness suite passes again; `/kimi admission close "
                                   f"{spec.name} --reason …` holds it closed.", now)
@@ -114,6 +123,14 @@ def _last_failover_ended(uow: SqlUnitOfWork, endpoint_name: str) -> dt.datetime 
     ended = [at for (_action, _actor, at, details) in uow.audit.actions(f"endpoint:{endpoint_name}", "incident.closed")
              if details.get("kind") == FAILOVER]
     return max(ended, default=None)
+
+
+def on_fallback_seconds(uow: SqlUnitOfWork, endpoint_name: str) -> float | None:
+    """How long users were on the fallback in the endpoint's last ended failover (None: none has ended)."""
+    ended = [(at, details) for (_action, _actor, at, details) in uow.audit.actions(f"endpoint:{endpoint_name}",
+                                                                                   "incident.closed")
+             if details.get("kind") == FAILOVER and details.get("on_fallback_seconds") is not None]
+    return float(max(ended, key=lambda e: e[0])[1]["on_fallback_seconds"]) if ended else None
 
 
 def _held(uow: SqlUnitOfWork, spec: EndpointSettings, since: dt.datetime) -> str | None:
@@ -146,7 +163,8 @@ def _fail_back(ctx: Context, spec: EndpointSettings) -> str:
         on_fallback = end_failover(uow, spec.name, now, ACTOR)
         row = uow.endpoints.get(spec.name)
         trigger = _trigger(uow, row) if row is not None else None
-        _post(uow, spec, trigger, f":large_green_circle: `{spec.name}`: the readiness suite passes again; users are "
+        about = _moved_by(uow, spec.name) or (trigger.id if trigger is not None else None)
+        _post(uow, spec, about, f":large_green_circle: `{spec.name}`: the readiness suite passes again; users are "
                                   f"back on Kimi K3 after {on_fallback} on the fallback.", now)
         uow.commit()
     return "failed back"

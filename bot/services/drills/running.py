@@ -20,7 +20,7 @@ from bot.services import ports
 from bot.services.context import Context, require
 from bot.services.drills.records import ACTOR, ALERT_KINDS, say, spec_of, view_of
 from bot.services.errors import NotConfigured, NotFound
-from bot.services.failover import failover_round
+from bot.services.failover import failover_round, on_fallback_seconds
 from bot.services.incidents import Incidents
 from bot.services.readiness import FAILING
 from bot.services.reservations import rehearse_expiry
@@ -42,6 +42,7 @@ class _Run:
     failed_answers: int = 0
     lifted: bool = False
     undo: dict[str, Any] = field(default_factory=dict)
+    on_fallback_seconds: float | None = None  # how long users were on the fallback, once the failover gave them back
 
 
 def _wait(ctx: Context, seconds: float) -> None:
@@ -149,9 +150,15 @@ def _alert(ctx: Context, run: _Run, health: WorkloadHealth | None, answered: boo
 
 
 def _failover(ctx: Context, run: _Run) -> list[str]:
-    """What the failover round did to this endpoint on this look (bot/services/failover.py), as drill notes."""
-    return [f"users {o.action.replace('failed over', 'moved to the fallback').replace('failed back', 'back on Kimi K3')}"
-            for o in failover_round(ctx) if o.endpoint == run.spec.name and o.action in ("failed over", "failed back")]
+    """What the failover round did to this endpoint on this look (bot/services/failover.py), as drill notes; once
+    users are back, how long they were on the fallback (the failover incident's closing) is the run's."""
+    moved = [o.action for o in failover_round(ctx) if o.endpoint == run.spec.name
+             and o.action in ("failed over", "failed back")]
+    if "failed back" in moved:
+        with ctx.uow() as uow:
+            run.on_fallback_seconds = on_fallback_seconds(uow, run.spec.name)
+    return [f"users {a.replace('failed over', 'moved to the fallback').replace('failed back', 'back on Kimi K3')}"
+            for a in moved]
 
 
 def _record(ctx: Context, run: _Run, action: str, text: str, **changes: Any) -> None:
@@ -259,13 +266,16 @@ def _finish(ctx: Context, run: _Run, passed: bool, reason: str, detected: dt.dat
         drill.passed, drill.reason, drill.active, drill.ended_at = passed, reason[:1000], None, now
         drill.detected_at, drill.recovered_at, drill.alerts = detected, recovered, sorted(set(run.alerts))
         drill.details = {"notes": notes, "looks": len(run.observations),
-                         "faults_seen": sorted({f for o in run.observations for f in o.faults})[:20]}
+                         "faults_seen": sorted({f for o in run.observations for f in o.faults})[:20],
+                         "on_fallback_seconds": run.on_fallback_seconds}
         view = view_of(drill)
         icon = ":white_check_mark:" if passed else ":x:"
+        fallback = ("" if run.on_fallback_seconds is None else
+                    f"; users were on the fallback for {rules.seconds(dt.timedelta(seconds=run.on_fallback_seconds))}")
         say(uow, run.spec, drill, now, ACTOR, "drill.ended",
              f"{icon} drill #{drill.id} ({drill.kind} on `{run.spec.name}`) {view.state}: {literal(reason)}"
-             + (f"; alerts: {', '.join(view.alerts)}" if view.alerts else "; no alert fired") + ".",
+             + (f"; alerts: {', '.join(view.alerts)}" if view.alerts else "; no alert fired") + fallback + ".",
              passed=passed, detection_seconds=view.detection_seconds, recovery_seconds=view.recovery_seconds,
-             alerts=view.alerts, notes=notes)
+             on_fallback_seconds=run.on_fallback_seconds, alerts=view.alerts, notes=notes)
         uow.commit()
         return view
