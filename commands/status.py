@@ -40,13 +40,18 @@ def probe_history(probes: list[ProbeView]) -> str:
 def service_parts(status: ServiceStatus) -> list[Part]:
     """Both sides of a service: who has the users, the split, the release and the reservation left on each."""
     parts: list[Part] = [Heading(f"{status.name} (service: {' + '.join(s.endpoint for s in status.sides)})")]
+    hold = status.on_fallback
+    if hold is not None:
+        parts.append(Text(f":twisted_rightwards_arrows: *On the fallback:* {hold.words}. `/kimi admission close "
+                          f"{hold.endpoint} --reason …` holds them there."))
     source = "read from the route" if status.split_source == "cluster" else "kimi-ops's record; the route was not read"
     for side in status.sides:
         weight = f"{side.weight}%" if side.weight is not None else "unknown"
         cohort = {True: ", internal cohort", False: "", None: ""}[side.cohort]
         lines = [
-            f"*release:* {side.release or 'none live'}" + (" — users are here" if side.users else " — kept warm"
-                                                           if side.release else ""),
+            f"*release:* {side.release or 'none live'}" + (
+                f" — its users are on the fallback since {at(hold.since)}" if hold and hold.endpoint == side.endpoint
+                else " — users are here" if side.users else " — kept warm" if side.release else ""),
             f"*route weight:* {weight} of ordinary traffic{cohort} ({source})",
             f"*reservation:* {side.reservation_left} left" if side.reservation_left else "*reservation:* none seen",
         ]

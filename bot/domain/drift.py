@@ -100,6 +100,8 @@ class ClusterTruth:
     ``users_get`` says, in words, what an ordinary request reaches under the admission the route has
     now. ``accepted_limits`` are limits accepted at a traffic gate that are not what runs (None when
     they are, or none were accepted). ``drift`` lists every difference between record and cluster.
+    ``on_fallback`` says, while a failover holds the endpoint's users (a pair's: the service's) on the fallback,
+    since when and why.
     """
 
     recorded: Recorded
@@ -108,6 +110,7 @@ class ClusterTruth:
     users_get: str | None = None
     accepted_limits: dict[str, Any] | None = None
     drift: tuple[Drift, ...] = ()
+    on_fallback: str | None = None
 
     @property
     def known(self) -> bool:

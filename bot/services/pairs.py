@@ -28,6 +28,7 @@ from bot.services.access import Identity, authorize
 from bot.services.admission import FAILOVER, AdmissionFailed, apply_admission, record_admission
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
+from bot.services.fallback_hold import FallbackHold, fallback_holds
 from bot.services.reservations import reservation_for
 
 log = logger_for(__name__)
@@ -171,6 +172,7 @@ class ServiceStatus:
     route: str
     sides: tuple[SideStatus, ...]
     split_source: str  # "cluster" (read back from the route) or "record" (kimi-ops's record: the cluster did not answer)
+    on_fallback: FallbackHold | None = None  # a side stopped answering: the service's users are on its fallback
 
 
 def _split(ctx: Context, first: EndpointSettings) -> tuple[int, bool] | None:
@@ -213,7 +215,10 @@ def service_status(ctx: Context, name: str) -> ServiceStatus:
             flying = f"#{holder.id} {holder.kind} of {holder.release.name}, {State(holder.state).words}" if holder else None
             facts.append((row.name, EndpointSettings.model_validate(row.settings), row.admission,
                           lives[0].release.name if lives else None, flying))
+        hold = fallback_holds(uow, {name: spec for name, spec, *_ in facts}).get(facts[0][0])
     split, source = _split(ctx, facts[0][1]), "cluster"
+    if hold is not None:
+        split = 0, False  # the route sends ordinary users to neither side (it reads back closed from both)
     if split is None:
         source = "record"
         try:
@@ -226,7 +231,7 @@ def service_status(ctx: Context, name: str) -> ServiceStatus:
         weight: int | None = None
         cohort: bool | None = None
         if split is not None:
-            weight = split[0] if index == 0 else 100 - split[0]
+            weight = split[0] if index == 0 or hold is not None else 100 - split[0]
             cohort = split[1] if index == 0 else not split[1]
         try:
             found = reservation_for(ctx, settings, fresh=False)
@@ -240,4 +245,4 @@ def service_status(ctx: Context, name: str) -> ServiceStatus:
         sides.append(SideStatus(endpoint=side, release=release, weight=weight, cohort=cohort, admission=admission,
                                 users=active == side, in_flight=flying, reservation_left=left))
     where = f"{facts[0][1].namespace}/{name}"
-    return ServiceStatus(name=name, route=where, sides=tuple(sides), split_source=source)
+    return ServiceStatus(name=name, route=where, sides=tuple(sides), split_source=source, on_fallback=hold)

@@ -49,6 +49,7 @@ from bot.services import ports
 from bot.services.admission import FAILOVER
 from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row
+from bot.services.fallback_hold import fallback_holds, held
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
 from bot.services.pairs import fast_path
 from bot.services.reservations import (
@@ -351,7 +352,9 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
         if observe:
             for row in rows:
                 records[row.name] = (stored[row.id], *record_of(ctx, snapshot, row, stored[row.id]))
-    truths = cluster_truths(ctx, records) if observe else {}
+        holds = fallback_holds(uow, {e.name: e for e in ctx.settings.endpoints} | {r.name: stored[r.id] for r in rows})
+    truths = {name: held(truth, records[name][0], holds.get(name))
+              for name, truth in (cluster_truths(ctx, records) if observe else {}).items()}
     now = ctx.clock.now()
     usable: dict[str, list[ReservationView]] = {}
     for reservation in reservation_overview(ctx):

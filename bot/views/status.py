@@ -48,12 +48,13 @@ def runs_text(truth: ClusterTruth) -> str:
 
 def users_text(truth: ClusterTruth) -> str:
     observed = truth.observed
+    held = f" — {truth.on_fallback}" if truth.on_fallback else ""
     if observed is None:
-        return f"unknown (kimi-ops set admission {truth.recorded.admission})"
+        return f"unknown (kimi-ops set admission {truth.recorded.admission}){held}"
     verdict = {False: " · its gateway has not accepted the route", None: ""}.get(observed.route_accepted, "")
     if observed.route is not None and observed.route_accepted is None:
         verdict = " · no gateway has reported on the route's current version yet"
-    return f"{observed.admission or 'no route'} — {truth.users_get}{verdict}"
+    return f"{observed.admission or 'no route'} — {truth.users_get}{verdict}{held}"
 
 
 def cluster_rows(truth: ClusterTruth | None, *, configured: Mapping[str, Any], accepted_source: bool) -> list[tuple[str, str]]:

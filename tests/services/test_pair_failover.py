@@ -16,6 +16,8 @@ import httpx
 import pytest
 
 from bot.adapters.cluster.rest import object_path
+from bot.adapters.slack.blocks import render
+from bot.bootstrap import build_root
 from bot.route_config import MODEL_PORT
 from bot.sandbox.stack import ADMIN, BLUE, DEPLOYER, GREEN, NAMESPACE, SANDBOX_PAIR_RAMP, SERVICE, Sandbox
 from bot.sandbox.traffic import FALLBACK_MODEL, FALLBACK_SERVICE, GATEWAY_NAME, GATEWAY_NAMESPACE
@@ -26,7 +28,11 @@ from bot.services.deployments import request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.failover import failover_round
-from bot.services.readiness import probe_endpoints
+from bot.services.pairs import service_status
+from bot.services.readiness import endpoint_status, probe_endpoints
+from bot.views.status import users_text
+from commands.home import parts as home_parts
+from commands.registry import dispatch
 from tests.cli_support import QUICK_SWEEP
 from tests.world_support import SandboxWorld, wait_until
 
@@ -65,6 +71,10 @@ class World(SandboxWorld):
         now = self.gateway.labels()
         return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) > 0}
 
+    def status(self, name: str | None = None) -> str:
+        """``/kimi status [NAME]`` as Slack shows it."""
+        return render(dispatch(build_root(self.ctx), Identity(ADMIN), f"status {name or ''}".strip()).parts).text
+
     def notices(self) -> list[str]:
         with self.ctx.uow() as uow:
             return [str(e.payload.get("text")) for e in uow.events.undelivered(500) if e.kind == "failover.notice"]
@@ -100,6 +110,28 @@ def _users_on_the_fallback_only(world: World) -> None:
     assert {name for name, weight in world.weights() if weight > 0} == {FALLBACK_SERVICE}
 
 
+def _status_says_the_fallback(world: World) -> None:
+    """Status says where users are, and since when: on the service line and both sides' rows, not just "closed"."""
+    with world.ctx.uow() as uow:
+        since = uow.incidents.open_for(uow.endpoints.get(BLUE).id, FAILOVER).opened_at
+    said = f"users of {SERVICE} are on the fallback ({FALLBACK_SERVICE}) since {since:%Y-%m-%d %H:%M} UTC: {BLUE} stopped"
+    service = world.status(SERVICE)
+    assert said in service and f"moves them back to {BLUE} once its readiness suite passes" in service
+    assert "users are here" not in service  # on neither side
+    status = service_status(world.ctx, SERVICE)
+    assert {s.endpoint: s.weight for s in status.sides} == {BLUE: 0, GREEN: 0}  # not 100% on GREEN
+    assert status.on_fallback is not None and status.on_fallback.endpoint == BLUE
+    for side in (BLUE, GREEN):
+        [row] = [line for line in world.status(side).splitlines() if line.startswith("*users get:*")]
+        assert said in row and f"users get the fallback model ({FALLBACK_SERVICE})" in row, row
+        assert f"is on {GREEN}" not in row and f"is on {BLUE}" not in row
+    # kimi-ops status and the App Home show the same rows (bot/views/status.py: cluster_rows).
+    [cli] = [s for s in endpoint_status(world.ctx, GREEN)]
+    assert cli.cluster is not None and said in users_text(cli.cluster)
+    home = render(list(home_parts(world.ctx, Identity(ADMIN)))).text
+    assert home.count(said) == 2, home
+
+
 def test_the_side_users_are_on_failing_moves_them_to_the_fallback_not_the_other_side_and_back(world: World) -> None:
     _fail_over(world)
     assert world.admission(BLUE) == "closed" and world.admission(GREEN) == "closed"
@@ -108,6 +140,7 @@ def test_the_side_users_are_on_failing_moves_them_to_the_fallback_not_the_other_
     said = world.notices()
     assert "Kimi K3 stopped answering (readiness:" in said[-1] and f"the fallback model ({FALLBACK_SERVICE})" in said[-1]
     _users_on_the_fallback_only(world)
+    _status_says_the_fallback(world)
     needs = httpx.post(f"{world.sandbox.gateway_url}/v1/chat/completions", headers={"x-kimi-requires": "kimi-k3"},
                        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=30)
     assert needs.status_code == 500 and "x-kimi-model" not in needs.headers
@@ -132,6 +165,7 @@ def test_the_side_users_are_on_failing_moves_them_to_the_fallback_not_the_other_
     wait_until("users back on BLUE", lambda: world.users_at(BLUE) > blue)
     probe_endpoints(world.ctx)  # the readiness incident closes; the next test starts healthy
     assert failover_round(world.ctx) == []
+    assert "on the fallback" not in world.status(SERVICE) and "users are here" in world.status(SERVICE)
 
 
 def test_an_admin_holds_the_pair_on_the_fallback_not_on_the_other_side(world: World) -> None:
