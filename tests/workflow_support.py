@@ -159,11 +159,12 @@ class FakeCluster:
 class FakeEndpoint:
     ok: bool = True
     drained: bool = True
+    error: str = "HTTP 500: engine dead"  # what a failing readiness says (the endpoint's words)
 
     def readiness(self, endpoint: EndpointSettings) -> ReadinessResult:
         if self.ok:
             return ReadinessResult(ok=True, http_status=200, ttft_ms=120.0, total_ms=900.0)
-        return ReadinessResult(ok=False, http_status=500, failure_kind="http_status", error="HTTP 500: engine dead")
+        return ReadinessResult(ok=False, http_status=500, failure_kind="http_status", error=self.error)
 
     def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
         return MetricsSnapshot(0, 0, 0.1, 0.5, 0.1, 0.3)

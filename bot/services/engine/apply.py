@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from bot.adapters.store.models import ReadinessCheck
+from bot.domain.chat_text import literal
 from bot.domain.coldstart import ColdStart
 from bot.domain.events import RolloutProgress as RolloutProgressEvent
 from bot.domain.readiness import ReadinessResult
@@ -133,7 +134,7 @@ def _record_readiness(runner: Runner, snap: Snapshot, result: ReadinessResult) -
             total_ms=result.total_ms, failure_kind=result.failure_kind, error=result.error,
         ))
         uow.events.emit(RolloutProgressEvent(deployment_id=snap.id, endpoint_name=snap.endpoint.name,
-                                             message=f"readiness completion {result.summary}",
+                                             message=f"readiness completion {literal(result.summary)}",  # the endpoint's words
                                              state=State.READINESS.value), at=now)
         uow.commit()
 
