@@ -11,6 +11,8 @@ endpoint free. Each replica dies with this test process (its parent-death signal
   candidate, so it does not fail; requests from elsewhere that did reach it fail it;
 * ``/kimi cancel``, signed as Slack signs it, sent to a replica that does not drive the stuck rollout: the driver
   hears of it at its lease heartbeat and starts the restore, whatever the rollout limit;
+* kill -9 of the driving replica while its traffic gate's sweep has a request in flight: a replica with a sweep
+  that ends takes over and sweeps again; its closed-door check counts the dead run's requests and does not fail;
 * ``kimi-ops resume`` right after the driver's kill: it names who holds the deployment until when, and exits 1;
 * the same cancel while the driver drains (a request held at the model, an hour's drain deadline) or runs its
   traffic gate's sweep (the replicas' plan has a day's budget): the step ends at once and the deployment is
@@ -19,6 +21,7 @@ endpoint free. Each replica dies with this test process (its parent-death signal
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -70,6 +73,7 @@ class Replica:
     proc: subprocess.Popen[str]
     log: Path
     url: str = ""
+    sweep: dict[str, object] | None = None  # its own sweep plan, in place of the replicas' endless one
 
 
 @dataclass
@@ -82,9 +86,9 @@ class Pool:
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.proc.poll() is None]
 
-    def ensure(self, count: int) -> None:
-        """Start replicas (side by side) until ``count`` run."""
-        launched = [self._launch(f"r{len(self.replicas) + n}") for n in range(count - len(self.live()))]
+    def ensure(self, count: int, sweep: dict[str, object] | None = None) -> None:
+        """Start replicas (side by side, with ``sweep`` as their plan if given) until ``count`` run."""
+        launched = [self._launch(f"r{len(self.replicas) + n}", sweep) for n in range(count - len(self.live()))]
         self.replicas.extend(launched)
         for replica in launched:
             line = replica.proc.stdout.readline()  # type: ignore[union-attr]
@@ -92,16 +96,18 @@ class Pool:
             assert found, line + replica.log.read_text(errors="replace")[-4000:]
             replica.url = found.group(1)
 
-    def _launch(self, name: str) -> Replica:
+    def _launch(self, name: str, sweep: dict[str, object] | None) -> Replica:
         home = self.cli.cwd / name
         home.mkdir()
         env = {**self.cli.env, **LEASE, "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": SECRET,
                "KIMI_SLACK_API_URL": self.stub.api_url, "KIMI_CONFIG": str(self.config)}
+        if sweep is not None:
+            env["KIMI_TRAFFIC_SWEEP"] = json.dumps(sweep)  # the environment wins over the settings file
         log = home / "stderr.log"
         with log.open("w") as err:  # a file, not a pipe: nobody reads the log while the replica runs
             proc = subprocess.Popen([*TIED_CLI, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs"],
                                     stdout=subprocess.PIPE, stderr=err, text=True, cwd=home, env=env)
-        return Replica(proc, log)
+        return Replica(proc, log, sweep=sweep)
 
     def kill(self, pid: int) -> Replica:
         """kill -9 the replica ``pid`` (its worker goes with it)."""
@@ -185,6 +191,11 @@ def _restore_of(cli: CliSandbox, deployment_id: int) -> tuple[int, str] | None:
     return None
 
 
+def _pending_report(cli: CliSandbox, deployment_id: int, gate: str) -> GateReport | None:
+    view = get_deployment(cli.ctx, deployment_id)
+    return GateReport.model_validate(view.pending.report) if view.pending and view.pending.gate == gate else None
+
+
 def _holder(cli: CliSandbox, deployment_id: int) -> str:
     with cli.ctx.uow() as uow:
         return str(uow.leases.get(uow.deployments.get(deployment_id).endpoint_id).holder)
@@ -210,11 +221,8 @@ def test_the_driver_killed_mid_model_gate_is_taken_over_and_judged_on_every_requ
         for _ in range(5):
             assert httpx.post(f"{openai.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
 
-    def report() -> GateReport | None:
-        view = get_deployment(cli.ctx, dep)
-        return GateReport.model_validate(view.pending.report) if view.pending and view.pending.gate == "model" else None
-
-    found = wait_until("the model gate's report from the replica that took over", report, WAIT_SECONDS, poll=0.2)
+    found = wait_until("the model gate's report from the replica that took over",
+                       lambda: _pending_report(cli, dep, "model"), WAIT_SECONDS, poll=0.2)
     [check] = [c for c in found.checks if c.name == "admission.closed"]
     if user_reached:
         assert check.status == "fail" and "requests besides kimi-ops's own" in check.reason, check.reason
@@ -302,20 +310,26 @@ def test_a_cancel_on_another_replica_during_a_drain_reopens_without_waiting_for_
     assert joined(user, got).status_code == 200
 
 
+def _sweeping(pool: Pool, deployment_id: int) -> None:
+    """Approve the model gate and wait until a replica's traffic gate sweep has answers in."""
+    cli = pool.cli
+    report = wait_until("the model gate's report", lambda: (view := get_deployment(cli.ctx, deployment_id)).pending
+                        and view.pending.gate == "model" and view.pending, WAIT_SECONDS, poll=0.2)
+    decide_gate(cli.ctx, deployment_id, "model", "approved", Identity(APPROVER_2),
+                seen_report_hash=report.report_hash, seen_release_hash=report.release_hash)
+
+    def answered() -> bool:
+        with cli.ctx.uow() as uow:
+            row = uow.deployments.get(deployment_id)
+            return row.state == "traffic_gate" and (row.own_requests or 0) >= 3
+
+    wait_until("a replica's sweep answered", answered, WAIT_SECONDS, poll=0.2)
+
+
 def test_a_cancel_on_another_replica_during_the_traffic_gate_sweep_stops_it_and_the_restore_runs(
         pool: Pool, handed: int) -> None:
     cli, dep = pool.cli, handed
-    report = wait_until("the model gate's report", lambda: (view := get_deployment(cli.ctx, dep)).pending
-                        and view.pending.gate == "model" and view.pending, WAIT_SECONDS, poll=0.2)
-    decide_gate(cli.ctx, dep, "model", "approved", Identity(APPROVER_2), seen_report_hash=report.report_hash,
-                seen_release_hash=report.release_hash)
-
-    def sweeping() -> bool:
-        with cli.ctx.uow() as uow:
-            row = uow.deployments.get(dep)
-            return row.state == "traffic_gate" and (row.own_requests or 0) >= 3
-
-    wait_until("a replica's sweep answered", sweeping, WAIT_SECONDS, poll=0.2)
+    _sweeping(pool, dep)
     _cancel_on_another(pool, dep)
     wait_until("the cancel", lambda: _state(cli, dep) == "cancelled", WAIT_SECONDS, poll=0.2)
     # Without the sweep hearing of it, the restore waits for the sweep's day.
@@ -324,3 +338,37 @@ def test_a_cancel_on_another_replica_during_the_traffic_gate_sweep_stops_it_and_
     assert restore
     with cli.ctx.uow() as uow:
         assert "traffic" not in [g.gate for g in uow.gates.for_deployment(dep)]  # the stopped run stored nothing
+
+
+def test_the_driver_killed_mid_sweep_is_taken_over_and_its_traffic_gate_judged_on_every_request_it_sent(
+        pool: Pool, handed: int) -> None:
+    cli, dep = pool.cli, handed
+    openai = cli.sandbox.stand_ins["openai"]
+    _sweeping(pool, dep)
+    driver = wait_until("the driver's lease", lambda: holder_pid(cli, dep), WAIT_SECONDS)
+    # The others give way to replicas whose sweep ends by itself, so the one that takes over stores a report; the
+    # driver's own sweep goes on all day, so it is still sweeping when killed.
+    for replica in pool.live():
+        if replica.proc.pid != driver:
+            end(replica)
+    try:
+        pool.ensure(3, sweep=QUICK_SWEEP)
+        openai.hold()  # the sweep's next request waits at the server, in flight
+        wait_until("sweep requests in flight", lambda: openai.stats().running > 0, WAIT_SECONDS, poll=0.02)
+        pool.kill(driver)
+        openai.release()  # the dead run's requests end as aborts at the server (counted finished, as vLLM does)
+        assert openai.wait_for(lambda s: s.running == 0, timeout=WAIT_SECONDS)
+
+        found = wait_until("the traffic gate's report from the replica that took over",
+                           lambda: _pending_report(cli, dep, "traffic"), WAIT_SECONDS, poll=0.2)
+        assert found.attachments["sweep"]["requests"] > 0, found  # a sweep that ran, not a stopped or errored one
+        [check] = [c for c in found.checks if c.name == "admission.closed"]
+        # Without the dead run's requests counted, its answered ones were reported as users getting through.
+        assert check.status != "fail", check.reason
+        assert check.status == "pass" or "broke mid-way and may account for them" in check.reason, check.reason
+        audit, _ = _record(cli, dep)
+        assert [action for _, action in audit].count("gate.checked") == 4  # the dead run's gate was never checked
+    finally:
+        for replica in pool.live():
+            if replica.sweep is not None:  # the next test's replicas sweep all day again
+                end(replica)
