@@ -232,7 +232,7 @@ def service_status(ctx: Context, name: str) -> ServiceStatus:
         cohort: bool | None = None
         if split is not None:
             weight = split[0] if index == 0 or hold is not None else 100 - split[0]
-            cohort = split[1] if index == 0 else not split[1]
+            cohort = split[1] if index == 0 or hold is not None else not split[1]
         try:
             found = reservation_for(ctx, settings, fresh=False)
         except Exception:

@@ -17,6 +17,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
 from bot.adapters.slack.blocks import one_post, render
+from bot.domain.chat_text import unmarked
 from bot.logs import logger_for
 from bot.services.errors import UserError
 from bot.views.parts import Reply, reply
@@ -110,6 +111,7 @@ def tell_sender(client: WebClient, user: str | None, channel: str | None, url: s
 
 def sender_line(client: WebClient, body: Mapping[str, Any], line: str) -> None:
     """Tell the sender of ``body`` one line: through its response URL, else only to them in its channel, else in a DM."""
+    line = unmarked(line)  # as typed: no mark literal() put on an id in outside text
     urls = body.get("response_urls")
     first = urls[0] if isinstance(urls, list) and urls and isinstance(urls[0], Mapping) else {}
     url = _text_at(body, "response_url") or _text_at(first, "response_url")

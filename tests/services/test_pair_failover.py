@@ -119,7 +119,8 @@ def _status_says_the_fallback(world: World) -> None:
     assert said in service and f"moves them back to {BLUE} once its readiness suite passes" in service
     assert "users are here" not in service  # on neither side
     status = service_status(world.ctx, SERVICE)
-    assert {s.endpoint: s.weight for s in status.sides} == {BLUE: 0, GREEN: 0}  # not 100% on GREEN
+    assert {s.endpoint: (s.weight, s.cohort) for s in status.sides} == {BLUE: (0, False), GREEN: (0, False)}
+    assert "internal cohort" not in service  # the cohort is on the fallback too, not on GREEN
     assert status.on_fallback is not None and status.on_fallback.endpoint == BLUE
     for side in (BLUE, GREEN):
         [row] = [line for line in world.status(side).splitlines() if line.startswith("*users get:*")]
