@@ -77,12 +77,13 @@ def _refuse_in_flight(uow: SqlUnitOfWork, service: ServiceSettings, then: str) -
                           f"is in flight on {row.name}, a side of {service.name}; {then}")
 
 
-def _refuse_on_fallback(uow: SqlUnitOfWork, service: ServiceSettings) -> None:
+def _refuse_on_fallback(uow: SqlUnitOfWork, service: ServiceSettings, then: str) -> None:
     """While a side's failover holds users on the service's smaller fallback, a deploy's closing would move them onto
-    a side nobody checked: refused until they are back (kimi-ops fails back, or an admin opens the side)."""
+    a side nobody checked, and a rollback has no side users are on to move them from (kimi-ops would move them back
+    at its fail back): refused until they are back (kimi-ops fails back, or an admin opens the side)."""
     for row in _rows(uow, service):
         if uow.incidents.open_for(row.id, FAILOVER) is not None:
-            raise Refused(f"users of {service.name} are on its fallback since {row.name} stopped answering; deploy once "
+            raise Refused(f"users of {service.name} are on its fallback since {row.name} stopped answering; {then} once "
                           f"they are back on {row.name} (kimi-ops moves them when its readiness passes, or "
                           f"`/kimi admission open {row.name} --reason …`)")
 
@@ -91,7 +92,7 @@ def deploy_side(ctx: Context, service: ServiceSettings) -> str:
     """The side a deploy to ``service`` goes to: the one users are not on (the first side before any deploy)."""
     with ctx.uow() as uow:
         _refuse_in_flight(uow, service, "one deployment per service at a time: wait for it or cancel it")
-        _refuse_on_fallback(uow, service)
+        _refuse_on_fallback(uow, service, "deploy")
         found = users_side(uow, service)
         active = found.name if found is not None else None
     first, second = service.endpoints
@@ -118,6 +119,7 @@ def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
     authorize(ctx, actor, "rollback", f"service:{name}")
     with ctx.uow() as uow:
         _refuse_in_flight(uow, service, "cancel it instead: a cancel returns all weight to the other side at once")
+        _refuse_on_fallback(uow, service, "roll back")
         active = users_side(uow, service)
         if active is None:
             raise Refused(f"no side of {name} has users yet; nothing to roll back")

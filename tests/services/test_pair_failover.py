@@ -28,7 +28,7 @@ from bot.services.deployments import request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
 from bot.services.failover import failover_round
-from bot.services.pairs import service_status
+from bot.services.pairs import rollback_service, service_status
 from bot.services.readiness import endpoint_status, probe_endpoints
 from bot.views.status import users_text
 from commands.home import parts as home_parts
@@ -151,6 +151,10 @@ def test_the_side_users_are_on_failing_moves_them_to_the_fallback_not_the_other_
     # A deploy's closing would move them onto the side nobody checked: refused while they are on the fallback.
     with pytest.raises(Refused, match=f"users of {SERVICE} are on its fallback since {BLUE} stopped answering"):
         request_deploy(world.ctx, world.releases[1], SERVICE, Identity(DEPLOYER))
+    # Nor is a rollback: no side has users to move, and the fail back would move them again (was: "no side has users
+    # yet; nothing to roll back").
+    with pytest.raises(Refused, match=f"users of {SERVICE} are on its fallback since {BLUE} stopped answering; roll back"):
+        rollback_service(world.ctx, SERVICE, Identity(ADMIN))
 
     world.fail(BLUE, False)
     [back] = failover_round(world.ctx)
