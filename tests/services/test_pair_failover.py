@@ -103,9 +103,16 @@ def _fail_over(world: World) -> None:
 
 
 def _users_on_the_fallback_only(world: World) -> None:
-    green, before = world.users_at(GREEN), dict(world.gateway.labels())
-    wait_until("users answered by the fallback", lambda: world.labels_since(before).get(FALLBACK_MODEL, 0) >= 4)
-    assert set(world.labels_since(before)) == {FALLBACK_MODEL}
+    green = world.users_at(GREEN)
+
+    def four_answers_all_by_the_fallback() -> bool:
+        before = dict(world.gateway.labels())
+        wait_until("users answered", lambda: sum(world.labels_since(before).values()) >= 4)
+        return set(world.labels_since(before)) == {FALLBACK_MODEL}
+
+    # The gateway counts an answer when its headers arrive: a request routed to Kimi K3 just before the route closed
+    # may be counted just after (seen on a busy machine). Users are on the fallback once answers come from it alone.
+    wait_until("users answered by the fallback only", four_answers_all_by_the_fallback)
     assert world.users_at(GREEN) == green  # never moved onto the other side
     assert {name for name, weight in world.weights() if weight > 0} == {FALLBACK_SERVICE}
 
