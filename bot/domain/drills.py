@@ -141,6 +141,7 @@ class DrillView:
     alerts: list[str] = field(default_factory=list)
     passed: bool | None = None
     reason: str | None = None
+    on_fallback_seconds: float | None = None  # how long a failover held users on the fallback during the drill
 
     @property
     def line(self) -> str:
@@ -149,4 +150,6 @@ class DrillView:
         if self.state == WAITING:
             return f"{head} (asked by {self.requested_by}; an approver other than them answers `/kimi drill approve {self.id}`)"
         tail = f"; alerts: {', '.join(self.alerts)}" if self.alerts else ("; no alert fired" if self.reason else "")
+        if self.on_fallback_seconds is not None:
+            tail += f"; users on the fallback for {seconds(dt.timedelta(seconds=self.on_fallback_seconds))}"
         return f"{head} ({self.reason or 'running'}{tail})"

@@ -10,6 +10,7 @@ user's request through the gateway says which model answered it.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterator
 
@@ -19,12 +20,13 @@ import pytest
 from bot.adapters.clock import FrozenClock
 from bot.adapters.cluster.rest import object_path
 from bot.adapters.store.models import Deployment, Incident
+from bot.domain.drills import seconds
 from bot.route_config import MODEL_PORT
 from bot.sandbox.stack import ADMIN, APPROVER_1, BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
 from bot.sandbox.traffic import FALLBACK_MODEL, FALLBACK_SERVICE, GATEWAY_NAME, GATEWAY_NAMESPACE
 from bot.services.access import Identity
 from bot.services.admission import FAILOVER, override_admission
-from bot.services.drills import decide_drill, request_drill, run_drill
+from bot.services.drills import decide_drill, list_drills, request_drill, run_drill
 from tests.conftest import START
 
 pytestmark = pytest.mark.timeout(300)
@@ -123,6 +125,9 @@ def test_a_drill_on_the_side_users_are_on_moves_them_to_the_fallback_and_back(wo
     assert "users moved to the fallback" in details["notes"] and "users back on Kimi K3" in details["notes"]
     # From the third failed look (the page) until the pod was back and answered: most of its two minutes.
     assert 60 <= details["on_fallback_seconds"] <= 150
+    [listed] = list_drills(ctx, Identity(APPROVER_1), BLUE)  # /kimi drills, kimi-ops drills -o json
+    assert listed.on_fallback_seconds == details["on_fallback_seconds"]
+    assert f"users on the fallback for {seconds(dt.timedelta(seconds=details['on_fallback_seconds']))}" in listed.line
     said, back = (str(n["text"]) for n in notices)
     assert "Kimi K3 stopped answering (readiness:" in said and f"the fallback model ({FALLBACK_SERVICE})" in said
     assert "users are back on Kimi K3 after" in back

@@ -31,7 +31,7 @@ def view_of(row: Drill) -> DrillView:
         requested_at=row.requested_at, accept_user_impact=row.accept_user_impact, decided_by=row.decided_by,
         started_at=row.started_at, detection_seconds=span_seconds(row.started_at, row.detected_at),
         recovery_seconds=span_seconds(row.started_at, row.recovered_at), alerts=list(row.alerts or []), passed=row.passed,
-        reason=row.reason,
+        reason=row.reason, on_fallback_seconds=(row.details or {}).get("on_fallback_seconds"),
     )
 
 
