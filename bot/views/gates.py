@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bot.config import EndpointSettings
-from bot.domain.chat_text import literal
+from bot.domain.chat_text import literal, stored_reason
 from bot.domain.checks import STATUS_ORDER, GateReport
 from bot.domain.limits import (
     LimitsAcceptance,
@@ -44,7 +44,7 @@ from bot.views.tables import (
 def check_lines(report: GateReport, *, passing: bool = True) -> list[str]:
     """One line per check, the worst first (what a reviewer must read first); without ``passing``, only the others."""
     ordered = sorted(report.checks, key=lambda c: -STATUS_ORDER[c.status])
-    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {literal(c.reason)}" for c in ordered
+    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {stored_reason(c.reason)}" for c in ordered
             if passing or c.status != "pass"]
 
 
