@@ -64,9 +64,14 @@ def test_kimi_failing_moves_users_to_the_fallback_and_back_with_the_time_recorde
         said = [str(e.payload.get("text")) for e in uow.events.undelivered(500) if e.kind == "failover.notice"]
     assert said and "Kimi K3 stopped answering (readiness:" in said[0] and "closed to the fallback" in said[0]
     # Users get the fallback, each answer labelled; a request that needs Kimi K3 gets the gateway's 500.
-    before = dict(world.gateway.labels())
-    wait_until("users answered by the fallback", lambda: _labels_since(world, before).get(FALLBACK_MODEL, 0) >= 4)
-    assert set(_labels_since(world, before)) == {FALLBACK_MODEL}
+    # The gateway counts an answer when its headers arrive: a request routed to Kimi K3 just before the route closed
+    # may be counted just after (seen on an idle CI run). Users are on the fallback once answers come from it alone.
+    def four_answers_all_by_the_fallback() -> bool:
+        before = dict(world.gateway.labels())
+        wait_until("users answered", lambda: sum(_labels_since(world, before).values()) >= 4)
+        return set(_labels_since(world, before)) == {FALLBACK_MODEL}
+
+    wait_until("users answered by the fallback only", four_answers_all_by_the_fallback)
     needs = httpx.post(f"{world.sandbox.gateway_url}/v1/chat/completions", headers={"x-kimi-requires": "kimi-k3"},
                        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=30)
     assert needs.status_code == 500 and "x-kimi-model" not in needs.headers

@@ -191,10 +191,17 @@ def test_simultaneous_deliveries_open_one_incident_and_post_one_page(bench: Slac
     assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
     assert sum(a.text.startswith("opened") for a in answers) == 1
     assert len(open_incidents(bench)) == 1
+    def pages() -> list[Any]:
+        return [m for m in bench.stub.messages if m.thread_ts is None and m.ephemeral_to is None
+                and "burn-page:ttft" in blocks_text(m.blocks)]
+
     assert bench.app.wait_idle(30)
     bench.app.deliver()
-    assert len([m for m in bench.stub.messages if m.thread_ts is None and m.ephemeral_to is None
-                and "burn-page:ttft" in blocks_text(m.blocks)]) == 1
+    # A delivery already claimed by the app's own outbox pass may post just after ours returns: wait for the page,
+    # then pass the outbox once more; a second page would come from it.
+    bench.stub.wait_for(lambda _stub: len(pages()) >= 1, timeout=60)
+    bench.app.deliver()
+    assert len(pages()) == 1
 
 
 def test_an_endpoint_kimi_ops_watches_itself_is_not_paged_by_alertmanager_but_its_page_still_closes(
