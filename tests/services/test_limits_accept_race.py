@@ -24,10 +24,10 @@ from tests.workflow_support import ADMIN, ROLES, endpoint_config, fake_ports, re
 from tests.world_support import in_background, joined, wait_until
 
 
+# PostgreSQL only: SQLite serialises writers, so there the acceptance cannot interleave with the engine's transaction.
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
 def test_an_acceptance_racing_the_ramp_going_live_applies_them_to_the_live_release(make_ctx: Any) -> None:
     ctx = make_ctx(endpoints=[endpoint_config(ramp={"approval_steps": [100]})], roles=ROLES, ports=fake_ports())
-    if not ctx.settings.database_url.startswith("postgresql"):
-        pytest.skip("SQLite serialises writers: the acceptance cannot interleave with the engine's transaction")
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     engine = Engine(ctx, readiness_pause=0)
     view = to_traffic_gate(ctx, engine)
