@@ -4,10 +4,12 @@ Besides kimi-ops's own HTTPRoute, a GRPCRoute in the model's namespace, or an
 HTTPRoute or GRPCRoute in another namespace that a ReferenceGrant in the model's
 namespace lets refer to the model Service or InferencePool, reaches Kimi K3 outside
 kimi-ops's admission: on prod ``cluster.doors`` fails and names it (kind,
-namespace, name) and the fix. A cross-namespace route without a grant, or with a
-grant that does not cover a model backend, is refused by the gateway, so it is no
-door. Every object planted is first validated against the Gateway API's own CRDs
-(v1.6.1, ``tests/fixtures/gateway-api/other-kinds/``) and the Inference Extension's.
+namespace, name) and the fix. So does such a grant before any route uses it. A
+cross-namespace route without a grant, or with a grant that does not cover a model
+backend, is refused by the gateway, so it is no door; nor is a grant from the
+model's own namespace, where kimi-ops's route lives and needs none. Every object
+planted is first validated against the Gateway API's own CRDs (v1.6.1,
+``tests/fixtures/gateway-api/other-kinds/``) and the Inference Extension's.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ def test_a_route_from_another_namespace_is_a_door_only_once_a_reference_grant_le
     assert ("HTTPRoute apps/kimi-direct: sends requests to Service kimi-internal in model-serving, allowed by "
             "ReferenceGrant model-serving/allow-apps, outside kimi-ops's admission; delete the route or take "
             "Service kimi-internal out of the grant") in check.reason
+    assert "ReferenceGrant model-serving/allow-apps:" not in check.reason  # named once, in the route's line
     assert gate(kube, release, "staging").status == "warn"
 
 
@@ -153,14 +156,33 @@ def test_a_grpc_route_to_the_model_inference_pool_through_a_named_grant_fails_pr
 
 @pytest.mark.parametrize("covers", [
     pytest.param({"to": {"group": "", "kind": "Service", "name": "web"}}, id="another-service-by-name"),
-    pytest.param({"source_ns": "other-team"}, id="another-namespace"),
-    pytest.param({"source_kind": "GRPCRoute"}, id="another-route-kind"),
     pytest.param({"to": {"group": "inference.networking.k8s.io", "kind": "InferencePool"}}, id="pools-only"),
+    pytest.param({"source_ns": NS}, id="kimi-ops-own-route-namespace"),
 ])
-def test_a_reference_grant_that_does_not_cover_the_model_service_is_no_door(
+def test_a_reference_grant_that_lets_no_other_namespace_reach_a_model_backend_is_no_door(
         kube: KubeStandIn, release: ReleaseManifest, covers: dict[str, Any]) -> None:
+    """kimi-ops's own route lives beside the model Service and needs no grant: a grant from that namespace is no door."""
     rest = kube.rest()
     plant(rest, APPS, route("HTTPRoute", "kimi-direct", {"name": "kimi-internal", "namespace": NS}))
     plant(rest, NS, grant("narrow", **covers))
     check = gate(kube, release)
     assert check.status == "pass", check.reason
+
+
+@pytest.mark.parametrize(("covers", "lets"), [
+    pytest.param({"source_ns": "other-team"}, "HTTPRoutes in namespace other-team", id="no-route-yet"),
+    pytest.param({"source_kind": "GRPCRoute"}, "GRPCRoutes in namespace apps", id="routes-of-another-kind"),
+])
+def test_a_reference_grant_to_the_model_service_is_a_door_before_any_route_uses_it(
+        kube: KubeStandIn, release: ReleaseManifest, covers: dict[str, Any], lets: str) -> None:
+    """Anyone who may write a route in the granted namespace can reach Kimi K3 outside kimi-ops's admission."""
+    rest = kube.rest()
+    plant(rest, APPS, route("HTTPRoute", "kimi-direct", {"name": "kimi-internal", "namespace": NS}))
+    plant(rest, NS, grant("open-later", **covers))
+    check = gate(kube, release)
+    assert check.status == "fail"
+    assert (f"ReferenceGrant model-serving/open-later: lets {lets} send requests to Service kimi-internal, Service "
+            "kimi-prod outside kimi-ops's admission, though no route does yet; delete the grant or take Service "
+            "kimi-internal, Service kimi-prod out of its spec.to") in check.reason
+    assert "apps/kimi-direct" not in check.reason  # the route is not let in by this grant
+    assert gate(kube, release, "staging").status == "warn"

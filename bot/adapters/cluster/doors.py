@@ -11,7 +11,7 @@ operator's ``app: <name>`` label; EKS: the Deployment's pod template labels).
 * Ingresses that send requests to a Service selecting the model pods, and
   HTTPRoutes and GRPCRoutes other than kimi-ops's own that send requests to a
   model Service or InferencePool, in this namespace or from another one through
-  a ReferenceGrant (:mod:`.route_doors`);
+  a ReferenceGrant, and such a grant no route uses yet (:mod:`.route_doors`);
 * a SageMaker endpoint and the operator's load balancer: the ones this release
   declares (``door:``), and one the running ``InferenceEndpointConfig`` still
   registers;

@@ -4,8 +4,8 @@ The model backends are the Services and InferencePools that reach the model
 pods: the route's configured model backend, and every Service or pool (in the
 cluster or in this release) whose selector picks the model pods' labels.
 
-A route is a side door when a rule sends requests (weight above 0) to one of
-them and it is not kimi-ops's own HTTPRoute:
+A side door is a route besides kimi-ops's own HTTPRoute whose rule sends
+requests (weight above 0) to one of them, or a grant that lets one in:
 
 * any ``HTTPRoute`` or ``GRPCRoute`` in the endpoint's namespace;
 * an ``HTTPRoute`` or ``GRPCRoute`` in another namespace whose backendRef names
@@ -13,7 +13,10 @@ them and it is not kimi-ops's own HTTPRoute:
   that namespace refer to the backend. The Gateway API honours a cross-namespace
   backendRef only under such a grant (GEP-709): without one the gateway refuses
   the reference (``RefNotPermitted``), so a route alone is no door, nor is a
-  grant that does not cover a model backend.
+  grant that does not cover a model backend;
+* a ``ReferenceGrant`` in the endpoint's namespace that lets routes of those
+  kinds from another namespace refer to a model backend, while no route there
+  uses it yet: anyone who may write a route in that namespace has a door.
 
 Only kinds whose CRDs kimi-ops validates against are read (HTTPRoute, GRPCRoute,
 ReferenceGrant of the Gateway API's standard channel). ReferenceGrants are read
@@ -122,30 +125,50 @@ def _same_namespace(rest: Rest, endpoint: EndpointSettings, backends: ModelBacke
     return paths
 
 
+def _model_targets(backends: ModelBackends) -> list[Target]:
+    return [*(("", "Service", n) for n in sorted(backends.services)),
+            *((POOL_GROUP, "InferencePool", n) for n in sorted(backends.pools))]
+
+
 def _through_grants(rest: Rest, endpoint: EndpointSettings, backends: ModelBackends) -> list[DoorPath]:
+    """Routes in other namespaces a ReferenceGrant lets reach a model backend, and each such grant no route uses yet.
+
+    kimi-ops's own route lives in the endpoint's namespace, beside the model backends, so it never needs a grant;
+    a grant ``from`` that namespace changes nothing (same-namespace references need none) and is no door.
+    """
     namespace = endpoint.namespace
-    grants = served_items(rest, collection_path("ReferenceGrant", namespace))
     routes: dict[tuple[str, str], list[dict[str, Any]]] = {}
     paths: dict[tuple[str, str], DoorPath] = {}
-    for grant in grants:
+    unused: list[DoorPath] = []
+    for grant in served_items(rest, collection_path("ReferenceGrant", namespace)):
         grant_name = f"{namespace}/{meta_of(grant).get('name')}"
+        covered = sorted({backends.describe(t) for t in _model_targets(backends) if _grant_covers(grant, t)})
+        idle: list[str] = []
         for source in spec_of(grant).get("from") or []:
             kind, source_ns = str(source.get("kind")), str(source.get("namespace"))
-            if source.get("group") != GATEWAY_GROUP or kind not in ROUTE_KINDS or source_ns == namespace:
+            if source.get("group") != GATEWAY_GROUP or kind not in ROUTE_KINDS or source_ns == namespace or not covered:
                 continue
             if (kind, source_ns) not in routes:
                 routes[(kind, source_ns)] = served_items(rest, collection_path(kind, source_ns))
+            used = False
             for route in routes[(kind, source_ns)]:
                 hits = sorted({backends.describe(t) for ns, t in _sent_to(route, source_ns)
                                if ns == namespace and backends.holds(t) and _grant_covers(grant, t)})
                 key = (kind, f"{source_ns}/{meta_of(route).get('name')}")
+                used = used or bool(hits)
                 if hits and key not in paths:
                     paths[key] = DoorPath(kind, key[1], f"sends requests to {', '.join(hits)} in {namespace}, allowed by "
                                                         f"ReferenceGrant {grant_name}, outside kimi-ops's admission; "
                                                         f"delete the route or take {', '.join(hits)} out of the grant")
-    return list(paths.values())
+            if not used:
+                idle.append(f"{kind}s in namespace {source_ns}")
+        if idle:
+            unused.append(DoorPath("ReferenceGrant", grant_name, f"lets {' and '.join(idle)} send requests to "
+                                   f"{', '.join(covered)} outside kimi-ops's admission, though no route does yet; "
+                                   f"delete the grant or take {', '.join(covered)} out of its spec.to"))
+    return [*paths.values(), *unused]
 
 
 def route_doors(rest: Rest, endpoint: EndpointSettings, backends: ModelBackends) -> list[DoorPath]:
-    """Every HTTPRoute and GRPCRoute besides kimi-ops's own that sends requests to a model backend."""
+    """Every route besides kimi-ops's own that sends requests to a model backend, and every grant that would let one."""
     return [*_same_namespace(rest, endpoint, backends), *_through_grants(rest, endpoint, backends)]
