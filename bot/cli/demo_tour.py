@@ -122,13 +122,17 @@ class Tour:
         if view.state != state:
             raise ScriptFailed(f"deployment #{deployment} is {view.state}, not {state}: {view.state_reason or 'see above'}")
 
-    def users(self, title: str, order: tuple[str, ...]) -> dict[str, Counter[tuple[bool, str]]]:
+    def users(self, title: str, order: tuple[str, ...], until: str | None = None) -> dict[str, Counter[tuple[bool, str]]]:
         """Print what the gateway did with users' requests since the last call, per admission of the route.
 
-        Returns ``admission → (cohort, Kimi K3 | fallback | other) → count`` for the script's own checks.
+        With ``until``, first wait for a background user taken under that admission (a ramp that just opened has
+        answered nobody yet on a slow machine). Returns ``admission → (cohort, Kimi K3 | fallback | other) → count``
+        for the script's own checks.
         """
         if self.gateway is None:
             return {}
+        if until is not None and not self.gateway.wait_for_admission(until, self._seen, timeout=120):
+            raise ScriptFailed(f"no user request was taken with the route {until} in two minutes")
         now = self.gateway.counts_by_admission()
         new = now - self._seen
         self._seen = now
@@ -204,7 +208,8 @@ def tour(tour: Tour) -> None:
     _through_model_gate(tour, 1, (APPROVER_1, APPROVER_2, APPROVER_1))
     tour.press(APPROVER_2, "Accept proposed limits", "traffic", 1)  # the sweep measured the knee: admit no more
     tour.press(APPROVER_2, "Approve", "traffic", 1)
-    ramp = tour.users("the ramp: the internal cohort first, then 10% and 50% of ordinary users, then everyone", RAMPING)
+    ramp = tour.users("the ramp: the internal cohort first, then 10% and 50% of ordinary users, then everyone", RAMPING,
+                      until="open")
     tour.expect_no_user_reached_kimi(ramp, "internal", cohort_too=False)
     tour.expect_live(1)
 
@@ -244,7 +249,7 @@ def tour(tour: Tour) -> None:
     # approval (a plain Approve would be refused). No such button means the mix did not lower the knee: the demo stops.
     # (Without the model stand-in no mix was played: the fixed prompt measures what the first release did.)
     tour.press(APPROVER_1, "Accept limits and approve" if tour.model is not None else "Approve", "traffic", 2)
-    tour.users("the ramp", RAMPING)
+    tour.users("the ramp", RAMPING, until="open")
     tour.expect_live(2)
 
     tour.step(f"Roll back to the complete previous release ({first}): close, drain, apply, evaluate, reopen")

@@ -196,7 +196,8 @@ class GatewayStandIn:
         self._by_admission: Counter[tuple[str, Routed]] = Counter()
         self._labels: Counter[str] = Counter()
         self.model_header = model_header.lower()
-        self._counts_lock = threading.Lock()
+        # A condition, not a bare lock: the demo waits for the first user taken under an admission (a ramp's "open").
+        self._counts_lock = threading.Condition()
         self._stop = threading.Event()
         # Set by the emulator on every write (KubeStandIn.changes): then the stand-in reads routes when one may have
         # changed, and every ``poll_seconds`` only as a backstop, rather than listing them many times a second.
@@ -277,6 +278,15 @@ class GatewayStandIn:
         with self._counts_lock:
             self._counts[Routed(target, cohort)] += 1
             self._by_admission[(admission, Routed(target, cohort))] += 1
+            self._counts_lock.notify_all()
+
+    def wait_for_admission(self, admission: str, since: Counter[tuple[str, Routed]], timeout: float) -> bool:
+        """Whether a request was taken under ``admission`` beyond the counts ``since``, waiting up to ``timeout``."""
+        def taken() -> bool:
+            return any(n > since[key] for key, n in self._by_admission.items() if key[0] == admission)
+
+        with self._counts_lock:
+            return self._counts_lock.wait_for(taken, timeout)
 
     # -- the control plane: routes in, status out -------------------------------------------------------------
 
