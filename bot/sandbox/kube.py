@@ -349,6 +349,23 @@ class KubeStandIn:
         """Every request the emulator received, oldest first (kmock's parsed ``Request`` objects)."""
         return list(self.run(lambda: list(self.emulator.received)))
 
+    def serve(self, kind: str, version: str | None) -> None:
+        """Serve ``kind`` at ``version`` of its group instead of kimi-ops's, or not at all (``None``): a cluster with an
+        older release of the kind's CRD, or without it. Objects of the kind planted before are gone."""
+        info = {**RESOURCES, **EXTRA_RESOURCES}[kind]
+        group = info.api_version.rpartition("/")[0]
+
+        def swap() -> None:
+            resources = self.emulator.resources
+            registered = resources.pop(f"{info.api_version}/{info.plural}")
+            if version is not None:
+                resources[f"{group}/{version}/{info.plural}"] = registered
+                for resource in resources:
+                    if (resource.group, resource.version, resource.plural) == (group, version, info.plural):
+                        self.emulator.kinds[resource] = (kind, f"{group}/{version}")
+
+        self.run(swap)
+
     def remove(self, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete an object outright (a seeded CRD, node…) to stage a preflight failure."""
         self.rest().delete(collection_path(kind, namespace) + f"/{name}")

@@ -1,8 +1,9 @@
 """One door, through the Gateway API: other routes to the model backends, planted in kmock's emulator, caught.
 
-Besides kimi-ops's own HTTPRoute, a GRPCRoute in the model's namespace, or an
-HTTPRoute or GRPCRoute in another namespace that a ReferenceGrant in the model's
-namespace lets refer to the model Service or InferencePool, reaches Kimi K3 outside
+Besides kimi-ops's own HTTPRoute, a GRPCRoute, TCPRoute or TLSRoute (v1, or v1alpha2
+on an older experimental install) in the model's namespace, or such a route in
+another namespace that a ReferenceGrant in the model's namespace lets refer to
+the model Service or InferencePool, reaches Kimi K3 outside
 kimi-ops's admission: on prod ``cluster.doors`` fails and names it (kind,
 namespace, name) and the fix. So does such a grant before any route uses it. A
 cross-namespace route without a grant, or with a grant that does not cover a model
@@ -54,7 +55,8 @@ def crd_errors(obj: dict[str, Any]) -> list[str]:
         return route_errors(obj)
     if obj["kind"] == "InferencePool":
         return object_errors(obj)
-    plural = {"GRPCRoute": "grpcroutes", "ReferenceGrant": "referencegrants"}[obj["kind"]]
+    plural = {"GRPCRoute": "grpcroutes", "ReferenceGrant": "referencegrants", "TCPRoute": "tcproutes",
+              "TLSRoute": "tlsroutes"}[obj["kind"]]
     return schema_errors(_crd_validator(plural, version), obj)
 
 
@@ -64,9 +66,10 @@ def plant(rest: Rest, namespace: str, obj: dict[str, Any]) -> None:
     rest.create(collection_path(obj["kind"], namespace), obj)
 
 
-def route(kind: str, name: str, backend: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": f"{GATEWAY}/v1", "kind": kind, "metadata": {"name": name},
-            "spec": {"parentRefs": [{"name": "apps-gateway", "namespace": "gateways"}],
+def route(kind: str, name: str, backend: dict[str, Any], version: str = "v1") -> dict[str, Any]:
+    hostnames = {"hostnames": ["kimi.example.com"]} if kind == "TLSRoute" else {}  # TLS passthrough picks by SNI
+    return {"apiVersion": f"{GATEWAY}/{version}", "kind": kind, "metadata": {"name": name},
+            "spec": {"parentRefs": [{"name": "apps-gateway", "namespace": "gateways"}], **hostnames,
                      "rules": [{"backendRefs": [{**backend, "port": 8000}]}]}}
 
 
@@ -186,3 +189,32 @@ def test_a_reference_grant_to_the_model_service_is_a_door_before_any_route_uses_
             "kimi-internal, Service kimi-prod out of its spec.to") in check.reason
     assert "apps/kimi-direct" not in check.reason  # the route is not let in by this grant
     assert gate(kube, release, "staging").status == "warn"
+
+
+@pytest.mark.parametrize("version", [
+    pytest.param("v1", id="v1-as-gateway-api-1.6-serves"),
+    pytest.param("v1alpha2", id="v1alpha2-as-an-older-experimental-channel-serves"),
+])
+def test_tcp_and_tls_routes_to_the_model_service_fail_prod(
+        kube: KubeStandIn, release: ReleaseManifest, version: str) -> None:
+    """A TCPRoute or TLSRoute (passthrough) reaches the model Service's port as surely as an HTTPRoute."""
+    for kind in ("TCPRoute", "TLSRoute"):
+        kube.serve(kind, version)
+    rest = kube.rest()
+    plant(rest, NS, route("TCPRoute", "raw-tcp", {"name": "kimi-internal"}, version))
+    plant(rest, APPS, route("TLSRoute", "sni-passthrough", {"name": "kimi-internal", "namespace": NS}, version))
+    plant(rest, NS, grant("allow-tls", source_kind="TLSRoute"))
+    check = gate(kube, release)
+    assert check.status == "fail"
+    assert ("TCPRoute model-serving/raw-tcp: sends requests to Service kimi-internal outside kimi-ops's admission; "
+            "delete it") in check.reason
+    assert ("TLSRoute apps/sni-passthrough: sends requests to Service kimi-internal in model-serving, allowed by "
+            "ReferenceGrant model-serving/allow-tls") in check.reason
+
+
+def test_a_cluster_without_the_tcp_and_tls_route_crds_holds_no_such_door(
+        kube: KubeStandIn, release: ReleaseManifest) -> None:
+    for kind in ("TCPRoute", "TLSRoute", "GRPCRoute"):
+        kube.serve(kind, None)
+    check = gate(kube, release)
+    assert check.status == "pass", check.reason

@@ -62,9 +62,10 @@ EXPECTED_GRANTS: set[Grant] = (
     | _grants(SERVING_NAMESPACE, "", ["pods", "events"], ["get", "list", "watch"])
     | _grants(SERVING_NAMESPACE, "", ["services"], ["list"])
     | _grants(SERVING_NAMESPACE, "networking.k8s.io", ["ingresses", "networkpolicies"], ["list"])
-    | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes", "grpcroutes", "referencegrants"], ["list"])
+    | _grants(SERVING_NAMESPACE, "gateway.networking.k8s.io", ["httproutes", "grpcroutes", "tcproutes", "tlsroutes",
+                                                               "referencegrants"], ["list"])
     | _grants(SERVING_NAMESPACE, "inference.networking.k8s.io", ["inferencepools"], ["list"])
-    | _grants(None, "gateway.networking.k8s.io", ["httproutes", "grpcroutes"], ["list"])
+    | _grants(None, "gateway.networking.k8s.io", ["httproutes", "grpcroutes", "tcproutes", "tlsroutes"], ["list"])
     | _grants(SERVING_NAMESPACE, "inference.networking.k8s.io", ["inferencepools"], ["get", "create", "patch"])
     | _grants(SERVING_NAMESPACE, "", ["configmaps"], ["create"])
     | _grants(SERVING_NAMESPACE, "", ["secrets"], ["create"])

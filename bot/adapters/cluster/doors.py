@@ -9,7 +9,7 @@ operator's ``app: <name>`` label; EKS: the Deployment's pod template labels).
 * Services of type ``LoadBalancer`` or ``NodePort`` (or with ``externalIPs``)
   that select the model pods;
 * Ingresses that send requests to a Service selecting the model pods, and
-  HTTPRoutes and GRPCRoutes other than kimi-ops's own that send requests to a
+  routes (HTTP, gRPC, TCP, TLS) other than kimi-ops's own that send requests to a
   model Service or InferencePool, in this namespace or from another one through
   a ReferenceGrant, and such a grant no route uses yet (:mod:`.route_doors`);
 * a SageMaker endpoint and the operator's load balancer: the ones this release

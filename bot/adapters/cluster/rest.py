@@ -63,6 +63,9 @@ RESOURCES: dict[str, Kind] = {
     "Secret": Kind("v1", "secrets", True),
     "HTTPRoute": Kind("gateway.networking.k8s.io/v1", "httproutes", True),
     "GRPCRoute": Kind("gateway.networking.k8s.io/v1", "grpcroutes", True),
+    # v1 since Gateway API 1.5 (TLSRoute) and 1.6 (TCPRoute); older installs serve v1alpha2 (route_doors.py reads both).
+    "TCPRoute": Kind("gateway.networking.k8s.io/v1", "tcproutes", True),
+    "TLSRoute": Kind("gateway.networking.k8s.io/v1", "tlsroutes", True),
     # v1beta1: served by every Gateway API release (v1 only since 1.5); read only (bot/adapters/cluster/route_doors.py).
     "ReferenceGrant": Kind("gateway.networking.k8s.io/v1beta1", "referencegrants", True),
     "PrometheusRule": Kind("monitoring.coreos.com/v1", "prometheusrules", True),

@@ -7,8 +7,10 @@ cluster or in this release) whose selector picks the model pods' labels.
 A side door is a route besides kimi-ops's own HTTPRoute whose rule sends
 requests (weight above 0) to one of them, or a grant that lets one in:
 
-* any ``HTTPRoute`` or ``GRPCRoute`` in the endpoint's namespace;
-* an ``HTTPRoute`` or ``GRPCRoute`` in another namespace whose backendRef names
+* any ``HTTPRoute``, ``GRPCRoute``, ``TCPRoute`` or ``TLSRoute`` in the
+  endpoint's namespace (a TCP or TLS passthrough route reaches the model
+  Service's port as surely as an HTTP one);
+* such a route in another namespace whose backendRef names
   the endpoint's namespace, when a ``ReferenceGrant`` there lets that kind from
   that namespace refer to the backend. The Gateway API honours a cross-namespace
   backendRef only under such a grant (GEP-709): without one the gateway refuses
@@ -18,10 +20,12 @@ requests (weight above 0) to one of them, or a grant that lets one in:
   kinds from another namespace refer to a model backend, while no route there
   uses it yet: anyone who may write a route in that namespace has a door.
 
-Only kinds whose CRDs kimi-ops validates against are read (HTTPRoute, GRPCRoute,
-ReferenceGrant of the Gateway API's standard channel). ReferenceGrants are read
-as ``v1beta1``, which every Gateway API release serves (``v1`` only since 1.5).
-A kind the cluster does not serve (its CRD not installed) holds no door.
+Only the Gateway API's route kinds and ReferenceGrant are read (their CRDs, from
+the standard and experimental channels, are what the tests validate against).
+ReferenceGrants are read as ``v1beta1``, which every Gateway API release serves
+(``v1`` only since 1.5). TCPRoute and TLSRoute are read as ``v1`` (standard since
+1.6 and 1.5), else as ``v1alpha2``, which every experimental channel before
+serves. A kind the cluster does not serve (its CRD not installed) holds no door.
 """
 
 from __future__ import annotations
@@ -35,20 +39,32 @@ from bot.adapters.cluster.rest import Rest, collection_path, meta_of, spec_of
 from bot.config import EndpointSettings
 from bot.domain.doors import DoorPath
 
-ROUTE_KINDS = ("HTTPRoute", "GRPCRoute")
+ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TCPRoute", "TLSRoute")
+OLDER_VERSIONS = {"TCPRoute": "v1alpha2", "TLSRoute": "v1alpha2"}
+"""The version an install from before the kind's ``v1`` serves (the experimental channel)."""
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 POOL_GROUP = "inference.networking.k8s.io"
 Target = tuple[str, str, str]  # (group, kind, name) of a backend in the endpoint's namespace
 
 
-def served_items(rest: Rest, path: str) -> list[dict[str, Any]]:
-    """The objects at ``path``; none when the cluster does not serve the kind (a 404: its CRD is not installed)."""
-    try:
-        return rest.items(path)
-    except ApiException as exc:
-        if exc.status == 404:
-            return []
-        raise
+def served_items(rest: Rest, path: str, *older: str) -> list[dict[str, Any]]:
+    """The objects at ``path`` (else at each ``older`` path in turn); none when the cluster serves none of them
+    (a 404: the kind's CRD is not installed, or not at that version)."""
+    for where in (path, *older):
+        try:
+            return rest.items(where)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return []
+
+
+def routes_of(rest: Rest, kind: str, namespace: str) -> list[dict[str, Any]]:
+    """The routes of ``kind`` in ``namespace``, at ``v1`` or, on an older install, at the version it serves."""
+    path = collection_path(kind, namespace)
+    older = OLDER_VERSIONS.get(kind)
+    return served_items(rest, path, *([path.replace(f"/{GATEWAY_GROUP}/v1/", f"/{GATEWAY_GROUP}/{older}/", 1)]
+                                      if older else []))
 
 
 def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -113,7 +129,7 @@ def _same_namespace(rest: Rest, endpoint: EndpointSettings, backends: ModelBacke
     ours = endpoint.route.route_name(endpoint.name) if endpoint.route is not None else None
     paths: list[DoorPath] = []
     for kind in ROUTE_KINDS:
-        for route in served_items(rest, collection_path(kind, namespace)):
+        for route in routes_of(rest, kind, namespace):
             name = str(meta_of(route).get("name"))
             if kind == "HTTPRoute" and name == ours:
                 continue
@@ -149,7 +165,7 @@ def _through_grants(rest: Rest, endpoint: EndpointSettings, backends: ModelBacke
             if source.get("group") != GATEWAY_GROUP or kind not in ROUTE_KINDS or source_ns == namespace or not covered:
                 continue
             if (kind, source_ns) not in routes:
-                routes[(kind, source_ns)] = served_items(rest, collection_path(kind, source_ns))
+                routes[(kind, source_ns)] = routes_of(rest, kind, source_ns)
             used = False
             for route in routes[(kind, source_ns)]:
                 hits = sorted({backends.describe(t) for ns, t in _sent_to(route, source_ns)
