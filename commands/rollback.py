@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from bot.bootstrap import Root
 from bot.services.access import Identity
-from bot.services.alert_rules import apply_after_go_live
 from bot.services.deployments import request_rollback
-from bot.services.pairs import rollback_service, service_settings
+from bot.services.pair_sides import service_settings
+from bot.services.pairs import rollback_service
 from bot.views.parts import Reply, reply
 from commands.base import Usage, extra, q
 
@@ -53,7 +53,6 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
     if parsed.release is None and service_settings(ctx, parsed.endpoint) is not None:
         done = rollback_service(ctx, str(parsed.endpoint), identity)
-        apply_after_go_live(ctx, done.to_side)  # the service's page now goes to this side, with its release
         return reply(f"*{done.service}* rolled back to *{done.to_side}* ({done.release}) in one route change: "
                      f"{done.users_get}. {done.from_side} keeps its release with no users.")
     view = request_rollback(ctx, parsed.endpoint, identity, parsed.release)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from bot.bootstrap import Root
 from bot.domain.chat_text import literal
 from bot.services.access import Identity, authorize
-from bot.services.pairs import ServiceStatus, service_settings, service_status
+from bot.services.pair_sides import service_settings
+from bot.services.pairs import ServiceStatus, service_status
 from bot.services.readiness import ProbeView, endpoint_status
 from bot.views.deployments import deployment_title
 from bot.views.icons import Icon

@@ -67,17 +67,27 @@ def deploy(
 
 
 def rollback(
-    endpoint: str = typer.Argument(None, metavar="ENDPOINT", help="Endpoint (optional when only one is configured)."),
-    to: str = typer.Option(None, "--to", metavar="RELEASE",
-                           help="Release to restore (default: the one live before the current)."),
+    endpoint: str | None = typer.Argument(None, metavar="ENDPOINT|SERVICE",
+                                          help="Endpoint (optional when only one is configured), or a service (a pair)."),
+    to: str | None = typer.Option(None, "--to", metavar="RELEASE",
+                                  help="Release to restore (default: the one live before the current)."),
     user: str = AS_OPTION,
     timeout: float = TIMEOUT_OPTION,
 ) -> None:
-    """Roll back to the complete previous release tuple and its exact manifest, printing its progress."""
+    """Roll back to the complete previous release tuple and its exact manifest, printing its progress; a service
+    moves its users back to the side kept warm in one route change."""
     from bot.services.deployments import request_rollback
+    from bot.services.pair_sides import service_settings
+    from bot.services.pairs import rollback_service
 
     def body() -> None:
         here = root()
+        service = service_settings(here.ctx, endpoint)
+        if to is None and service is not None:
+            done = rollback_service(here.ctx, service.name, identity(here.ctx, user))
+            output.info(f"{done.service} rolled back to {done.to_side} ({done.release}) in one route change: "
+                        f"{done.users_get}. {done.from_side} keeps its release with no users.")
+            return
         asked = request_rollback(here.ctx, endpoint, identity(here.ctx, user), to).id
         view = drive(here.ctx, asked, lambda: here.engine.advance(asked), timeout)
         _show(view)

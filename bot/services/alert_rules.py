@@ -32,7 +32,7 @@ from bot.services import ports
 from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.metrics_watch import endpoint_objectives
-from bot.services.pairs import users_side
+from bot.services.pair_sides import users_side
 from bot.services.transitions import live_deployment
 
 log = logger_for(__name__)
@@ -210,5 +210,5 @@ PUBLISHER = RulePublisher()
 
 
 def apply_after_go_live(ctx: Context, endpoint: str, deployment_id: int | None = None) -> list[str]:
-    """What :meth:`RulePublisher.after_go_live` does, for the engine and ``/kimi rollback SERVICE``."""
+    """What :meth:`RulePublisher.after_go_live` does, for the engine and a service's rollback (:mod:`bot.services.pairs`)."""
     return PUBLISHER.after_go_live(ctx, endpoint, deployment_id)

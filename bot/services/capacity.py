@@ -30,7 +30,7 @@ from bot.services.access import Identity, authorize
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
 from bot.services.incidents import Incidents
-from bot.services.pairs import service_settings, users_side
+from bot.services.pair_sides import service_settings, users_side
 from bot.services.releases import manifest_from_row
 from bot.services.traffic_gate import run_traffic_gate
 from bot.services.traffic_mix import stored_live_mix, update_live_mix

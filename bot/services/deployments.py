@@ -14,6 +14,7 @@ from bot.adapters.store.models import Deployment, Endpoint
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
+from bot.domain.chat_text import literal
 from bot.domain.checks import GATES, GateReport
 from bot.domain.events import GateDecided
 from bot.domain.limits import approval_above_limits, limits_above, proposed_limits
@@ -23,7 +24,8 @@ from bot.domain.states import State, work_kind
 from bot.services.access import Identity, authorize
 from bot.services.context import Context
 from bot.services.errors import Invalid, NoEndpoints, NotFound, Refused
-from bot.services.pairs import deploy_side, service_settings, users_side
+from bot.services.pair_sides import service_settings, users_side
+from bot.services.pairs import deploy_side
 from bot.services.releases import release_row
 from bot.services.transitions import create_deployment, deployment_view, end, live_deployment, path_kind, transition
 
@@ -119,7 +121,16 @@ def request_deploy(ctx: Context, release_name: str, endpoint_name: str | None, a
 
 
 def request_rollback(ctx: Context, endpoint_name: str | None, actor: Identity, to_release: str | None = None) -> DeploymentView:
-    """Restore the complete previous release tuple (or ``to_release``) with its exact applied manifest."""
+    """Restore the complete previous release tuple (or ``to_release``) with its exact applied manifest.
+
+    A service (a pair) is rolled back by :func:`bot.services.pairs.rollback_service`, to the release its warm side
+    runs: a named release is refused here with the deploy that would serve it."""
+    service = service_settings(ctx, endpoint_name)
+    if service is not None and to_release is not None:
+        wanted = literal(to_release)
+        raise Refused(f"{service.name} is a service: `/kimi rollback {service.name}` moves its users back to the side "
+                      f"kept warm, with the release that side runs; to serve {wanted}: "
+                      f"`/kimi deploy {wanted} to {service.name}`")
     name = resolve_endpoint(ctx, endpoint_name)
     authorize(ctx, actor, "rollback", f"endpoint:{name}")
     pair = (endpoint_settings(ctx, name)).pair

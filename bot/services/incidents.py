@@ -25,7 +25,7 @@ from bot.domain.events import IncidentHandled, WatchAlert, WatchRecovered
 from bot.services.access import Identity, authorize
 from bot.services.context import Context, require
 from bot.services.errors import NotFound, Refused, Unavailable
-from bot.services.pairs import fast_path
+from bot.services.pair_sides import fast_path
 from bot.services.transitions import live_deployment
 
 ACTOR = "kimi-ops:metrics-watch"

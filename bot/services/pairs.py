@@ -8,16 +8,16 @@ back in one route change. This module answers the questions that concern both si
 deploy goes to (the one users are not on), what each side runs and gets (``/kimi status SERVICE``), and
 ``/kimi rollback SERVICE``, which moves every user back to the side kept warm in one route change.
 
-A side "has users" when its endpoint row records admission ``open`` and it has a live deployment; when both
-do (never after a ramp, which closes the other side in the transaction that makes the candidate live), the
-newer live deployment wins.
+Which side users are on is :mod:`bot.services.pair_sides`'s (below this module, so that the rules applied after a
+move can ask it). ``/kimi rollback SERVICE``, the Roll back button on a side's page and ``kimi-ops rollback
+SERVICE`` all come here, and the rollback applies the Prometheus rules that follow the users
+(:func:`bot.services.alert_rules.apply_after_go_live`) itself, whichever entrypoint asked.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.adapters.store.models import Endpoint
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, ServiceSettings
 from bot.domain.admission import Admission, AdmissionError, parse_admission
@@ -26,51 +26,18 @@ from bot.domain.states import State
 from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.admission import FAILOVER, AdmissionFailed, apply_admission, record_admission
+from bot.services.alert_rules import apply_after_go_live
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
 from bot.services.fallback_hold import FallbackHold, fallback_holds
+from bot.services.pair_sides import side_rows, users_side
 from bot.services.reservations import reservation_for
 
 log = logger_for(__name__)
 
 
-def fast_path(endpoint: EndpointSettings) -> str:
-    """What every alert about a pair side ends with: the rollback that takes seconds ("" for a single node)."""
-    if endpoint.pair is None:
-        return ""
-    return (f" Fast path back: `/kimi rollback {endpoint.pair.service}` (one route change to the side kept warm).")
-
-
-def service_settings(ctx: Context, name: str | None) -> ServiceSettings | None:
-    """The service called ``name``, or None when it names no service (an endpoint, or nothing)."""
-    return ctx.settings.service(name) if name else None
-
-
-def _rows(uow: SqlUnitOfWork, service: ServiceSettings) -> list[Endpoint]:
-    rows = []
-    for name in service.endpoints:
-        row = uow.endpoints.get(name)
-        if row is None:
-            raise NotFound(f"service {service.name}'s side {name} is not in the database yet; restart kimi-ops "
-                           "after declaring it (settings are synced at start)")
-        rows.append(row)
-    return rows
-
-
-def _live_id(uow: SqlUnitOfWork, row: Endpoint) -> int | None:
-    lives = uow.deployments.in_states(row.id, [State.LIVE])
-    return lives[0].id if lives else None
-
-
-def users_side(uow: SqlUnitOfWork, service: ServiceSettings) -> Endpoint | None:
-    """The side users are on: admission open with a live release (the newer one if both); None before any."""
-    ranked = [(live, row) for row in _rows(uow, service)
-              if row.admission == "open" and (live := _live_id(uow, row)) is not None]
-    return max(ranked, key=lambda pair: pair[0])[1] if ranked else None
-
-
 def _refuse_in_flight(uow: SqlUnitOfWork, service: ServiceSettings, then: str) -> None:
-    for row in _rows(uow, service):
+    for row in side_rows(uow, service):
         holder = uow.deployments.in_flight(row.id)
         if holder is not None:
             raise Refused(f"deployment #{holder.id} ({holder.kind} of {holder.release.name}, {State(holder.state).words}) "
@@ -81,7 +48,7 @@ def _refuse_on_fallback(uow: SqlUnitOfWork, service: ServiceSettings, then: str)
     """While a side's failover holds users on the service's smaller fallback, a deploy's closing would move them onto
     a side nobody checked, and a rollback has no side users are on to move them from (kimi-ops would move them back
     at its fail back): refused until they are back (kimi-ops fails back, or an admin opens the side)."""
-    for row in _rows(uow, service):
+    for row in side_rows(uow, service):
         if uow.incidents.open_for(row.id, FAILOVER) is not None:
             raise Refused(f"users of {service.name} are on its fallback since {row.name} stopped answering; {then} once "
                           f"they are back on {row.name} (kimi-ops moves them when its readiness passes, or "
@@ -111,8 +78,9 @@ class RolledBack:
 
 
 def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
-    """Every user back on the side kept warm, in one route change; refused unless that side runs a release that
-    passed its gates (its newest deployment is live) and nothing is in flight on either side."""
+    """Every user back on the side kept warm, in one route change, then the Prometheus rules that follow them;
+    refused unless that side runs a release that passed its gates (its newest deployment is live) and nothing is in
+    flight on either side."""
     service = ctx.settings.service(name)
     if service is None:
         raise NotFound(f"no service named {name}")
@@ -123,7 +91,7 @@ def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
         active = users_side(uow, service)
         if active is None:
             raise Refused(f"no side of {name} has users yet; nothing to roll back")
-        previous = next(r for r in _rows(uow, service) if r.id != active.id)
+        previous = next(r for r in side_rows(uow, service) if r.id != active.id)
         newest = uow.deployments.for_endpoint(previous.id, 1)
         if not newest or newest[0].state != State.LIVE:
             what = f"its last deployment #{newest[0].id} {State(newest[0].state).words}" if newest else "it never ran a release"
@@ -150,6 +118,9 @@ def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
             actor=actor.user_id, text=f":rewind: {name} rolled back by {actor.user_id} in one route change: {words} "
                                       f"({release}). {active_name} keeps its release with no users."), at=now)
         uow.commit()
+    # The service's own page (and the side's) now carry the side users are on and its release: applied here, whoever
+    # asked (a refusal is audited and said in the channel; the rollback stands).
+    apply_after_go_live(ctx, previous_name)
     return RolledBack(service=name, to_side=previous_name, from_side=active_name, release=release, users_get=words)
 
 
@@ -207,7 +178,7 @@ def service_status(ctx: Context, name: str) -> ServiceStatus:
     if service is None:
         raise NotFound(f"no service named {name}")
     with ctx.uow() as uow:
-        rows = _rows(uow, service)
+        rows = side_rows(uow, service)
         found_active = users_side(uow, service)
         active = found_active.name if found_active is not None else None
         facts = []
@@ -247,4 +218,5 @@ def service_status(ctx: Context, name: str) -> ServiceStatus:
         sides.append(SideStatus(endpoint=side, release=release, weight=weight, cohort=cohort, admission=admission,
                                 users=active == side, in_flight=flying, reservation_left=left))
     where = f"{facts[0][1].namespace}/{name}"
-    return ServiceStatus(name=name, route=where, sides=tuple(sides), split_source=source, on_fallback=hold)
+    return ServiceStatus(name=name, route=where, sides=tuple(sides), split_source=source, on_fallback=hold,
+)

@@ -51,7 +51,7 @@ from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row
 from bot.services.fallback_hold import fallback_holds, held
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
-from bot.services.pairs import fast_path
+from bot.services.pair_sides import fast_path
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,

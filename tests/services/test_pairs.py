@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -39,7 +40,7 @@ from bot.services.ramp_approvals import approve_ramp_step, ramp_step_waiting
 from bot.services.reservations import endpoints_with_tested_release, watch_reservations
 from bot.services.scheduling import run_job
 from commands import incidents
-from tests.cli_support import QUICK_SWEEP
+from tests.cli_support import QUICK_SWEEP, run_in_process
 from tests.world_support import APPROVER, SandboxWorld, in_background, joined, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -254,7 +255,9 @@ def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: 
     assert warm_release is not None
     assert world.tested() == {BLUE, GREEN}  # the warm side runs a release that passed its gates
     writes, workload = world.route_writes(), world.workload_writes()
+    applied = len(world.rules_applied(warm))
 
+    # The service call itself (what `/kimi rollback kimi`, the Roll back button and `kimi-ops rollback kimi` reach).
     done = rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
 
     assert (done.to_side, done.from_side, done.release) == (warm, users, warm_release)
@@ -273,6 +276,31 @@ def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: 
     assert answered == Counter({warm_release: 40}), answered
     with world.ctx.uow() as uow:
         assert uow.audit.actions(f"service:{SERVICE}", "service.rolled_back")
+    # Prometheus's pages follow the users at once: the service's own rules in the cluster now page the warm side with
+    # its release, applied (and audited) by the rollback itself.
+    assert world.service_pages() == {(warm, warm_release)}
+    assert len(world.rules_applied(warm)) == applied + 1 and world.rules_applied(warm)[-1] == warm_release
+
+
+def test_kimi_ops_rollback_of_a_service_from_a_terminal_moves_the_users_and_their_pages(
+        world: PairWorld, tmp_path: Path) -> None:
+    users = world.users_on()
+    warm = GREEN if users == BLUE else BLUE
+    warm_release = world.live_release(warm)
+    applied = len(world.rules_applied(warm))
+    env = world.sandbox.environment(tmp_path / "kubeconfig")
+
+    done = run_in_process(["rollback", SERVICE, "--as", DEPLOYER], env, tmp_path)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{SERVICE} rolled back to {warm} ({warm_release}) in one route change" in done.stdout
+    assert world.users_on() == warm and world.weights() == {warm: 100, users: 0}
+    assert world.service_pages() == {(warm, warm_release)}
+    assert len(world.rules_applied(warm)) == applied + 1
+    refused = run_in_process(["rollback", SERVICE, "--to", "rel-x", "--as", DEPLOYER], env, tmp_path)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "Traceback" not in said
+    assert f"`kimi-ops deploy rel-x --to {SERVICE}`" in said, said  # what would serve that release instead
 
 
 def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_route_change(world: PairWorld) -> None:
