@@ -3,7 +3,9 @@ Prometheus rules of an endpoint, or a pair service's own (its burn rates over bo
 
 ``rules --as prometheusrule`` (default) prints the Prometheus Operator object kimi-ops applies for an endpoint
 with ``slo.alerting: prometheus``; ``--as rules-file`` the same groups as a plain Prometheus rules file
-(docs/alerting.md). ``show`` is the group's default, so ``kimi-ops slo kimi-prod`` reads as it always did.
+(docs/alerting.md). A comment above the rules says whether kimi-ops applies them and, if not, who pages instead
+(a pair service's own rules are applied only when both sides have ``slo.alerting: prometheus``). ``show`` is the
+group's default, so ``kimi-ops slo kimi-prod`` reads as it always did.
 """
 
 from __future__ import annotations
@@ -41,13 +43,18 @@ def rules(name: str = typer.Argument(..., metavar="NAME",
           form: RulesForm = typer.Option(RulesForm.PROMETHEUSRULE, "--as",
                                          help="The PrometheusRule object, or a plain Prometheus rules file.")) -> None:
     """The Prometheus rules of an endpoint (burn rates and direct pages) or a pair service (its burn rates)."""
+    import textwrap
+
     from bot.domain.alert_rules import rules_yaml
-    from bot.services.alert_rules import render_rules
+    from bot.services.alert_rules import render_rules, rules_note
 
     def body() -> None:
-        rendered = render_rules(context(), name)
+        ctx = context()
+        rendered = render_rules(ctx, name)
         document = rendered.rule_object if form is RulesForm.PROMETHEUSRULE else rendered.rules_file
-        typer.echo(rules_yaml(document), nl=False)
+        note = "".join(f"# {line}\n" for line in textwrap.wrap(rules_note(ctx, rendered.name), 110,
+                                                                                break_on_hyphens=False))
+        typer.echo(note + rules_yaml(document), nl=False)
 
     run_guarded(body)
 

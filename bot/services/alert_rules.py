@@ -32,7 +32,7 @@ from bot.services import ports
 from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.metrics_watch import endpoint_objectives
-from bot.services.pair_sides import users_side
+from bot.services.pair_sides import service_watch, users_side
 from bot.services.transitions import live_deployment
 
 log = logger_for(__name__)
@@ -85,6 +85,23 @@ def _service_rules(ctx: Context, service: ServiceSettings) -> RenderedRules:
     return RenderedRules(service.name, (target,), rule_object, alert_rules.rules_file([target]), specs[0])
 
 
+def rules_note(ctx: Context, name: str) -> str:
+    """Whether kimi-ops applies ``name``'s rule object (what :class:`RulePublisher` keeps applied) and, if not, who
+    pages instead: ``kimi-ops slo rules`` prints it above the rules."""
+    applied = name in watched_objects(ctx)
+    if (service := ctx.settings.service(name)) is not None and ctx.settings.endpoint(name) is None:
+        watch = service_watch(ctx, service)
+        if applied:
+            return (f"kimi-ops applies this {alert_rules.rule_object_name(name)} and keeps it paging the side users "
+                    f"are on: Prometheus judges {name} whole (both sides have slo.alerting: prometheus).")
+        return (f"Not applied: {name} as a whole is {watch.whole_words}. Who pages for its sides: {watch.sides_words}.")
+    if applied:
+        return (f"kimi-ops applies this {alert_rules.rule_object_name(name)} and keeps it following {name}'s live "
+                "release (slo.alerting: prometheus).")
+    return (f"Not applied: {name}'s pages come from kimi-ops's metrics watch (slo.alerting: builtin); with "
+            "slo.alerting: prometheus kimi-ops would apply these rules.")
+
+
 def render_rules(ctx: Context, name: str) -> RenderedRules:
     """The rules of the endpoint ``name`` labelled with its live release, or the pair service ``name``'s own."""
     if (spec := ctx.settings.endpoint(name)) is not None:
@@ -98,12 +115,9 @@ def render_rules(ctx: Context, name: str) -> RenderedRules:
 
 
 def _watched_services(ctx: Context) -> list[ServiceSettings]:
-    """Pair services both of whose sides Prometheus watches (a side the built-in watch pages for gets none)."""
-    def prometheus(name: str) -> bool:
-        spec = ctx.settings.endpoint(name)
-        return spec is not None and spec.slo.alerting == "prometheus"
-
-    return [service for service in ctx.settings.services if all(prometheus(side) for side in service.endpoints)]
+    """Pair services Prometheus judges whole: both sides have ``slo.alerting: prometheus`` (:mod:`bot.domain.watchers`
+    says why a service with a side the built-in watch keeps gets no rules of its own)."""
+    return [service for service in ctx.settings.services if service_watch(ctx, service).whole]
 
 
 def watched_objects(ctx: Context) -> list[str]:

@@ -1,4 +1,5 @@
-"""The sides of a pair service: which side users are on (as the database records it), and the fast path back.
+"""The sides of a pair service: which side users are on (as the database records it), who watches them, and the
+fast path back.
 
 Below :mod:`bot.services.pairs` (the use cases that move users between sides) so that what those use cases call
 after a move (the Prometheus rules of :mod:`bot.services.alert_rules`, the metrics watch, the incident pages) may
@@ -15,6 +16,7 @@ from bot.adapters.store.models import Endpoint
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, ServiceSettings
 from bot.domain.states import State
+from bot.domain.watchers import ServiceWatch
 from bot.services.context import Context
 from bot.services.errors import NotFound
 
@@ -29,6 +31,16 @@ def fast_path(endpoint: EndpointSettings) -> str:
 def service_settings(ctx: Context, name: str | None) -> ServiceSettings | None:
     """The service called ``name``, or None when it names no service (an endpoint, or nothing)."""
     return ctx.settings.service(name) if name else None
+
+
+def service_watch(ctx: Context, service: ServiceSettings) -> ServiceWatch:
+    """Each side's watcher after go-live, and so whether Prometheus judges the service whole
+    (:mod:`bot.domain.watchers`)."""
+    def alerting(side: str) -> str:
+        spec = ctx.settings.endpoint(side)
+        return spec.slo.alerting if spec is not None else "builtin"
+
+    return ServiceWatch(service.name, tuple((side, alerting(side)) for side in service.endpoints))
 
 
 def side_rows(uow: SqlUnitOfWork, service: ServiceSettings) -> list[Endpoint]:

@@ -23,6 +23,7 @@ from bot.config import EndpointSettings, ServiceSettings
 from bot.domain.admission import Admission, AdmissionError, parse_admission
 from bot.domain.events import ServiceRolledBack
 from bot.domain.states import State
+from bot.domain.watchers import ServiceWatch
 from bot.logs import logger_for
 from bot.services.access import Identity, authorize
 from bot.services.admission import FAILOVER, AdmissionFailed, apply_admission, record_admission
@@ -30,7 +31,7 @@ from bot.services.alert_rules import apply_after_go_live
 from bot.services.context import Context
 from bot.services.errors import NotFound, Refused
 from bot.services.fallback_hold import FallbackHold, fallback_holds
-from bot.services.pair_sides import side_rows, users_side
+from bot.services.pair_sides import service_watch, side_rows, users_side
 from bot.services.reservations import reservation_for
 
 log = logger_for(__name__)
@@ -146,6 +147,7 @@ class ServiceStatus:
     sides: tuple[SideStatus, ...]
     split_source: str  # "cluster" (read back from the route) or "record" (kimi-ops's record: the cluster did not answer)
     on_fallback: FallbackHold | None = None  # a side stopped answering: the service's users are on its fallback
+    watch: ServiceWatch | None = None  # who pages for each side after go-live, and whether anything judges it whole
 
 
 def _split(ctx: Context, first: EndpointSettings) -> tuple[int, bool] | None:
@@ -173,7 +175,7 @@ def _split(ctx: Context, first: EndpointSettings) -> tuple[int, bool] | None:
 
 
 def service_status(ctx: Context, name: str) -> ServiceStatus:
-    """Both sides of a service: release, route weight, reservation time left, what is in flight."""
+    """Both sides of a service: release, route weight, reservation time left, what is in flight, who pages."""
     service = ctx.settings.service(name)
     if service is None:
         raise NotFound(f"no service named {name}")
@@ -219,4 +221,4 @@ def service_status(ctx: Context, name: str) -> ServiceStatus:
                                 users=active == side, in_flight=flying, reservation_left=left))
     where = f"{facts[0][1].namespace}/{name}"
     return ServiceStatus(name=name, route=where, sides=tuple(sides), split_source=source, on_fallback=hold,
-)
+                         watch=service_watch(ctx, service))

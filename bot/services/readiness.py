@@ -44,6 +44,7 @@ from bot.domain.events import ReadinessAlert, ReadinessRecovered
 from bot.domain.expiry import USABLE_STATES, format_remaining
 from bot.domain.read_models import DeploymentView
 from bot.domain.readiness import ReadinessResult
+from bot.domain.watchers import PROMETHEUS, ServiceWatch, watcher
 from bot.logs import logger_for
 from bot.services import ports
 from bot.services.admission import FAILOVER
@@ -51,7 +52,7 @@ from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row
 from bot.services.fallback_hold import fallback_holds, held
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
-from bot.services.pair_sides import fast_path
+from bot.services.pair_sides import fast_path, service_watch
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -141,12 +142,13 @@ class EndpointStatus:
     cold_start_at: dt.datetime | None = None
     alerting: str = "builtin"  # who pages after go-live (the endpoint's slo.alerting)
     in_flight: DeploymentView | None = None  # the deployment in flight on the endpoint, with its waiting gate
+    service_watch: ServiceWatch | None = None  # a side of a pair: its service's watchers
 
     @property
     def watched_by(self) -> str:
-        if self.alerting == "prometheus":
-            return "Prometheus and Alertmanager (kimi-ops applies the rules; `kimi-ops slo rules` shows them)"
-        return "kimi-ops's metrics watch (built in)"
+        own = watcher(self.alerting) + (" (kimi-ops applies the rules; `kimi-ops slo rules` shows them)"
+                                        if self.alerting == PROMETHEUS else "")
+        return own + (self.service_watch.side_words(self.name) if self.service_watch is not None else "")
 
     @property
     def reservation_left(self) -> str:
@@ -324,6 +326,8 @@ def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deploym
         # The last rollout's cold start, kept on the endpoint's row by its readiness step (migration 0017).
         cold_start=ColdStart.from_dict(row.cold_start) if isinstance(row.cold_start, dict) else None,
         cold_start_at=row.cold_start_at if isinstance(row.cold_start, dict) else None, alerting=spec.slo.alerting,
+        service_watch=service_watch(ctx, service) if spec.pair is not None
+        and (service := ctx.settings.service(spec.pair.service)) is not None else None,
     )
 
 
