@@ -1,7 +1,8 @@
 """A real Alertmanager routing to a running Slack app (the bench), for the tests of pages that arrive by webhook.
 
-One endpoint watched by Prometheus (``slo.alerting: prometheus``), live with ``rel-b``, whose silences go to the
-Alertmanager started here; the app's webhook takes ``token``.
+One endpoint watched by Prometheus (``slo.alerting: prometheus``), live with ``rel-b`` (its deployment followed in the
+thread :data:`DEPLOYMENT_THREAD`), whose silences go to the Alertmanager started here; the app's webhook takes
+``token``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from tests.slack_support import CHANNEL, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_ports
 from tests.world_support import wait_until
 
+DEPLOYMENT_THREAD = "1733380000.000100"  # the live deployment's thread (its root message's ts)
+
 
 @contextmanager
 def routed_alertmanager(make_ctx: Callable[..., Any], tmp_path: Path, token: str) -> Iterator[tuple[Any, Alertmanager]]:
@@ -28,7 +31,11 @@ def routed_alertmanager(make_ctx: Callable[..., Any], tmp_path: Path, token: str
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL, slo={"alerting": "prometheus"})], roles=ROLES,
                    ports=replace(fake_ports(), silences=HttpAlertmanager(url)), alertmanager_url=url,
                    alertmanager_webhook_token=token)
-    make_live(ctx, "kimi-prod", "rel-b")
+    live = make_live(ctx, "kimi-prod", "rel-b")
+    with ctx.uow() as uow:  # the thread its deployment was followed in, as the notifier records it
+        dep = uow.deployments.get(live)
+        dep.slack_channel, dep.slack_thread_ts = CHANNEL, DEPLOYMENT_THREAD
+        uow.commit()
     bench = start_bench(ctx)
     manager = Alertmanager(tmp_path, f"{bench.http.url}/alertmanager/webhook", token, port=port)
     try:

@@ -16,7 +16,7 @@ import pytest
 from bot.adapters.clock import FrozenClock
 from bot.services.alert_intake import Reconciler
 from bot.views.actions import INCIDENT_ACK, INCIDENT_ROLLBACK, INCIDENT_SILENCE
-from tests.alertmanager_support import routed_alertmanager
+from tests.alertmanager_support import DEPLOYMENT_THREAD, routed_alertmanager
 from tests.promtool_support import Alertmanager
 from tests.slack_support import CHANNEL, blocks_text, button
 from tests.workflow_support import ROLES, endpoint_config
@@ -59,6 +59,8 @@ def test_a_firing_alert_is_paged_once_resolved_in_place_and_silenced_in_alertman
     [page] = wait_until("the page in the endpoint's channel", lambda: pages(bench.stub))
     text = blocks_text(page.blocks)
     assert page.channel == CHANNEL and "live: *rel-b*" in text and "last deployment #" in text
+    # A link to the thread the live release's deployment was followed in.
+    assert f"<https://slack.com/archives/{CHANNEL}/p{DEPLOYMENT_THREAD.replace('.', '')}|its thread>" in text
     assert "40% of requests bad" in text
     for action in (INCIDENT_ACK, INCIDENT_SILENCE, INCIDENT_ROLLBACK):
         assert button(page, action)
@@ -69,6 +71,9 @@ def test_a_firing_alert_is_paged_once_resolved_in_place_and_silenced_in_alertman
     fire(manager, resolved=True)
     wait_until("the page edited as recovered", lambda: "recovered" in blocks_text(page.blocks))
     assert not [b for b in page.blocks if b.get("type") == "actions"]
+    [recovery] = wait_until("the recovery said in the page's thread", lambda: [
+        m for m in bench.stub.thread(CHANNEL, page.ts) if m.thread_ts == page.ts and "recovered" in m.text])
+    assert "Alertmanager resolved the alert" in recovery.text
 
     fire(manager)  # it burns again: a new page
     wait_until("a second page", lambda: len(pages(bench.stub)) == 2)
