@@ -9,6 +9,8 @@ webhook with the bearer token. A sandbox runs in minutes, so the intervals are a
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import shutil
 import subprocess
 import time
@@ -24,6 +26,15 @@ PROMETHEUS = ("prometheus",)
 ALERTMANAGER = ("alertmanager", "prometheus-alertmanager")  # Debian names its binary prometheus-alertmanager
 INSTALL = ("install Prometheus and Alertmanager (Debian/Ubuntu: apt-get install prometheus prometheus-alertmanager; "
            "macOS: brew install prometheus alertmanager; or https://prometheus.io/download/)")
+
+
+def _instant(stamp: str) -> dt.datetime:
+    """Prometheus's RFC 3339 time (nanoseconds; ``Z`` or an offset) as an aware datetime (microseconds)."""
+    found = re.fullmatch(r"([^.]+?)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", stamp)
+    if found is None:
+        raise ValueError(f"not an RFC 3339 time: {stamp!r}")
+    whole, fraction, zone = found.groups()
+    return dt.datetime.fromisoformat(f"{whole}.{(fraction or '')[:6].ljust(6, '0')}{'+00:00' if zone == 'Z' else zone}")
 
 
 def binaries() -> tuple[str, str] | None:
@@ -113,6 +124,12 @@ class PrometheusStack:
         """The labels of every alert Prometheus has firing now (whatever kimi-ops is doing)."""
         alerts = httpx.get(f"{self.prometheus_url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
         return [dict(a["labels"]) for a in alerts if a.get("state") == "firing"]
+
+    def evaluated_since(self, at: dt.datetime) -> bool:
+        """Whether Prometheus evaluated every rule group after ``at`` (so what :meth:`firing` says is its verdict
+        since then, not one it held from before)."""
+        groups = httpx.get(f"{self.prometheus_url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        return bool(groups) and all(_instant(g["lastEvaluation"]) > at for g in groups)
 
     def stop(self) -> None:
         for process in self.processes:

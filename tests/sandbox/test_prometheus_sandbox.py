@@ -3,8 +3,8 @@ Alertmanager pages into the console's Slack, and with kimi-ops stopped the rule 
 
 from __future__ import annotations
 
+import datetime as dt
 import secrets
-import time
 
 from bot.cli.shell import Shell
 from bot.sandbox.prometheus import beside, free_port, sandbox_overrides
@@ -27,10 +27,10 @@ def test_a_burn_goes_from_rule_to_slack_and_keeps_firing_without_kimi_ops(tmp_pa
 
             def burning() -> list[dict[str, str]]:
                 server.simulate(requests=100, errors=50, ttft=0.2, e2e=4.0)  # half the answers 5xx, every moment
-                time.sleep(0.5)
                 return [a for a in prometheus.firing() if a.get("kimi_ops_kind") == "burn-page:errors"]
 
-            [alert] = wait_until("the burn-rate page firing in Prometheus", burning, timeout=90)
+            # Polled every half second: each look is also a moment of burning traffic for Prometheus to scrape.
+            [alert] = wait_until("the burn-rate page firing in Prometheus", burning, timeout=90, poll=0.5)
             assert alert["endpoint"] == ENDPOINT and alert["severity"] == "page"
             page = wait_until("the page in the console's channel", lambda: [
                 m for m in console.stub.messages if m.channel == CHANNEL and "burn-page:errors" in blocks_text(m.blocks)
@@ -39,8 +39,13 @@ def test_a_burn_goes_from_rule_to_slack_and_keeps_firing_without_kimi_ops(tmp_pa
             http.stop()
             console.close()  # kimi-ops is gone: Prometheus pages on
             stopped = True
-            time.sleep(3)
-            assert [a for a in burning() if a["endpoint"] == ENDPOINT]
+            for _ in range(2):  # two rounds of Prometheus's own, each after a moment of burning traffic
+                looked_at = dt.datetime.now(dt.UTC)
+                server.simulate(requests=100, errors=50, ttft=0.2, e2e=4.0)
+                wait_until("Prometheus evaluating its rules with kimi-ops stopped",
+                           lambda at=looked_at: prometheus.evaluated_since(at), timeout=60, poll=0.2)
+            assert [a for a in prometheus.firing()
+                    if a["endpoint"] == ENDPOINT and a.get("kimi_ops_kind") == "burn-page:errors"]
         finally:
             prometheus.stop()
             if not stopped:
