@@ -109,7 +109,7 @@ def show_checks(ctx: Context, identity: Identity, value: str | None) -> Reply:
     deployment(deployment_id)
     authorize(ctx, identity, "view", f"deployment:{deployment_id}")
     stored = stored_gate_report(ctx, deployment_id, gate)
-    parts = all_checks_parts(stored.report, deployment_id)
+    parts = all_checks_parts(stored.report, deployment_id, stored.actors)
     return Reply(parts=parts, text=plain(parts))
 
 

@@ -41,5 +41,5 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     def advance() -> None:
         root.engine.advance(view.id)
 
-    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {stored_reason(view.state_reason)}", then=advance,
-                 deployment_id=view.id)
+    why = stored_reason(view.state_reason, view.actors)
+    return reply(f"Deployment #{view.id} is {state_words(view.state)}: {why}", then=advance, deployment_id=view.id)

@@ -48,7 +48,7 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     for p in shown:
         ticket = GateTicket(p.deployment_id, p.gate, p.report_hash, p.release_hash)
         for part in gate_parts(p.report, deployment_id=p.deployment_id, release=p.release_name, endpoint=p.endpoint,
-                               ticket=ticket, above_limits=p.above_limits):
+                               actors=p.actors, ticket=ticket, above_limits=p.above_limits):
             if isinstance(part, Buttons):
                 part = Buttons(tuple(replace(b, label=f"{b.label} #{p.deployment_id} {p.gate}") for b in part.buttons))
             parts.append(part)

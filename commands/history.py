@@ -59,7 +59,8 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     for v in views[first:last]:
         approvers = ", ".join(f"{g.gate} {person(g.decided_by)}" for g in v.gates if g.decision == "approved" and g.decided_by)
         # Why it ended (a rejection's reason, a failure, a cancel) stays beside it; live and superseded need no why.
-        why = f"\n>{stored_reason(v.state_reason)}" if v.state_reason and v.state.terminal and v.state not in QUIET_ENDS else ""
+        ended = v.state_reason and v.state.terminal and v.state not in QUIET_ENDS
+        why = f"\n>{stored_reason(v.state_reason, v.actors)}" if ended else ""
         lines.append(f"*#{v.id}* {v.kind} of *{v.release}* — {state_words(v.state)} · {at(v.created_at)} · "
                      f"by {person(v.requested_by)}" + (f" · approved: {approvers}" if approvers else "") + why)
     parts: list[Part] = [Heading(f"History of {name}"), Text("\n".join(lines) or "No deployments yet.")]

@@ -18,12 +18,15 @@ An id typed in outside text (``--reason ping U0ABCDEF12``) is not one of those:
 conversion leaves an id so marked as written, and :func:`unmarked` takes the
 marks out before the text is shown (Slack, a terminal). A reason kimi-ops stored
 around a person's words (``artifact gate rejected by U0APPROVER1: …``) is shown
-through :func:`stored_reason`: kimi-ops names people there only as ``by U…``.
+through :func:`stored_reason`, given the deployment's actors: the people its
+records say acted on it (asked, decided a gate, cancelled, accepted limits…).
+Their ids stay mentions; any other id was typed, whatever words stand around it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
@@ -39,13 +42,13 @@ def literal(text: object) -> str:
     return BARE_ID.sub(OUTSIDE + r"\1", str(text).translate(_ESCAPES))
 
 
-_NAMED_BY = re.compile(r"\bby \u2060(?=[UW][A-Z0-9]{6,})")
+_MARKED_ID = re.compile(OUTSIDE + r"([UW][A-Z0-9]{6,})")
 
 
-def stored_reason(text: object) -> str:
-    """A reason kimi-ops stored, made literal like :func:`literal`, except the person it names ``by U…`` (``cancelled
-    by U0ADMIN …``, ``(by U0ADMIN)``), who stays a mention; an id anywhere else in it was typed and stays as typed."""
-    return _NAMED_BY.sub("by ", literal(text))
+def stored_reason(text: object, actors: Collection[str]) -> str:
+    """A reason kimi-ops stored, made literal like :func:`literal`, except the ids of ``actors`` (the people the
+    deployment records as acting on it), which stay mentions; any other id in it was typed and stays as typed."""
+    return _MARKED_ID.sub(lambda m: m.group(1) if m.group(1) in actors else m.group(0), literal(text))
 
 
 def unmarked(text: str) -> str:

@@ -31,6 +31,8 @@ class PendingGate:
     checked_at: dt.datetime
     above_limits: str | None = None
     """What a plain approval would go live with when that is above the traffic gate's measured safe limits."""
+    actors: frozenset[str] = frozenset()
+    """Who acted on the deployment (see :attr:`DeploymentView.actors`)."""
 
     @property
     def approvable(self) -> bool:
@@ -66,6 +68,8 @@ class DeploymentView:
     pending: PendingGate | None = None
     # Stored when the deployment failed after its manifest may have reached the cluster.
     rollback_offered: bool = False
+    actors: frozenset[str] = frozenset()
+    """Who its records say acted on it (asked, decided a gate, cancelled…): the only ids its stored reasons mention."""
 
     @property
     def in_flight(self) -> bool:

@@ -33,9 +33,10 @@ from bot.services.transitions import create_deployment, deployment_view, end, li
 
 
 def _views(uow: SqlUnitOfWork, deps: Sequence[Deployment]) -> list[DeploymentView]:
-    """Read models of a list of deployments: their gate results in one query, not one per deployment."""
+    """Read models of a list of deployments: their gate results and actors in one query each, not one per deployment."""
     gates = uow.gates.for_deployments([d.id for d in deps])
-    return [deployment_view(uow, d, gates[d.id]) for d in deps]
+    actors = uow.audit.actors([d.id for d in deps])
+    return [deployment_view(uow, d, gates[d.id], actors[d.id]) for d in deps]
 
 
 def get_deployment(ctx: Context, deployment_id: int) -> DeploymentView:

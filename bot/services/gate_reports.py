@@ -30,6 +30,8 @@ class StoredGateReport:
     decided_by: str | None
     decided_at: dt.datetime | None
     decision_reason: str | None
+    actors: frozenset[str] = frozenset()
+    """Who acted on the deployment: the only ids its check reasons mention."""
 
 
 def stored_gate_report(ctx: Context, deployment_id: int, gate: str) -> StoredGateReport:
@@ -51,6 +53,7 @@ def stored_gate_report(ctx: Context, deployment_id: int, gate: str) -> StoredGat
             report=row.report,
             report_hash=row.report_hash, checked_at=row.checked_at, checks_run=len(rows), decision=row.decision,
             decided_by=row.decided_by, decided_at=row.decided_at, decision_reason=row.decision_reason,
+            actors=uow.audit.actors([dep.id])[dep.id] | {dep.requested_by},
         )
 
 

@@ -350,7 +350,8 @@ def endpoint_status(ctx: Context, name: str | None = None, history: int = 10, *,
         stored = {row.id: stored_settings(row.name, row.settings) for row in rows}
         # The deployment in flight on each endpoint, from the snapshot, with its gates (one query) and waiting report.
         gate_rows = uow.gates.for_deployments([d.id for d in snapshot.holders.values()])
-        flying = {eid: deployment_view(uow, d, gate_rows[d.id]) for eid, d in snapshot.holders.items()}
+        actors = uow.audit.actors([d.id for d in snapshot.holders.values()])
+        flying = {eid: deployment_view(uow, d, gate_rows[d.id], actors[d.id]) for eid, d in snapshot.holders.items()}
         statuses = [replace(_status(ctx, row, stored[row.id], snapshot.live.get(row.id), checks[row.id],
                                     incidents.get(row.id, [])), in_flight=flying.get(row.id)) for row in rows]
         if observe:

@@ -41,13 +41,18 @@ def path_kind(dep: Deployment) -> str:
 
 # ---------------------------------------------------------------------------- read models
 
-def deployment_view(uow: SqlUnitOfWork, dep: Deployment, gate_rows: Sequence[GateResult] | None = None) -> DeploymentView:
-    """The read model of ``dep``; ``gate_rows`` are its gate results when the caller read them already (lists)."""
+def deployment_view(uow: SqlUnitOfWork, dep: Deployment, gate_rows: Sequence[GateResult] | None = None,
+                    actors: frozenset[str] | None = None) -> DeploymentView:
+    """The read model of ``dep``; ``gate_rows`` are its gate results and ``actors`` who acted on it (its audit rows'
+    actors), when the caller read them already (lists)."""
     gates: dict[str, GateSummary] = {}
     pending: PendingGate | None = None
     state = State(dep.state)
     waiting_gate = state.gate
-    for row in uow.gates.for_deployment(dep.id) if gate_rows is None else gate_rows:
+    rows = uow.gates.for_deployment(dep.id) if gate_rows is None else gate_rows
+    acted = (uow.audit.actors([dep.id])[dep.id] if actors is None else actors) | {dep.requested_by} | {
+        row.decided_by for row in rows if row.decided_by}
+    for row in rows:
         gates[row.gate] = GateSummary(
             gate=row.gate,
             # The status column; a row written before it existed and missed by the migration decodes its report.
@@ -68,6 +73,7 @@ def deployment_view(uow: SqlUnitOfWork, dep: Deployment, gate_rows: Sequence[Gat
                 endpoint=dep.endpoint.name,
                 requested_by=dep.requested_by,
                 checked_at=row.checked_at,
+                actors=acted,
             )
     return DeploymentView(
         id=dep.id,
@@ -86,6 +92,7 @@ def deployment_view(uow: SqlUnitOfWork, dep: Deployment, gate_rows: Sequence[Gat
         gates=list(gates.values()),
         pending=pending,
         rollback_offered=bool(dep.rollback_offered),
+        actors=acted,
     )
 
 

@@ -73,7 +73,7 @@ def progress_text(state: State, *, requested_at: dt.datetime, step_since: dt.dat
 def deployment_parts(view: DeploymentView) -> tuple[Part, ...]:
     """A deployment view (from the deployments service): title, gates, what to do next."""
     parts: list[Part] = [Text(deployment_title(view.id, view.kind, view.release, view.endpoint, view.state)
-                              + (f"\n_{stored_reason(view.state_reason)}_" if view.state_reason else ""))]
+                              + (f"\n_{stored_reason(view.state_reason, view.actors)}_" if view.state_reason else ""))]
     gate_lines = []
     for g in view.gates:
         decided = f"{g.decision} by {person(g.decided_by or 'someone')}" if g.decision else "waiting"

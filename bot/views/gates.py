@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from bot.config import EndpointSettings
@@ -41,10 +41,11 @@ from bot.views.tables import (
 )
 
 
-def check_lines(report: GateReport, *, passing: bool = True) -> list[str]:
-    """One line per check, the worst first (what a reviewer must read first); without ``passing``, only the others."""
+def check_lines(report: GateReport, *, actors: Collection[str], passing: bool = True) -> list[str]:
+    """One line per check, the worst first (what a reviewer must read first); without ``passing``, only the others.
+    Only the ids of ``actors`` (who acted on the deployment) in a reason are mentions."""
     ordered = sorted(report.checks, key=lambda c: -STATUS_ORDER[c.status])
-    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {stored_reason(c.reason)}" for c in ordered
+    return [f"{STATUS_ICON[c.status]} *{c.name}* ({c.status}): {stored_reason(c.reason, actors)}" for c in ordered
             if passing or c.status != "pass"]
 
 
@@ -75,11 +76,13 @@ def gate_parts(
     deployment_id: int,
     release: str,
     endpoint: str,
+    actors: Collection[str],
     kind: str = "deploy",
     ticket: GateTicket | None = None,
     above_limits: str | None = None,
 ) -> tuple[Part, ...]:
-    """A gate's check report with Approve/Reject buttons when ``ticket`` is given (undecided gates).
+    """A gate's check report with Approve/Reject buttons when ``ticket`` is given (undecided gates); only the ids of
+    ``actors`` (who acted on the deployment) in its reasons are mentions.
 
     ``above_limits`` (a traffic gate whose endpoint admits more than its sweep measured safe: what it would go live
     with) replaces the plain Approve, which would be refused, with the two approvals that can succeed: accept the
@@ -92,7 +95,7 @@ def gate_parts(
         Text(f"{kind} of *{release}* to *{endpoint}* — checks *{rep.status}* ({status_counts(rep)})"
              + (f"\n{rep.summary}" if rep.summary else "")),
         *report_tables(rep),
-        *[Text(line) for line in check_lines(rep, passing=False)],
+        *[Text(line) for line in check_lines(rep, actors=actors, passing=False)],
     ]
     passed = passed_line(rep)
     if passed:
@@ -125,10 +128,11 @@ def gate_parts(
     return tuple(parts)
 
 
-def all_checks_parts(report: Mapping[str, Any] | GateReport, deployment_id: int) -> tuple[Part, ...]:
+def all_checks_parts(report: Mapping[str, Any] | GateReport, deployment_id: int,
+                     actors: Collection[str]) -> tuple[Part, ...]:
     """Every check of a report, the worst first: the answer to "Show all checks"."""
     rep = _report(report)
-    lines = check_lines(rep)
+    lines = check_lines(rep, actors=actors)
     return (Text(f"*{rep.gate.capitalize()} gate · deployment #{deployment_id}* — all {len(lines)} checks:\n"
                  + "\n".join(lines)),)
 

@@ -36,7 +36,7 @@ def long_report(n: int, reason_chars: int = 400) -> GateReport:
 
 @pytest.mark.parametrize("n", [1, 30, 60, 400])
 def test_gate_messages_fit_slack_and_keep_their_buttons(n: int) -> None:
-    parts = gate_parts(long_report(n), deployment_id=7, release="r", endpoint="e", ticket=TICKET)
+    parts = gate_parts(long_report(n), deployment_id=7, release="r", endpoint="e", actors=(), ticket=TICKET)
     rendered = render(parts)
     assert len(rendered.blocks) <= MAX_BLOCKS
     for block in rendered.blocks:
@@ -49,7 +49,7 @@ def test_gate_messages_fit_slack_and_keep_their_buttons(n: int) -> None:
 
 
 def test_the_worst_check_is_shown_first_and_the_rest_goes_to_the_thread() -> None:
-    rendered = render(gate_parts(long_report(200), deployment_id=7, release="r", endpoint="e", ticket=TICKET))
+    rendered = render(gate_parts(long_report(200), deployment_id=7, release="r", endpoint="e", actors=(), ticket=TICKET))
     shown = json.dumps(rendered.blocks)
     assert "image.scan" in shown and "more line(s), posted in the thread below" in shown
     everything = shown + "".join(rendered.overflow)
@@ -61,15 +61,15 @@ def test_passing_checks_are_counted_with_a_show_all_button_and_failures_come_fir
     report = GateReport(gate="artifact", checks=[*(Check.passed(f"check.{i:02d}", "fine") for i in range(16)),
                                                  Check.warned("image.scan", "1 high finding"),
                                                  Check.failed("weights.objects", "config.json: sha256 differs")])
-    rendered = render(gate_parts(report, deployment_id=7, release="r", endpoint="e", ticket=TICKET))
+    rendered = render(gate_parts(report, deployment_id=7, release="r", endpoint="e", actors=(), ticket=TICKET))
     shown = blocks_text(rendered.blocks)
     assert "check.00" not in shown and ":white_check_mark: 16 checks passed" in shown
     assert shown.index("weights.objects") < shown.index("image.scan") < shown.index("16 checks passed")
     buttons = {e["action_id"]: e for b in rendered.blocks if b["type"] == "actions" for e in b["elements"]}
     assert list(buttons) == [RECHECK, REJECT, SHOW_CHECKS] and buttons[SHOW_CHECKS]["text"]["text"] == "Show every check (18)"
-    everything = blocks_text(render(all_checks_parts(report, 7)).blocks)
+    everything = blocks_text(render(all_checks_parts(report, 7, ())).blocks)
     assert all(f"check.{i:02d}" in everything for i in range(16)) and "weights.objects" in everything
-    decided = render(gate_parts(report, deployment_id=7, release="r", endpoint="e"))
+    decided = render(gate_parts(report, deployment_id=7, release="r", endpoint="e", actors=()))
     assert "16 checks passed" in blocks_text(decided.blocks) and not [b for b in decided.blocks if b["type"] == "actions"]
 
 
@@ -87,7 +87,7 @@ def test_a_button_value_over_the_limit_is_a_programming_error() -> None:
 def test_tickets_round_trip_and_approvable_reports_offer_both_buttons() -> None:
     assert GateTicket.decode(TICKET.encode()) == TICKET
     ok = GateReport(gate="model", checks=[Check.warned("model.evaluation", "review by hand")])
-    rendered = render(gate_parts(ok, deployment_id=7, release="r", endpoint="e", ticket=TICKET))
+    rendered = render(gate_parts(ok, deployment_id=7, release="r", endpoint="e", actors=(), ticket=TICKET))
     ids = [e["action_id"] for b in rendered.blocks if b["type"] == "actions" for e in b["elements"]]
     assert ids == [APPROVE, REJECT]
 
@@ -107,7 +107,7 @@ def test_icons_reach_slack_as_emoji_names_and_the_stored_rollback_offer_is_shown
     # The offer is the stored fact: a reason without the words changes nothing, and no fact means no offer.
     assert "Rollback offered" not in json.dumps(render(deployment_parts(_failed_view(False))).blocks)
     checks = render(gate_parts(GateReport(gate="artifact", checks=[Check.warned("image.scan", "1 medium finding")]),
-                               deployment_id=7, release="r", endpoint="e"))
+                               deployment_id=7, release="r", endpoint="e", actors=()))
     assert ":warning: *image.scan* (warn): 1 medium finding" in json.dumps(checks.blocks, ensure_ascii=False)
 
 

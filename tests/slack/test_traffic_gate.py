@@ -30,7 +30,7 @@ from bot.services.deployments import endpoint_settings, request_deploy
 from bot.services.errors import Refused
 from bot.services.releases import register_release
 from bot.services.transitions import store_gate_report
-from bot.views.actions import ACCEPT_AND_APPROVE, ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS
+from bot.views.actions import ACCEPT_AND_APPROVE, ACCEPT_LIMITS, APPROVE, APPROVE_ABOVE_LIMITS, REJECT
 from bot.views.gates import gate_parts
 from tests.slack_support import (
     CHANNEL,
@@ -183,6 +183,27 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
     assert "Limits accepted by" in blocks_text(message.blocks) and message.blocks[-1]["type"] != "actions"
 
 
+def test_an_id_typed_after_by_in_a_reason_pings_nobody_while_the_people_who_acted_stay_mentions(
+        bench: SlackBench) -> None:
+    """Mentions come from who the deployment records acting (asked, accepted limits, rejected), not from the words
+    around an id: "by U0ADMIN" typed in a rejection reaches Slack as typed, pinging nobody."""
+    message = to_traffic_gate(bench)
+    bench.click(GROUP_APPROVER, message, ACCEPT_LIMITS)
+    bench.stub.wait_for(lambda s: f"accepted since by <@{GROUP_APPROVER}>" in blocks_text(message.blocks), timeout=90)
+    bench.click(APPROVER, message, REJECT)
+    modal = bench.stub.wait_for(lambda s: s.calls_to("views.open"))[-1].params["view"]
+    typed = "knee too low, as measured by U0ADMIN"
+    bench.post(bench.sender.submit(APPROVER, modal, {"reason": {"reason": typed}}))
+    said = f"traffic gate rejected by <@{APPROVER}>: {typed}"
+    bench.stub.wait_for(lambda s: said in root(bench).text and any(said in m.text for m in s.messages), timeout=90)
+    text = blocks_text(message.blocks)
+    assert f"Rejected by <@{APPROVER}>" in text and f"accepted since by <@{GROUP_APPROVER}>" in text
+    assert bench.app.wait_idle(30)
+    for call in bench.stub.calls:
+        sent = json.dumps(call.params, default=str, ensure_ascii=False)
+        assert "<@U0ADMIN>" not in sent and "\u2060" not in sent, (call.method, sent[:600])
+
+
 def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: SlackBench) -> None:
     old = to_traffic_gate(bench)
     value = button(old, ACCEPT_LIMITS)["value"]
@@ -250,7 +271,7 @@ def sections(rendered) -> list[str]:
 
 def test_the_model_gate_message_shows_pass_rates_and_latency_beside_production() -> None:
     kinds = {"coding": (2, 2, 2, 2), "refusal": (1, 2, 2, 2), "tool_call": (3, 3, 3, 3)}
-    rendered = render(gate_parts(model_report(kinds), deployment_id=4, release="rel-new", endpoint="kimi-prod"))
+    rendered = render(gate_parts(model_report(kinds), deployment_id=4, release="rel-new", endpoint="kimi-prod", actors=()))
     table = next(s for s in sections(rendered) if "Compared with production (rel-live)" in s)
     lines = table.split("\n")
     assert lines[1] == "```" and lines[-1] == "```"
@@ -259,13 +280,14 @@ def test_the_model_gate_message_shows_pass_rates_and_latency_beside_production()
     assert any(ln.startswith("latency p95 ms") and "2410" in ln and "2412" in ln for ln in lines)
     assert not rendered.overflow
 
-    first = render(gate_parts(model_report(kinds, production=None), deployment_id=4, release="rel-new", endpoint="kimi-prod"))
+    first = render(gate_parts(model_report(kinds, production=None), deployment_id=4, release="rel-new", endpoint="kimi-prod",
+                              actors=()))
     assert "Compared with production" not in json.dumps(first.blocks)  # no baseline, no comparison
 
 
 def test_a_comparison_too_long_for_one_section_is_summarised_and_posted_whole_in_the_thread() -> None:
     kinds = {f"kind_{i:03d}_with_a_long_descriptive_name": (i % 3, 3, 3, 3) for i in range(120)}
-    rendered = render(gate_parts(model_report(kinds), deployment_id=4, release="rel-new", endpoint="kimi-prod"))
+    rendered = render(gate_parts(model_report(kinds), deployment_id=4, release="rel-new", endpoint="kimi-prod", actors=()))
     assert len(rendered.blocks) <= MAX_BLOCKS and all(len(s) <= SECTION_CHARS for s in sections(rendered))
     shown = next(s for s in sections(rendered) if "Compared with production" in s)
     assert shown.count("```") == 2 and "more rows in the thread below" in shown

@@ -87,13 +87,19 @@ def test_people_are_mentions_in_slack_and_reasons_stay_in_the_history(make_ctx) 
     ctx, engine = workflow(make_ctx)
     view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
     assert view.pending is not None
+    with pytest.raises(Forbidden):  # refused and audited on the deployment: a refusal is no act on it
+        decide_gate(ctx, view.id, "artifact", "approved", STRANGER, seen_report_hash=view.pending.report_hash,
+                    seen_release_hash=view.pending.release_hash)
     decide_gate(ctx, view.id, "artifact", "rejected", APPROVER_1, seen_report_hash=view.pending.report_hash,
-                seen_release_hash=view.pending.release_hash, reason="licence not reviewed, ping U0ABCDEF12")
+                seen_release_hash=view.pending.release_hash,
+                reason=f"licence not reviewed, ping U0ABCDEF12, as asked by {STRANGER.user_id}")
     answer = render(dispatch(build_root(ctx), REQUESTER, "history kimi-prod").parts)
     shown = answer.text
-    # The approver kimi-ops names is a mention; an ID typed in their reason pings nobody and reads as typed.
-    assert "rejected by <@U0APPROVER1>: licence not reviewed, ping U0ABCDEF12" in shown, shown
+    # The approver who rejected is a mention; IDs typed in their reason, even after "by", ping nobody and read as typed.
+    assert (f"rejected by <@U0APPROVER1>: licence not reviewed, ping U0ABCDEF12, as asked by {STRANGER.user_id}"
+            in shown), shown
     assert "U0APPROVER1" not in shown.replace("<@U0APPROVER1>", "") and "<@U0ABCDEF12>" not in shown
+    assert f"<@{STRANGER.user_id}>" not in shown
     assert render([Text(f"rejected by U0APPROVER1: {literal('ping U0ABCDEF12 by U0ABCDEF13')}")]).text == (
         "rejected by <@U0APPROVER1>: ping U0ABCDEF12 by U0ABCDEF13")
     # Code keeps what it says; an ID already a mention is left alone.

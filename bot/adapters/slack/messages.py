@@ -55,12 +55,19 @@ def gate_plot_alt_text(gate: str, deployment_id: int) -> str:
     return f"{gate} gate plot of deployment #{deployment_id}: {PLOT_TITLES.get(gate, 'plot')}"
 
 
-def root_text(dep: Deployment, state: str | None = None, reason: str | None = None) -> str:
-    """A thread's root: its title, who asked, why it is where it is."""
+def deployment_actors(uow: SqlUnitOfWork, dep: Deployment) -> frozenset[str]:
+    """Who acted on ``dep`` (its audit rows' actors, who asked): the only ids its stored reasons mention."""
+    return uow.audit.actors([dep.id])[dep.id] | {dep.requested_by}
+
+
+def root_text(dep: Deployment, state: str | None = None, reason: str | None = None, *,
+              actors: frozenset[str]) -> str:
+    """A thread's root: its title, who asked, why it is where it is (``actors``: who acted on it)."""
     # The title follows the event being delivered, not the database (which may already be further on).
     state, reason = (state, reason) if state else (dep.state, dep.state_reason)
     return slack_text(deployment_title(dep.id, work_kind(dep.kind, dep.cause_id), dep.release.name, dep.endpoint.name, state)
-                      + f"\nrequested by {person(dep.requested_by)}" + (f"\n_{stored_reason(reason)}_" if reason else ""))
+                      + f"\nrequested by {person(dep.requested_by)}"
+                      + (f"\n_{stored_reason(reason, actors)}_" if reason else ""))
 
 
 def pods_line(uow: SqlUnitOfWork, dep: Deployment) -> str | None:
@@ -145,8 +152,9 @@ def gate_message(uow: SqlUnitOfWork, dep: Deployment, row: GateResult) -> list[P
     endpoint = EndpointSettings.model_validate(dep.endpoint.settings)
     effective = endpoint.effective_request_limits.model_dump(mode="json")
     above = approval_above_limits(report, effective) if waiting else None
+    actors = deployment_actors(uow, dep) | ({acceptance.accepted_by} if acceptance is not None else set())
     parts = list(gate_parts(report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                            kind=work_kind(dep.kind, dep.cause_id), ticket=ticket, above_limits=above))
+                            actors=actors, kind=work_kind(dep.kind, dep.cause_id), ticket=ticket, above_limits=above))
     if waiting:
         parts.insert(1, Text(waiting_for(endpoint, dep.requested_by)))
     elif row.decision and row.decided_by and row.decided_at:
@@ -162,7 +170,7 @@ def replaced_gate_message(uow: SqlUnitOfWork, dep: Deployment, older: GateResult
     """A gate message a re-check replaced: the old report, no buttons, where the new one is."""
     old_report = GateReport.model_validate(older.report)
     stale = [*gate_parts(old_report, deployment_id=dep.id, release=dep.release.name, endpoint=dep.endpoint.name,
-                         kind=work_kind(dep.kind, dep.cause_id)),
+                         actors=deployment_actors(uow, dep), kind=work_kind(dep.kind, dep.cause_id)),
              Note(f"Re-checked at {newer.checked_at:%Y-%m-%d %H:%M} UTC: the new report is further down the thread.")]
     if older.gate == "traffic":
         stale += traffic_limits_parts(uow, dep, older, old_report)  # no button now; who accepted it, if anyone did

@@ -45,6 +45,7 @@ from bot.adapters.gate_plots import gate_png, plottable
 from bot.adapters.plots import png_bytes, ramp_figure
 from bot.adapters.slack.blocks import render, slack_text
 from bot.adapters.slack.messages import (
+    deployment_actors,
     gate_message,
     gate_plot_alt_text,
     gate_plot_title,
@@ -59,7 +60,7 @@ from bot.adapters.slack.once import PostOnce
 from bot.adapters.store.models import Deployment, GateResult
 from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
-from bot.domain.chat_text import stored_reason
+from bot.domain.chat_text import stored_reason, unmarked
 from bot.domain.events import (
     AdmissionChanged,
     ChannelNotice,
@@ -221,7 +222,8 @@ class DeploymentThread:
             if where is not None and not ending and edited is not None and time.monotonic() - edited < self.progress_every:
                 continue  # a later pass shows it (the outbox runs every few seconds)
             if said_at is not None and said_at != step.state:  # a line of another step: say the step itself
-                last = f"→ *{step.state.words}*" + (f": {stored_reason(step.reason)}" if step.reason else "")
+                last = f"→ *{step.state.words}*" + (f": {stored_reason(step.reason, deployment_actors(uow, dep))}"
+                                                     if step.reason else "")
             rendered = render(progress_parts(uow, dep, step, last))
             if where is not None:
                 self.client.chat_update(channel=where[0], ts=where[1], text=rendered.text, blocks=rendered.blocks)
@@ -231,7 +233,7 @@ class DeploymentThread:
             self._edited[dep.id], self._shown_step[dep.id] = time.monotonic(), step.state
             self._forget(deployment_id, noted[deployment_id])
             if self._root_shown.get(dep.id) != (step.state, step.reason):
-                self._update_root(dep, step.state, step.reason)
+                self._update_root(uow, dep, step.state, step.reason)
                 self._root_shown[dep.id] = (step.state, step.reason)
 
     def _forget(self, deployment_id: int, noted: tuple[str | None, State | None]) -> None:
@@ -249,7 +251,7 @@ class DeploymentThread:
         if not channel:
             log.warning("no channel for deployment #%s; set the channel of endpoint %s", dep.id, dep.endpoint.name)
             return False
-        text = root_text(dep)
+        text = root_text(dep, actors=deployment_actors(uow, dep))
         dep.slack_channel, dep.slack_thread_ts = self.posts.post(f"deployment:{dep.id}", channel, text,
                                                                  blocks=render([Text(text)]).blocks)
         return True
@@ -267,18 +269,21 @@ class DeploymentThread:
 
     def _state_change(self, uow: SqlUnitOfWork, dep: Deployment, event: StateChanged, key: str) -> None:
         target, reason = State(event.to_state), event.reason
-        self._note_progress(dep, f"→ *{state_words(target)}*" + (f": {stored_reason(reason)}" if reason else ""), target)
+        said = f": {stored_reason(reason, deployment_actors(uow, dep))}" if reason else ""
+        self._note_progress(dep, f"→ *{state_words(target)}*{said}", target)
         if target == State.LIVE:
             # The release this one replaced is no longer live: its thread's title must say so too.
             for older in uow.deployments.in_states(dep.endpoint_id, [State.SUPERSEDED]):
                 replaced_by = superseded_reason(dep.id, work_kind(dep.kind, dep.cause_id), older.release_id == dep.release_id)
                 if older.slack_thread_ts and older.state_reason == replaced_by:
-                    self._update_root(older)
+                    self._update_root(uow, older)
 
-    def _update_root(self, dep: Deployment, state: str | None = None, reason: str | None = None) -> None:
-        text = root_text(dep, state, reason)
+    def _update_root(self, uow: SqlUnitOfWork, dep: Deployment, state: str | None = None,
+                     reason: str | None = None) -> None:
+        text = root_text(dep, state, reason, actors=deployment_actors(uow, dep))
         channel, ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
-        self.client.chat_update(channel=channel, ts=ts, text=text, blocks=render([Text(text)]).blocks)
+        # The notification text as shown, without the marks literal() put on typed ids (as a post takes them out).
+        self.client.chat_update(channel=channel, ts=ts, text=unmarked(text), blocks=render([Text(text)]).blocks)
 
     def _gate_row(self, uow: SqlUnitOfWork, row_id: int | None) -> GateResult | None:
         return uow.gates.get(row_id) if row_id else None

@@ -7,8 +7,7 @@ There are deliberately no update or delete methods for releases or audit entries
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from sqlalchemy import func, inspect, select, true, union_all, update
 from sqlalchemy.orm import aliased, defer, lazyload, selectinload, undefer
@@ -16,7 +15,6 @@ from sqlalchemy.orm.interfaces import LoaderOption
 
 from bot.adapters.store import outbox, outbox_writes
 from bot.adapters.store.models import (
-    AuditEntry,
     Deployment,
     Endpoint,
     Event,
@@ -334,46 +332,6 @@ class ManifestRevisionRepository(Repository):
         return self.session.scalars(
             select(ManifestRevision).where(ManifestRevision.deployment_id == deployment_id).order_by(ManifestRevision.revision)
         ).all()
-
-
-class AuditRepository(Repository):
-    def record(
-        self,
-        *,
-        at: dt.datetime,
-        actor: str,
-        action: str,
-        subject: str,
-        details: dict[str, Any] | None = None,
-        correlation_id: str | None = None,
-    ) -> AuditEntry:
-        entry = AuditEntry(
-            at=at, actor=actor, action=action, subject=subject, details=details or {}, correlation_id=correlation_id
-        )
-        return self._add(entry)
-
-    def actions(self, subject: str, action: str) -> list[tuple[str, str, dt.datetime, dict[str, Any]]]:
-        """Every ``action`` row about ``subject``, newest first, as ``(action, actor, at, details)``."""
-        rows = self.session.scalars(
-            select(AuditEntry).where(AuditEntry.subject == subject, AuditEntry.action == action).order_by(AuditEntry.id.desc())
-        ).all()
-        return [(a.action, a.actor, a.at, a.details or {}) for a in rows]
-
-    def newest(self, subject: str, actions: Collection[str]) -> Sequence[AuditEntry]:
-        """The rows about ``subject`` whose action is one of ``actions``, newest first."""
-        return self.session.scalars(
-            select(AuditEntry).where(AuditEntry.subject == subject, AuditEntry.action.in_(list(actions)))
-            .order_by(AuditEntry.id.desc())
-        ).all()
-
-    def list(self, subject: str | None = None, limit: int = 100) -> Sequence[AuditEntry]:
-        stmt = select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)
-        if subject is not None:
-            stmt = stmt.where(AuditEntry.subject == subject)
-        return self.session.scalars(stmt).all()
-
-    def latest_id(self) -> int:
-        return int(self.session.scalar(select(func.max(AuditEntry.id))) or 0)
 
 
 class EventRepository(Repository):

@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.adapters.store import guards  # noqa: F401  (registers the immutability guard)
+from bot.adapters.store.audit import AuditRepository
 from bot.adapters.store.capacity import CapacityRepository
 from bot.adapters.store.deliveries import DeliveryRepository
 from bot.adapters.store.drills import DrillRepository
@@ -21,7 +22,6 @@ from bot.adapters.store.governance import GovernanceRepository
 from bot.adapters.store.leases import LeaseRepository
 from bot.adapters.store.posts import SlackPostRepository
 from bot.adapters.store.repositories import (
-    AuditRepository,
     DeploymentRepository,
     EndpointRepository,
     EventRepository,
