@@ -3,7 +3,8 @@
 :func:`wait_until` polls a condition (the bound only guards against a hang, it is
 never what a test asserts); :func:`in_background` runs work (usually
 ``engine.advance``) on a thread and :func:`joined` hands back its result or
-re-raises its exception. :class:`SandboxWorld` is the part of a test world over a
+re-raises its exception. :func:`live_with_users` makes a sandbox endpoint's release
+live with users admitted, where a drill on a live endpoint starts. :class:`SandboxWorld` is the part of a test world over a
 :class:`bot.sandbox.stack.Sandbox` that every such module repeated: the context,
 the stand-ins it looks at, the two shipped releases, and an approver deciding a
 waiting gate (accepting a traffic gate's proposed limits first, as a person does)
@@ -20,10 +21,12 @@ from typing import Any, TypeVar
 
 import pytest
 
+from bot.adapters.store.models import Deployment
 from bot.sandbox.gateway import GatewayStandIn
 from bot.sandbox.openai_server import OpenAIServer
-from bot.sandbox.stack import APPROVER_1
+from bot.sandbox.stack import ADMIN, APPROVER_1, DEPLOYER
 from bot.services.access import Identity
+from bot.services.admission import override_admission
 from bot.services.deployments import decide_gate
 from bot.services.errors import Refused
 from bot.services.traffic_gate import accept_proposed_limits
@@ -66,6 +69,31 @@ def joined(thread: threading.Thread, result: list[Any], timeout: float = WAIT_SE
     if isinstance(result[0], BaseException):
         raise result[0]
     return result[0]
+
+
+def live_with_users(sandbox: Any, endpoint: str) -> None:
+    """``endpoint`` of ``sandbox`` running its first release, once the model pod is ready recorded as the live
+    deployment, and open to users."""
+    ctx, release = sandbox.ctx, sandbox.releases[0]
+    spec = ctx.settings.endpoint(endpoint)
+    with ctx.uow() as uow:
+        row, rel = uow.endpoints.get(endpoint), uow.releases.get(release.name)
+        endpoint_id, release_id, tuple_hash = row.id, rel.id, rel.tuple_hash
+    manifest = ctx.ports.cluster.render(release, spec, tuple_hash)
+    ctx.ports.cluster.apply(spec, manifest)
+
+    def ready() -> bool:
+        health = ctx.ports.cluster.health(spec)
+        return health is not None and any(p.ready for p in health.pods)
+
+    wait_until(f"ready model pod of {endpoint}", ready)
+    now = ctx.clock.now()
+    with ctx.uow() as uow:
+        uow.deployments.add(Deployment(endpoint_id=endpoint_id, release_id=release_id, kind="deploy", state="live",
+                                       requested_by=DEPLOYER, created_at=now, updated_at=now, finished_at=now,
+                                       applied_manifest=manifest.text, manifest_hash=manifest.sha256))
+        uow.commit()
+    override_admission(ctx, endpoint, "open", "users on the live release", Identity(ADMIN))
 
 
 class SandboxWorld:

@@ -8,18 +8,17 @@ recorded. The drill's record says both moves.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from bot.adapters.clock import FrozenClock
-from bot.adapters.store.models import Deployment
-from bot.sandbox.stack import ADMIN, APPROVER_1, DEPLOYER, ENDPOINT, Sandbox
+from bot.sandbox.stack import APPROVER_1, DEPLOYER, ENDPOINT, Sandbox
 from bot.services.access import Identity
-from bot.services.admission import FAILOVER, override_admission
+from bot.services.admission import FAILOVER
 from bot.services.drills import decide_drill, request_drill, run_drill
 from tests.conftest import START
+from tests.world_support import live_with_users
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,25 +28,7 @@ def world(tmp_path) -> Iterator[Sandbox]:
     sandbox = Sandbox(tmp_path / "sandbox", clock=FrozenClock(START), drills=True,
                       settings_overrides={"drill_poll_seconds": 15, "drill_timeout_minutes": 30}).start()
     try:
-        ctx, spec, release = sandbox.ctx, sandbox.endpoint, sandbox.releases[0]
-        with ctx.uow() as uow:
-            row, rel = uow.endpoints.get(ENDPOINT), uow.releases.get(release.name)
-            endpoint_id, release_id, tuple_hash = row.id, rel.id, rel.tuple_hash
-        manifest = ctx.ports.cluster.render(release, spec, tuple_hash)
-        ctx.ports.cluster.apply(spec, manifest)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            health = ctx.ports.cluster.health(spec)
-            if health is not None and any(p.ready for p in health.pods):
-                break
-            time.sleep(0.05)
-        now = ctx.clock.now()
-        with ctx.uow() as uow:
-            uow.deployments.add(Deployment(endpoint_id=endpoint_id, release_id=release_id, kind="deploy", state="live",
-                                           requested_by=DEPLOYER, created_at=now, updated_at=now, finished_at=now,
-                                           applied_manifest=manifest.text, manifest_hash=manifest.sha256))
-            uow.commit()
-        override_admission(ctx, ENDPOINT, "open", "users on the live release", Identity(ADMIN))
+        live_with_users(sandbox, ENDPOINT)
         yield sandbox
     finally:
         sandbox.stop()

@@ -11,7 +11,6 @@ user's request through the gateway says which model answered it.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -19,15 +18,16 @@ import pytest
 
 from bot.adapters.clock import FrozenClock
 from bot.adapters.cluster.rest import object_path
-from bot.adapters.store.models import Deployment, Incident
+from bot.adapters.store.models import Incident
 from bot.domain.drills import seconds
 from bot.route_config import MODEL_PORT
-from bot.sandbox.stack import ADMIN, APPROVER_1, BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
+from bot.sandbox.stack import APPROVER_1, BLUE, DEPLOYER, GREEN, NAMESPACE, SERVICE, Sandbox
 from bot.sandbox.traffic import FALLBACK_MODEL, FALLBACK_SERVICE, GATEWAY_NAME, GATEWAY_NAMESPACE
 from bot.services.access import Identity
-from bot.services.admission import FAILOVER, override_admission
+from bot.services.admission import FAILOVER
 from bot.services.drills import decide_drill, list_drills, request_drill, run_drill
 from tests.conftest import START
+from tests.world_support import live_with_users
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,26 +63,7 @@ def world(tmp_path) -> Iterator[tuple[Sandbox, AskingClock]]:
     sandbox = Sandbox(tmp_path / "sandbox", clock=clock, drills=True, pair=True, service_overrides={"route": ROUTE},
                       settings_overrides={"drill_poll_seconds": 15, "drill_timeout_minutes": 30}).start()
     try:
-        ctx, release = sandbox.ctx, sandbox.releases[0]
-        spec = ctx.settings.endpoint(BLUE)
-        with ctx.uow() as uow:
-            row, rel = uow.endpoints.get(BLUE), uow.releases.get(release.name)
-            endpoint_id, release_id, tuple_hash = row.id, rel.id, rel.tuple_hash
-        manifest = ctx.ports.cluster.render(release, spec, tuple_hash)
-        ctx.ports.cluster.apply(spec, manifest)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            health = ctx.ports.cluster.health(spec)
-            if health is not None and any(p.ready for p in health.pods):
-                break
-            time.sleep(0.05)
-        now = ctx.clock.now()
-        with ctx.uow() as uow:
-            uow.deployments.add(Deployment(endpoint_id=endpoint_id, release_id=release_id, kind="deploy", state="live",
-                                           requested_by=DEPLOYER, created_at=now, updated_at=now, finished_at=now,
-                                           applied_manifest=manifest.text, manifest_hash=manifest.sha256))
-            uow.commit()
-        override_admission(ctx, BLUE, "open", "users on the live release", Identity(ADMIN))
+        live_with_users(sandbox, BLUE)
         clock.gateway_url = sandbox.gateway_url
         yield sandbox, clock
     finally:
