@@ -60,8 +60,7 @@ def service_parts(status: ServiceStatus) -> list[Part]:
             lines.append(f"*in flight:* {side.in_flight}")
         parts += [Text(f"*{side.endpoint}*\n" + "\n".join(lines))]
     if status.watch is not None:
-        parts.append(Text(f"*pages after go-live:* {status.watch.sides_words}\n"
-                          f"*{status.name} as a whole:* {status.watch.whole_words}"))
+        parts.append(Text(f"*pages after go-live:* {status.watch.words}"))
     parts.append(Text(f"Fast path back: `/kimi rollback {status.name}` (one route change)."))
     return parts
 

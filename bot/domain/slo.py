@@ -53,7 +53,8 @@ class SloSettings(BaseModel):
                                      description="KV-cache usage that pages when requests are also rejected")
     alerting: Literal["builtin", "prometheus"] = Field(
         default="builtin", description="who pages after go-live: kimi-ops's own metrics watch, or Prometheus and "
-        "Alertmanager on the rules kimi-ops renders from these objectives (docs/alerting.md)")
+        "Alertmanager on the rules kimi-ops renders from these objectives (docs/alerting.md); a side of a pair "
+        "service is on Prometheus once both sides have it")
     selector: str | None = Field(
         default=None, max_length=500, pattern=r'^[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"',
         description='PromQL label matchers of the endpoint\'s series in Prometheus, e.g. `job="kimi-prod"` '

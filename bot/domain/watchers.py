@@ -1,14 +1,14 @@
-"""Who pages after go-live: each endpoint's watcher (its ``slo.alerting``), and what watches a pair service whole.
+"""Who pages after go-live: each endpoint's watcher, and a pair service's one watcher.
 
-An endpoint is watched by kimi-ops's own metrics watch (``builtin``) or by Prometheus and Alertmanager
-(``prometheus``), never both. A pair service's objectives are its sides', and each side is judged by its own
-watcher. Prometheus also judges the service whole (its burn rates over both sides' requests, the rule object
-``kimi-ops-slo-<service>``), but only when it watches both sides: the sum needs both sides' series, which
-Prometheus is known to hold only for a side it watches, and Alertmanager's pages are taken only for such a side,
-so a service rule paging a side the built-in watch keeps would page nobody while users are there. The built-in
-watch judges each side alone. So a service whose sides have different watchers, or both the built-in one, is not
-judged whole: status says so and names each side's watcher, and ``kimi-ops slo rules SERVICE`` says its rules
-are not applied.
+An endpoint is watched by kimi-ops's own metrics watch (``slo.alerting: builtin``) or by Prometheus and
+Alertmanager (``prometheus``), never both. A pair service has one watcher for both sides, because its sides swap
+roles at every deploy and rollback: with one side on each, the service's pages would move between Alertmanager's
+routes and silences and kimi-ops's at every go-live, and Prometheus, holding only one side's series, could not
+judge the service as a whole. So a side's ``slo.alerting: prometheus`` takes effect only once the other side has
+it too; until then kimi-ops's metrics watch keeps both sides' pages (each side judged alone, as for any pair on
+the built-in watch), kimi-ops applies neither side's rules nor the service's, and status says which setting waits
+for which side. With both sides on Prometheus, it pages for each side and for the service as a whole (its burn
+rates over both sides' requests, the rule object ``kimi-ops-slo-<service>``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PROMETHEUS = "prometheus"
+BUILTIN = "builtin"
 
 
 def watcher(alerting: str) -> str:
@@ -25,45 +26,48 @@ def watcher(alerting: str) -> str:
 
 @dataclass(frozen=True)
 class ServiceWatch:
-    """A pair service's sides and each one's ``slo.alerting``, in the settings' order."""
+    """A pair service's sides, each with its ``slo.alerting`` as set, in the settings' order."""
 
     service: str
     sides: tuple[tuple[str, str], ...]
 
     @property
-    def whole(self) -> bool:
-        """Whether Prometheus judges the service whole (kimi-ops applies the service's own rule object)."""
-        return all(alerting == PROMETHEUS for _, alerting in self.sides)
+    def effective(self) -> str:
+        """The one watcher of both sides: Prometheus only when both sides have it."""
+        return PROMETHEUS if all(alerting == PROMETHEUS for _, alerting in self.sides) else BUILTIN
 
     @property
-    def split(self) -> bool:
-        """Whether the sides have different watchers."""
-        return len({alerting == PROMETHEUS for _, alerting in self.sides}) > 1
+    def waiting(self) -> tuple[str, ...]:
+        """The sides whose ``slo.alerting: prometheus`` waits for the other side to have it too."""
+        if self.effective == PROMETHEUS:
+            return ()
+        return tuple(side for side, alerting in self.sides if alerting == PROMETHEUS)
+
+    def _others(self, endpoint: str) -> str:
+        return " and ".join(side for side, _ in self.sides if side != endpoint)
+
+    def _wait_words(self) -> str:
+        waiting = self.waiting[0]
+        return (f"{waiting}'s `slo.alerting: prometheus` takes effect once {self._others(waiting)} has it too "
+                "(a service has one watcher)")
 
     @property
-    def sides_words(self) -> str:
-        """Who pages for the sides: one watcher, or each side's."""
-        if not self.split:
-            return watcher(self.sides[0][1])
-        return "; ".join(f"{side}: {watcher(alerting)}" for side, alerting in self.sides)
-
-    @property
-    def whole_words(self) -> str:
-        """Whether anything judges the service whole (its burn rates over both sides' requests), and why not."""
-        if self.whole:
-            return f"Prometheus, its burn rates over both sides (`kimi-ops slo rules {self.service}`)"
-        if self.split:
-            builtin = " and ".join(side for side, alerting in self.sides if alerting != PROMETHEUS)
-            return (f"not watched: its sides have different watchers, so each is judged alone (`slo.alerting: "
-                    f"prometheus` on {builtin} too gives {self.service} rules of its own)")
-        return ("not watched: kimi-ops's metrics watch judges each side alone (`slo.alerting: prometheus` on both "
-                f"sides gives {self.service} rules of its own)")
+    def words(self) -> str:
+        """The service's "pages after go-live": its watcher and what it judges."""
+        if self.effective == PROMETHEUS:
+            return (f"Prometheus and Alertmanager, for each side and for {self.service} as a whole (its burn rates "
+                    f"over both sides: `kimi-ops slo rules {self.service}`)")
+        words = f"{watcher(BUILTIN)}, for both sides, each judged alone"
+        return f"{words}; {self._wait_words()}" if self.waiting else words
 
     def side_words(self, endpoint: str) -> str:
-        """What a side's "pages after go-live" adds after its own watcher: what judges its service whole."""
-        if self.whole:
-            return f"; {self.service} as a whole too (its burn rates over both sides)"
-        others = ", ".join(f"{side}: {watcher(alerting)}" for side, alerting in self.sides if side != endpoint)
-        if self.split:
-            return f"; {self.service} as a whole: not watched (its other side, {others}, has another watcher)"
-        return f"; {self.service} as a whole: not watched (each side judged alone)"
+        """What a side's "pages after go-live" adds after its watcher."""
+        if self.effective == PROMETHEUS:
+            return f"; and {self.service} as a whole, with {self._others(endpoint)} (its burn rates over both sides)"
+        if endpoint in self.waiting:
+            return (f": its `slo.alerting: prometheus` takes effect once {self._others(endpoint)}, the other side of "
+                    f"{self.service}, has it too (a service has one watcher)")
+        if self.waiting:
+            return (f"; {self._others(endpoint)}'s `slo.alerting: prometheus` waits for this side to have it too "
+                    "(a service has one watcher)")
+        return ""

@@ -24,10 +24,12 @@ from bot.adapters.store.repositories import Conflict
 from bot.config import EndpointSettings
 from bot.domain.alertmanager import AlertSignal, WebhookNotification, printable, signals
 from bot.domain.doors import DNS_LABEL
+from bot.domain.watchers import PROMETHEUS
 from bot.logs import logger_for
 from bot.services.context import Context
 from bot.services.incidents import Incidents
 from bot.services.metrics_watch import KINDS
+from bot.services.pair_sides import effective_alerting
 
 log = logger_for(__name__)
 
@@ -91,10 +93,12 @@ def _apply(ctx: Context, signal: AlertSignal, intake: Intake) -> None:
         open_now = {i.kind: i for i in uow.incidents.open_of(row.id, [signal.kind])}
         incidents = Incidents(ctx, uow, row, spec, now, open_now, actor=ACTOR)
         label = f"{signal.endpoint} {signal.kind}"
-        if signal.firing and spec.slo.alerting != "prometheus":
+        if signal.firing and (alerting := effective_alerting(ctx, spec)) != PROMETHEUS:
             # kimi-ops's own watch pages for it and closes what it finds healthy: an alert left firing in Prometheus
             # (its rule kept after a switch to builtin) would reopen that page at every Alertmanager repeat.
-            intake.ignored.append(f"{label} (kimi-ops's own watch pages for it: slo.alerting is {spec.slo.alerting})")
+            why = (f"slo.alerting is {spec.slo.alerting}" if spec.slo.alerting == alerting else
+                   "its slo.alerting: prometheus waits for the other side of its service to have it too")
+            intake.ignored.append(f"{label} (kimi-ops's own watch pages for it: {why})")
             return
         if signal.firing:
             if (incident := open_now.get(signal.kind)) is not None:
@@ -132,7 +136,7 @@ class Reconciler:
 
     def reconcile(self, ctx: Context) -> list[str]:
         silences = ctx.ports.silences
-        watched = {spec.name: spec for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"}
+        watched = {spec.name: spec for spec in ctx.settings.endpoints if effective_alerting(ctx, spec) == PROMETHEUS}
         if silences is None or not watched:
             return []
         said: list[str] = []

@@ -4,8 +4,9 @@
 (:func:`bot.services.metrics_watch.endpoint_objectives`) and renders them (:mod:`bot.domain.alert_rules`) as a
 ``PrometheusRule`` and as a plain rules file (``kimi-ops slo rules NAME`` prints them).
 
-The cluster's ``PrometheusRule`` of every endpoint with ``slo.alerting: prometheus`` follows its live release
-(the ``release`` label) two ways, both by server-side apply through the cluster port:
+The cluster's ``PrometheusRule`` of every endpoint Prometheus pages for (``slo.alerting: prometheus``; on both sides
+of a pair, :mod:`bot.domain.watchers`) follows its live release (the ``release`` label) two ways, both by
+server-side apply through the cluster port:
 
 * :func:`apply_after_go_live`: the deployment itself applies them right after it goes live (a deploy's ramp, a
   rollback's or restore's reopening). A refusal is said in the deployment's thread and audited; it never
@@ -27,12 +28,13 @@ from bot.config import EndpointSettings, ServiceSettings
 from bot.domain import alert_rules
 from bot.domain.chat_text import literal
 from bot.domain.events import RulesNotApplied
+from bot.domain.watchers import PROMETHEUS
 from bot.logs import logger_for
 from bot.services import ports
 from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.metrics_watch import endpoint_objectives
-from bot.services.pair_sides import service_watch, users_side
+from bot.services.pair_sides import effective_alerting, service_watch, users_side
 from bot.services.transitions import live_deployment
 
 log = logger_for(__name__)
@@ -88,16 +90,18 @@ def _service_rules(ctx: Context, service: ServiceSettings) -> RenderedRules:
 def rules_note(ctx: Context, name: str) -> str:
     """Whether kimi-ops applies ``name``'s rule object (what :class:`RulePublisher` keeps applied) and, if not, who
     pages instead: ``kimi-ops slo rules`` prints it above the rules."""
-    applied = name in watched_objects(ctx)
-    if (service := ctx.settings.service(name)) is not None and ctx.settings.endpoint(name) is None:
-        watch = service_watch(ctx, service)
-        if applied:
-            return (f"kimi-ops applies this {alert_rules.rule_object_name(name)} and keeps it paging the side users "
-                    f"are on: Prometheus judges {name} whole (both sides have slo.alerting: prometheus).")
-        return (f"Not applied: {name} as a whole is {watch.whole_words}. Who pages for its sides: {watch.sides_words}.")
-    if applied:
-        return (f"kimi-ops applies this {alert_rules.rule_object_name(name)} and keeps it following {name}'s live "
-                "release (slo.alerting: prometheus).")
+    rule = alert_rules.rule_object_name(name)
+    service = ctx.settings.service(name) if ctx.settings.endpoint(name) is None else None
+    if name in watched_objects(ctx):
+        follows = "paging the side users are on" if service is not None else f"following {name}'s live release"
+        return f"kimi-ops applies this {rule} and keeps it {follows} (slo.alerting: prometheus)."
+    if service is not None:
+        return f"Not applied: {name}'s pages after go-live come from {service_watch(ctx, service).words}."
+    spec = ctx.settings.endpoint(name)
+    pair = service_watch(ctx, found) if spec is not None and spec.pair is not None \
+        and (found := ctx.settings.service(spec.pair.service)) is not None else None
+    if pair is not None and name in pair.waiting:
+        return f"Not applied: {name}'s pages come from kimi-ops's metrics watch{pair.side_words(name)}."
     return (f"Not applied: {name}'s pages come from kimi-ops's metrics watch (slo.alerting: builtin); with "
             "slo.alerting: prometheus kimi-ops would apply these rules.")
 
@@ -115,15 +119,15 @@ def render_rules(ctx: Context, name: str) -> RenderedRules:
 
 
 def _watched_services(ctx: Context) -> list[ServiceSettings]:
-    """Pair services Prometheus judges whole: both sides have ``slo.alerting: prometheus`` (:mod:`bot.domain.watchers`
-    says why a service with a side the built-in watch keeps gets no rules of its own)."""
-    return [service for service in ctx.settings.services if service_watch(ctx, service).whole]
+    """Pair services Prometheus watches: both sides have ``slo.alerting: prometheus`` (a service has one watcher:
+    :mod:`bot.domain.watchers`)."""
+    return [service for service in ctx.settings.services if service_watch(ctx, service).effective == PROMETHEUS]
 
 
 def watched_objects(ctx: Context) -> list[str]:
-    """The names whose rule objects kimi-ops keeps applied: every endpoint with ``slo.alerting: prometheus``, and
-    every pair service both of whose sides have it."""
-    endpoints = [spec.name for spec in ctx.settings.endpoints if spec.slo.alerting == "prometheus"]
+    """The names whose rule objects kimi-ops keeps applied: every endpoint Prometheus pages for (a side of a pair
+    once both sides have ``slo.alerting: prometheus``), and every pair service both of whose sides have it."""
+    endpoints = [spec.name for spec in ctx.settings.endpoints if effective_alerting(ctx, spec) == PROMETHEUS]
     return endpoints + [service.name for service in _watched_services(ctx)]
 
 

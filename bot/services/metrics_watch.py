@@ -44,12 +44,14 @@ from bot.domain.health import (
     node_faults,
 )
 from bot.domain.readiness import MetricsSnapshot
+from bot.domain.watchers import PROMETHEUS
 from bot.logs import logger_for
 from bot.services import ports
 from bot.services.capacity import CAPACITY_KIND, watch_mix
 from bot.services.context import Context, require
 from bot.services.errors import NotFound
 from bot.services.incidents import Incidents
+from bot.services.pair_sides import effective_alerting
 from bot.services.traffic_gate import objectives_for
 from bot.services.transitions import live_deployment
 
@@ -228,7 +230,7 @@ def watch_metrics(ctx: Context) -> WatchReport:
                 report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="no live release"))
             elif not row.admission_open:
                 report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="admission closed"))
-            elif (spec := _spec(ctx, row)).slo.alerting == "prometheus":  # its pages come from Alertmanager
+            elif effective_alerting(ctx, spec := _spec(ctx, row)) == PROMETHEUS:  # its pages come from Alertmanager
                 report.outcomes.append(WatchOutcome(row.name, watched=False, skipped="Prometheus watches it"))
             else:
                 targets.append(spec)

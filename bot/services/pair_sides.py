@@ -1,5 +1,5 @@
-"""The sides of a pair service: which side users are on (as the database records it), who watches them, and the
-fast path back.
+"""The sides of a pair service: which side users are on (as the database records it), who pages for them after
+go-live (one watcher for both), and the fast path back.
 
 Below :mod:`bot.services.pairs` (the use cases that move users between sides) so that what those use cases call
 after a move (the Prometheus rules of :mod:`bot.services.alert_rules`, the metrics watch, the incident pages) may
@@ -16,7 +16,7 @@ from bot.adapters.store.models import Endpoint
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, ServiceSettings
 from bot.domain.states import State
-from bot.domain.watchers import ServiceWatch
+from bot.domain.watchers import BUILTIN, ServiceWatch
 from bot.services.context import Context
 from bot.services.errors import NotFound
 
@@ -34,13 +34,19 @@ def service_settings(ctx: Context, name: str | None) -> ServiceSettings | None:
 
 
 def service_watch(ctx: Context, service: ServiceSettings) -> ServiceWatch:
-    """Each side's watcher after go-live, and so whether Prometheus judges the service whole
-    (:mod:`bot.domain.watchers`)."""
+    """Each side's ``slo.alerting`` as set, and so the service's one watcher (:mod:`bot.domain.watchers`)."""
     def alerting(side: str) -> str:
         spec = ctx.settings.endpoint(side)
-        return spec.slo.alerting if spec is not None else "builtin"
+        return spec.slo.alerting if spec is not None else BUILTIN
 
     return ServiceWatch(service.name, tuple((side, alerting(side)) for side in service.endpoints))
+
+
+def effective_alerting(ctx: Context, spec: EndpointSettings) -> str:
+    """Who pages for ``spec`` after go-live: its ``slo.alerting``, but a side of a pair is on Prometheus only once
+    both sides are (the metrics watch, the rules kimi-ops applies and Alertmanager's intake all follow this)."""
+    service = ctx.settings.service(spec.pair.service) if spec.pair is not None else None
+    return service_watch(ctx, service).effective if service is not None else spec.slo.alerting
 
 
 def side_rows(uow: SqlUnitOfWork, service: ServiceSettings) -> list[Endpoint]:

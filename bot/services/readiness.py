@@ -52,7 +52,7 @@ from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row
 from bot.services.fallback_hold import fallback_holds, held
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
-from bot.services.pair_sides import fast_path, service_watch
+from bot.services.pair_sides import effective_alerting, fast_path, service_watch
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -140,7 +140,7 @@ class EndpointStatus:
     cluster: ClusterTruth | None = None  # None when the cluster was not asked (``observe=False``)
     cold_start: ColdStart | None = None  # the last rollout's, with when it went ready
     cold_start_at: dt.datetime | None = None
-    alerting: str = "builtin"  # who pages after go-live (the endpoint's slo.alerting)
+    alerting: str = "builtin"  # who pages after go-live (the slo.alerting in effect: a pair's sides share one)
     in_flight: DeploymentView | None = None  # the deployment in flight on the endpoint, with its waiting gate
     service_watch: ServiceWatch | None = None  # a side of a pair: its service's watchers
 
@@ -325,7 +325,7 @@ def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deploym
         limits_accepted=stored.accepted_request_limits is not None,
         # The last rollout's cold start, kept on the endpoint's row by its readiness step (migration 0017).
         cold_start=ColdStart.from_dict(row.cold_start) if isinstance(row.cold_start, dict) else None,
-        cold_start_at=row.cold_start_at if isinstance(row.cold_start, dict) else None, alerting=spec.slo.alerting,
+        cold_start_at=row.cold_start_at if isinstance(row.cold_start, dict) else None, alerting=effective_alerting(ctx, spec),
         service_watch=service_watch(ctx, service) if spec.pair is not None
         and (service := ctx.settings.service(spec.pair.service)) is not None else None,
     )

@@ -1,10 +1,11 @@
-"""Who watches a pair service after go-live when its sides have different watchers, as a platform engineer sees it.
+"""A pair service has one watcher after go-live, as a platform engineer sees it.
 
-One side on Prometheus (``slo.alerting: prometheus``), the other on kimi-ops's built-in watch: each side is paged
-by its own watcher, and the service gets no rules of its own (Prometheus cannot judge it whole: it pages only for
-the side it watches). ``/kimi status SERVICE``, each side's status and ``kimi-ops slo rules`` say exactly that. Once
-both sides are on Prometheus (the settings changed, kimi-ops restarted), the next round applies the service's own
-rule, and they all say Prometheus judges the service whole. Every rule object in the emulator passes promtool.
+With ``slo.alerting: prometheus`` on one side only, the setting waits: kimi-ops's metrics watch keeps both sides'
+pages (the side set to Prometheus included, whose page still comes once), kimi-ops applies neither side's rules
+nor the service's, an Alertmanager alert about that side opens nothing, and ``/kimi status SERVICE``, each side's
+status and ``kimi-ops slo rules`` say which setting waits for which side. Once both sides have it (the settings
+changed, kimi-ops restarted), the next round applies both sides' rules and the service's own, the built-in watch
+leaves them to Prometheus, and status and ``slo rules`` say so. Every rule object in the emulator passes promtool.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.bootstrap import Root
 from bot.cli.main import app
 from bot.domain.alert_rules import rule_object_name
+from bot.domain.alertmanager import WebhookNotification
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services.access import Identity
+from bot.services.alert_intake import receive_notification
 from bot.services.context import Context, Ports
 from bot.services.engine import Engine
 from bot.services.readiness import endpoint_status
@@ -38,6 +41,7 @@ from tests.workflow_support import ROLES
 SERVICE, BLUE, GREEN = "kimi", "kimi-blue", "kimi-green"
 PAIR = {"name": SERVICE, "sides": [BLUE, GREEN], "route": {"gateway": {"name": "gw", "namespace": "gateways"}}}
 DEPLOYER = Identity("U0DEPLOYER")
+BURN = "burn-page:errors"
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +60,11 @@ def users_on(ctx: Context, side: str) -> None:
         uow.commit()
 
 
+def open_burns(ctx: Context) -> dict[str, list[str]]:
+    with ctx.uow() as uow:
+        return {row.name: [i.kind for i in uow.incidents.open_of(row.id, [BURN])] for row in uow.endpoints.list()}
+
+
 def rule_in_cluster(kube: KubeStandIn, name: str, namespace: str, tmp_path: Path) -> dict | None:
     """The rule object ``name`` as the cluster holds it, its groups checked by promtool; None when absent."""
     rule = kube.rest().get(object_path("PrometheusRule", rule_object_name(name), namespace))
@@ -70,16 +79,27 @@ def service_status_text(ctx: Context) -> str:
     return status.run(Root(ctx, Engine(ctx)), DEPLOYER, SERVICE).text.replace("*", "")  # as read, without bold
 
 
-def slo_rules(ctx: Context, name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict]:
-    """``kimi-ops slo rules NAME``: the comment above the rules (joined) and the rules."""
+def slo_rules_note(ctx: Context, name: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The comment ``kimi-ops slo rules NAME`` prints above the rules (joined), the rules being a PrometheusRule."""
     monkeypatch.setattr("bot.cli.slo_rules.context", lambda: ctx)
     shown = CliRunner().invoke(app, ["slo", "rules", name])
     assert shown.exit_code == 0, shown.output
-    comment = " ".join(line[2:] for line in shown.output.splitlines() if line.startswith("# "))
-    return comment, yaml.safe_load(shown.output)
+    assert yaml.safe_load(shown.output)["metadata"]["name"] == rule_object_name(name)  # what it would apply
+    return " ".join(line[2:] for line in shown.output.splitlines() if line.startswith("# "))
 
 
-def test_a_pair_with_one_side_on_prometheus_is_watched_side_by_side_and_says_so(
+def alertmanager_fires(ctx: Context, endpoint: str) -> list[str]:
+    """A firing burn alert about ``endpoint`` reaching the webhook's intake: what it ignored."""
+    notification = WebhookNotification.model_validate({
+        "version": "4", "status": "firing", "alerts": [{
+            "status": "firing", "fingerprint": "a1b2c3d4e5f60718",
+            "labels": {"alertname": "KimiOpsErrorBudgetBurn", "endpoint": endpoint, "kimi_ops_kind": BURN,
+                       "severity": "page", "objective": "errors"},
+            "annotations": {"description": "errors: 10% of requests bad"}}]})
+    return receive_notification(ctx, notification).ignored
+
+
+def test_a_pair_has_one_watcher_and_a_side_s_prometheus_setting_waits_for_the_other_side(
         make_ctx, db_url, clock, kube, monkeypatch, tmp_path) -> None:
     namespace = f"pair-{db_url.split(':')[0].split('+')[0]}"  # one per database: the module's emulator is shared
     with OpenAIServer() as server:
@@ -94,52 +114,53 @@ def test_a_pair_with_one_side_on_prometheus_is_watched_side_by_side_and_says_so(
         ctx = make_ctx(**settings("builtin"))
         make_live(ctx, BLUE, "rel-a")
         make_live(ctx, GREEN, "rel-b")
-        users_on(ctx, GREEN)
+        users_on(ctx, BLUE)  # users on the side set to Prometheus
 
-        # An hour of 10 % 5xx on the side users are on, read every five minutes: its own watcher pages.
+        # An hour of 10 % 5xx, read every five minutes: kimi-ops's watch pages for it, as for any side it keeps.
         for _ in range(14):
             server.simulate(requests=600, errors=60, ttft=0.2, e2e=4.0)
             clock.advance(dt.timedelta(minutes=5))
             run = run_job(ctx, "metrics-watch", trigger="test")
-        assert f"{GREEN}: sampled" in run.summary and f"{BLUE}: sampled" not in run.summary, run.summary
-        with ctx.uow() as uow:
-            green = uow.endpoints.get(GREEN)
-            assert [i.kind for i in uow.incidents.open_of(green.id, ["burn-page:errors"])] == ["burn-page:errors"]
-        # Prometheus has the rules of the side it watches, and none of the service's: it could not judge it whole.
-        assert rule_in_cluster(kube, BLUE, namespace, tmp_path) is not None
-        assert rule_in_cluster(kube, SERVICE, namespace, tmp_path) is None
-        assert rule_in_cluster(kube, GREEN, namespace, tmp_path) is None
+        assert f"{BLUE}: sampled" in run.summary, run.summary
+        assert open_burns(ctx) == {BLUE: [BURN], GREEN: []}
+        # Prometheus was given no rules to page with, and an alert about the side (a rule of the platform's own, one
+        # left from before) opens nothing: one page per burn.
+        assert [rule_in_cluster(kube, name, namespace, tmp_path) for name in (BLUE, GREEN, SERVICE)] == [None] * 3
+        assert alertmanager_fires(ctx, BLUE) == [
+            f"{BLUE} {BURN} (kimi-ops's own watch pages for it: its slo.alerting: prometheus waits for the other side "
+            "of its service to have it too)"]
+        assert open_burns(ctx) == {BLUE: [BURN], GREEN: []}
 
         said = service_status_text(ctx)
-        assert (f"pages after go-live: {BLUE}: Prometheus and Alertmanager; {GREEN}: kimi-ops's metrics watch "
-                "(built in)") in said, said
-        assert (f"{SERVICE} as a whole: not watched: its sides have different watchers, so each is judged alone "
-                f"(`slo.alerting: prometheus` on {GREEN} too gives {SERVICE} rules of its own)") in said, said
+        assert (f"pages after go-live: kimi-ops's metrics watch (built in), for both sides, each judged alone; "
+                f"{BLUE}'s `slo.alerting: prometheus` takes effect once {GREEN} has it too (a service has one "
+                "watcher)") in said, said
         sides = {s.name: s.watched_by for s in endpoint_status(ctx, observe=False)}
-        assert sides[BLUE].startswith("Prometheus and Alertmanager") and sides[GREEN].startswith("kimi-ops's metrics")
-        assert sides[BLUE].endswith(f"; {SERVICE} as a whole: not watched (its other side, {GREEN}: kimi-ops's metrics "
-                                    "watch (built in), has another watcher)")
+        assert sides[BLUE] == (f"kimi-ops's metrics watch (built in): its `slo.alerting: prometheus` takes effect "
+                               f"once {GREEN}, the other side of {SERVICE}, has it too (a service has one watcher)")
+        assert sides[GREEN] == (f"kimi-ops's metrics watch (built in); {BLUE}'s `slo.alerting: prometheus` waits "
+                                "for this side to have it too (a service has one watcher)")
+        assert slo_rules_note(ctx, SERVICE, monkeypatch).startswith(
+            f"Not applied: {SERVICE}'s pages after go-live come from kimi-ops's metrics watch (built in), for both "
+            f"sides, each judged alone; {BLUE}'s `slo.alerting: prometheus` takes effect once {GREEN} has it too")
+        assert slo_rules_note(ctx, BLUE, monkeypatch).startswith(
+            f"Not applied: {BLUE}'s pages come from kimi-ops's metrics watch: its `slo.alerting: prometheus` takes "
+            f"effect once {GREEN}")
+        assert slo_rules_note(ctx, GREEN, monkeypatch).startswith(
+            f"Not applied: {GREEN}'s pages come from kimi-ops's metrics watch (slo.alerting: builtin)")
 
-        comment, rule = slo_rules(ctx, SERVICE, monkeypatch)
-        assert comment.startswith(f"Not applied: {SERVICE} as a whole is not watched: its sides have different watchers")
-        assert f"{BLUE}: Prometheus and Alertmanager; {GREEN}: kimi-ops's metrics watch (built in)" in comment
-        assert rule["metadata"]["name"] == rule_object_name(SERVICE)  # what kimi-ops would apply, for review
-        comment, _ = slo_rules(ctx, BLUE, monkeypatch)
-        assert comment.startswith(f"kimi-ops applies this {rule_object_name(BLUE)}")
-        comment, _ = slo_rules(ctx, GREEN, monkeypatch)
-        assert comment.startswith(f"Not applied: {GREEN}'s pages come from kimi-ops's metrics watch")
-
-        # The platform team moves the other side to Prometheus too; kimi-ops restarts with the new settings.
+        # The platform team sets the other side too; kimi-ops restarts with the new settings.
         ctx = make_ctx(**settings("prometheus"))
         run = run_job(ctx, "metrics-watch", trigger="test")
-        assert f"{SERVICE}: Prometheus rules applied (rel-b)" in run.summary, run.summary
-        rule = rule_in_cluster(kube, SERVICE, namespace, tmp_path)
-        assert rule is not None
-        assert {r["labels"]["endpoint"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r} == {GREEN}
+        assert f"{BLUE}: not watched (Prometheus watches it)" in run.summary, run.summary
+        for name in (BLUE, GREEN, SERVICE):
+            assert f"{name}: Prometheus rules applied" in run.summary, run.summary
+            assert rule_in_cluster(kube, name, namespace, tmp_path) is not None
         said = service_status_text(ctx)
-        assert "pages after go-live: Prometheus and Alertmanager" in said, said
-        assert f"{SERVICE} as a whole: Prometheus, its burn rates over both sides (`kimi-ops slo rules {SERVICE}`)" in said
-        assert all(s.watched_by.endswith(f"; {SERVICE} as a whole too (its burn rates over both sides)")
-                   for s in endpoint_status(ctx, observe=False))
-        comment, _ = slo_rules(ctx, SERVICE, monkeypatch)
-        assert comment.startswith(f"kimi-ops applies this {rule_object_name(SERVICE)}")
+        assert (f"pages after go-live: Prometheus and Alertmanager, for each side and for {SERVICE} as a whole (its "
+                f"burn rates over both sides: `kimi-ops slo rules {SERVICE}`)") in said, said
+        sides = {s.name: s.watched_by for s in endpoint_status(ctx, observe=False)}
+        assert sides[BLUE].startswith("Prometheus and Alertmanager (kimi-ops applies the rules")
+        assert sides[BLUE].endswith(f"; and {SERVICE} as a whole, with {GREEN} (its burn rates over both sides)")
+        for name in (BLUE, SERVICE):
+            assert slo_rules_note(ctx, name, monkeypatch).startswith(f"kimi-ops applies this {rule_object_name(name)}")
