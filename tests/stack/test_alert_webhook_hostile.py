@@ -204,6 +204,47 @@ def test_simultaneous_deliveries_open_one_incident_and_post_one_page(bench: Slac
     assert len(pages()) == 1
 
 
+# Replicas share a PostgreSQL database (DESIGN.md, "Several replicas"): SQLite serves one process.
+@pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
+def test_two_replicas_each_sent_the_group_at_once_open_one_incident_and_post_one_page(make_ctx: Any) -> None:
+    """Two kimi-ops replicas on one database, each an Alertmanager cluster member's receiver: the fingerprint's one
+    incident across both, one page across both (each replica posting to Slack through its own connection)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    down = f"http://127.0.0.1:{free_port()}"
+
+    def replica() -> SlackBench:
+        ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL, slo={"alerting": "prometheus"})], roles=ROLES,
+                       ports=replace(fake_ports(), silences=HttpAlertmanager(down)), alertmanager_url=down,
+                       alertmanager_webhook_token=TOKEN)
+        return start_bench(ctx)
+
+    first = replica()
+    make_live(first.app.ctx, "kimi-prod", "rel-b")
+    second = replica()
+    try:
+        body = json.dumps(notification(alert()))
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(lambda n: post((first, second)[n % 2], body), range(8)))
+        assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+        assert sum(a.text.startswith("opened") for a in answers) == 1
+        assert len(open_incidents(first)) == 1 and len(open_incidents(second)) == 1
+
+        def pages() -> list[Any]:
+            return [m for bench in (first, second) for m in bench.stub.messages
+                    if m.thread_ts is None and m.ephemeral_to is None and "burn-page:ttft" in blocks_text(m.blocks)]
+
+        for bench in (first, second):
+            assert bench.app.wait_idle(30)
+        first.stub.wait_for(lambda _stub: len(pages()) >= 1, timeout=60)
+        for bench in (first, second):  # each replica's outbox pass once more: a second page would come from one
+            bench.app.deliver()
+        assert len(pages()) == 1
+    finally:
+        stop_bench(second)
+        stop_bench(first)
+
+
 def test_an_endpoint_kimi_ops_watches_itself_is_not_paged_by_alertmanager_but_its_page_still_closes(
         bench: SlackBench) -> None:
     """After a switch to slo.alerting: builtin, a rule left in Prometheus must not reopen pages the built-in watch
