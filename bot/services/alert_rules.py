@@ -34,7 +34,7 @@ from bot.services import ports
 from bot.services.context import Context
 from bot.services.errors import NotFound
 from bot.services.metrics_watch import endpoint_objectives
-from bot.services.pair_sides import effective_alerting, service_watch, users_side
+from bot.services.pair_sides import effective_alerting, service_watch, side_watch, users_side
 from bot.services.transitions import live_deployment
 
 log = logger_for(__name__)
@@ -98,8 +98,7 @@ def rules_note(ctx: Context, name: str) -> str:
     if service is not None:
         return f"Not applied: {name}'s pages after go-live come from {service_watch(ctx, service).words}."
     spec = ctx.settings.endpoint(name)
-    pair = service_watch(ctx, found) if spec is not None and spec.pair is not None \
-        and (found := ctx.settings.service(spec.pair.service)) is not None else None
+    pair = side_watch(ctx, spec) if spec is not None else None
     if pair is not None and name in pair.waiting:
         return f"Not applied: {name}'s pages come from kimi-ops's metrics watch{pair.side_words(name)}."
     return (f"Not applied: {name}'s pages come from kimi-ops's metrics watch (slo.alerting: builtin); with "

@@ -42,11 +42,17 @@ def service_watch(ctx: Context, service: ServiceSettings) -> ServiceWatch:
     return ServiceWatch(service.name, tuple((side, alerting(side)) for side in service.endpoints))
 
 
+def side_watch(ctx: Context, spec: EndpointSettings) -> ServiceWatch | None:
+    """The watch of the service ``spec`` is a side of; None for a single node."""
+    service = ctx.settings.service(spec.pair.service) if spec.pair is not None else None
+    return service_watch(ctx, service) if service is not None else None
+
+
 def effective_alerting(ctx: Context, spec: EndpointSettings) -> str:
     """Who pages for ``spec`` after go-live: its ``slo.alerting``, but a side of a pair is on Prometheus only once
     both sides are (the metrics watch, the rules kimi-ops applies and Alertmanager's intake all follow this)."""
-    service = ctx.settings.service(spec.pair.service) if spec.pair is not None else None
-    return service_watch(ctx, service).effective if service is not None else spec.slo.alerting
+    watch = side_watch(ctx, spec)
+    return watch.effective if watch is not None else spec.slo.alerting
 
 
 def side_rows(uow: SqlUnitOfWork, service: ServiceSettings) -> list[Endpoint]:

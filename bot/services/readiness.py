@@ -52,7 +52,7 @@ from bot.services.context import Context, require
 from bot.services.deployments import endpoint_row
 from bot.services.fallback_hold import fallback_holds, held
 from bot.services.metrics_watch import KINDS as WATCH_KINDS
-from bot.services.pair_sides import effective_alerting, fast_path, service_watch
+from bot.services.pair_sides import effective_alerting, fast_path, side_watch
 from bot.services.reservations import (
     MISSING_INCIDENT,
     WATCH_INCIDENT,
@@ -326,8 +326,7 @@ def _status(ctx: Context, row: Endpoint, stored: EndpointSettings, live: Deploym
         # The last rollout's cold start, kept on the endpoint's row by its readiness step (migration 0017).
         cold_start=ColdStart.from_dict(row.cold_start) if isinstance(row.cold_start, dict) else None,
         cold_start_at=row.cold_start_at if isinstance(row.cold_start, dict) else None, alerting=effective_alerting(ctx, spec),
-        service_watch=service_watch(ctx, service) if spec.pair is not None
-        and (service := ctx.settings.service(spec.pair.service)) is not None else None,
+        service_watch=side_watch(ctx, spec),
     )
 
 
