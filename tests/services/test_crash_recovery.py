@@ -2,7 +2,8 @@
 
 The first test kills (SIGKILL, no chance to clean up) a real ``kimi-ops gate
 approve`` process while it follows a rollout the HyperPod operator simulator
-holds, then runs ``kimi-ops resume``: the deployment is re-attached to its
+holds, then runs ``kimi-ops resume`` (first in this process while the dead one's lease
+is alive: it is left alone; then as a process once the lease lapsed): the deployment is re-attached to its
 rollout watch from the stored state, reaches its next gate and, after
 approvals, goes live; the cluster saw one apply, and every audit row and outbox
 event written before the kill is still there. It runs on SQLite and PostgreSQL.
@@ -41,6 +42,7 @@ from tests.cli_support import (
     CliSandbox,
     approve_in_process,
     deploy_in_process,
+    run_in_process,
     start_cli_sandbox,
     stop_cli_sandbox,
 )
@@ -89,11 +91,16 @@ def _watching(cli: CliSandbox, deployment_id: int, after_event: int = 0) -> bool
                for i, kind, payload in events)
 
 
-def _lease_alive(cli: CliSandbox, deployment_id: int) -> bool:
+def _lease_expiry(cli: CliSandbox, deployment_id: int) -> dt.datetime | None:
     with cli.ctx.uow() as uow:
         dep = uow.deployments.get(deployment_id)
         lease = uow.leases.get(dep.endpoint_id) if dep is not None else None
-        return lease is not None and lease.expires_at > dt.datetime.now(dt.UTC)
+        return lease.expires_at if lease is not None else None
+
+
+def _lease_alive(cli: CliSandbox, deployment_id: int) -> bool:
+    expiry = _lease_expiry(cli, deployment_id)
+    return expiry is not None and expiry > dt.datetime.now(dt.UTC)
 
 
 def _wait_for_lapse(cli: CliSandbox, deployment_id: int) -> None:
@@ -127,12 +134,15 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
     dep = deploy_in_process(cli, release, until="infrastructure_gate").id
 
     operator.behaviour = "hang"  # the operator holds the rollout at DeploymentInProgress
-    # A lease long enough to outlast the start of the next process (a few seconds; tens on a machine busy with other
-    # work, and a lapsed lease would let that process take the hung rollout over), short enough to wait out.
-    cli.env.update(KIMI_LEASE_SECONDS="45", KIMI_LEASE_HEARTBEAT_SECONDS="1")
+    # A lease that outlasts the early start-up below, which runs in this process right after the kill (a tenth of a
+    # second idle, a few seconds on a machine busy with other work), and is short enough to wait out.
+    cli.env.update(KIMI_LEASE_SECONDS="8", KIMI_LEASE_HEARTBEAT_SECONDS="1")
     approving = cli.popen("gate", "approve", str(dep), "infrastructure", "--as", APPROVER_2)
     try:
         _wait_for("rollout watch", lambda: _watching(cli, dep), approving)
+        # Killed just after a heartbeat renewed its lease: the whole lease is left for the early start-up.
+        renewed = _lease_expiry(cli, dep)
+        _wait_for("lease renewal", lambda: _lease_expiry(cli, dep) != renewed, approving)
     finally:
         os.kill(approving.pid, signal.SIGKILL)
         approving.communicate()
@@ -151,15 +161,13 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
         request_deploy(cli.ctx, other, None, Identity(DEPLOYER))
 
     # While the dead process's lease is alive, a start-up leaves the deployment alone (it might still be driving) …
-    early = cli.run("resume", timeout=180)
-    if _lease_alive(cli, dep):  # (still alive after the run: so it was alive throughout)
-        assert _record(cli, dep)[1] == events_at_kill
-        # It says so, and that it could act on nothing: exit 1, with whose lease it is and when it lapses.
-        assert early.returncode == 1, cli.explain(early)
-        assert re.search(rf"left deployment #{dep}: it is driven by \S+ until \d\d:\d\d:\d\d UTC; it lapses in \d+ s",
-                         early.stdout), cli.explain(early)
-    else:
-        assert early.returncode in (0, 1), cli.explain(early)
+    early = run_in_process(["resume"], cli.env, cli.cwd)
+    assert _lease_alive(cli, dep), "the lease lapsed during the early start-up: KIMI_LEASE_SECONDS is too short here"
+    assert _record(cli, dep)[1] == events_at_kill
+    # It says so, and that it could act on nothing: exit 1, with whose lease it is and when it lapses.
+    assert early.returncode == 1, cli.explain(early)
+    assert re.search(rf"left deployment #{dep}: it is driven by \S+ until \d\d:\d\d:\d\d UTC; it lapses in \d+ s",
+                     early.stdout), cli.explain(early)
     # … and once the lease lapsed, the next start-up takes it over.
     _wait_for_lapse(cli, dep)
     resuming = cli.popen("resume")
