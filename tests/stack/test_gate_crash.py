@@ -2,11 +2,11 @@
 
 A real ``kimi-ops gate approve`` process runs the model gate (or the traffic gate's sweep) against the candidate
 while users are closed out, and is killed with SIGKILL with some of its requests answered and others in flight at
-the model server. ``kimi-ops resume``, another process, takes the deployment over once the dead one's lease lapses
-and runs the gate again. The closed-door check then sets the candidate's finished-request counter against all of
-kimi-ops's own requests, the dead run's included: no user reached the candidate, so it does not fail (the dead
-run's requests in flight count as broken mid-way, as they would in a run that lived); a request that did reach
-the candidate from elsewhere fails it. On SQLite and PostgreSQL.
+the model server. ``kimi-ops resume`` (run in this process, as a terminal would run it) takes the deployment over
+once the dead one's lease lapses and runs the gate again. The closed-door check then sets the candidate's
+finished-request counter against all of kimi-ops's own requests, the dead run's included: no user reached the
+candidate, so it does not fail (the dead run's requests in flight count as broken mid-way, as they would in a run
+that lived); a request that did reach the candidate from elsewhere fails it. On SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -24,20 +24,22 @@ import pytest
 from bot.domain.checks import GateReport
 from bot.sandbox.stack import APPROVER_2
 from bot.services.deployments import get_deployment
-from tests.cli_support import CliSandbox, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
+from tests.cli_support import CliSandbox, deploy_in_process, run_in_process, start_cli_sandbox, stop_cli_sandbox
 from tests.world_support import wait_until
 
 pytestmark = pytest.mark.timeout(400)
 
 WAIT_SECONDS = 120  # a bound on waiting for another process, not a performance expectation
+# The dead process's lease is all the resume waits for: nothing else here tries to take the deployment while the
+# gate's process lives (its heartbeat renews a lapsed lease nobody took), so it need not outlast anything.
+LEASE = {"KIMI_LEASE_SECONDS": "2", "KIMI_LEASE_HEARTBEAT_SECONDS": "1"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CliSandbox]:
     url = request.getfixturevalue("fresh_pg_url") if request.param == "postgres" else None
     sandbox = start_cli_sandbox(tmp_path, database_url=url)
-    # A lease long enough to outlast the start of the next process, short enough to wait out.
-    sandbox.env.update(KIMI_LEASE_SECONDS="8", KIMI_LEASE_HEARTBEAT_SECONDS="1")
+    sandbox.env.update(LEASE)
     try:
         yield sandbox
     finally:
@@ -88,13 +90,12 @@ def _resumed_closed_door(cli: CliSandbox, deployment_id: int, gate: str) -> tupl
         view = get_deployment(cli.ctx, deployment_id)
         if view.pending is not None and view.pending.gate == gate:
             return GateReport.model_validate(view.pending.report)
-        # A resume is a no-op while the dead process's lease is alive: start one only once it has lapsed (each
-        # process costs a second of imports, and starting one every half second cost most of this module's CPU).
+        # A resume is a no-op while the dead process's lease is alive: run one only once it has lapsed.
         if _lease_lapsed(cli, deployment_id):
-            cli.run("resume", timeout=WAIT_SECONDS)
+            cli.runs.append(run_in_process(["resume"], cli.env, cli.cwd))
         return None
 
-    found = wait_until(f"the resumed {gate} gate's report", report, WAIT_SECONDS * 2, poll=0.5)
+    found = wait_until(f"the resumed {gate} gate's report", report, WAIT_SECONDS * 2, poll=0.1)
     [check] = [c for c in found.checks if c.name == "admission.closed"]
     return check.status, check.reason
 
@@ -145,7 +146,7 @@ def test_a_model_gate_killed_with_every_answer_in_and_its_report_unstored_passes
     from sqlalchemy import create_engine, text
 
     cli = start_cli_sandbox(tmp_path, database_url=fresh_pg_url)
-    cli.env.update(KIMI_LEASE_SECONDS="8", KIMI_LEASE_HEARTBEAT_SECONDS="1")
+    cli.env.update(LEASE)
     holder = create_engine(fresh_pg_url)
     try:
         release = cli.sandbox.releases[0].name
