@@ -23,7 +23,9 @@ all live in :func:`_emulator_class`:
   a request costs the same in the first second of a sandbox and the hundredth;
 * every write sets the events handed out by :meth:`KubeStandIn.changes`, so
   the operator simulator and the gateway stand-in wake on a change instead of
-  listing the API many times a second.
+  listing the API many times a second;
+* while :meth:`KubeStandIn.denying` holds, every write of a kind is refused as a
+  validating admission webhook refuses it (``403 Forbidden``, the webhook's words).
 
 kmock and pytest-asyncio (which kmock's plugin imports) are test/sandbox
 dependencies: they are imported only when a stand-in starts.
@@ -39,7 +41,8 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +92,7 @@ def _emulator_class() -> type:
             self.answering: dict[int, Any] = {}  # id -> request, from its arrival in _handle until it is answered
             self.watchers: list[threading.Event] = []  # set on every write (KubeStandIn.changes)
             self.version = 1
+            self.denied: dict[str, str] = {}  # plural -> the admission webhook's message (KubeStandIn.denying)
             self.kinds: dict[Any, tuple[str, str]] = {}
             for kind, info in {**RESOURCES, **EXTRA_RESOURCES}.items():
                 plural = NAMESPACES_PLURAL if kind == "Namespace" else info.plural
@@ -165,6 +169,9 @@ def _emulator_class() -> type:
         async def _answer(self, request: Any) -> Any:
             if request.resource is None:
                 return await super()._handle(request)
+            denial = self.denied.get(request.resource.plural)
+            if denial is not None and request.action in (action.CREATE, action.UPDATE):
+                raise KubernetesError(status=403, reason="Forbidden", message=denial)
             content_type = str(request.headers.get("Content-Type", ""))
             if request.action == action.CREATE:
                 return await self._create(request)
@@ -365,6 +372,18 @@ class KubeStandIn:
                         self.emulator.kinds[resource] = (kind, f"{group}/{version}")
 
         self.run(swap)
+
+    @contextmanager
+    def denying(self, kind: str, webhook: str, why: str) -> Iterator[None]:
+        """While open, every create, update and apply of ``kind`` is refused as the validating admission webhook
+        ``webhook`` refuses it: ``403 Forbidden``, ``admission webhook "<webhook>" denied the request: <why>``."""
+        plural = {**RESOURCES, **EXTRA_RESOURCES}[kind].plural
+        message = f'admission webhook "{webhook}" denied the request: {why}'
+        self.run(lambda: self.emulator.denied.__setitem__(plural, message))
+        try:
+            yield
+        finally:
+            self.run(lambda: self.emulator.denied.pop(plural, None))
 
     def remove(self, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete an object outright (a seeded CRD, node…) to stage a preflight failure."""

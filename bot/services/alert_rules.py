@@ -181,9 +181,11 @@ class RulePublisher:
                 said.append(f"{name}: Prometheus rules applied ({done[0].release_words})")
         return said
 
-    def after_go_live(self, ctx: Context, endpoint: str, deployment_id: int | None) -> list[str]:
+    def after_go_live(self, ctx: Context, endpoint: str, deployment_id: int | None,
+                      reply_to: str | None = None) -> list[str]:
         """Apply the rule objects ``endpoint``'s go-live relabelled, now; audit each, and say a refusal in the
-        deployment's thread (the endpoint's channel without one). Never raises: the go-live stands either way."""
+        deployment's thread (else under the message ``reply_to`` names, else in the endpoint's channel). Never
+        raises: the go-live stands either way."""
         said: list[str] = []
         for name in objects_following(ctx, endpoint):
             try:
@@ -194,11 +196,11 @@ class RulePublisher:
                 done, failure = None, _first_line(exc)
             if done is None and failure is None:
                 continue
-            said.append(self._record(ctx, name, endpoint, deployment_id, done, failure))
+            said.append(self._record(ctx, name, endpoint, deployment_id, done, failure, reply_to))
         return said
 
     def _record(self, ctx: Context, name: str, endpoint: str, deployment_id: int | None,
-                done: tuple[RenderedRules, bool] | None, failure: str | None) -> str:
+                done: tuple[RenderedRules, bool] | None, failure: str | None, reply_to: str | None) -> str:
         now = ctx.clock.now()
         subject = f"deployment:{deployment_id}" if deployment_id is not None else f"endpoint:{endpoint}"
         rule = alert_rules.rule_object_name(name)
@@ -215,6 +217,7 @@ class RulePublisher:
                 line = f"{name}: Prometheus rules not applied ({failure})"
                 uow.events.emit(RulesNotApplied(
                     deployment_id=deployment_id, endpoint_name=endpoint, rule=rule, reason=failure or "",
+                    reply_to=reply_to,
                     text=f":warning: The PrometheusRule `{rule}` was not applied after {endpoint} went live "
                          f"({literal(failure or '')}): "
                          "Prometheus's alerts still carry the release before it. The go-live stands; the next "
@@ -226,6 +229,7 @@ class RulePublisher:
 PUBLISHER = RulePublisher()
 
 
-def apply_after_go_live(ctx: Context, endpoint: str, deployment_id: int | None = None) -> list[str]:
+def apply_after_go_live(ctx: Context, endpoint: str, deployment_id: int | None = None, *,
+                        reply_to: str | None = None) -> list[str]:
     """What :meth:`RulePublisher.after_go_live` does, for the engine and a service's rollback (:mod:`bot.services.pairs`)."""
-    return PUBLISHER.after_go_live(ctx, endpoint, deployment_id)
+    return PUBLISHER.after_go_live(ctx, endpoint, deployment_id, reply_to)

@@ -114,14 +114,15 @@ def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
         now = ctx.clock.now()
         uow.audit.record(at=now, actor=actor.user_id, action="service.rolled_back", subject=f"service:{name}",
                          details={"to": previous_name, "from": active_name, "release": release})
-        uow.events.emit(ServiceRolledBack(
+        announced = uow.events.emit(ServiceRolledBack(
             endpoint_name=previous_name, service=name, to_side=previous_name, from_side=active_name, release=release,
             actor=actor.user_id, text=f":rewind: {name} rolled back by {actor.user_id} in one route change: {words} "
                                       f"({release}). {active_name} keeps its release with no users."), at=now)
         uow.commit()
+        said_at = f"event:{announced.id}"
     # The service's own page (and the side's) now carry the side users are on and its release: applied here, whoever
-    # asked (a refusal is audited and said in the channel; the rollback stands).
-    apply_after_go_live(ctx, previous_name)
+    # asked (a refusal is audited and said under the rollback's message; the rollback stands).
+    apply_after_go_live(ctx, previous_name, reply_to=said_at)
     return RolledBack(service=name, to_side=previous_name, from_side=active_name, release=release, users_get=words)
 
 

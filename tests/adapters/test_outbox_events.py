@@ -106,7 +106,8 @@ def samples(deployment_id: int) -> list[OutboxEvent]:
                                                 {"name": "kimi-blue", "weight": 75, "cohort": False}),
                   next_step="50%", next_at=AT, outcome="live"),
         RampPlot(**common, path="/tmp/ramp.png", sha256="cd" * 32, title="Ramp of kimi-green · deployment #4"),
-        RulesNotApplied(**common, text="rules not applied", rule="kimi-ops-slo-kimi-prod", reason="forbidden"),
+        RulesNotApplied(**common, text="rules not applied", rule="kimi-ops-slo-kimi-prod", reason="forbidden",
+                        reply_to="event:9"),
     ]
 
 

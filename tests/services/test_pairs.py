@@ -31,6 +31,7 @@ from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SANDBOX_PAIR_RAM
 from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
 from bot.services.admission import apply_admission
+from bot.services.alert_rules import apply_after_go_live
 from bot.services.deployments import get_deployment, request_deploy
 from bot.services.engine import Engine
 from bot.services.errors import Refused
@@ -301,6 +302,34 @@ def test_kimi_ops_rollback_of_a_service_from_a_terminal_moves_the_users_and_thei
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0 and "Traceback" not in said
     assert f"`kimi-ops deploy rel-x --to {SERVICE}`" in said, said  # what would serve that release instead
+
+
+def test_rules_the_cluster_refuses_after_a_service_rollback_are_said_under_the_rollback(world: PairWorld) -> None:
+    users = world.users_on()
+    warm = GREEN if users == BLUE else BLUE
+    warm_release = world.live_release(warm)
+    kube = world.sandbox.stand_ins["kube"]
+    with kube.denying("PrometheusRule", "rules.policy.example", "PrometheusRules need a <!here> team label"):
+        done = rollback_service(world.ctx, SERVICE, Identity(DEPLOYER))
+
+    assert done.to_side == warm and world.users_on() == warm  # the rollback stands
+    SlackNotifier(WebClient(token="xoxb-t", base_url=world.slack.api_url), world.ctx.uow, world.ctx.clock
+                  ).deliver_pending()
+    rollback = [m for m in world.slack.messages if m.thread_ts is None and f"{SERVICE} rolled back by" in m.text][-1]
+    assert warm in rollback.text and warm_release in rollback.text
+    replies = [m.text for m in world.slack.thread(rollback.channel, rollback.ts) if m.thread_ts == rollback.ts]
+    # Both rule objects that follow the users (the side's and the service's), each refused in the webhook's words,
+    # escaped: the thread is told, nobody is pinged.
+    assert sorted(re.findall(r"`(kimi-ops-slo-[a-z-]+)` was not applied", " ".join(replies))) == sorted(
+        [rule_object_name(warm), rule_object_name(SERVICE)]), replies
+    assert all('denied the request: PrometheusRules need a &lt;!here&gt; team label' in r for r in replies), replies
+    assert all("the next metrics-watch round applies the rules again" in r for r in replies)
+    with world.ctx.uow() as uow:
+        refused = [d["rule"] for _, _, _, d in uow.audit.actions(f"endpoint:{warm}", "alert_rules.not_applied")]
+    assert set(refused[-2:]) == {rule_object_name(warm), rule_object_name(SERVICE)}
+
+    apply_after_go_live(world.ctx, warm)  # the cluster takes them again (what the next metrics-watch round does)
+    assert world.service_pages() == {(warm, warm_release)}
 
 
 def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_route_change(world: PairWorld) -> None:

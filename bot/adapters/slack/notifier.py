@@ -13,7 +13,9 @@ deployment goes through one handler per event class (:attr:`SlackNotifier.NOTICE
   deployment and Acknowledge / Silence… / Roll back buttons (nothing while its kind
   is silenced) and keeps its ``ts`` on the incident; ``watch.recovered`` replies in
   its thread (broadcast) and ``incident.handled`` edits it in place;
-* ``slo.plot`` uploads the objectives plot ``/kimi slo`` drew.
+* ``slo.plot`` uploads the objectives plot ``/kimi slo`` drew;
+* ``alert_rules.not_applied`` outside a deployment replies under the message that moved the users (a service's
+  rollback), else goes to the endpoint's channel.
 
 Every message is posted once, across replicas and retries, by :class:`~bot.adapters.slack.once.PostOnce`;
 what each message says comes from :mod:`bot.adapters.slack.messages`. Edits (``chat.update``) are idempotent.
@@ -52,6 +54,7 @@ from bot.domain.events import (
     FailoverNotice,
     IncidentHandled,
     OutboxEvent,
+    RulesNotApplied,
     SloPlot,
     WatchAlert,
     WatchRecovered,
@@ -272,6 +275,15 @@ class SlackNotifier:
         self.posts.post(key, channel, text, blocks=render([Text(text)]).blocks, thread_ts=thread,
                         broadcast=thread is not None)
 
+    def _rules_not_applied(self, uow: SqlUnitOfWork, event: RulesNotApplied, key: str) -> None:
+        """Under the message that moved the users (a service's rollback), the endpoint's channel without one."""
+        where = self.posts.posted(event.reply_to) if event.reply_to else None
+        if where is None:
+            self._notice(uow, event, key)
+            return
+        text = slack_text(event.text)
+        self.posts.post(key, where[0], text, blocks=render([Text(text)]).blocks, thread_ts=where[1])
+
     def _incident_handled(self, uow: SqlUnitOfWork, event: IncidentHandled, key: str) -> None:
         incident = uow.incidents.get(event.incident_id)
         if incident is not None:
@@ -301,6 +313,7 @@ class SlackNotifier:
         WatchAlert: _watch_alert,
         WatchRecovered: _watch_recovered,
         FailoverNotice: _failover_notice,
+        RulesNotApplied: _rules_not_applied,
         IncidentHandled: _incident_handled,
         SloPlot: _slo_plot,
         ChannelNotice: _notice,

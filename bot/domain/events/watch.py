@@ -76,8 +76,10 @@ class FailoverNotice(ChannelNotice):
 @dataclass(frozen=True, kw_only=True)
 class RulesNotApplied(ChannelNotice):
     """After a go-live, the cluster refused (or did not answer) the endpoint's ``PrometheusRule``: said in the
-    deployment's thread (the endpoint's channel without one); the next metrics-watch round applies it again."""
+    deployment's thread, else in the thread of the message ``reply_to`` names (a service's rollback), else in the
+    endpoint's channel; the next metrics-watch round applies it again."""
 
     KIND: ClassVar[str] = "alert_rules.not_applied"
     rule: str
     reason: str
+    reply_to: str | None = None  # the post key of the message that moved the users (``event:<id>``)
