@@ -23,6 +23,7 @@ from bot.sandbox.stack import DEPLOYER, ENDPOINT, NAMESPACE, SANDBOX_SWEEP, Sand
 from bot.services.access import Identity
 from bot.services.deployments import cancel, get_deployment, history, request_deploy
 from bot.services.engine import Engine
+from tests.cli_support import QUICK_SWEEP
 from tests.exposure_support import World, assert_runs_exactly, restore_of
 from tests.world_support import WAIT_SECONDS, in_background, joined, wait_until
 
@@ -36,8 +37,8 @@ ENDLESS_SWEEP = {**SANDBOX_SWEEP, "steady_seconds": 86_400, "steady_requests_per
 @pytest.fixture(params=["sqlite", "postgres"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     """No background users (a held request would hold theirs too); an hour's drain deadline; the older release
-    live, deployed with a short sweep (the endless one is set for the candidate only)."""
-    settings: dict[str, Any] = {"lease_seconds": 4, "lease_heartbeat_seconds": 1}
+    live, deployed with the quick sweep (the endless one is set for the candidate only)."""
+    settings: dict[str, Any] = {"lease_seconds": 4, "lease_heartbeat_seconds": 1, "traffic_sweep": QUICK_SWEEP}
     if request.param == "postgres":
         settings["database_url"] = request.getfixturevalue("fresh_pg_url")
     sandbox = Sandbox(tmp_path / "sandbox", users_per_second=0, settings_overrides=settings,
