@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.sandbox.capacity_http import SageMakerFace
-from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, Sandbox
+from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, SANDBOX_RAMP, Sandbox
 from tests.world_support import wait_until
 
 KIMI_OPS = Path(sys.executable).with_name("kimi-ops")
@@ -32,6 +32,10 @@ QUICK_SWEEP = {
     "refine_steps": 0, "max_requests": 200, "max_seconds": 10, "request_timeout_seconds": 5, "max_tokens": 4,
     "prompt_words": 8, "prefix_modes": ["unique"],
 }
+# The sandbox's ramp with one look per step: no CLI test reads what a soak sees (a test that does passes its own).
+QUICK_RAMP = {**SANDBOX_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}
+
+
 @dataclass
 class CliSandbox:
     """The sandbox, its SageMaker face, and a way to run ``kimi-ops`` against them."""
@@ -86,7 +90,8 @@ def start_cli_sandbox(tmp_path: Path, database_url: str | None = None, *, endpoi
     settings: dict[str, Any] = {"roles": CLI_ROLES, "traffic_sweep": QUICK_SWEEP, **overrides}
     if database_url is not None:
         settings["database_url"] = database_url
-    sandbox = Sandbox(tmp_path / "sandbox", settings_overrides=settings, endpoint_overrides=endpoint or {}).start()
+    sandbox = Sandbox(tmp_path / "sandbox", settings_overrides=settings,
+                      endpoint_overrides={"ramp": QUICK_RAMP, **(endpoint or {})}).start()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
     env.update(sandbox.environment(tmp_path / "kubeconfig"))
     env.update({
