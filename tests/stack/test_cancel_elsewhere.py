@@ -1,8 +1,9 @@
 """A cancel answered by a process that is not driving the deployment stops the driver's rollout watch.
 
 A real ``kimi-ops gate approve`` process drives a deploy into a rollout the HyperPod operator simulator holds at
-``DeploymentInProgress`` (a rollout limit of an hour). ``kimi-ops cancel``, another process, marks it cancelled
-and starts the restore, which it cannot drive: the first process holds the endpoint's lease. That process hears
+``DeploymentInProgress`` (a rollout limit of an hour). ``kimi-ops cancel``, run elsewhere (in this test's process,
+as a terminal would run it), marks it cancelled and starts the restore, which it cannot drive: the first process
+holds the endpoint's lease. That process hears
 of the cancel at its next lease heartbeat, abandons the watch and drives the restore, long before the rollout
 limit would have ended the watch. On SQLite and PostgreSQL.
 """
@@ -16,7 +17,7 @@ import pytest
 
 from bot.sandbox.stack import APPROVER_2, DEPLOYER
 from bot.services.deployments import get_deployment
-from tests.cli_support import CliSandbox, deploy_in_process, start_cli_sandbox, stop_cli_sandbox
+from tests.cli_support import CliSandbox, deploy_in_process, run_in_process, start_cli_sandbox, stop_cli_sandbox
 from tests.world_support import wait_until
 
 pytestmark = pytest.mark.timeout(500)
@@ -64,7 +65,7 @@ def test_a_cancel_on_another_process_stops_a_stuck_rollout_watch_and_the_restore
     try:
         wait_until("the driver's rollout watch", lambda: driving.poll() is None and _watching(cli, dep),
                    WAIT_SECONDS, poll=0.1)
-        cancelled = cli.run("cancel", str(dep), "--as", DEPLOYER, timeout=WAIT_SECONDS)
+        cancelled = run_in_process(["cancel", str(dep), "--as", DEPLOYER], cli.env, cli.cwd)
         assert cancelled.returncode == 0, cli.explain(cancelled)
         assert get_deployment(cli.ctx, dep).state == "cancelled"
 
@@ -74,7 +75,7 @@ def test_a_cancel_on_another_process_stops_a_stuck_rollout_watch_and_the_restore
         assert driving.poll() is None, "the driver exited instead of driving the restore"
         operator.behaviour = "succeed"  # the restored release rolls out
         wait_until("the restore to go live", lambda: get_deployment(cli.ctx, restore[0]).state == "live",
-                   WAIT_SECONDS * 2, poll=0.5)
+                   WAIT_SECONDS * 2, poll=0.2)
         driving.communicate(timeout=WAIT_SECONDS)  # the approve it was answering ends with the restore
     finally:
         if driving.poll() is None:
