@@ -31,6 +31,7 @@ from bot.services.deployments import cancel, get_deployment, history, request_de
 from bot.services.engine import Engine
 from bot.services.errors import Unavailable
 from tests import world_support
+from tests.cli_support import QUICK_SWEEP
 from tests.fault_support import (
     ECR_503,
     KUBE_500,
@@ -110,8 +111,10 @@ class Background:
 @pytest.fixture(scope="module")
 def world(module_pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """The fault world, its older release live; built once for every case of the module."""
-    # No case reaches a ramp (each ends at or before the model gate), so the older release's own ramp needs no soak.
+    # No case reaches a ramp or a sweep (each ends at or before the model gate), so the older release's own ramp needs
+    # no soak and its traffic gate the quick sweep.
     sandbox = FaultSandbox(tmp_path_factory.mktemp("faults") / "sandbox", database=module_pg_url,
+                           settings_overrides={"traffic_sweep": QUICK_SWEEP},
                            endpoint_overrides={"drain_seconds": 2, "route_accept_seconds": 10,
                                                "ramp": {"steps": [], "soak_seconds": 0}})
     sandbox.start()
