@@ -182,10 +182,10 @@ class RulePublisher:
         return said
 
     def after_go_live(self, ctx: Context, endpoint: str, deployment_id: int | None,
-                      reply_to: str | None = None) -> list[str]:
+                      reply_to: str | None = None, moment: str | None = None) -> list[str]:
         """Apply the rule objects ``endpoint``'s go-live relabelled, now; audit each, and say a refusal in the
-        deployment's thread (else under the message ``reply_to`` names, else in the endpoint's channel). Never
-        raises: the go-live stands either way."""
+        deployment's thread (else under the message ``reply_to`` names, else in the endpoint's channel), as happening
+        after ``moment`` (default: ``endpoint`` went live). Never raises: the go-live stands either way."""
         said: list[str] = []
         for name in objects_following(ctx, endpoint):
             try:
@@ -196,11 +196,13 @@ class RulePublisher:
                 done, failure = None, _first_line(exc)
             if done is None and failure is None:
                 continue
-            said.append(self._record(ctx, name, endpoint, deployment_id, done, failure, reply_to))
+            said.append(self._record(ctx, name, endpoint, deployment_id, done, failure, reply_to,
+                                     moment or f"{endpoint} went live"))
         return said
 
     def _record(self, ctx: Context, name: str, endpoint: str, deployment_id: int | None,
-                done: tuple[RenderedRules, bool] | None, failure: str | None, reply_to: str | None) -> str:
+                done: tuple[RenderedRules, bool] | None, failure: str | None, reply_to: str | None,
+                moment: str) -> str:
         now = ctx.clock.now()
         subject = f"deployment:{deployment_id}" if deployment_id is not None else f"endpoint:{endpoint}"
         rule = alert_rules.rule_object_name(name)
@@ -218,7 +220,7 @@ class RulePublisher:
                 uow.events.emit(RulesNotApplied(
                     deployment_id=deployment_id, endpoint_name=endpoint, rule=rule, reason=failure or "",
                     reply_to=reply_to,
-                    text=f":warning: The PrometheusRule `{rule}` was not applied after {endpoint} went live "
+                    text=f":warning: The PrometheusRule `{rule}` was not applied after {moment} "
                          f"({literal(failure or '')}): "
                          "Prometheus's alerts still carry the release before it. The go-live stands; the next "
                          "metrics-watch round applies the rules again."), at=now)
@@ -230,6 +232,6 @@ PUBLISHER = RulePublisher()
 
 
 def apply_after_go_live(ctx: Context, endpoint: str, deployment_id: int | None = None, *,
-                        reply_to: str | None = None) -> list[str]:
+                        reply_to: str | None = None, moment: str | None = None) -> list[str]:
     """What :meth:`RulePublisher.after_go_live` does, for the engine and a service's rollback (:mod:`bot.services.pairs`)."""
-    return PUBLISHER.after_go_live(ctx, endpoint, deployment_id, reply_to)
+    return PUBLISHER.after_go_live(ctx, endpoint, deployment_id, reply_to, moment)

@@ -122,7 +122,7 @@ def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:
         said_at = f"event:{announced.id}"
     # The service's own page (and the side's) now carry the side users are on and its release: applied here, whoever
     # asked (a refusal is audited and said under the rollback's message; the rollback stands).
-    apply_after_go_live(ctx, previous_name, reply_to=said_at)
+    apply_after_go_live(ctx, previous_name, reply_to=said_at, moment=f"{name} rolled back to {previous_name}")
     return RolledBack(service=name, to_side=previous_name, from_side=active_name, release=release, users_get=words)
 
 

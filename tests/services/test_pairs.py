@@ -324,6 +324,7 @@ def test_rules_the_cluster_refuses_after_a_service_rollback_are_said_under_the_r
         [rule_object_name(warm), rule_object_name(SERVICE)]), replies
     assert all('denied the request: PrometheusRules need a &lt;!here&gt; team label' in r for r in replies), replies
     assert all("the next metrics-watch round applies the rules again" in r for r in replies)
+    assert all(f"was not applied after {SERVICE} rolled back to {warm} (" in r for r in replies), replies
     with world.ctx.uow() as uow:
         refused = [d["rule"] for _, _, _, d in uow.audit.actions(f"endpoint:{warm}", "alert_rules.not_applied")]
     assert set(refused[-2:]) == {rule_object_name(warm), rule_object_name(SERVICE)}
