@@ -2,7 +2,8 @@
 
 Every endpoint has a live release and a HyperPod training plan; all of them are served by one local
 OpenAI-compatible stand-in whose completions take about ``--completion-seconds`` (default 1 s), and the plans
-by the capacity stand-in behind the real boto3 reservation adapter. Measured in this process, on SQLite:
+by the capacity stand-in behind the real boto3 reservation adapter. Measured in this process, on SQLite and on a
+fresh PostgreSQL database (``--postgres URL``, an admin URL; ``--no-postgres`` for SQLite only):
 
 * probe: one ``probe_endpoints`` run (wall time), ``KIMI_PROBE_CONCURRENCY`` (16) at once on the shared
   client. Baseline: one endpoint at a time with a new HTTP client per probe (what the probe did before),
@@ -13,9 +14,9 @@ by the capacity stand-in behind the real boto3 reservation adapter. Measured in 
   probes, deployments, incidents and all reservations again: quadratic in endpoints).
 
 Goals (issue 19): a probe of 500 endpoints with one-second completions inside one probe period (5 min);
-status for 500 endpoints under 300 ms.
+status for 500 endpoints under 300 ms, on both databases.
 
-    .venv/bin/python bench/fleet_scale.py [--sizes 1,50,500] [--completion-seconds 1.0] [--repeat 3]
+    .venv/bin/python bench/fleet_scale.py [--sizes 1,50,500] [--completion-seconds 1.0] [--repeat 3] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import two_databases as databases
 from sqlalchemy import Engine, event
 
 from bot.adapters.aws import reservations as aws_reservations
@@ -119,13 +122,12 @@ def sequential_probe(ctx: Context, names: list[str]) -> None:
             client.close()
 
 
-def run_size(count: int, completion_seconds: float, repeat: int, server: OpenAIServer) -> dict[str, Any]:
+def run_size(place: AbstractContextManager[str], tmp: Path, count: int, completion_seconds: float, repeat: int,
+             server: OpenAIServer) -> dict[str, Any]:
     names = [f"kimi-{n:03d}" for n in range(count)]
     capacity = CapacityStandIn(page_size=100)
     start = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        url = f"sqlite:///{tmp / 'fleet.db'}"
+    with place as url:
         schema.upgrade(url)
         endpoints = [{"name": n, "kind": "hyperpod", "url": server.url, "region": REGION, "egress": SANDBOX_EGRESS,
                       "door": SANDBOX_DOOR, "availability_zone": f"{REGION}a"} for n in names]
@@ -184,33 +186,42 @@ def main() -> None:
     parser.add_argument("--sizes", default="1,50,500", help="endpoint counts, comma-separated")
     parser.add_argument("--completion-seconds", type=float, default=1.0, help="how long each readiness completion takes")
     parser.add_argument("--repeat", type=int, default=3, help="renders per page measurement (the best is shown)")
+    databases.add_arguments(parser)
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # a fleet's worth of INFO lines is not the table
     sizes = [int(s) for s in args.sizes.split(",")]
-    results: dict[int, dict[str, Any]] = {}
-    with OpenAIServer() as server:
-        for count in sizes:
-            results[count] = run_size(count, args.completion_seconds, max(1, args.repeat), server)
-            print(f"# {count} endpoint(s) measured", file=sys.stderr)
+    backends = databases.backends(args)
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    with OpenAIServer() as server, tempfile.TemporaryDirectory() as tmp_name:
+        for backend in backends:
+            for count in sizes:
+                place = databases.database(backend, args, Path(tmp_name), f"fleet_{count}")
+                results[(backend, count)] = run_size(place, Path(tmp_name), count, args.completion_seconds,
+                                                     max(1, args.repeat), server)
+                print(f"# {backend}: {count} endpoint(s) measured", file=sys.stderr)
 
-    per_endpoint = None
-    print(f"{'endpoints':>9} {'probe s':>8} {'baseline s':>11} {'watch s':>8} {'baseline s':>11} "
+    print(f"{'database':<10} {'endpoints':>9} {'probe s':>8} {'baseline s':>11} {'watch s':>8} {'baseline s':>11} "
           f"{'status ms':>10} {'stmts':>6} {'Home ms':>8} {'stmts':>6} {'baseline ms':>12} {'stmts':>6}")
-    for count in sizes:
-        r = results[count]
+    per_endpoint: float | None = None
+    for backend, count in results:
+        per_endpoint = None if count == sizes[0] else per_endpoint  # each database's own baseline
+        r = results[(backend, count)]
         if "probe baseline" in r:
             per_endpoint = r["probe baseline"] / count
             probe_base = f"{r['probe baseline']:>11.1f}"
         else:
             probe_base = f"{'~' + format(per_endpoint * count, '.0f') if per_endpoint else '-':>11}"
-        print(f"{count:>9} {r['probe']:>8.1f} {probe_base} {r['watch']:>8.2f} {r['watch baseline']:>11.2f} "
+        print(f"{backend:<10} {count:>9} {r['probe']:>8.1f} {probe_base} {r['watch']:>8.2f} {r['watch baseline']:>11.2f} "
               f"{r['status'][0]:>10.1f} {r['status'][1]:>6} {r['App Home'][0]:>8.1f} {r['App Home'][1]:>6} "
               f"{r['page baseline'][0]:>12.1f} {r['page baseline'][1]:>6}")
     top = max(sizes)
-    probe, page = results[top]["probe"], results[top]["status"][0]
-    print(f"\ngoals at {top} endpoints: probe inside one period ({PERIOD_SECONDS:.0f} s) with "
-          f"{args.completion_seconds:g} s completions: {probe:.1f} s ({'ok' if probe < PERIOD_SECONDS else 'MISSED'}); "
-          f"status under {STATUS_GOAL_MS:.0f} ms: {page:.1f} ms ({'ok' if page < STATUS_GOAL_MS else 'MISSED'})")
+    print()
+    for backend in backends:
+        probe, page = results[(backend, top)]["probe"], results[(backend, top)]["status"][0]
+        print(f"{backend}: goals at {top} endpoints: probe inside one period ({PERIOD_SECONDS:.0f} s) with "
+              f"{args.completion_seconds:g} s completions: {probe:.1f} s "
+              f"({'ok' if probe < PERIOD_SECONDS else 'MISSED'}); status under {STATUS_GOAL_MS:.0f} ms: "
+              f"{page:.1f} ms ({'ok' if page < STATUS_GOAL_MS else 'MISSED'})")
 
 
 if __name__ == "__main__":

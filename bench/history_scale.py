@@ -25,20 +25,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import two_databases as databases
 from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, aliased
 
 from bot.adapters.store import schema
@@ -71,7 +68,6 @@ INDEXES = {  # migration 0009's: what the baseline runs without
     "ix_gate_results_undecided": "gate_results", "ix_readiness_checks_endpoint_id_at_id": "readiness_checks",
     "ix_audit_log_subject_id": "audit_log",
 }
-DEFAULT_POSTGRES = os.environ.get("KIMI_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/root")
 
 
 # ---------------------------------------------------------------------------- filling
@@ -245,53 +241,21 @@ def run_size(url: str, tmp: Path, deployments: int, repeat: int) -> dict[str, di
     return found
 
 
-@contextmanager
-def sqlite_url(tmp: Path, deployments: int) -> Iterator[str]:
-    yield f"sqlite:///{tmp / f'history-{deployments}.db'}"
-
-
-@contextmanager
-def postgres_url(admin: str, deployments: int) -> Iterator[str]:
-    name = f"kimi_bench_{deployments}_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(admin).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with engine.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        engine.dispose()
-
-
-def reachable(admin: str) -> bool:
-    try:
-        engine = create_engine(admin, connect_args={"connect_timeout": 3})
-        with engine.connect():
-            pass
-        engine.dispose()
-        return True
-    except Exception:
-        return False
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,100000", help="deployment counts, comma-separated (first is the base)")
     parser.add_argument("--repeat", type=int, default=7, help="timed calls per measurement (the best is shown)")
-    parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="an admin URL of a PostgreSQL server")
-    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    databases.add_arguments(parser)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    backends = ["sqlite"] + ([] if args.no_postgres or not reachable(args.postgres) else ["postgresql"])
+    backends = databases.backends(args)
     results: dict[tuple[str, int], dict[str, dict[str, tuple[float, int]]]] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for backend in backends:
             for size in sizes:
                 started = time.perf_counter()
-                place = sqlite_url(tmp, size) if backend == "sqlite" else postgres_url(args.postgres, size)
-                with place as url:
+                with databases.database(backend, args, tmp, f"history_{size}") as url:
                     results[(backend, size)] = run_size(url, tmp, size, max(1, args.repeat))
                 print(f"# {backend} {size:,} deployments: filled and measured in {time.perf_counter() - started:.0f} s",
                       file=sys.stderr)

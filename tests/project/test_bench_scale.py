@@ -36,11 +36,16 @@ def test_history_scale_prints_each_call_beside_its_baseline_and_the_goals(tmp_pa
     assert "goals: each call under 50 ms at 20 deployments" in out
 
 
-def test_fleet_scale_prints_probe_watch_and_pages_beside_their_baselines(tmp_path: Path) -> None:
-    out = _run("fleet_scale.py", "--sizes", "1,2", "--completion-seconds", "0.01", "--repeat", "1", cwd=tmp_path)
-    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
-    assert [int(r[0]) for r in rows] == [1, 2] and all(len(r) == 11 for r in rows)
-    assert "goals at 2 endpoints: probe inside one period" in out and "status under 300 ms" in out
+def test_fleet_scale_prints_probe_watch_and_pages_beside_their_baselines_on_both_databases(tmp_path: Path) -> None:
+    postgres = os.environ.get("KIMI_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/root")
+    out = _run("fleet_scale.py", "--sizes", "1,2", "--completion-seconds", "0.01", "--repeat", "1",
+               "--postgres", postgres, cwd=tmp_path)
+    rows = [line.split() for line in out.splitlines() if line.startswith(("sqlite ", "postgresql "))]
+    assert [(r[0], int(r[1])) for r in rows] == [("sqlite", 1), ("sqlite", 2), ("postgresql", 1), ("postgresql", 2)]
+    assert all(len(r) == 12 for r in rows)
+    for backend in ("sqlite", "postgresql"):
+        assert f"{backend}: goals at 2 endpoints: probe inside one period" in out
+    assert out.count("status under 300 ms") == 2
 
 
 def test_metrics_watch_bench_prints_each_run_beside_the_bare_scrapes(tmp_path: Path) -> None:
