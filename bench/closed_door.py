@@ -14,7 +14,9 @@ The moment each fact is written is taken by a watch of the bench's own on the sa
 run: the same waits as kimi-ops made them before (a read every 5 s for the rollout; a 0.2 s pause before each
 read of the route). Goal: kimi-ops's own time in one window, rollout plus two route changes, at most 2 s.
 
-    .venv/bin/python bench/closed_door.py [--windows 3]
+On SQLite and on a fresh PostgreSQL database (``--no-postgres``: SQLite only), each with its own baseline.
+
+    .venv/bin/python bench/closed_door.py [--windows 3] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import two_databases as databases
 import yaml
 
 from bot.adapters.cluster import KubernetesCluster
@@ -122,16 +125,13 @@ def route_lateness(kube: KubeStandIn, ctx: Context, ep: EndpointSettings, admiss
     return done - seen.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--windows", type=int, default=3, help="closed-door windows measured each way")
-    args = parser.parse_args()
-    poll = load_settings().rollout_poll_seconds  # the production default: 5 s
-    releases = [ReleaseManifest.model_validate(yaml.safe_load(p.read_text()))
-                for p in sorted(EXAMPLE_RELEASES.glob("*.yaml"))]
+def measure(backend: str, args: argparse.Namespace, poll: float,
+            releases: list[ReleaseManifest]) -> dict[str, list[float]]:
+    """``args.windows`` windows each way, with kimi-ops's records on ``backend``."""
     found: dict[str, list[float]] = {"rollout": [], "route": [], "rollout old": [], "route old": []}
     with start_kube() as kube, OpenAIServer(served_model="Kimi-K3") as model, \
-            tempfile.TemporaryDirectory() as tmp_name:
+            tempfile.TemporaryDirectory() as tmp_name, \
+            databases.database(backend, args, Path(tmp_name), "closed_door") as url:
         tmp = Path(tmp_name)
         seed_cluster(kube.rest(), namespace=NS, zone="us-east-1a")
         changed = kube.changes()
@@ -141,32 +141,51 @@ def main() -> None:
             cluster = KubernetesCluster(kube.api_client(), poll_seconds=poll)
             ep = EndpointSettings(name=ENDPOINT, namespace=NS, url=model.url, availability_zone="us-east-1a",
                                   route=route_config())
-            url = f"sqlite:///{tmp / 'closed-door.db'}"
             schema.upgrade(url)
             ctx = build_context(load_settings(database_url=url, data_dir=tmp), ports=Ports(cluster=cluster))
             generation = 0
-            with OperatorSimulator(kube.rest(), NS, kind="hyperpod", step_seconds=0.2,
-                                   changed=kube.changes()):
-                for window in range(args.windows * 2):
-                    old_way = window % 2 == 1  # alternate, so load on the machine falls on both alike
-                    suffix = " old" if old_way else ""
-                    found["route" + suffix].append(route_lateness(kube, ctx, ep, Admission.closed(), old_way))
-                    generation += 1
-                    release = releases[window % len(releases)]
-                    found["rollout" + suffix].append(rollout_lateness(kube, cluster, ep, release, generation, old_way))
-                    found["route" + suffix].append(route_lateness(kube, ctx, ep, Admission.open(), old_way))
+            try:
+                with OperatorSimulator(kube.rest(), NS, kind="hyperpod", step_seconds=0.2,
+                                       changed=kube.changes()):
+                    for window in range(args.windows * 2):
+                        old_way = window % 2 == 1  # alternate, so load on the machine falls on both alike
+                        suffix = " old" if old_way else ""
+                        found["route" + suffix].append(route_lateness(kube, ctx, ep, Admission.closed(), old_way))
+                        generation += 1
+                        release = releases[window % len(releases)]
+                        found["rollout" + suffix].append(
+                            rollout_lateness(kube, cluster, ep, release, generation, old_way))
+                        found["route" + suffix].append(route_lateness(kube, ctx, ep, Admission.open(), old_way))
+            finally:
+                ctx.close()
         finally:
             traffic.stop()
-    print(f"{'wait':<28} {'median s':>9} {'worst s':>8} {'baseline median s':>18} {'baseline worst s':>17}")
-    for wait, label in (("rollout", "rollout verdict"), ("route", "route change (each)")):
-        now, old = found[wait], found[wait + " old"]
-        print(f"{label:<28} {statistics.median(now):>9.3f} {max(now):>8.3f} {statistics.median(old):>18.3f} "
-              f"{max(old):>17.3f}")
-    own = statistics.median(found["rollout"]) + 2 * statistics.median(found["route"])
-    old_window = statistics.median(found["rollout old"]) + 2 * statistics.median(found["route old"])
-    print(f"\nkimi-ops's own time in one closed-door window (rollout + 2 route changes, KIMI_ROLLOUT_POLL_SECONDS={poll:g}): "
-          f"{own:.2f} s (baseline {old_window:.2f} s); goal ≤ {GOAL_SECONDS:g} s: "
-          f"{'ok' if own <= GOAL_SECONDS else 'MISSED'}")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--windows", type=int, default=3, help="closed-door windows measured each way")
+    databases.add_arguments(parser)
+    args = parser.parse_args()
+    poll = load_settings().rollout_poll_seconds  # the production default: 5 s
+    releases = [ReleaseManifest.model_validate(yaml.safe_load(p.read_text()))
+                for p in sorted(EXAMPLE_RELEASES.glob("*.yaml"))]
+    results = {backend: measure(backend, args, poll, releases) for backend in databases.backends(args)}
+    print(f"{'database':<10} {'wait':<28} {'median s':>9} {'worst s':>8} {'baseline median s':>18} "
+          f"{'baseline worst s':>17}")
+    for backend, found in results.items():
+        for wait, label in (("rollout", "rollout verdict"), ("route", "route change (each)")):
+            now, old = found[wait], found[wait + " old"]
+            print(f"{backend:<10} {label:<28} {statistics.median(now):>9.3f} {max(now):>8.3f} "
+                  f"{statistics.median(old):>18.3f} {max(old):>17.3f}")
+    print()
+    for backend, found in results.items():
+        own = statistics.median(found["rollout"]) + 2 * statistics.median(found["route"])
+        old_window = statistics.median(found["rollout old"]) + 2 * statistics.median(found["route old"])
+        print(f"{backend}: kimi-ops's own time in one closed-door window (rollout + 2 route changes, "
+              f"KIMI_ROLLOUT_POLL_SECONDS={poll:g}): {own:.2f} s (baseline {old_window:.2f} s); "
+              f"goal ≤ {GOAL_SECONDS:g} s: {'ok' if own <= GOAL_SECONDS else 'MISSED'}")
 
 
 if __name__ == "__main__":
