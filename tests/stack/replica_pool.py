@@ -97,14 +97,17 @@ class Pool:
         return replica
 
 
-def end(replica: Replica) -> None:
-    if replica.proc.poll() is None:
-        replica.proc.send_signal(signal.SIGTERM)
-    try:
-        replica.proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        replica.proc.kill()
-        replica.proc.communicate()
+def end(*replicas: Replica) -> None:
+    """SIGTERM to each at once, then wait for each (a replica's graceful stop takes seconds on a busy machine)."""
+    for replica in replicas:
+        if replica.proc.poll() is None:
+            replica.proc.send_signal(signal.SIGTERM)
+    for replica in replicas:
+        try:
+            replica.proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            replica.proc.kill()
+            replica.proc.communicate()
 
 
 def serve_pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
@@ -127,8 +130,7 @@ def serve_pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                     replicas.ensure(3)
                     yield replicas
                 finally:
-                    for replica in replicas.replicas:
-                        end(replica)
+                    end(*replicas.replicas)
         finally:
             stop_cli_sandbox(cli)
 

@@ -26,9 +26,7 @@ def test_the_driver_killed_mid_sweep_is_taken_over_and_its_traffic_gate_judged_o
     driver = wait_until("the driver's lease", lambda: holder_pid(cli, dep), WAIT_SECONDS)
     # The others give way to replicas whose sweep ends by itself, so the one that takes over stores a report; the
     # driver's own sweep goes on all day, so it is still sweeping when killed.
-    for replica in replicas.live():
-        if replica.proc.pid != driver:
-            end(replica)
+    end(*(replica for replica in replicas.live() if replica.proc.pid != driver))
     try:
         replicas.ensure(3, sweep=QUICK_SWEEP)
         openai.hold()  # the sweep's next request waits at the server, in flight
@@ -47,6 +45,5 @@ def test_the_driver_killed_mid_sweep_is_taken_over_and_its_traffic_gate_judged_o
         audit, _ = _record(cli, dep)
         assert [action for _, action in audit].count("gate.checked") == 4  # the dead run's gate was never checked
     finally:
-        for replica in replicas.live():
-            if replica.sweep is not None:  # the next test's replicas sweep all day again
-                end(replica)
+        # The next test's replicas sweep all day again.
+        end(*(replica for replica in replicas.live() if replica.sweep is not None))
