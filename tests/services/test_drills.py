@@ -4,7 +4,8 @@ One module-scoped world: the sandbox's stand-ins (Kubernetes emulator with the o
 the controller, moto, the capacity stand-in, the local model server following the pods) on a clock that
 moves by each drill's look, so a deleted pod's two minutes back cost a fraction of a second. The endpoint
 is made live by applying the example release's rendered manifest and recording it, as a finished deploy
-leaves it.
+leaves it. Each test passes alone and in any order: a test about the drill history first clears the endpoint's
+record (:func:`no_drill_on_record`) and makes the history it reads.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import delete
 from typer.testing import CliRunner
 
 from bot.adapters.clock import FrozenClock
-from bot.adapters.store.models import Deployment
+from bot.adapters.store.models import Deployment, Drill
 from bot.bootstrap import build_root
 from bot.cli.main import app
 from bot.sandbox.stack import ADMIN, APPROVER_1, DEPLOYER, ENDPOINT, Sandbox
@@ -49,6 +51,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         yield sandbox
     finally:
         sandbox.stop()
+
+
+@pytest.fixture
+def no_drill_on_record(world: Sandbox) -> Sandbox:
+    """The endpoint as before its first drill: the drills earlier tests ran (or left asked) are off its record."""
+    with world.ctx.uow() as uow:
+        row = uow.endpoints.get(ENDPOINT)
+        uow.session.execute(delete(Drill).where(Drill.endpoint_id == row.id))
+        uow.commit()
+    return world
 
 
 def _go_live(sandbox: Sandbox) -> None:
@@ -99,8 +111,8 @@ def infra_check(world: Sandbox) -> tuple[str, str]:
     return check.status, check.reason
 
 
-def test_the_infrastructure_gate_warns_while_no_drill_has_passed(world) -> None:
-    status, reason = infra_check(world)
+def test_the_infrastructure_gate_warns_while_no_drill_has_passed(no_drill_on_record: Sandbox) -> None:
+    status, reason = infra_check(no_drill_on_record)
     assert status == "warn" and "no availability drill has passed" in reason and "every 30 days" in reason
 
 
@@ -244,7 +256,25 @@ def test_wrong_drill_commands_say_what_is_wrong(world) -> None:
     assert wrong.exit_code == 2 and "did you mean `pod-deletion`" in wrong.output
 
 
-def test_the_last_drills_are_listed_and_the_gate_warning_follows_the_period(world, monkeypatch) -> None:
+def _history(world: Sandbox) -> None:
+    """Nine drills, oldest first: five asked and rejected, a bad release that passed, a reservation expiry that
+    failed, a pod deletion whose runner stopped (abandoned by the next request, a node loss, then rejected)."""
+    for kind in ("pod-deletion", "pod-deletion", "node-loss", "model-load-failure", "artifact-outage"):
+        asked = request_drill(world.ctx, REQUESTER, ENDPOINT, kind)
+        decide_drill(world.ctx, APPROVER, asked.id, approve=False, reason="not this week")
+    assert drill(world, "bad-release").state == "passed"
+    assert drill(world, "reservation-expiry").state == "failed"
+    stopped = request_drill(world.ctx, REQUESTER, ENDPOINT, "pod-deletion")
+    decide_drill(world.ctx, APPROVER, stopped.id, approve=True)
+    world.ctx.clock.advance(dt.timedelta(minutes=41))
+    last = request_drill(world.ctx, REQUESTER, ENDPOINT, "node-loss")
+    decide_drill(world.ctx, APPROVER, last.id, approve=False, reason="enough for today")
+
+
+def test_the_last_drills_are_listed_and_the_gate_warning_follows_the_period(no_drill_on_record: Sandbox,
+                                                                            monkeypatch) -> None:
+    world = no_drill_on_record
+    _history(world)
     drills = list_drills(world.ctx, APPROVER, ENDPOINT)
     assert [d.kind for d in drills][:9] == ["node-loss", "pod-deletion", "reservation-expiry", "bad-release",
                                             "artifact-outage", "model-load-failure", "node-loss", "pod-deletion",
@@ -266,6 +296,10 @@ def test_the_last_drills_are_listed_and_the_gate_warning_follows_the_period(worl
     assert table.exit_code == 0 and "RECOVERED" in table.output.upper()
 
     assert infra_check(world)[0] == "pass"
+    now = world.ctx.clock.now()
     world.ctx.clock.advance(dt.timedelta(days=31))
-    status, reason = infra_check(world)
+    try:
+        status, reason = infra_check(world)
+    finally:
+        world.ctx.clock.set(now)  # a month later, asked of the gate only: the reservation still holds for the others
     assert status == "warn" and "passed 31 days ago" in reason
