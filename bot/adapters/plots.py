@@ -3,8 +3,10 @@
 matplotlib with the Agg backend (no display); each ``*_figure`` function draws
 one figure from plain values, and :func:`png_bytes` renders it and closes it so
 a long-running bot does not leak figures. matplotlib is imported on first use:
-it takes a second or more to load, and every ``kimi-ops`` command would
-otherwise pay for it.
+it takes a third of a second of CPU to load, and every ``kimi-ops`` command and
+every worker that never draws (most of them) would otherwise pay for it. The
+first plot a process draws pays it instead; that plot follows its gate message,
+which was posted from the stored numbers first, so nobody waits on it.
 
 matplotlib is not thread-safe: pyplot keeps its figures in one global registry, and
 the fonts that measure and render text are shared objects. Gate and ramp plots are
@@ -45,12 +47,6 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def load() -> None:
-    """Load matplotlib now, beside the worker's start-up: the first plot the worker's notifier draws then costs its
-    drawing, not a second of import as well."""
-    _pyplot()
 
 
 @_one_at_a_time

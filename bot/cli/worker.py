@@ -55,7 +55,6 @@ def worker(
 
 
 def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, ready_fd: int | None = None) -> None:
-    from bot.adapters import plots
     from bot.slack.app import create_app
     from bot.slack.job import Job
     from bot.slack.work import LEASE_SECONDS, Worker
@@ -70,8 +69,6 @@ def run_worker(root: Any, jobs: bool, wake_fd: int | None, lease: float | None, 
     os.nice(WORKER_NICENESS)
     kimi = create_app(root, signing_secret=settings.slack_signing_secret or "the-worker-verifies-nothing",
                       outbox_seconds=OUTBOX_SECONDS, role="worker")
-    # The outbox delivery draws the gates' plots in this process: matplotlib loads beside the start-up, not in the first.
-    threading.Thread(target=plots.load, name="kimi-plots-load", daemon=True).start()
     runner = None
     if jobs:
         from bot.scheduler import JobRunner
