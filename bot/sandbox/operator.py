@@ -100,8 +100,9 @@ class OperatorSimulator:
         playing = True
         while not self._wait(playing):
             try:
-                # The controller watches pods come back on a clock a test moves without writing: it always plays.
-                playing = self.controller
+                # The controller keeps playing while a pod is still to come back: that happens on a clock a test moves
+                # without writing. With every pod ready it waits for a write, as the rollouts do (a deleted pod is one).
+                playing = False
                 for obj in self.rest.items(collection_path(self._resource, self.namespace)):
                     playing = self._advance(obj) or playing
             except Exception as exc:  # keep playing; the test sees the error list if it matters
@@ -129,9 +130,7 @@ class OperatorSimulator:
             step = 0
         last = 2 if self.behaviour != "hang" else 1
         if step > last:
-            if self.controller:
-                self._reconcile(obj)
-            return False
+            return self.controller and self._reconcile(obj)
         pod = f"{name}-{hashlib.sha256(f'{name}{generation}'.encode()).hexdigest()[:8]}-x7k2q"
         failing = self.controller and self._fails_to_load(obj)
         if failing:
@@ -185,15 +184,16 @@ class OperatorSimulator:
                 return str(node["metadata"]["name"])
         return None
 
-    def _reconcile(self, obj: dict[str, Any]) -> None:
-        """After a rollout: bring a deleted pod back, ready ``restart_seconds`` later on a schedulable node."""
+    def _reconcile(self, obj: dict[str, Any]) -> bool:
+        """After a rollout: bring a deleted pod back, ready ``restart_seconds`` later on a schedulable node; True while
+        one is still to come back."""
         name = obj["metadata"]["name"]
         if self._fails_to_load(obj) or self.behaviour != "succeed":
-            return
+            return False
         pods = self._pods_of(name)
         if any(self._ready(p) for p in pods):
             self._tell(obj, True)
-            return
+            return False
         self._tell(obj, False)
         now = self.clock.now()
         node = self._schedulable()
@@ -207,17 +207,18 @@ class OperatorSimulator:
                 "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
                                                                "reason": "Unschedulable"}]},
             })
-            return
+            return True
         pod = pods[-1]["metadata"]["name"]
         born = self._born.setdefault(pod, now)
         if node is None or (now - born).total_seconds() < self.restart_seconds:
-            return
+            return True
         if not (pods[-1].get("spec") or {}).get("nodeName"):
             # A real scheduler binds through the pods/binding subresource; the emulator takes the field.
             self.rest.merge_patch(object_path("Pod", pod, self.namespace), {"spec": {"nodeName": node}}, manager="scheduler")
         self._pod(pod, name, "Running", ready=True)
         self._born.pop(pod, None)
         self._tell(obj, True)
+        return False
 
     def _status(self, name: str, status: dict[str, Any]) -> None:
         path = object_path(self._resource, name, self.namespace) + "/status"
