@@ -23,7 +23,7 @@ from bot.sandbox.stack import DEPLOYER, ENDPOINT, NAMESPACE, SANDBOX_SWEEP, Sand
 from bot.services.access import Identity
 from bot.services.deployments import cancel, get_deployment, history, request_deploy
 from bot.services.engine import Engine
-from tests.cli_support import QUICK_SWEEP
+from tests.cli_support import QUICK_PREFILL, QUICK_SWEEP
 from tests.exposure_support import World, assert_runs_exactly, restore_of
 from tests.world_support import WAIT_SECONDS, in_background, joined, wait_until
 
@@ -37,12 +37,13 @@ ENDLESS_SWEEP = {**SANDBOX_SWEEP, "steady_seconds": 86_400, "steady_requests_per
 @pytest.fixture(params=["sqlite", "postgres"])
 def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     """No background users (a held request would hold theirs too); an hour's drain deadline; the older release
-    live, deployed with the quick sweep (the endless one is set for the candidate only)."""
+    live, deployed with the quick sweep and prefill (the endless sweep is set for the candidate only)."""
     settings: dict[str, Any] = {"lease_seconds": 4, "lease_heartbeat_seconds": 1, "traffic_sweep": QUICK_SWEEP}
     if request.param == "postgres":
         settings["database_url"] = request.getfixturevalue("fresh_pg_url")
     sandbox = Sandbox(tmp_path / "sandbox", users_per_second=0, settings_overrides=settings,
                       endpoint_overrides={"drain_seconds": 3600, "ramp": {"steps": [], "soak_seconds": 0}}).start()
+    sandbox.stand_ins["openai"].configure(**QUICK_PREFILL)
     w = World(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
     try:
         w.live = w.deploy(w.releases[0])  # type: ignore[attr-defined]
