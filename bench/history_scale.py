@@ -11,7 +11,8 @@ endpoint's newest cold start is on its row, as the readiness step keeps it (migr
 endpoint's rollouts recorded none, the worst case for a search of its events.
 
 Each call is timed in this process: server time, the command's whole work up to the reply it would send; the
-best of ``--repeat`` (on a shared machine the best is the code's cost, the rest is other people's load). Its
+best of ``--repeat`` (on a shared machine the best is the code's cost, the rest is other people's load), the sizes
+taking turns call by call so that a busy moment falls on both and the growth measures the data. Its
 SQL statements are counted. The baseline, in the same run, is the same call on the same data with migration
 0009's five indexes dropped. The goals (issues 19 and 36): each call under 50 ms at 100k deployments, and at
 most 2× from 1k to 100k. Beside them, the lookup status made before migration 0017 (each endpoint's newest
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ from sqlalchemy.orm import Session, aliased
 from bot.adapters.store import schema
 from bot.adapters.store.models import Endpoint, Event, UTCDateTime
 from bot.bootstrap import build_context, build_root
-from bot.config import load_settings
+from bot.config import Settings, load_settings
 from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
 from bot.services.access import Identity
 from bot.services.context import Context
@@ -199,45 +201,73 @@ def calls(ctx: Context) -> dict[str, Callable[[], object]]:
     }
 
 
-def measure(engine: Engine, call: Callable[[], object], repeat: int) -> tuple[float, int]:
-    """Best milliseconds of ``call`` over ``repeat`` (after one warm-up) and the SQL statements one call sends."""
-    statements: list[str] = []
+def measure(sides: dict[int, tuple[Engine, Callable[[], object]]], repeat: int) -> dict[int, tuple[float, int]]:
+    """Per size: the best milliseconds of its call over ``repeat`` (after one warm-up) and the SQL statements one
+    call sends. The sizes take turns call by call, so a busy moment on the machine falls on each alike and the
+    growth between them measures the data, not the neighbours."""
+    counted: dict[int, int] = {}
+    for size, (engine, call) in sides.items():
+        statements: list[str] = []
 
-    def count(conn: Connection, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
+        def count(conn: Connection, cursor: Any, statement: str, *args: Any, seen: list[str] = statements) -> None:
+            seen.append(statement)
 
-    call()
-    event.listen(engine, "before_cursor_execute", count)
-    try:
         call()
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
-    timings = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        call()
-        timings.append((time.perf_counter() - started) * 1000)
-    return min(timings), len(statements)
-
-
-def run_size(url: str, tmp: Path, deployments: int, repeat: int) -> dict[str, dict[str, tuple[float, int]]]:
-    """``{"indexed"|"baseline": {call: (ms, statements)}}`` for one database of ``deployments`` deployments."""
-    schema.upgrade(url)
-    filler = create_engine(url)
-    fill(filler, deployments)
-    settings = load_settings(database_url=url, data_dir=tmp, roles={"admin": [ADMIN.user_id]},
-                             endpoints=[{"name": f"kimi-{e}", "egress": SANDBOX_EGRESS, "door": SANDBOX_DOOR}
-                                        for e in range(1, ENDPOINTS + 1)])
-    found: dict[str, dict[str, tuple[float, int]]] = {}
-    for variant in ("indexed", "baseline"):
-        if variant == "baseline":
-            drop_indexes(filler)
-        ctx = build_context(settings)
+        event.listen(engine, "before_cursor_execute", count)
         try:
-            found[variant] = {name: measure(ctx.uow.engine, call, repeat) for name, call in calls(ctx).items()}
+            call()
         finally:
-            ctx.close()
-    filler.dispose()
+            event.remove(engine, "before_cursor_execute", count)
+        counted[size] = len(statements)
+    timings: dict[int, list[float]] = {size: [] for size in sides}
+    for _ in range(repeat):
+        for size, (_engine, call) in sides.items():
+            started = time.perf_counter()
+            call()
+            timings[size].append((time.perf_counter() - started) * 1000)
+    return {size: (min(timings[size]), counted[size]) for size in sides}
+
+
+def settings_for(url: str, tmp: Path) -> Settings:
+    return load_settings(database_url=url, data_dir=tmp, roles={"admin": [ADMIN.user_id]},
+                         endpoints=[{"name": f"kimi-{e}", "egress": SANDBOX_EGRESS, "door": SANDBOX_DOOR}
+                                    for e in range(1, ENDPOINTS + 1)])
+
+
+def run_backend(backend: str, args: argparse.Namespace, tmp: Path, sizes: list[int],
+                repeat: int) -> dict[int, dict[str, dict[str, tuple[float, int]]]]:
+    """``{size: {"indexed"|"baseline": {call: (ms, statements)}}}``: one database per size, all filled first, then
+    every call measured on the sizes in turn; the baseline last, on the same data without the indexes."""
+    found: dict[int, dict[str, dict[str, tuple[float, int]]]] = {size: {} for size in sizes}
+    with ExitStack() as stack:
+        urls: dict[int, str] = {}
+        for size in sizes:
+            started = time.perf_counter()
+            urls[size] = url = stack.enter_context(databases.database(backend, args, tmp, f"history_{size}"))
+            schema.upgrade(url)
+            filler = create_engine(url)
+            fill(filler, size)
+            filler.dispose()
+            print(f"# {backend} {size:,} deployments: filled in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        for variant in ("indexed", "baseline"):
+            contexts: dict[int, Context] = {}
+            try:
+                for size, url in urls.items():
+                    if variant == "baseline":
+                        dropper = create_engine(url)
+                        drop_indexes(dropper)
+                        dropper.dispose()
+                    place = tmp / f"{backend}-{size}-{variant}"
+                    place.mkdir()
+                    contexts[size] = build_context(settings_for(url, place))
+                named = {size: calls(ctx) for size, ctx in contexts.items()}
+                for name in named[sizes[0]]:
+                    sides = {size: (contexts[size].uow.engine, named[size][name]) for size in sizes}
+                    for size, result in measure(sides, repeat).items():
+                        found[size].setdefault(variant, {})[name] = result
+            finally:
+                for ctx in contexts.values():
+                    ctx.close()
     return found
 
 
@@ -251,14 +281,11 @@ def main() -> None:
     backends = databases.backends(args)
     results: dict[tuple[str, int], dict[str, dict[str, tuple[float, int]]]] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
         for backend in backends:
-            for size in sizes:
-                started = time.perf_counter()
-                with databases.database(backend, args, tmp, f"history_{size}") as url:
-                    results[(backend, size)] = run_size(url, tmp, size, max(1, args.repeat))
-                print(f"# {backend} {size:,} deployments: filled and measured in {time.perf_counter() - started:.0f} s",
-                      file=sys.stderr)
+            started = time.perf_counter()
+            for size, found in run_backend(backend, args, Path(tmp_name), sizes, max(1, args.repeat)).items():
+                results[(backend, size)] = found
+            print(f"# {backend}: measured in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     base, top = sizes[0], sizes[-1]
     print(f"{'database':<10} {'call':<23} {f'{base:,} ms':>10} {f'{top:,} ms':>11} {'growth':>7} {'stmts':>6} "
           f"{'baseline ms':>12} {'baseline×':>10}  goal")
