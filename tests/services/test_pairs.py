@@ -1,9 +1,11 @@
 """Blue/green on the sandbox's real parts: a service of two endpoints behind one route, ramped step by step.
 
 One module-scoped pair world (two Kimi K3 stand-ins, one per side, the gateway stand-in splitting the
-service's HTTPRoute by weight, background users, the production engine) carries every case: each test
-starts from "users on one side, the other warm or empty" and leaves the world that way. The deploy through
-the gates is the one whole-stack flow; the split, the abort, the rollback and the crash reuse it.
+service's HTTPRoute by weight, background users, the production engine; :mod:`tests.pairs_support`) carries
+every case. No test counts on another having run: each reads which side users are on, and one that needs a
+side to roll back to asks for it (the ``warm_pair`` fixture deploys to the service only when no side is kept
+warm). The deploy through the gates is the one whole-stack flow; the split, the abort, the rollback and the
+crash reuse it.
 """
 
 from __future__ import annotations
@@ -12,23 +14,17 @@ import datetime as dt
 import re
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from slack_sdk import WebClient
 
-from bot.adapters.cluster.rest import object_path
 from bot.adapters.slack.notifier import SlackNotifier
 from bot.bootstrap import Root
 from bot.domain.admission import Admission
 from bot.domain.alert_rules import rule_object_name
 from bot.sandbox.slack_stub import SlackStub
-from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, NAMESPACE, SANDBOX_PAIR_RAMP, SERVICE, Sandbox
-from bot.sandbox.users import COHORT_USER, USER
+from bot.sandbox.stack import BLUE, DEPLOYER, GREEN, SANDBOX_PAIR_RAMP, SERVICE, Sandbox
 from bot.services.access import Identity
 from bot.services.admission import apply_admission
 from bot.services.alert_rules import apply_after_go_live
@@ -38,121 +34,18 @@ from bot.services.errors import Refused
 from bot.services.incidents import Incidents
 from bot.services.pairs import rollback_service, service_status
 from bot.services.ramp_approvals import approve_ramp_step, ramp_step_waiting
-from bot.services.reservations import endpoints_with_tested_release, watch_reservations
+from bot.services.reservations import watch_reservations
 from bot.services.scheduling import run_job
 from commands import incidents
 from tests.cli_support import QUICK_SWEEP, run_in_process
-from tests.world_support import APPROVER, SandboxWorld, in_background, joined, wait_until
+from tests.pairs_support import HTTP, PairWorld, models_seen
+from tests.world_support import APPROVER, in_background, joined, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
 # The Gateway API conformance suite's weight check (HTTPRouteWeight): 500 requests, each share within ±0.05, in
 # one of 10 tries.
 CONFORMANCE_REQUESTS, CONFORMANCE_TOLERANCE, CONFORMANCE_TRIES = 500, 0.05, 10
-HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=16))
-
-
-@dataclass
-class PairWorld(SandboxWorld):
-    sandbox: Sandbox
-    engine: Engine
-    slack: SlackStub
-
-    def ramp_message(self, deployment_id: int) -> Any:
-        """The one ramp message in the deployment's thread, after the outbox is delivered to the Slack stub."""
-        notifier = SlackNotifier(WebClient(token="xoxb-t", base_url=self.slack.api_url), self.ctx.uow, self.ctx.clock)
-        notifier.deliver_pending()
-        with self.ctx.uow() as uow:
-            dep = uow.deployments.get(deployment_id)
-            channel, root = dep.slack_channel, dep.slack_thread_ts
-        found = [m for m in self.slack.thread(channel, root) if m.text.startswith(":bar_chart:")]
-        assert len(found) == 1, [m.text for m in found]
-        return found[0]
-
-    def ramp_plots(self, deployment_id: int) -> list[Any]:
-        """The PNGs uploaded into the deployment's thread for its ramp (after ``ramp_message`` delivered them)."""
-        with self.ctx.uow() as uow:
-            dep = uow.deployments.get(deployment_id)
-            channel, root = dep.slack_channel, dep.slack_thread_ts
-        return [u for _, u in self.slack.files_in(channel, root) if u.filename.startswith("ramp-")]
-
-    def server(self, side: str) -> Any:
-        return self.sandbox.side_server(side)
-
-    def users_at(self, side: str) -> int:
-        seen = self.server(side).users()
-        return int(seen[USER] + seen[COHORT_USER])
-
-    def admission(self, side: str) -> str:
-        with self.ctx.uow() as uow:
-            return str(uow.endpoints.get(side).admission)
-
-    def live_release(self, side: str) -> str | None:
-        status = {s.endpoint: s for s in service_status(self.ctx, SERVICE).sides}
-        return status[side].release
-
-    def weights(self) -> dict[str, int | None]:
-        return {s.endpoint: s.weight for s in service_status(self.ctx, SERVICE).sides}
-
-    def _patches(self, kind: str, name: str) -> int:
-        path = object_path(kind, name, NAMESPACE)
-        return sum(1 for r in self.sandbox.stand_ins["kube"].requests()
-                   if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params)
-
-    def route_writes(self) -> int:
-        """Writes of the service's HTTPRoute the emulator received (server-side apply is a PATCH)."""
-        return self._patches("HTTPRoute", SERVICE)
-
-    def workload_writes(self) -> int:
-        """Applies of either side's model workload (the InferenceEndpointConfig)."""
-        return sum(self._patches("InferenceEndpointConfig", side) for side in (BLUE, GREEN))
-
-    def admissions_since(self, side: str, audit_id: int) -> list[str]:
-        """The admissions recorded for ``side`` after audit row ``audit_id``, oldest first."""
-        with self.ctx.uow() as uow:
-            rows = uow.audit.list(subject=f"endpoint:{side}", limit=200)
-            return [str((r.details or {})["to"]) for r in sorted(rows, key=lambda r: r.id)
-                    if r.action == "endpoint.admission" and r.id > audit_id]
-
-    def audit_mark(self) -> int:
-        with self.ctx.uow() as uow:
-            return int(uow.audit.latest_id())
-
-    def deploy(self, release: str, *, until: str = "live") -> Any:
-        return self.approve(request_deploy(self.ctx, release, SERVICE, Identity(DEPLOYER)).id, until=until)
-
-    def tested(self) -> set[str]:
-        """The sides the reservation watch counts as tested replacements (a release that passed its gates runs)."""
-        with self.ctx.uow() as uow:
-            return endpoints_with_tested_release(uow, self.ctx.settings.endpoints)
-
-    def users_on(self) -> str:
-        return next(s.endpoint for s in service_status(self.ctx, SERVICE).sides if s.users)
-
-    def service_pages(self) -> set[tuple[str, str]]:
-        """Whom the service's own PrometheusRule in the cluster pages: (endpoint, release) of its alerts."""
-        rule = self.sandbox.stand_ins["kube"].rest().get(object_path("PrometheusRule", rule_object_name(SERVICE),
-                                                                      NAMESPACE))
-        assert rule is not None, "no PrometheusRule of the service in the cluster"
-        return {(r["labels"]["endpoint"], r["labels"]["release"]) for g in rule["spec"]["groups"] for r in g["rules"]
-                if "alert" in r}
-
-    def rules_applied(self, side: str) -> list[str]:
-        """The releases the rules were applied for outside a deployment (a service rollback), oldest first."""
-        with self.ctx.uow() as uow:
-            return [d["release"] for _, _, _, d in uow.audit.actions(f"endpoint:{side}", "alert_rules.applied")
-                    if d["rule"] == rule_object_name(SERVICE)]
-
-
-def models_seen(url: str, n: int, headers: dict[str, str] | None = None) -> Counter[str]:
-    """Which side's server answered each of ``n`` cheap requests through the gateway (10 at a time)."""
-    def one(_: int) -> str:
-        answer = HTTP.get(f"{url}/v1/models", headers=headers or {})
-        answer.raise_for_status()
-        return str(answer.headers.get("x-kimi-upstream") or answer.json()["data"][0]["id"])
-
-    with ThreadPoolExecutor(10) as pool:
-        return Counter(pool.map(one, range(n)))
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +67,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
         sandbox.stop()
         slack.stop()
         HTTP.close()
+
+
+@pytest.fixture
+def warm_pair(world: PairWorld) -> PairWorld:
+    """The pair with users on one side and the other kept warm (a release that passed its gates, not the users')."""
+    world.keep_a_side_warm()
+    return world
 
 
 def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_steps(world: PairWorld) -> None:
@@ -219,7 +119,9 @@ def test_a_deploy_to_a_service_goes_to_the_idle_side_and_shifts_the_weight_in_st
     assert plot.mimetype == "image/png" and plot.length > 0
 
 
-def test_the_split_at_the_gateway_matches_the_route_weights_within_the_conformance_tolerance(world: PairWorld) -> None:
+def test_the_split_at_the_gateway_matches_the_route_weights_within_the_conformance_tolerance(
+        warm_pair: PairWorld) -> None:
+    world = warm_pair
     users = world.users_on()
     idle = GREEN if users == BLUE else BLUE
     idle_settings = world.ctx.settings.endpoint(idle)
@@ -249,7 +151,8 @@ def test_the_split_at_the_gateway_matches_the_route_weights_within_the_conforman
     assert world.weights() == {users: 100, idle: 0}
 
 
-def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: PairWorld) -> None:
+def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(warm_pair: PairWorld) -> None:
+    world = warm_pair
     users = world.users_on()
     warm = GREEN if users == BLUE else BLUE
     warm_release = world.live_release(warm)
@@ -284,7 +187,8 @@ def test_rollback_of_a_service_is_one_route_change_to_the_side_kept_warm(world: 
 
 
 def test_kimi_ops_rollback_of_a_service_from_a_terminal_moves_the_users_and_their_pages(
-        world: PairWorld, tmp_path: Path) -> None:
+        warm_pair: PairWorld, tmp_path: Path) -> None:
+    world = warm_pair
     users = world.users_on()
     warm = GREEN if users == BLUE else BLUE
     warm_release = world.live_release(warm)
@@ -304,7 +208,9 @@ def test_kimi_ops_rollback_of_a_service_from_a_terminal_moves_the_users_and_thei
     assert f"`kimi-ops deploy rel-x --to {SERVICE}`" in said, said  # what would serve that release instead
 
 
-def test_rules_the_cluster_refuses_after_a_service_rollback_are_said_under_the_rollback(world: PairWorld) -> None:
+def test_rules_the_cluster_refuses_after_a_service_rollback_are_said_under_the_rollback(
+        warm_pair: PairWorld) -> None:
+    world = warm_pair
     users = world.users_on()
     warm = GREEN if users == BLUE else BLUE
     warm_release = world.live_release(warm)
@@ -333,7 +239,9 @@ def test_rules_the_cluster_refuses_after_a_service_rollback_are_said_under_the_r
     assert world.service_pages() == {(warm, warm_release)}
 
 
-def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_route_change(world: PairWorld) -> None:
+def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_route_change(
+        warm_pair: PairWorld) -> None:
+    world = warm_pair
     users = world.users_on()
     warm = GREEN if users == BLUE else BLUE
     spec = world.ctx.settings.endpoint(users)
@@ -367,26 +275,10 @@ def test_an_alerts_roll_back_button_about_a_side_rolls_its_service_back_in_one_r
 
 
 
-def _idle(world: PairWorld) -> str:
-    """The side users are not on (where the next deploy to the service goes)."""
-    return GREEN if world.users_on() == BLUE else BLUE
-
-
-def _to_the_traffic_gate(world: PairWorld) -> tuple[int, str, str]:
-    """A deploy to the service, approved up to its traffic gate (waiting): its id, the users' side, the idle one."""
-    older, newer = world.releases
-    users, idle = world.users_on(), _idle(world)
-    release = newer if world.live_release(users) == older else older
-    dep = request_deploy(world.ctx, release, SERVICE, Identity(DEPLOYER)).id
-    view = world.approve(dep, until="traffic_gate")
-    world.decide(get_deployment(world.ctx, view.id))
-    return dep, users, idle
-
-
 def test_a_crash_mid_ramp_resumes_at_the_recorded_step(world: PairWorld) -> None:
     # Soaks long enough to be stopped during one.
-    with world.endpoint_changed(_idle(world), ramp={"soak_seconds": 1.0, "sample_seconds": 0.5}):
-        dep, users, idle = _to_the_traffic_gate(world)
+    with world.endpoint_changed(world.idle(), ramp={"soak_seconds": 1.0, "sample_seconds": 0.5}):
+        dep, users, idle = world.to_the_traffic_gate()
         first = world.engine
         driver, result = in_background(lambda: first.advance(dep))
         wait_until("the 25% step", lambda: world.admission(idle) == "25%")
@@ -407,8 +299,8 @@ def test_a_crash_mid_ramp_resumes_at_the_recorded_step(world: PairWorld) -> None
 
 def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_traffic(world: PairWorld) -> None:
     # The sandbox's soaks: what the candidate's users meet during one is what breaks the objective.
-    with world.endpoint_changed(_idle(world), ramp={k: SANDBOX_PAIR_RAMP[k] for k in ("soak_seconds", "sample_seconds")}):
-        dep, users, idle = _to_the_traffic_gate(world)
+    with world.endpoint_changed(world.idle(), ramp={k: SANDBOX_PAIR_RAMP[k] for k in ("soak_seconds", "sample_seconds")}):
+        dep, users, idle = world.to_the_traffic_gate()
         mark = world.audit_mark()
         world.server(idle).configure(first_token_delay=2.5)  # well above the sides' 1000 ms first-token objective
         try:
@@ -438,8 +330,8 @@ def test_a_latency_regression_on_the_candidate_aborts_the_ramp_and_returns_all_t
 
 
 def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_it_go_on(world: PairWorld) -> None:
-    with world.endpoint_changed(_idle(world), ramp={"approval_steps": [25]}):
-        dep, users, idle = _to_the_traffic_gate(world)
+    with world.endpoint_changed(world.idle(), ramp={"approval_steps": [25]}):
+        dep, users, idle = world.to_the_traffic_gate()
         held = world.engine.advance(dep)
         assert held.state == "ramping" and world.admission(idle) == "5%"  # it stopped before 25%
         assert dep not in world.engine.lapsed()  # a person is to act: no replica takes it over meanwhile
@@ -456,9 +348,9 @@ def test_a_ramp_holds_before_a_step_that_needs_approval_until_an_approver_lets_i
 def test_a_ramp_step_nobody_approves_expires_like_a_gate_and_returns_all_weight_to_the_previous_side(
         world: PairWorld) -> None:
     allowed = dt.timedelta(seconds=1.2)  # gate_wait_after_apply_minutes, the wait a gate after apply has
-    with world.endpoint_changed(_idle(world), ramp={"approval_steps": [5]},
+    with world.endpoint_changed(world.idle(), ramp={"approval_steps": [5]},
                        gate_wait_after_apply_minutes=allowed.total_seconds() / 60):
-        dep, users, idle = _to_the_traffic_gate(world)
+        dep, users, idle = world.to_the_traffic_gate()
         held = world.engine.advance(dep)
         assert held.state == "ramping" and world.admission(idle) == "internal"  # it holds before 5%
         with world.ctx.uow() as uow:
