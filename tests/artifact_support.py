@@ -121,3 +121,11 @@ def seeded(moto: MotoStandIn) -> Seeded:
 
 def not_passing(checks: list[Check]) -> dict[str, str]:
     return {c.name: c.status for c in checks if c.status != "pass"}
+
+
+# The inference role a bucket policy must limit reads to (as an ARN written in a policy), and another role.
+ROLE = "arn:aws:iam::123456789012:role/kimi-k3-inference"
+
+
+def by_name(checks: list[Check]) -> dict[str, Check]:
+    return {c.name: c for c in checks}
