@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from slack_sdk import WebClient
@@ -55,6 +56,9 @@ SWEEP = {
     "refine_steps": 3, "max_requests": 600, "max_seconds": 60, "request_timeout_seconds": 10,
     "max_tokens": 8, "prompt_words": 48, "prefix_modes": ["unique"],
 }
+# For the tests that need a proposal below what the endpoint admits but not which: one steady request and one burst
+# per level, no bisection (a third of the sweep's time; its knee is at 8 or it proposes the ceiling, 8, both below 32).
+ANY_KNEE_SWEEP = {**SWEEP, "steady_requests_per_slot": 1, "burst_rounds": 1, "refine_steps": 0}
 APPROVER = "U0APPROVER1"
 GROUP_APPROVER = "U0APPROVER2"  # an approver through the S0APPROVERS user group
 
@@ -66,16 +70,27 @@ def server() -> Iterator[OpenAIServer]:
         yield srv
 
 
-@pytest.fixture()
-def bench(make_ctx, server: OpenAIServer) -> Iterator[SlackBench]:
+def _bench(make_ctx: Any, server: OpenAIServer, sweep: dict[str, Any]) -> Iterator[SlackBench]:
     endpoint = endpoint_config(channel=CHANNEL, url=server.url,
                                request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})
-    ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000},
+    ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=sweep, traffic_objectives={"ttft_p99_ms": 2000},
                    ports=fake_ports(loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     b = start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]}, readiness_pause=0)
     yield b
     stop_bench(b)
+
+
+@pytest.fixture()
+def bench(make_ctx, server: OpenAIServer) -> Iterator[SlackBench]:
+    """The sweep that finds the server's limit exactly: the proposal is ``LIMIT``."""
+    yield from _bench(make_ctx, server, SWEEP)
+
+
+@pytest.fixture()
+def any_knee_bench(make_ctx, server: OpenAIServer) -> Iterator[SlackBench]:
+    """A quicker sweep whose proposal is below what the endpoint admits (Accept limits offered), not exactly ``LIMIT``."""
+    yield from _bench(make_ctx, server, ANY_KNEE_SWEEP)
 
 
 def root(bench: SlackBench) -> Message:
@@ -184,7 +199,8 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
 
 
 def test_an_id_typed_after_by_in_a_reason_pings_nobody_while_the_people_who_acted_stay_mentions(
-        bench: SlackBench) -> None:
+        any_knee_bench: SlackBench) -> None:
+    bench = any_knee_bench
     """Mentions come from who the deployment records acting (asked, accepted limits, rejected), not from the words
     around an id: "by U0ADMIN" typed in a rejection reaches Slack as typed, pinging nobody."""
     message = to_traffic_gate(bench)
@@ -204,7 +220,8 @@ def test_an_id_typed_after_by_in_a_reason_pings_nobody_while_the_people_who_acte
         assert "<@U0ADMIN>" not in sent and "\u2060" not in sent, (call.method, sent[:600])
 
 
-def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: SlackBench) -> None:
+def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(any_knee_bench: SlackBench) -> None:
+    bench = any_knee_bench
     old = to_traffic_gate(bench)
     value = button(old, ACCEPT_LIMITS)["value"]
 
@@ -223,7 +240,8 @@ def test_a_click_on_a_report_that_was_re_checked_is_refused_as_stale(bench: Slac
     assert newest is not old and has(newest, ACCEPT_LIMITS)
 
 
-def test_the_sweep_plot_lands_in_the_thread_once_even_when_slack_fails_first(bench: SlackBench) -> None:
+def test_the_sweep_plot_lands_in_the_thread_once_even_when_slack_fails_first(any_knee_bench: SlackBench) -> None:
+    bench = any_knee_bench
     # The first upload attempt dies at Slack's upload URL, the second when completing: both are retried.
     bench.stub.fail_next("upload")
     bench.stub.fail_next("files.completeUploadExternal", "internal_error")
