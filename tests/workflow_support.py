@@ -3,7 +3,8 @@
 These stand in for adapters only where a test is about the workflow's rules (who may
 approve, what is stale, what is locked); the adapters themselves are tested against
 their real stand-ins (moto, kmock, the local OpenAI-compatible server), and the
-end-to-end workflow test uses those.
+end-to-end workflow test uses those. ``wf``, :func:`approve` and :func:`deploy_to_live` drive a deployment through
+its gates for ``tests/services/test_workflow*.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime as dt
 import threading
 from dataclasses import dataclass, field
 
+import pytest
 import yaml
 
 from bot.config import EndpointSettings
@@ -32,6 +34,7 @@ from bot.sandbox.aws import INFERENCE_ROLE
 from bot.sandbox.stack import SANDBOX_DOOR, SANDBOX_EGRESS
 from bot.services.access import Identity
 from bot.services.context import Ports
+from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from tests.conftest import EXAMPLE_RELEASE, START
 
 REQUESTER = Identity("U0DEPLOYER")
@@ -193,3 +196,29 @@ def workflow(make_ctx, releases: int = 2) -> tuple[object, object]:
         extra = {"EXTRA": str(i)} if i else {}
         register_release(ctx, release_data(f"rel-{'abcdefgh'[i]}", **extra), "U0DEPLOYER")
     return ctx, Engine(ctx, readiness_pause=0)
+
+
+@pytest.fixture()
+def wf(make_ctx):
+    """A workflow of three releases on a fake cluster: (context, engine)."""
+    return workflow(make_ctx, releases=3)
+
+
+def approve(ctx, engine, dep_id, who=APPROVER_1):
+    view = get_deployment(ctx, dep_id)
+    assert view.pending is not None, view
+    decide_gate(ctx, dep_id, view.pending.gate, "approved", who,
+                seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
+    return engine.advance(dep_id)
+
+
+def deploy_to_live(ctx, engine, release="rel-a"):
+    view = request_deploy(ctx, release, "kimi-prod", REQUESTER)
+    view = engine.advance(view.id)
+    gates_seen = []
+    while view.state != "live":
+        assert view.pending is not None, view
+        gates_seen.append(view.pending.gate)
+        view = approve(ctx, engine, view.id, APPROVER_1 if len(gates_seen) % 2 else ADMIN)
+    assert gates_seen == ["artifact", "infrastructure", "model", "traffic"]
+    return view
