@@ -1,15 +1,13 @@
-"""vLLM metrics snapshots and drain: from the real sample texts and from the live stand-in.
+"""vLLM metrics snapshots: from the real sample texts and from the live stand-in.
 
-Samples come from ``protocol-samples/vllm`` (vLLM's own documentation output); the
-live tests drive the stand-in into known states (requests held running, queued,
-prefixes shared) and read them back through ``/metrics`` over HTTP.
+Samples come from ``protocol-samples/vllm`` (vLLM's own documentation output); the live tests drive the stand-in
+into known states (requests held running, queued, prefixes shared) and read them back through ``/metrics`` over
+HTTP. Draining an endpoint: ``test_endpoint_drain.py``.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -23,59 +21,17 @@ from bot.adapters.endpoint import (
     histogram_quantile,
     parse_metrics,
 )
-from bot.config import EndpointSettings
-from bot.sandbox.openai_server import OpenAIServer
+from tests.endpoint_support import SERVED, chat, chats_in_background
+from tests.endpoint_support import endpoint as endpoint
+from tests.endpoint_support import server as server
 
 SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "protocol-samples" / "vllm"
-SERVED = "Kimi-K3"
 
 
 def doc_sample(name: str) -> str:
     """A sample as published in vLLM's docs, minus the shell prompt and the docs' "..." elisions."""
     lines = (SAMPLES / name).read_text().splitlines()
     return "\n".join(line for line in lines if not line.startswith("$ ") and line.strip() != "...") + "\n"
-
-
-class FakeTime:
-    """A monotonic clock that only moves when drain sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-@pytest.fixture()
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer(served_model=SERVED) as running:
-        yield running
-        running.release()
-
-
-@pytest.fixture()
-def endpoint(server: OpenAIServer) -> EndpointSettings:
-    return EndpointSettings(name="kimi-test", url=server.url, served_model_name=SERVED)
-
-
-def chat(url: str, text: str, *, stream: bool = True) -> httpx.Response:
-    body = {"model": SERVED, "messages": [{"role": "user", "content": text}], "stream": stream}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
-
-
-def in_background(url: str, texts: list[str]) -> list[threading.Thread]:
-    threads = [threading.Thread(target=chat, args=(url, text), daemon=True) for text in texts]
-    for thread in threads:
-        thread.start()
-    return threads
-
-
-# -- real sample texts ----------------------------------------------------------------------------------------
 
 
 def test_docs_example_gives_running_requests_and_ttft_quantiles() -> None:
@@ -190,9 +146,6 @@ def test_histogram_quantile_lands_in_the_bucket_of_the_true_quantile(bounds, fra
     assert lower <= true_value <= upper
 
 
-# -- the live stand-in ----------------------------------------------------------------------------------------
-
-
 def test_live_idle_server_reports_zero_running_and_waiting(server, endpoint) -> None:
     snap = HttpEndpointClient().metrics(endpoint)
 
@@ -205,7 +158,7 @@ def test_live_idle_server_reports_zero_running_and_waiting(server, endpoint) -> 
 def test_live_running_queued_and_kv_usage_reflect_requests(server, endpoint) -> None:
     server.configure(max_running=2, max_waiting=1, kv_capacity_tokens=64)
     server.hold()
-    threads = in_background(server.url, ["first request", "second request", "third request"])
+    threads = chats_in_background(server.url, ["first request", "second request", "third request"])
     assert server.wait_for(lambda s: s.running == 2 and s.waiting == 1)
 
     snap = HttpEndpointClient().metrics(endpoint)
@@ -266,75 +219,6 @@ def test_metrics_from_a_closed_port_raise_metrics_unavailable(server, endpoint) 
     with pytest.raises(MetricsUnavailable, match="cannot reach"):
         HttpEndpointClient(connect_timeout=1.0).metrics(endpoint)
 
-
-# -- drain ----------------------------------------------------------------------------------------------------
-
-
-def test_drain_succeeds_at_once_when_idle(server, endpoint) -> None:
-    fake = FakeTime()
-    client = HttpEndpointClient(sleep=fake.sleep, clock=fake.clock)
-
-    drained, last = client.drain(endpoint, timeout_seconds=60)
-
-    assert drained
-    assert last is not None and last.idle
-    assert fake.slept == []
-
-
-def test_drain_reports_not_drained_when_requests_run_past_the_deadline(server, endpoint) -> None:
-    server.hold()
-    threads = in_background(server.url, ["a long generation"])
-    assert server.wait_for(lambda s: s.running == 1)
-    fake = FakeTime()
-    client = HttpEndpointClient(sleep=fake.sleep, clock=fake.clock, drain_poll_seconds=5)
-
-    drained, last = client.drain(endpoint, timeout_seconds=12)
-
-    assert not drained
-    assert last is not None and last.running == 1.0
-    assert fake.slept == [5, 5, 2]  # polled until the deadline, never past it
-
-    server.release()
-    for thread in threads:
-        thread.join(timeout=10)
-    assert client.drain(endpoint, timeout_seconds=12)[0]
-
-
-def test_drain_waits_for_the_queue_to_empty(server, endpoint) -> None:
-    server.configure(max_running=1, max_waiting=4)
-    server.hold()
-    threads = in_background(server.url, ["running", "queued"])
-    assert server.wait_for(lambda s: s.running == 1 and s.waiting == 1)
-    polls: list[float] = []
-
-    def release_on_second_poll(seconds: float) -> None:
-        polls.append(seconds)
-        if len(polls) == 2:
-            server.release()
-            assert server.wait_for(lambda s: s.running == 0 and s.waiting == 0)
-
-    client = HttpEndpointClient(sleep=release_on_second_poll, drain_poll_seconds=0.01)
-
-    drained, last = client.drain(endpoint, timeout_seconds=600)
-
-    assert drained and last.idle
-    assert len(polls) == 2  # busy twice, then empty
-    for thread in threads:
-        thread.join(timeout=10)
-
-
-def test_drain_of_an_unreachable_endpoint_is_not_drained(server, endpoint) -> None:
-    server.stop()
-    fake = FakeTime()
-    client = HttpEndpointClient(sleep=fake.sleep, clock=fake.clock, connect_timeout=1.0, drain_poll_seconds=10)
-
-    drained, last = client.drain(endpoint, timeout_seconds=20)
-
-    assert not drained and last is None
-    assert sum(fake.slept) == 20
-
-
-# -- production's request mix ---------------------------------------------------------------------------------
 
 REQUEST_HISTOGRAMS = """\
 # HELP vllm:request_prompt_tokens Number of prefill tokens processed.
