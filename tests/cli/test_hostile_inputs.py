@@ -1,13 +1,12 @@
-"""Hostile and careless inputs at the edges that take data in: release manifests, serving files, settings.
+"""Hostile and careless inputs in release manifests and the files handed to the CLI (serving files included).
 
 Each table row is one input a red-team pass or a careless operator produced, with what must happen: refused
 with a line naming where the problem is (and never echoing a secret), or accepted. Add a row to cover a new
-case; the test functions below stay as they are.
+case; the test functions below stay as they are. Settings and the CLI's own arguments: ``test_hostile_settings.py``.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,26 +24,12 @@ from bot.services.context import Context
 from bot.services.errors import ValidationFailed
 from bot.services.release_build import BuildRequest, build_manifest, load_yaml_file, read_serving_file
 from bot.services.releases import get_release, list_releases, parse_manifest, register_release
-from tests.cli_support import run_in_process
-from tests.conftest import EXAMPLE_RELEASE
+from tests.hostile_support import BASE, SK, edited, env
 
-BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_RELEASE.read_text())
-SK = "sk-live-7f3a9b2c4d5e6f708192a3b4c5d6e7f8"
 AKIA = "AKIAIOSFODNN7EXAMPLE"
 XOXB = "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
 GHP = "ghp_" + "a1B2c3D4e5" * 4
 ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:kimi/openai-AbCdEf"
-
-
-def _manifest(**changes: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    data = copy.deepcopy(BASE)
-    for change in changes.values():
-        change(data)
-    return data
-
-
-def env(**values: Any) -> Callable[[dict[str, Any]], None]:
-    return lambda d: d["serving"].setdefault("env", {}).update(values)
 
 
 def args(*extra: str) -> Callable[[dict[str, Any]], None]:
@@ -70,59 +55,59 @@ class Refused:
 
 REFUSED: list[tuple[str, dict[str, Any], Refused]] = [
     # Secrets: literal values, named by the variable or argument, never echoed.
-    ("openai key in env", _manifest(e=env(OPENAI_API_KEY=SK)), Refused("serving.env.OPENAI_API_KEY", "literal secret", SK)),
-    ("aws key id shape under a harmless name", _manifest(e=env(SOME_SETTING=AKIA)),
+    ("openai key in env", edited(e=env(OPENAI_API_KEY=SK)), Refused("serving.env.OPENAI_API_KEY", "literal secret", SK)),
+    ("aws key id shape under a harmless name", edited(e=env(SOME_SETTING=AKIA)),
      Refused("serving.env.SOME_SETTING", "", AKIA)),
-    ("slack bot token shape", _manifest(e=env(NOTIFY=XOXB)), Refused("serving.env.NOTIFY", "", XOXB)),
-    ("github token shape", _manifest(e=env(GIT_CLONE=GHP)), Refused("serving.env.GIT_CLONE", "", GHP)),
-    ("password by name", _manifest(e=env(DB_PASSWORD="hunter2-but-longer")), Refused("serving.env.DB_PASSWORD", "", "hunter2")),
-    ("secret in the middle of a name", _manifest(e=env(CLIENT_SECRET_VALUE="abc123")),
+    ("slack bot token shape", edited(e=env(NOTIFY=XOXB)), Refused("serving.env.NOTIFY", "", XOXB)),
+    ("github token shape", edited(e=env(GIT_CLONE=GHP)), Refused("serving.env.GIT_CLONE", "", GHP)),
+    ("password by name", edited(e=env(DB_PASSWORD="hunter2-but-longer")), Refused("serving.env.DB_PASSWORD", "", "hunter2")),
+    ("secret in the middle of a name", edited(e=env(CLIENT_SECRET_VALUE="abc123")),
      Refused("serving.env.CLIENT_SECRET_VALUE")),
-    ("--api-key with a literal", _manifest(a=args("--api-key", SK)), Refused("serving.args --api-key", "$(VAR)", SK)),
-    ("--api-key=literal", _manifest(a=args(f"--api-key={SK}")), Refused("serving.args --api-key", "", SK)),
-    ("credential shape as a bare arg", _manifest(a=args("--hf-overrides", GHP)), Refused("serving.args[", "credential", GHP)),
-    ("an ARN as plain text", _manifest(e=env(HF_TOKEN=ARN)), Refused("serving.env.HF_TOKEN", "{aws_secret: ARN}")),
-    ("$(VAR) naming nothing", _manifest(a=args("--api-key", "$(VLLM_API_KEY)")), Refused("serving.args[", "$(VLLM_API_KEY)")),
-    ("reference without key", _manifest(e=env(HF_TOKEN={"secret": "hf"})), Refused("serving.env: HF_TOKEN", "needs `key`")),
-    ("reference to two places", _manifest(e=env(HF_TOKEN={"secret": "hf", "key": "t", "aws_secret": ARN})),
+    ("--api-key with a literal", edited(a=args("--api-key", SK)), Refused("serving.args --api-key", "$(VAR)", SK)),
+    ("--api-key=literal", edited(a=args(f"--api-key={SK}")), Refused("serving.args --api-key", "", SK)),
+    ("credential shape as a bare arg", edited(a=args("--hf-overrides", GHP)), Refused("serving.args[", "credential", GHP)),
+    ("an ARN as plain text", edited(e=env(HF_TOKEN=ARN)), Refused("serving.env.HF_TOKEN", "{aws_secret: ARN}")),
+    ("$(VAR) naming nothing", edited(a=args("--api-key", "$(VLLM_API_KEY)")), Refused("serving.args[", "$(VLLM_API_KEY)")),
+    ("reference without key", edited(e=env(HF_TOKEN={"secret": "hf"})), Refused("serving.env: HF_TOKEN", "needs `key`")),
+    ("reference to two places", edited(e=env(HF_TOKEN={"secret": "hf", "key": "t", "aws_secret": ARN})),
      Refused("serving.env: HF_TOKEN", "either")),
-    ("aws_secret that is no ARN", _manifest(e=env(HF_TOKEN={"aws_secret": "kimi/openai"})),
+    ("aws_secret that is no ARN", edited(e=env(HF_TOKEN={"aws_secret": "kimi/openai"})),
      Refused("serving.env: HF_TOKEN", "ARN")),
-    ("secret name that Kubernetes refuses", _manifest(e=env(HF_TOKEN={"secret": "Bad_Name", "key": "t"})),
+    ("secret name that Kubernetes refuses", edited(e=env(HF_TOKEN={"secret": "Bad_Name", "key": "t"})),
      Refused("serving.env: HF_TOKEN: secret: String should match pattern")),
-    ("a list as a value", _manifest(e=env(HF_TOKEN=["a"])), Refused("serving.env: HF_TOKEN", "secret reference")),
+    ("a list as a value", edited(e=env(HF_TOKEN=["a"])), Refused("serving.env: HF_TOKEN", "secret reference")),
     # Object keys: relative paths inside the prefix.
-    ("key climbing out of the prefix", _manifest(o=objects(obj("../../../etc/passwd"))),
+    ("key climbing out of the prefix", edited(o=objects(obj("../../../etc/passwd"))),
      Refused("weights.objects.", "inside the weights prefix")),
-    ("absolute key", _manifest(o=objects(obj("/etc/shadow"))), Refused("weights.objects.", "not start with '/'")),
-    ("dot part", _manifest(o=objects(obj("a/./b"))), Refused("weights.objects.", "'..' parts")),
-    ("backslash key", _manifest(o=objects(obj("..\\..\\windows"))), Refused("weights.objects.", "backslash")),
-    ("NUL in key", _manifest(o=objects(obj("a\x00b"))), Refused("weights.objects.", "control character")),
-    ("newline in key", _manifest(o=objects(obj("a\nb"))), Refused("weights.objects.", "control character")),
-    ("folder key", _manifest(o=objects(obj("shards/"))), Refused("weights.objects.", "empty part")),
-    ("key longer than S3 allows", _manifest(o=objects(obj("k" * 1025))), Refused("weights.objects.", "1024 bytes")),
+    ("absolute key", edited(o=objects(obj("/etc/shadow"))), Refused("weights.objects.", "not start with '/'")),
+    ("dot part", edited(o=objects(obj("a/./b"))), Refused("weights.objects.", "'..' parts")),
+    ("backslash key", edited(o=objects(obj("..\\..\\windows"))), Refused("weights.objects.", "backslash")),
+    ("NUL in key", edited(o=objects(obj("a\x00b"))), Refused("weights.objects.", "control character")),
+    ("newline in key", edited(o=objects(obj("a\nb"))), Refused("weights.objects.", "control character")),
+    ("folder key", edited(o=objects(obj("shards/"))), Refused("weights.objects.", "empty part")),
+    ("key longer than S3 allows", edited(o=objects(obj("k" * 1025))), Refused("weights.objects.", "1024 bytes")),
     # Sizes and counts.
-    ("size 10**40", _manifest(o=objects(obj("huge.bin", 10**40))), Refused("weights.objects.", "2 TiB")),
-    ("negative size", _manifest(o=objects(obj("neg.bin", -1))), Refused("weights.objects.", "greater than or equal to 0")),
-    ("100,001 objects", _manifest(o=lambda d: d["weights"].__setitem__("objects", [obj(f"o{i}") for i in range(100_001)])),
+    ("size 10**40", edited(o=objects(obj("huge.bin", 10**40))), Refused("weights.objects.", "2 TiB")),
+    ("negative size", edited(o=objects(obj("neg.bin", -1))), Refused("weights.objects.", "greater than or equal to 0")),
+    ("100,001 objects", edited(o=lambda d: d["weights"].__setitem__("objects", [obj(f"o{i}") for i in range(100_001)])),
      Refused("weights.objects", "at most 100,000")),
-    ("20,000 serving args", _manifest(a=args(*["--x"] * 20_000)), Refused("serving.args", "at most 512")),
-    ("one 5 KiB arg", _manifest(a=args("x" * 5000)), Refused("serving.args", "at most 4,096")),
-    ("NUL in an arg", _manifest(a=args("a\x00b")), Refused("serving.args", "NUL")),
-    ("300 env vars", _manifest(e=env(**{f"V{i}": "1" for i in range(300)})), Refused("serving.env", "at most 256")),
-    ("env name with '='", _manifest(e=env(**{"A=B": "1"})), Refused("serving.env", "not an environment variable name")),
-    ("env value of 5 KiB", _manifest(e=env(BIG="x" * 5000)), Refused("serving.env", "4,096 bytes")),
+    ("20,000 serving args", edited(a=args(*["--x"] * 20_000)), Refused("serving.args", "at most 512")),
+    ("one 5 KiB arg", edited(a=args("x" * 5000)), Refused("serving.args", "at most 4,096")),
+    ("NUL in an arg", edited(a=args("a\x00b")), Refused("serving.args", "NUL")),
+    ("300 env vars", edited(e=env(**{f"V{i}": "1" for i in range(300)})), Refused("serving.env", "at most 256")),
+    ("env name with '='", edited(e=env(**{"A=B": "1"})), Refused("serving.env", "not an environment variable name")),
+    ("env value of 5 KiB", edited(e=env(BIG="x" * 5000)), Refused("serving.env", "4,096 bytes")),
 ]
 
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [
-    ("kubernetes secret reference", _manifest(e=env(HF_TOKEN={"secret": "kimi-k3-hf", "key": "token"}))),
-    ("secrets manager reference", _manifest(e=env(OPENAI_API_KEY={"aws_secret": ARN}))),
-    ("secrets manager JSON key", _manifest(e=env(OPENAI_API_KEY={"aws_secret": ARN, "key": "api_key"}))),
-    ("--api-key through $(VAR)", _manifest(e=env(VLLM_API_KEY={"secret": "vllm", "key": "api-key"}),
+    ("kubernetes secret reference", edited(e=env(HF_TOKEN={"secret": "kimi-k3-hf", "key": "token"}))),
+    ("secrets manager reference", edited(e=env(OPENAI_API_KEY={"aws_secret": ARN}))),
+    ("secrets manager JSON key", edited(e=env(OPENAI_API_KEY={"aws_secret": ARN, "key": "api_key"}))),
+    ("--api-key through $(VAR)", edited(e=env(VLLM_API_KEY={"secret": "vllm", "key": "api-key"}),
                                            a=args("--api-key", "$(VLLM_API_KEY)"))),
-    ("lookalike names", _manifest(e=env(VLLM_MAX_TOKENS="4096", HF_TOKEN_PATH="/var/run/secrets/hf/token", EMPTY_SECRET=""),
+    ("lookalike names", edited(e=env(VLLM_MAX_TOKENS="4096", HF_TOKEN_PATH="/var/run/secrets/hf/token", EMPTY_SECRET=""),
                                   a=args("--tokenizer", "/opt/ml/model", "--max-num-batched-tokens", "8192"))),
-    ("nested keys and 512 args", _manifest(o=objects(obj("shards/part-1.safetensors", 2 * 1024**4)),
+    ("nested keys and 512 args", edited(o=objects(obj("shards/part-1.safetensors", 2 * 1024**4)),
                                            a=lambda d: d["serving"]["args"].extend(["--x"] * (512 - len(d["serving"]["args"]))))),
 ]
 
@@ -147,14 +132,14 @@ def test_careful_manifest_is_accepted(data: dict[str, Any]) -> None:
 
 def test_a_refused_secret_stores_nothing_and_audits_nothing(ctx: Context) -> None:
     with pytest.raises(ValidationFailed):
-        register_release(ctx, _manifest(e=env(OPENAI_API_KEY=SK)), "U0DEPLOYER")
+        register_release(ctx, edited(e=env(OPENAI_API_KEY=SK)), "U0DEPLOYER")
     assert list_releases(ctx) == []
     with ctx.uow() as uow:
         assert list(uow.audit.list(limit=10)) == []
 
 
 def test_secret_references_are_stored_and_read_back_as_references(ctx: Context) -> None:
-    data = _manifest(e=env(HF_TOKEN={"secret": "kimi-k3-hf", "key": "token"}, OPENAI_API_KEY={"aws_secret": ARN}))
+    data = edited(e=env(HF_TOKEN={"secret": "kimi-k3-hf", "key": "token"}, OPENAI_API_KEY={"aws_secret": ARN}))
     registered = register_release(ctx, data, "U0DEPLOYER")
     stored = get_release(ctx, BASE["name"])
     assert stored.manifest == registered.release.manifest
@@ -169,7 +154,7 @@ def _endpoint(kind: str) -> EndpointSettings:
 
 @pytest.mark.parametrize("kind", ["hyperpod", "eks"])
 def test_references_render_as_value_from_on_both_paths(kind: str) -> None:
-    release = parse_manifest(_manifest(
+    release = parse_manifest(edited(
         e=env(HF_TOKEN={"secret": "kimi-k3-hf", "key": "token"}, OPENAI_API_KEY={"aws_secret": ARN, "key": "api_key"}),
         a=args("--api-key", "$(OPENAI_API_KEY)"),
     ))
@@ -188,8 +173,6 @@ def test_references_render_as_value_from_on_both_paths(kind: str) -> None:
     # References come first, so $(VAR) in plain values could read them.
     assert [("valueFrom" in v) for v in variables] == sorted([("valueFrom" in v) for v in variables], reverse=True)
 
-
-# --- files handed to the CLI --------------------------------------------------------------------------------
 
 FILES: list[tuple[str, bytes | None, str]] = [
     ("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is a binary file"),
@@ -243,160 +226,4 @@ def test_release_build_keeps_references_from_the_serving_file(tmp_path: Path) ->
     serving.write_text(yaml.safe_dump({"args": ["--api-key", "$(VLLM_API_KEY)"], "env": {"VLLM_API_KEY": {"aws_secret": ARN}}}))
     _, serving_env = read_serving_file(serving)
     assert serving_env == {"VLLM_API_KEY": {"aws_secret": ARN}}
-    assert ReleaseManifest.model_validate(_manifest(e=env(**serving_env))).serving.secret_env()["VLLM_API_KEY"].aws_secret == ARN
-
-
-# --- settings -------------------------------------------------------------------------------------------------
-
-BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
-)
-
-# (environment, files to write under tmp_path first, the one line's start, what it must also say)
-STAGING = "endpoints: [{name: kimi-stg, kind: eks, environment: staging, "
-BAD_SETTINGS: list[tuple[str, dict[str, str], dict[str, str], str, str]] = [
-    ("regions not a region", {"KIMI_AWS_REGIONS": "notjson"}, {}, "KIMI_AWS_REGIONS: 'notjson' is not an AWS region", "e.g."),
-    ("regions broken JSON", {"KIMI_AWS_REGIONS": '["us-east-1"'}, {}, "KIMI_AWS_REGIONS: not valid JSON", "us-east-1,us-west-2"),
-    ("regions empty", {"KIMI_AWS_REGIONS": "[]"}, {}, "KIMI_AWS_REGIONS: ", "at least 1"),
-    ("roles broken JSON", {"KIMI_ROLES": "{bad"}, {}, "KIMI_ROLES: not valid JSON", "e.g. KIMI_ROLES="),
-    ("roles unknown role", {"KIMI_ROLES": '{"overlord": ["U1"]}'}, {}, "KIMI_CONFIG roles.overlord", "not permitted"),
-    ("thresholds not numbers", {"KIMI_ALERT_THRESHOLDS_HOURS": "abc"}, {}, "KIMI_ALERT_THRESHOLDS_HOURS (item 1): ", "number"),
-    ("thresholds negative", {"KIMI_ALERT_THRESHOLDS_HOURS": "[-1]"}, {}, "KIMI_ALERT_THRESHOLDS_HOURS (item 1): ",
-     "more than 0"),
-    ("thresholds zero in a list", {"KIMI_ALERT_THRESHOLDS_HOURS": "24,0"}, {}, "KIMI_ALERT_THRESHOLDS_HOURS (item 2): ",
-     "168,72"),
-    ("probe minutes", {"KIMI_READINESS_PROBE_MINUTES": "soon"}, {}, "KIMI_READINESS_PROBE_MINUTES: ", "e.g."),
-    ("evaluation set missing", {"KIMI_EVALUATION_SET": "{tmp}/absent.yaml"}, {}, "KIMI_EVALUATION_SET: ", "no such file"),
-    ("evaluation set not YAML", {"KIMI_EVALUATION_SET": "{tmp}/eval.yaml"}, {"eval.yaml": "cases: [\n"}, "KIMI_EVALUATION_SET: ",
-     "not valid YAML"),
-    ("evaluation set wrong shape", {"KIMI_EVALUATION_SET": "{tmp}/eval.yaml"}, {"eval.yaml": "cases: 3\n"},
-     "KIMI_EVALUATION_SET: ", "eval.yaml"),
-    ("evaluation set bomb", {"KIMI_EVALUATION_SET": "{tmp}/eval.yaml"}, {"eval.yaml": BOMB}, "KIMI_EVALUATION_SET: ",
-     "YAML bomb"),
-    ("config bomb", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": BOMB}, "KIMI_CONFIG: ", "YAML bomb"),
-    ("config oversized", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": "# " + "x" * (1024 * 1024) + "\n"}, "KIMI_CONFIG: ",
-     "larger than 1,048,576 bytes"),
-    ("config binary", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": "roles: {}\n\x00\x01"}, "KIMI_CONFIG: ", "binary"),
-    ("alertmanager url not http", {"KIMI_ALERTMANAGER_URL": "alertmanager:9093"}, {}, "KIMI_ALERTMANAGER_URL: ",
-     "e.g. KIMI_ALERTMANAGER_URL=http://"),
-    ("webhook token too short", {"KIMI_ALERTMANAGER_WEBHOOK_TOKEN": "hunter2"}, {}, "KIMI_ALERTMANAGER_WEBHOOK_TOKEN: ",
-     "e.g. KIMI_ALERTMANAGER_WEBHOOK_TOKEN="),
-    ("rule labels broken JSON", {"KIMI_PROMETHEUS_RULE_LABELS": "{release"}, {}, "KIMI_PROMETHEUS_RULE_LABELS: ",
-     "e.g. KIMI_PROMETHEUS_RULE_LABELS="),
-    ("rule labels a list", {"KIMI_PROMETHEUS_RULE_LABELS": '["release"]'}, {}, "KIMI_PROMETHEUS_RULE_LABELS: ",
-     "e.g. KIMI_PROMETHEUS_RULE_LABELS="),
-    ("rule label no Kubernetes label name", {"KIMI_PROMETHEUS_RULE_LABELS": '{"my release": "kps"}'}, {},
-     "KIMI_PROMETHEUS_RULE_LABELS (my release", "e.g. KIMI_PROMETHEUS_RULE_LABELS="),
-    ("rule label value with a space", {"KIMI_PROMETHEUS_RULE_LABELS": '{"release": "kube prometheus"}'}, {},
-     "KIMI_PROMETHEUS_RULE_LABELS (release): ", "e.g. KIMI_PROMETHEUS_RULE_LABELS="),
-    ("rule label value a number", {"KIMI_PROMETHEUS_RULE_LABELS": '{"release": 5}'}, {},
-     "KIMI_PROMETHEUS_RULE_LABELS (release): ", "e.g. KIMI_PROMETHEUS_RULE_LABELS="),
-    ("door peer in a bad namespace", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "door: {kimi_ops: "
-     "{namespace: Bad_NS, pod_labels: {app: kimi-ops}}}}]\n"}, "KIMI_CONFIG endpoints.0.door.kimi_ops.namespace: ", "e.g."),
-    ("door scraper on port 70000", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "door: {metrics_scraper: "
-     "{namespace: mon, pod_labels: {app: prom}, ports: [70000]}}}]\n"}, "KIMI_CONFIG endpoints.0.door.metrics_scraper.ports.0: ",
-     "at most 65535"),
-    ("alerting by grafana", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "slo: {alerting: grafana}}]\n"},
-     "KIMI_CONFIG endpoints.0.slo.alerting: ", "'builtin' or 'prometheus'"),
-    ("cohort from magic", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": STAGING + "route: {gateway: {name: gw}, "
-     "cohort_header: {source: magic}}}]\n"}, "KIMI_CONFIG endpoints.0.route.cohort_header.source: ", "e.g."),
-    ("config a list", {"KIMI_CONFIG": "{tmp}/kimi.yaml"}, {"kimi.yaml": "- 1\n"}, "KIMI_CONFIG: ", "mapping"),
-]
-
-GOOD_SETTINGS: list[tuple[str, dict[str, str], str, Any]] = [
-    ("one region as people write it", {"KIMI_AWS_REGIONS": "us-east-1"}, "aws_regions", ["us-east-1"]),
-    ("regions comma-separated", {"KIMI_AWS_REGIONS": "us-east-1, us-gov-west-1"}, "aws_regions", ["us-east-1", "us-gov-west-1"]),
-    ("regions as JSON", {"KIMI_AWS_REGIONS": '["eu-west-1"]'}, "aws_regions", ["eu-west-1"]),
-    ("thresholds comma-separated", {"KIMI_ALERT_THRESHOLDS_HOURS": "48,12,0.5"}, "alert_thresholds_hours", [48.0, 12.0, 0.5]),
-    ("thresholds as JSON", {"KIMI_ALERT_THRESHOLDS_HOURS": "[24]"}, "alert_thresholds_hours", [24.0]),
-]
-
-
-def _settings_env(tmp_path: Path, env_values: dict[str, str], files: dict[str, str]) -> dict[str, str]:
-    for name, text in files.items():
-        (tmp_path / name).write_text(text, encoding="utf-8", errors="surrogateescape")
-    return {k: v.replace("{tmp}", str(tmp_path)) for k, v in env_values.items()}
-
-
-@pytest.mark.parametrize(("env_values", "files", "starts", "says"),
-                         [pytest.param(e, f, s, w, id=i) for i, e, f, s, w in BAD_SETTINGS])
-def test_bad_setting_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_values: dict[str, str],
-                                           files: dict[str, str], starts: str, says: str) -> None:
-    from bot.config import ConfigError, load_settings
-
-    for name, value in _settings_env(tmp_path, env_values, files).items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(ConfigError) as caught:
-        load_settings()
-    message = str(caught.value)
-    assert "\n" not in message and message.startswith(starts) and says in message, message
-
-
-@pytest.mark.parametrize(("env_values", "field", "expected"), [pytest.param(e, f, x, id=i) for i, e, f, x in GOOD_SETTINGS])
-def test_natural_setting_forms_are_accepted(monkeypatch: pytest.MonkeyPatch, env_values: dict[str, str], field: str,
-                                            expected: Any) -> None:
-    from bot.config import load_settings
-
-    for name, value in env_values.items():
-        monkeypatch.setenv(name, value)
-    assert getattr(load_settings(), field) == expected
-
-
-def _kimi_ops(tmp_path: Path, *argv: str, **env_values: str) -> Any:
-    return run_in_process(list(argv), {"KIMI_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "200", "NO_COLOR": "1",
-                                       **env_values}, tmp_path)
-
-
-# (argv, environment, the one stderr line's start, what it must say, what it must never show)
-CLI_CASES: list[tuple[str, list[str], dict[str, str], str, str, str | None]] = [
-    ("regions notjson", ["release", "list"], {"KIMI_AWS_REGIONS": "notjson"}, "error: KIMI_AWS_REGIONS:", "e.g.", None),
-    ("roles broken", ["release", "list"], {"KIMI_ROLES": "{bad"}, "error: KIMI_ROLES: not valid JSON", "e.g.", None),
-    ("data dir under a file", ["release", "list"], {"KIMI_DATA_DIR": "{tmp}/a-file/data"}, "error: KIMI_DATA_DIR:",
-     "cannot be created or written", None),
-    ("database down", ["release", "list"], {"KIMI_DATABASE_URL": "postgresql+psycopg://kimi:hunter2pw@127.0.0.1:1/kimi"},
-     "error: KIMI_DATABASE_URL: cannot reach the database postgresql+psycopg://kimi:***@127.0.0.1:1/kimi", "e.g.", "hunter2pw"),
-    ("serve with a bad threshold", ["serve", "--no-jobs"], {"KIMI_ALERT_THRESHOLDS_HOURS": "[-1]", "SLACK_BOT_TOKEN": "xoxb-x",
-     "SLACK_SIGNING_SECRET": "s"}, "error: KIMI_ALERT_THRESHOLDS_HOURS (item 1):", "more than 0", None),
-    ("serve with a missing evaluation set", ["serve", "--no-jobs"], {"KIMI_EVALUATION_SET": "{tmp}/nope.yaml",
-     "SLACK_BOT_TOKEN": "xoxb-x", "SLACK_SIGNING_SECRET": "s"}, "error: KIMI_EVALUATION_SET:", "no such file", None),
-    ("binary manifest", ["release", "register", "{tmp}/a-file"], {"KIMI_AUTO_MIGRATE": "1"}, "error: 1 problem(s)",
-     "is a binary file", None),
-    ("secret in manifest", ["release", "register", "{tmp}/secret.yaml"], {"KIMI_AUTO_MIGRATE": "1"}, "error: 1 problem(s)",
-     "serving.env.OPENAI_API_KEY: holds a literal secret", SK),
-]
-
-
-@pytest.mark.parametrize(("argv", "env_values", "starts", "says", "never"),
-                         [pytest.param(a, e, s, w, n, id=i) for i, a, e, s, w, n in CLI_CASES])
-def test_cli_answers_bad_input_with_exit_2_and_no_traceback(tmp_path: Path, argv: list[str], env_values: dict[str, str],
-                                                             starts: str, says: str, never: str | None) -> None:
-    (tmp_path / "a-file").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
-    (tmp_path / "secret.yaml").write_text(yaml.safe_dump(_manifest(e=env(OPENAI_API_KEY=SK))))
-    result = _kimi_ops(tmp_path, *[a.replace("{tmp}", str(tmp_path)) for a in argv],
-                       **{k: v.replace("{tmp}", str(tmp_path)) for k, v in env_values.items()})
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert lines[0].startswith(starts), result.stderr
-    assert says in result.stderr and "unexpected error" not in result.stderr and "Traceback" not in result.stderr
-    if starts != "error: 1 problem(s)":
-        assert len(lines) == 1, lines
-    if never is not None:
-        assert never not in result.stderr + result.stdout
-
-
-@pytest.mark.parametrize(("route", "where"), [
-    ({"fallback": {"name": "kimi-k2", "model_name": "Kimi-K2\r\nX-Kimi-Model: Kimi-K3"}}, "route.fallback.model_name"),
-    ({"fallback": {"name": "kimi-k2", "model_name": " Kimi-K2"}}, "route.fallback.model_name"),
-    ({"requires_header": {"value": "kimi-k3\n"}}, "route.requires_header.value"),
-    ({"requires_header": {"value": "kimi\x00k3"}}, "route.requires_header.value"),
-])
-def test_a_header_value_no_client_can_send_is_refused_at_start(tmp_path: Path, route: dict[str, Any], where: str) -> None:
-    """A CR/LF in x-kimi-model's label splits the answer's headers; a requires-Kimi-K3 value no client can send never
-    matches, so those requests would meet the fallback."""
-    from bot.config import ConfigError, load_settings
-
-    with pytest.raises(ConfigError) as caught:
-        load_settings(data_dir=tmp_path, endpoints=[{"name": "kimi-stg", "kind": "eks", "environment": "staging",
-                                                     "route": {"gateway": {"name": "gw"}, **route}}])
-    message = str(caught.value)
-    assert "\n" not in message and where in message and "cannot be a header value" in message, message
+    assert ReleaseManifest.model_validate(edited(e=env(**serving_env))).serving.secret_env()["VLLM_API_KEY"].aws_secret == ARN
