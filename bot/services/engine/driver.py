@@ -123,8 +123,8 @@ class Engine:
         while True:
             if hold.lost.is_set() or self._runner.closing:
                 return get_deployment(self.ctx, deployment_id)
-            ended: DeploymentView | None = None
             restore_id: int | None = None
+            # One read a step: the deployment as it stands, in the transaction that takes its snapshot.
             with self.ctx.uow() as uow:
                 dep = uow.deployments.get(deployment_id)
                 if dep is None:
@@ -133,23 +133,19 @@ class Engine:
                     ended = deployment_view(uow, dep)
                     holder = uow.deployments.in_flight(dep.endpoint_id)
                     restore_id = holder.id if holder is not None and holder.cause_id == dep.id else None
-            if ended is not None:
+                    snap = None
+                elif dep.state == State.DRAIN_STALLED:
+                    return deployment_view(uow, dep)  # waiting for a person to choose: wait longer, or abort
+                else:
+                    waits_at = State(dep.state).gate
+                    latest = uow.gates.latest(dep.id, waits_at) if waits_at else None
+                    if waits_at and latest is not None and latest.decision is None:
+                        return deployment_view(uow, dep)  # waiting for a person
+                    snap = snapshot(uow, dep, latest)
+            if snap is None:
                 if restore_id is not None:
                     self.advance(restore_id)  # it ended after its apply (reject, cancel, expiry): drive its restore
                 return ended
-            with self.ctx.uow() as uow:
-                dep = uow.deployments.get(deployment_id)
-                if dep is None:
-                    raise UserError(f"no deployment #{deployment_id}")
-                if State(dep.state).terminal:
-                    continue  # ended between the two reads (a cancel, a reject): the loop's first read handles it
-                if dep.state == State.DRAIN_STALLED:
-                    return deployment_view(uow, dep)  # waiting for a person to choose: wait longer, or abort
-                waits_at = State(dep.state).gate
-                latest = uow.gates.latest(dep.id, waits_at) if waits_at else None
-                if waits_at and latest is not None and latest.decision is None:
-                    return deployment_view(uow, dep)  # waiting for a person
-                snap = snapshot(uow, dep, latest)
             try:
                 step = STEPS.get(snap.state)
                 if step is None:
