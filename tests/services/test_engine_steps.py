@@ -218,3 +218,25 @@ def test_the_ledger_counts_a_request_before_it_is_sent_and_settles_it_after(wf) 
     report = _model_report(1, 1)
     _, unrecorded = closed_door(Runner(ctx, "replica-a", 0), _snap(ctx, view.id), report, ledger)
     assert unrecorded == OwnRequests()
+
+
+def test_the_ledger_keeps_every_count_when_a_sweep_counts_from_many_threads_at_once(wf) -> None:
+    """Counts arriving while another thread writes go in one later write; none is lost, none is counted twice."""
+    ctx, _ = wf
+    view = request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER)
+    ledger = StoredLedger(ctx, view.id)
+
+    def client() -> None:
+        for n in range(25):
+            ledger.sent()
+            ledger.settled("answered" if n % 5 else "never")
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with ctx.uow() as uow:
+        dep = uow.deployments.get(view.id)
+        assert (dep.own_requests, dep.own_uncertain) == (160, 0)
+    assert ledger.recorded == OwnRequests(160, 0)

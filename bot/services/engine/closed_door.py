@@ -25,19 +25,28 @@ FINISHED_COUNTER = "vllm:request_success_total"  # the gates whose runs send req
 
 
 class StoredLedger:
-    """A gate run's own requests kept on the deployment's row as they happen: each one counted as uncertain in its
-    own transaction before it is sent, then moved to answered (or dropped, when the server never took it).
+    """A gate run's own requests kept on the deployment's row as they happen: each one counted as uncertain in a
+    committed transaction before it is sent, then moved to answered (or dropped, when the server never took it).
 
     So a run killed half-way leaves every request it sent counted, and whichever replica resumes the gate sets the
     candidate's counter against all of them. ``recorded`` is what reached the row (a write the database refused is
     added when the run's report is stored instead).
+
+    A sweep counts from many threads at once: counts that arrive while a write is under way go together in the
+    next one (a group commit), and each caller returns once a committed write holds its count. The row says the
+    same at every moment a request leaves, in fewer transactions.
     """
 
     def __init__(self, ctx: Context, deployment_id: int) -> None:
         self.ctx = ctx
         self.deployment_id = deployment_id
         self.recorded = OwnRequests()
-        self._lock = threading.Lock()
+        self._turn = threading.Condition()
+        self._queued = OwnRequests(0, 0)  # counts waiting for the next write
+        self._next = 1  # the number of the group the counts arriving now go into
+        self._written = 0  # the last group whose write ended
+        self._writing = False
+        self._failed: set[int] = set()
 
     def sent(self) -> None:
         self._add(0, 1)
@@ -49,16 +58,41 @@ class StoredLedger:
             self._add(0, -1)
 
     def _add(self, answered: int, uncertain: int) -> None:
+        with self._turn:
+            self._queued = OwnRequests(self._queued.answered + answered, self._queued.uncertain + uncertain)
+            mine = self._next
+            while self._written < mine:
+                if self._writing:
+                    self._turn.wait()
+                    continue
+                # Nobody writes: this caller writes the group (its own count and every one queued since the last).
+                group, counts, self._queued = self._next, self._queued, OwnRequests(0, 0)
+                self._next, self._writing = group + 1, True
+                self._turn.release()
+                written = False
+                try:
+                    written = counts == OwnRequests(0, 0) or self._write(counts)
+                finally:
+                    self._turn.acquire()
+                    self._writing, self._written = False, group
+                    if written:
+                        self.recorded = self.recorded + counts
+                    else:
+                        self._failed.add(group)
+                    self._turn.notify_all()
+            if mine in self._failed:
+                log.warning("deployment #%s: an own request could not be counted before it was sent",
+                            self.deployment_id)
+
+    def _write(self, counts: OwnRequests) -> bool:
         try:
             with self.ctx.uow() as uow:
-                uow.deployments.count_own(self.deployment_id, answered, uncertain)
+                uow.deployments.count_own(self.deployment_id, counts.answered, counts.uncertain)
                 uow.commit()
-        except Exception:  # the request still goes; the report's count covers it when the run ends
-            log.warning("deployment #%s: an own request could not be counted before it was sent", self.deployment_id,
-                        exc_info=True)
-            return
-        with self._lock:
-            self.recorded = OwnRequests(self.recorded.answered + answered, self.recorded.uncertain + uncertain)
+        except Exception:  # the requests still go; the report's count covers them when the run ends
+            log.warning("deployment #%s: a write of its own requests' count failed", self.deployment_id, exc_info=True)
+            return False
+        return True
 
 
 def ledger_for(runner: Runner, snap: Snapshot, gate: str) -> StoredLedger | None:
