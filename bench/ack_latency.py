@@ -60,7 +60,7 @@ from bot.cli.worker import WorkerSupervisor
 from bot.config import load_settings
 from bot.sandbox.slack_stub import Message, SlackSender, SlackStub
 from bot.services import followups
-from bot.slack.app import create_app
+from bot.slack.app import create_app, freeze_start_up
 from bot.slack.http import HttpServer
 from bot.views.actions import APPROVE, GateTicket
 
@@ -160,6 +160,7 @@ def serve(shape: str, niceness: int = 0) -> None:
         kimi = (create_app(root, signing_secret=SECRET) if supervisor is None else
                 create_app(root, signing_secret=SECRET, role="front", wake_fd=supervisor.wake_write))
         if supervisor is not None:
+            freeze_start_up()  # as `kimi-ops serve` does once its app is built
             supervisor.start()
         server = HttpServer(kimi.wsgi(), "127.0.0.1", 0).start()
         url, stop_serving = server.url, server.stop

@@ -111,7 +111,7 @@ def serve(
 
 def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, jobs: bool, worker_overflow: int) -> None:
     from bot.cli.worker import WorkerSupervisor
-    from bot.slack.app import create_app
+    from bot.slack.app import create_app, freeze_start_up
     from bot.slack.http import HttpServer
 
     # This process only answers Slack; the follow-up of each request, the outbox, resuming and taking over
@@ -119,6 +119,7 @@ def _run(root: Root, settings: Settings, host: str, port: int, socket: bool, job
     supervisor = WorkerSupervisor(["--jobs" if jobs else "--no-jobs"], {"KIMI_DB_MAX_OVERFLOW": str(worker_overflow)})
     kimi = create_app(root, signing_secret=settings.slack_signing_secret or "socket-mode-does-not-sign",
                       role="front", wake_fd=supervisor.wake_write)
+    freeze_start_up()
     handler: Any = None
 
     def slack_connected() -> list[str]:

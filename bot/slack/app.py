@@ -28,6 +28,7 @@ exception is answered 200 by :mod:`bot.slack.listeners.errors` (Bolt would say
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -226,6 +227,18 @@ class KimiApp:
         self.root.engine.stop_all()
         self.workers.shutdown(wait=True, cancel_futures=True)
         self.slow.shutdown(wait=True, cancel_futures=True)
+
+
+def freeze_start_up() -> None:
+    """Put what the answering process built at start out of the cyclic garbage collector's reach (``gc.freeze``).
+
+    After start-up it holds about 144,000 long-lived objects (the settings, SQLAlchemy's models, Bolt's app); a full
+    collection walked them all, 100–150 ms with the interpreter held, and every acknowledgement in flight waited for
+    it (the p99 at 50 clients). Frozen, a full collection walks only what came since. ``kimi-ops serve`` calls it
+    once its app is built, before it answers; garbage made so far is collected first, not frozen.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def create_app(
