@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import cast
 
-from sqlalchemy import func, inspect, select, true, union_all, update
+from sqlalchemy import Table, func, inspect, select, true, union_all, update
 from sqlalchemy.orm import aliased, defer, lazyload, selectinload, undefer
 from sqlalchemy.orm.interfaces import LoaderOption
 
@@ -88,9 +89,10 @@ class DeploymentRepository(Repository):
 
     def count_own(self, deployment_id: int, answered: int, uncertain: int) -> None:
         """Add to kimi-ops's own requests to the candidate in one statement (gate runs count from several threads)."""
-        self.session.execute(update(Deployment).where(Deployment.id == deployment_id).values(
-            own_requests=func.coalesce(Deployment.own_requests, 0) + answered,
-            own_uncertain=func.coalesce(Deployment.own_uncertain, 0) + uncertain))
+        table = cast(Table, Deployment.__table__)  # not the ORM's bulk update: half the CPU, nothing to synchronise
+        self.session.execute(update(table).where(table.c.id == deployment_id).values(
+            own_requests=func.coalesce(table.c.own_requests, 0) + answered,
+            own_uncertain=func.coalesce(table.c.own_uncertain, 0) + uncertain))
 
     def in_flight(self, endpoint_id: int) -> Deployment | None:
         return self.session.scalar(
