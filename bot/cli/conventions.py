@@ -18,6 +18,8 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
+from bot.domain.chat_text import unmarked
+
 # What a script may rely on (docs/cli.md lists the same; a test compares them).
 EXIT_DONE = 0
 EXIT_REFUSED = 1  # refused, not found, a check failed, a gate blocked, the deployment ended without going live
@@ -123,4 +125,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         items = [plain(v) for v in value]
         return sorted(items) if isinstance(value, set | frozenset) else items
+    if isinstance(value, str):
+        return unmarked(value)  # a typed id's invisible mark is for Slack, not for a document
     return value

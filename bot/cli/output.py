@@ -15,6 +15,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from bot.cli.conventions import Format, plain
+from bot.domain.chat_text import unmarked
 from bot.views.commands import for_terminal
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def info(message: str) -> None:
 
 
 def _cell(value: object) -> str:
-    return "" if value is None else " ".join(str(value).split("\n"))
+    return "" if value is None else " ".join(unmarked(str(value)).split("\n"))
 
 
 def plain_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:

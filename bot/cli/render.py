@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from bot.domain.chat_text import unmarked
 from bot.domain.checks import GateReport
 from bot.domain.read_models import DeploymentView
 
@@ -32,7 +33,7 @@ def _took(delta: dt.timedelta | None) -> str:
 def deployment_lines(view: DeploymentView) -> list[str]:
     lines = [
         f"deployment #{view.id}: {view.kind} of {view.release} to {view.endpoint} — {view.state.words}"
-        + (f" ({view.state_reason})" if view.state_reason else ""),
+        + (f" ({unmarked(view.state_reason)})" if view.state_reason else ""),
     ]
     for g in view.gates:
         decided = f"{g.decision} by {g.decided_by} at {g.decided_at:%H:%M} UTC" if g.decision else "waiting"

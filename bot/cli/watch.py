@@ -17,6 +17,7 @@ import typer
 
 from bot.cli import output
 from bot.cli.conventions import EXIT_REFUSED, Format
+from bot.domain.chat_text import unmarked
 
 if TYPE_CHECKING:
     from bot.domain.read_models import DeploymentView
@@ -116,6 +117,6 @@ def _ended(view: DeploymentView) -> None:
         later = "" if view.state is State.LIVE else " (since superseded)"
         output.info(f"deployment #{view.id} is live: {view.release} on {view.endpoint}{later}")
         return
-    why = f": {view.state_reason}" if view.state_reason else ""
+    why = f": {unmarked(view.state_reason)}" if view.state_reason else ""
     output.error(f"deployment #{view.id} ended {view.state.words}{why}")
     raise typer.Exit(EXIT_REFUSED)

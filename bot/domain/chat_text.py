@@ -33,7 +33,11 @@ _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 OUTSIDE = "\u2060"
 """Put before a Slack-user-id-shaped word of outside text: no mention is made of it."""
 
-BARE_ID = re.compile(r"(?<![<@\w/:=\u2060-])([UW](?=[A-Z0-9]*[0-9])[A-Z0-9]{6,})(?![\w>-])")
+TYPED = "\u2063"
+"""Put, when a reason is stored, before an id-shaped word a person typed into it (:func:`typed`): it never becomes a
+mention, not even when that person acted on the deployment (a typed "ask U0REQUESTER" stays as typed)."""
+
+BARE_ID = re.compile(r"(?<![<@\w/:=\u2060\u2063-])([UW](?=[A-Z0-9]*[0-9])[A-Z0-9]{6,})(?![\w>-])")
 """A Slack user id written bare in a sentence ("rejected by U0APPROVER1"): letters and digits, at least one digit."""
 
 
@@ -45,12 +49,19 @@ def literal(text: object) -> str:
 _MARKED_ID = re.compile(OUTSIDE + r"([UW][A-Z0-9]{6,})")
 
 
+def typed(text: str) -> str:
+    """What a person typed, as kimi-ops stores it inside a reason it writes (``rejected by U…: TYPED``)."""
+    return BARE_ID.sub(TYPED + r"\1", text)
+
+
 def stored_reason(text: object, actors: Collection[str]) -> str:
     """A reason kimi-ops stored, made literal like :func:`literal`, except the ids of ``actors`` (the people the
-    deployment records as acting on it), which stay mentions; any other id in it was typed and stays as typed."""
-    return _MARKED_ID.sub(lambda m: m.group(1) if m.group(1) in actors else m.group(0), literal(text))
+    deployment records as acting on it) that kimi-ops wrote, which stay mentions; an id typed into it (marked by
+    :func:`typed`, or any id of someone else) stays as typed."""
+    shown = _MARKED_ID.sub(lambda m: m.group(1) if m.group(1) in actors else m.group(0), literal(text))
+    return shown.replace(TYPED, OUTSIDE)
 
 
 def unmarked(text: str) -> str:
-    """``text`` without the marks :func:`literal` put on ids typed in outside text (as it is shown)."""
-    return text.replace(OUTSIDE, "")
+    """``text`` without the marks :func:`literal` and :func:`typed` put on ids typed in outside text (as shown)."""
+    return text.replace(OUTSIDE, "").replace(TYPED, "")

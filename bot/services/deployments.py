@@ -14,7 +14,7 @@ from bot.adapters.store.models import Deployment, Endpoint
 from bot.adapters.store.repositories import Conflict
 from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings
-from bot.domain.chat_text import literal
+from bot.domain.chat_text import literal, typed
 from bot.domain.checks import GATES, GateReport
 from bot.domain.events import GateDecided
 from bot.domain.limits import approval_above_limits, limits_above, proposed_limits
@@ -280,7 +280,7 @@ def decide_gate(
                                     slack_ts=row.slack_ts), at=now)
         if decision == "rejected":
             end(uow, ctx, dep, State.REJECTED, actor=actor.user_id,
-                reason=f"{gate} gate rejected by {actor.user_id}: {reason or 'no reason given'}")
+                reason=f"{gate} gate rejected by {actor.user_id}: {typed(reason) if reason else 'no reason given'}")
         view = deployment_view(uow, dep)
         uow.commit()
         return view

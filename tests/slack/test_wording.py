@@ -100,6 +100,21 @@ def test_people_are_mentions_in_slack_and_reasons_stay_in_the_history(make_ctx) 
             in shown), shown
     assert "U0APPROVER1" not in shown.replace("<@U0APPROVER1>", "") and "<@U0ABCDEF12>" not in shown
     assert f"<@{STRANGER.user_id}>" not in shown
+    # Nor does an id typed of someone who acted on the deployment: only what kimi-ops wrote of them is a mention.
+    view = engine.advance(request_deploy(ctx, "rel-a", "kimi-prod", REQUESTER).id)
+    assert view.pending is not None
+    decide_gate(ctx, view.id, "artifact", "rejected", APPROVER_1, seen_report_hash=view.pending.report_hash,
+                seen_release_hash=view.pending.release_hash,
+                reason=f"ask {REQUESTER.user_id} or {APPROVER_1.user_id} for the review")
+    shown = render(dispatch(build_root(ctx), REQUESTER, "history kimi-prod").parts).text
+    assert (f"rejected by <@{APPROVER_1.user_id}>: ask {REQUESTER.user_id} or {APPROVER_1.user_id} for the review"
+            in shown), shown
+    # A terminal's document shows the reason as typed, with no invisible mark in it.
+    from bot.cli.conventions import plain
+    from bot.services.deployments import get_deployment
+
+    assert plain(get_deployment(ctx, view.id))["state_reason"] == (
+        f"artifact gate rejected by {APPROVER_1.user_id}: ask {REQUESTER.user_id} or {APPROVER_1.user_id} for the review")
     assert render([Text(f"rejected by U0APPROVER1: {literal('ping U0ABCDEF12 by U0ABCDEF13')}")]).text == (
         "rejected by <@U0APPROVER1>: ping U0ABCDEF12 by U0ABCDEF13")
     # Code keeps what it says; an ID already a mention is left alone.
