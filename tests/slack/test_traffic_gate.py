@@ -200,9 +200,9 @@ def test_an_approver_accepts_the_proposed_limits_from_the_traffic_gate_message(b
 
 def test_an_id_typed_after_by_in_a_reason_pings_nobody_while_the_people_who_acted_stay_mentions(
         any_knee_bench: SlackBench) -> None:
-    bench = any_knee_bench
     """Mentions come from who the deployment records acting (asked, accepted limits, rejected), not from the words
     around an id: "by U0ADMIN" typed in a rejection reaches Slack as typed, pinging nobody."""
+    bench = any_knee_bench
     message = to_traffic_gate(bench)
     bench.click(GROUP_APPROVER, message, ACCEPT_LIMITS)
     bench.stub.wait_for(lambda s: f"accepted since by <@{GROUP_APPROVER}>" in blocks_text(message.blocks), timeout=90)

@@ -100,7 +100,13 @@ class JobRecorder:
         with self._ready:
             self._waiting.append((_values(key, function, job, at), done))
             self._ready.notify()
-        return done.result(timeout=self.wait_seconds)
+        try:
+            return done.result(timeout=self.wait_seconds)
+        except TimeoutError:
+            # The caller spools the job instead; a write not yet begun must not record it here as well, or the copy
+            # that runs would be the one without the spool's "queued" notice.
+            done.cancel()
+            raise
 
     def _write(self) -> None:
         while True:
