@@ -9,8 +9,8 @@ the ack is a refusal):
 * ``inline``: kimi-ops running the follow-up in the process that answers (as before issue 19's item 4, and as the
   local shell still does);
 * ``worker``: kimi-ops as ``kimi-ops serve`` runs it: the answering process records each request's typed job in
-  the shared database inside the acknowledgement (on PostgreSQL the jobs of concurrent acknowledgements in one
-  statement, on a connection of its own; issue 31: nothing acknowledged may stay with the pod), and a
+  the shared database inside the acknowledgement (the jobs of concurrent acknowledgements in one commit, by one
+  writer thread; issue 31: nothing acknowledged may stay with the pod), and a
   ``kimi-ops worker`` process beside it (started by the same supervisor) runs it, once the requests stop coming
   less than 20 ms apart (2 s at most between two moments it has caught up: a round here is shorter, so its
   follow-ups run after it; DESIGN.md, "Two processes").

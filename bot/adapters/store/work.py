@@ -68,12 +68,14 @@ def _batch_sql(jobs: int) -> str:
 
 
 class JobRecorder:
-    """:func:`claim_and_record` for the acknowledgement's path; on PostgreSQL, the jobs of concurrent
-    acknowledgements in one statement.
+    """:func:`claim_and_record` for the acknowledgement's path: the jobs of concurrent acknowledgements in one
+    statement (PostgreSQL) or one transaction (SQLite).
 
-    One writer thread with a connection of its own, kept open in autocommit (a pooled connection is pinged each
-    time it is taken from the pool): each round trip takes every job waiting then, so fifty requests at once cost
-    a few round trips, not fifty. The statement goes to the driver's cursor directly: it is the answering
+    One writer thread: each round takes every job waiting then, so fifty requests at once cost a few commits, not
+    fifty, and on SQLite the process's request threads never wait on each other for the file's write lock (SQLite's
+    busy handler sleeps in steps of up to 100 ms). On PostgreSQL the writer has a
+    connection of its own, kept open in autocommit (a pooled connection is pinged each time it is taken from the
+    pool). The statement goes to the driver's cursor directly: it is the answering
     process's one statement per acknowledgement, and SQLAlchemy's work around a statement (building, compiling
     and binding it, reading its result) cost that process more of its interpreter than the driver's round trip
     (the driver still prepares it once it repeats). A caller waits ``wait_seconds`` at most (a database that hangs
@@ -88,14 +90,10 @@ class JobRecorder:
         self._closed = False
         self._conn: Connection | None = None
         self._cursor: Any = None  # the driver's cursor on ``_conn`` (psycopg's, on PostgreSQL)
-        self._writer: threading.Thread | None = None
-        if engine.dialect.name == "postgresql":
-            self._writer = threading.Thread(target=self._write, name="kimi-record", daemon=True)
-            self._writer.start()
+        self._writer = threading.Thread(target=self._write, name="kimi-record", daemon=True)
+        self._writer.start()
 
     def record(self, key: str, function: str, job: dict[str, Any], at: dt.datetime) -> bool:
-        if self._writer is None:
-            return claim_and_record(self.engine, key, function, job, at)
         done: Future[bool] = Future()
         with self._ready:
             self._waiting.append((_values(key, function, job, at), done))
@@ -129,6 +127,15 @@ class JobRecorder:
                 seen.add(values["key"])
 
     def _claim_and_record(self, batch: list[dict[str, Any]]) -> set[str]:
+        """The keys of ``batch`` claimed now (a key already claimed, or twice in it, is recorded once or not at all)."""
+        if self.engine.dialect.name != "postgresql":
+            claimed: set[str] = set()
+            with self.engine.begin() as conn:  # one commit for the round; each job keeps its own time
+                for values in batch:
+                    conn.execute(CLAIM_SQLITE, values)
+                    if conn.execute(RECORD_SQLITE, values).rowcount == 1:
+                        claimed.add(values["key"])
+            return claimed
         if self._cursor is None:
             self._conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             self._cursor = self._conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -153,8 +160,7 @@ class JobRecorder:
         with self._ready:
             self._closed = True
             self._ready.notify_all()
-        if self._writer is not None:
-            self._writer.join(timeout=5)
+        self._writer.join(timeout=5)
         self._drop_connection()
 
 
