@@ -18,6 +18,7 @@ import pytest
 from bot.sandbox.stack import APPROVER_2, DEPLOYER
 from bot.services.deployments import get_deployment
 from tests.cli_support import CliSandbox, deploy_in_process, run_in_process, start_cli_sandbox, stop_cli_sandbox
+from tests.stack.replica_pool import restore_of
 from tests.world_support import wait_until
 
 pytestmark = pytest.mark.timeout(500)
@@ -45,15 +46,6 @@ def _watching(cli: CliSandbox, deployment_id: int) -> bool:
                    for e in uow.events.for_deployment(deployment_id))
 
 
-def _restore_of(cli: CliSandbox, deployment_id: int) -> tuple[int, str] | None:
-    with cli.ctx.uow() as uow:
-        dep = uow.deployments.get(deployment_id)
-        for row in uow.deployments.for_endpoint(dep.endpoint_id):
-            if row.cause_id == deployment_id:
-                return row.id, row.state
-    return None
-
-
 def test_a_cancel_on_another_process_stops_a_stuck_rollout_watch_and_the_restore_starts(cli: CliSandbox) -> None:
     first, second = (r.name for r in cli.sandbox.releases)
     deploy_in_process(cli, first)  # live: what the restore gives users back
@@ -70,7 +62,7 @@ def test_a_cancel_on_another_process_stops_a_stuck_rollout_watch_and_the_restore
         assert get_deployment(cli.ctx, dep).state == "cancelled"
 
         # The restore is driven by the process that was watching: it passes its requested state at once.
-        restore = wait_until("the restore to start", lambda: (found := _restore_of(cli, dep)) is not None
+        restore = wait_until("the restore to start", lambda: (found := restore_of(cli, dep)) is not None
                              and found[1] not in ("requested",) and found, WAIT_SECONDS, poll=0.2)
         assert driving.poll() is None, "the driver exited instead of driving the restore"
         operator.behaviour = "succeed"  # the restored release rolls out
