@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from bot.domain.checks import GateReport
+from bot.domain.read_models import DeploymentView
 from bot.sandbox.slack_stub import SlackSender, SlackStub
 from bot.sandbox.stack import ADMIN, APPROVER_2, DEPLOYER
 from bot.services.access import Identity
@@ -142,17 +143,24 @@ def hand_over(pool: Pool) -> Iterator[int]:
     pool.ensure(3)
     live = {v.release for v in history(cli.ctx) if v.state == "live"}
     release = next(r.name for r in cli.sandbox.releases if r.name not in live)
-    dep = deploy_in_process(cli, release, until="infrastructure_gate")
-    decide_gate(cli.ctx, dep.id, "infrastructure", "approved", Identity(APPROVER_2),
-                seen_report_hash=dep.pending.report_hash, seen_release_hash=dep.pending.release_hash)
-    try:
+    started = deploy_in_process(cli, release, until="infrastructure_gate")
+
+    def gate_waiting() -> DeploymentView | None:  # a replica may be the one running the gate's checks
+        view = get_deployment(cli.ctx, started.id)
+        return view if view.pending is not None and view.pending.gate == "infrastructure" else None
+
+    try:  # from here on the endpoint is freed for the next test whatever happens
+        dep = wait_until("the infrastructure gate's report stored", gate_waiting, WAIT_SECONDS, poll=0.2)
+        assert dep.pending is not None
+        decide_gate(cli.ctx, dep.id, "infrastructure", "approved", Identity(APPROVER_2),
+                    seen_report_hash=dep.pending.report_hash, seen_release_hash=dep.pending.release_hash)
         yield dep.id
     finally:
         cli.sandbox.stand_ins["operator"].behaviour = "succeed"
         cli.sandbox.stand_ins["openai"].release()
-        if get_deployment(cli.ctx, dep.id).in_flight:
-            cancel(cli.ctx, dep.id, Identity(ADMIN))
-        restore = restore_of(cli, dep.id)
+        if get_deployment(cli.ctx, started.id).in_flight:
+            cancel(cli.ctx, started.id, Identity(ADMIN))
+        restore = restore_of(cli, started.id)
         if restore is not None:
             Engine(cli.ctx, readiness_pause=0.2).advance(restore[0])  # at once, unless a replica drives it already
         wait_until("the endpoint free again", lambda: not any(v.in_flight for v in history(cli.ctx)), WAIT_SECONDS,
