@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.sandbox.capacity_http import SageMakerFace
-from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, SANDBOX_RAMP, SERVER_SPEED, Sandbox
+from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, SANDBOX_RAMP, Sandbox
 from tests.world_support import wait_until
 
 KIMI_OPS = Path(sys.executable).with_name("kimi-ops")
@@ -34,10 +34,6 @@ QUICK_SWEEP = {
 }
 # The sandbox's ramp with one look per step: no CLI test reads what a soak sees (a test that does passes its own).
 QUICK_RAMP = {**SANDBOX_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}
-# The model stand-in prefills ten times faster than the sandbox's node: a sweep's long-context request (one per level
-# on a prod endpoint) took over half a second of each level, 2 of a quick sweep's 3.5 s, and no CLI test reads how
-# long context costs. A test that needs a sweep long enough to catch mid-way sets the sandbox's own back.
-QUICK_PREFILL = {"prefill_per_token": SERVER_SPEED["prefill_per_token"] / 10}
 
 
 @dataclass
@@ -96,7 +92,6 @@ def start_cli_sandbox(tmp_path: Path, database_url: str | None = None, *, endpoi
         settings["database_url"] = database_url
     sandbox = Sandbox(tmp_path / "sandbox", settings_overrides=settings,
                       endpoint_overrides={"ramp": QUICK_RAMP, **(endpoint or {})}).start()
-    sandbox.stand_ins["openai"].configure(**QUICK_PREFILL)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
     env.update(sandbox.environment(tmp_path / "kubeconfig"))
     env.update({

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from bot.domain.checks import GateReport
-from bot.sandbox.stack import APPROVER_2, SERVER_SPEED
+from bot.sandbox.stack import APPROVER_2
 from bot.services.deployments import get_deployment
 from tests.cli_support import CliSandbox, deploy_in_process, run_in_process, start_cli_sandbox, stop_cli_sandbox
 from tests.world_support import wait_until
@@ -130,9 +130,6 @@ def test_a_traffic_gate_killed_mid_sweep_is_judged_on_every_request_it_sent(cli:
     release = cli.sandbox.releases[0].name
     dep = deploy_in_process(cli, release, until="model_gate").id
     openai = cli.sandbox.stand_ins["openai"]
-    # The sandbox's own prefill: each level of the sweep holds a long-context request for half a second, so the
-    # sweep is still under way when its first answers are in.
-    openai.configure(prefill_per_token=SERVER_SPEED["prefill_per_token"])
     approving = cli.popen("gate", "approve", str(dep), "model", "--as", APPROVER_2)
     wait_until("the sweep's first answers", lambda: _state(cli, dep) == "traffic_gate" and _own(cli, dep)[0] > 0,
                WAIT_SECONDS, poll=0.05)
