@@ -20,8 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from bot.sandbox.capacity_http import SageMakerFace
-from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, SANDBOX_RAMP, Sandbox
+from bot.sandbox.stack import ADMIN, APPROVER_1, APPROVER_2, DEPLOYER, SANDBOX_RAMP, SERVER_SPEED, Sandbox
 from tests.world_support import wait_until
+
+# Ten times the sandbox node's prefill speed, for the exposure tests' worlds (tests/exposure_support.py and the
+# cancel-mid-step world): none of them reads what long context costs. The CLI sandbox keeps the node's own speed.
+QUICK_PREFILL = {"prefill_per_token": SERVER_SPEED["prefill_per_token"] / 10}
 
 KIMI_OPS = Path(sys.executable).with_name("kimi-ops")
 # No Slack workspace here to read user groups from, so the second approver is listed by user ID.
