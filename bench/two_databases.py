@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 DEFAULT_POSTGRES = os.environ.get("KIMI_BENCH_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/root")
 
@@ -54,11 +55,13 @@ def postgres_url(admin: str, label: str) -> Iterator[str]:
 
 
 def reachable(admin: str) -> bool:
+    """Whether the PostgreSQL server at ``admin`` answers a query within a few seconds."""
+    engine = create_engine(admin, connect_args={"connect_timeout": 3})
     try:
-        engine = create_engine(admin, connect_args={"connect_timeout": 3})
-        with engine.connect():
-            pass
-        engine.dispose()
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
         return True
-    except Exception:
+    except OperationalError:
         return False
+    finally:
+        engine.dispose()
