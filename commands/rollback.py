@@ -13,6 +13,7 @@ from bot.services.deployments import request_rollback
 from bot.services.pair_sides import service_settings
 from bot.services.pairs import rollback_service
 from bot.views.parts import Reply, reply
+from bot.views.ramp import service_rolled_back
 from commands.base import Usage, extra, q
 
 NAME = "rollback"
@@ -53,8 +54,7 @@ def run(root: Root, identity: Identity, parsed: Args) -> Reply:
     ctx = root.ctx
     if parsed.release is None and service_settings(ctx, parsed.endpoint) is not None:
         done = rollback_service(ctx, str(parsed.endpoint), identity)
-        return reply(f"*{done.service}* rolled back to *{done.to_side}* ({done.release}) in one route change: "
-                     f"{done.users_get}. {done.from_side} keeps its release with no users.")
+        return reply(service_rolled_back(done))
     view = request_rollback(ctx, parsed.endpoint, identity, parsed.release)
 
     def advance() -> None:

@@ -79,14 +79,14 @@ def rollback(
     from bot.services.deployments import request_rollback
     from bot.services.pair_sides import service_settings
     from bot.services.pairs import rollback_service
+    from bot.views.ramp import service_rolled_back
 
     def body() -> None:
         here = root()
         service = service_settings(here.ctx, endpoint)
         if to is None and service is not None:
             done = rollback_service(here.ctx, service.name, identity(here.ctx, user))
-            output.info(f"{done.service} rolled back to {done.to_side} ({done.release}) in one route change: "
-                        f"{done.users_get}. {done.from_side} keeps its release with no users.")
+            output.info(service_rolled_back(done, bold=False))
             return
         asked = request_rollback(here.ctx, endpoint, identity(here.ctx, user), to).id
         view = drive(here.ctx, asked, lambda: here.engine.advance(asked), timeout)

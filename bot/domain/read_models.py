@@ -78,3 +78,14 @@ class DeploymentView:
     @property
     def duration(self) -> dt.timedelta | None:
         return (self.finished_at - self.created_at) if self.finished_at else None
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """A service rolled back: every user moved to ``to_side`` (running ``release``) in one route change."""
+
+    service: str
+    to_side: str
+    from_side: str
+    release: str | None
+    users_get: str

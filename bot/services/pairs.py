@@ -22,6 +22,7 @@ from bot.adapters.store.uow import SqlUnitOfWork
 from bot.config import EndpointSettings, ServiceSettings
 from bot.domain.admission import Admission, AdmissionError, parse_admission
 from bot.domain.events import ServiceRolledBack
+from bot.domain.read_models import RolledBack
 from bot.domain.states import State
 from bot.domain.watchers import ServiceWatch
 from bot.logs import logger_for
@@ -67,15 +68,6 @@ def deploy_side(ctx: Context, service: ServiceSettings) -> str:
     if active is None:
         return first
     return second if active == first else first
-
-
-@dataclass(frozen=True)
-class RolledBack:
-    service: str
-    to_side: str
-    from_side: str
-    release: str | None
-    users_get: str
 
 
 def rollback_service(ctx: Context, name: str, actor: Identity) -> RolledBack:

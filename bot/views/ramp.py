@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bot.domain.events import RampSplit
+from bot.domain.read_models import RolledBack
 from bot.views.actions import RUN_COMMAND
 from bot.views.parts import Button, Buttons, Part, Text
 
@@ -44,3 +45,10 @@ def ramp_parts(event: RampSplit, service: str | None) -> list[Part]:
         parts.append(Text(f"Fast path back: `/kimi rollback {service}` (one route change to the side kept warm)."))
         parts.append(Buttons((Button(f"Roll back {service}", RUN_COMMAND, f"rollback {service}", style="danger"),)))
     return parts
+
+
+def service_rolled_back(done: RolledBack, *, bold: bool = True) -> str:
+    """The answer to a service's rollback, for the chat (names in bold) or a terminal (``bold=False``)."""
+    mark = "*" if bold else ""
+    return (f"{mark}{done.service}{mark} rolled back to {mark}{done.to_side}{mark} ({done.release}) in one route "
+            f"change: {done.users_get}. {done.from_side} keeps its release with no users.")
