@@ -16,17 +16,19 @@ from bot.slack.job import Job
 def test_concurrent_acknowledgements_record_each_request_once_as_it_was_typed(ctx) -> None:
     """Twelve acknowledgements at once, each request arriving twice (a redelivery racing its original): every
     request is taken once, its copy is told so, and the job the worker will read is the one acknowledged, at the
-    moment it was acknowledged (given in another time zone, stored as the same instant)."""
+    moment it was acknowledged: each job its own time, even when one round writes them all (given in another time
+    zone, stored as the same instant)."""
     recorder = JobRecorder(ctx.uow.engine, wait_seconds=30)
     at = dt.datetime(2026, 12, 5, 8, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     jobs = [Job("command", f"body:{n}", "U0TYPIST", channel="C0KIMIOPS", args={"text": f"status kimi-{n}"})
             for n in range(6)]
     taken: dict[str, list[bool]] = {job.key: [] for job in jobs}
+    acknowledged_at = {job.key: at + dt.timedelta(seconds=n) for n, job in enumerate(jobs)}
     start = threading.Barrier(12)
 
     def acknowledge(job: Job) -> None:
         start.wait()
-        won = recorder.record(job.key, job.kind, job.as_json(), at)
+        won = recorder.record(job.key, job.kind, job.as_json(), acknowledged_at[job.key])
         taken[job.key].append(won)
 
     threads = [threading.Thread(target=acknowledge, args=(job,)) for job in jobs * 2]
@@ -45,7 +47,8 @@ def test_concurrent_acknowledgements_record_each_request_once_as_it_was_typed(ct
     assert sorted((row.function, row.request["args"]["text"]) for row in rows) == sorted(
         ("command", f"status kimi-{n}") for n in range(6))
     assert {row.request['key']: Job.from_json(row.request) for row in rows} == {job.key: job for job in jobs}
-    assert {row.created_at for row in rows} == {at} and {claim.received_at for claim in claims} == {at}
+    assert {row.request["key"]: row.created_at for row in rows} == acknowledged_at
+    assert {claim.key: claim.received_at for claim in claims} == acknowledged_at
     assert sorted(claim.key for claim in claims) == sorted(job.key for job in jobs)
 
 

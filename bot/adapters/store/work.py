@@ -56,14 +56,15 @@ def _values(key: str, function: str, job: dict[str, Any], at: dt.datetime) -> di
 
 @functools.lru_cache(maxsize=BATCH)
 def _batch_sql(jobs: int) -> str:
-    """The claims and jobs of ``jobs`` acknowledgements in one statement, in the driver's own placeholders: the
-    jobs' (key, function, request) in order, then the time twice. The job's row exists only if its claim was won."""
-    listed = ", ".join(["(%s, %s, CAST(%s AS JSON))"] * jobs)
-    return (f"WITH jobs (key, function, request) AS (VALUES {listed}), "
-            "claimed AS (INSERT INTO slack_deliveries (key, received_at) SELECT key, %s FROM jobs "
+    """The claims and jobs of ``jobs`` acknowledgements in one statement, in the driver's own placeholders: each
+    job's (key, function, request, time) in order. The job's row exists only if its claim was won, and both rows
+    carry the job's own time (the order the worker takes jobs in)."""
+    listed = ", ".join(["(%s, %s, CAST(%s AS JSON), CAST(%s AS TIMESTAMPTZ))"] * jobs)
+    return (f"WITH jobs (key, function, request, at) AS (VALUES {listed}), "
+            "claimed AS (INSERT INTO slack_deliveries (key, received_at) SELECT key, at FROM jobs "
             "ON CONFLICT (key) DO NOTHING RETURNING key), "
             "recorded AS (INSERT INTO slack_work (created_at, function, request, attempts) "
-            "SELECT %s, jobs.function, jobs.request, 0 FROM jobs JOIN claimed ON claimed.key = jobs.key) "
+            "SELECT jobs.at, jobs.function, jobs.request, 0 FROM jobs JOIN claimed ON claimed.key = jobs.key) "
             "SELECT key FROM claimed")
 
 
@@ -144,9 +145,8 @@ class JobRecorder:
             first.setdefault(values["key"], values)
         params: list[Any] = []
         for values in first.values():
-            params += (values["key"], values["function"], values["request"])
-        at = _utc(batch[0]["at"])
-        self._cursor.execute(_batch_sql(len(first)), (*params, at, at))
+            params += (values["key"], values["function"], values["request"], _utc(values["at"]))
+        self._cursor.execute(_batch_sql(len(first)), params)
         return {str(row[0]) for row in self._cursor.fetchall()}
 
     def _drop_connection(self) -> None:
