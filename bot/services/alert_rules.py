@@ -13,11 +13,14 @@ server-side apply through the cluster port:
   undoes the go-live.
 * :meth:`RulePublisher.publish`: each metrics-watch round (on the leader) applies a rule object whose rendering
   changed since this process last applied it: the retry after a refusal, a change of objectives, and the
-  safety net for a go-live recorded by another replica.
+  safety net for a go-live recorded by another replica. An unchanged rendering is applied again once
+  :data:`REASSERT_AFTER` passed since this process last did: server-side apply leaves an intact object as it is,
+  and brings back one deleted or edited by hand (said in the round's summary).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import threading
@@ -141,22 +144,30 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
+REASSERT_AFTER = dt.timedelta(minutes=10)
+"""How long an unchanged rule object goes without being applied again (a hand-deleted one is back within it)."""
+
+
 class RulePublisher:
-    """Applies the watched rule objects when their rendering changed (one per process)."""
+    """Applies the watched rule objects when their rendering changed, or went unasserted for
+    :data:`REASSERT_AFTER` (one per process)."""
 
     def __init__(self) -> None:
-        self._applied: dict[str, str] = {}
+        self._applied: dict[str, tuple[str, dt.datetime]] = {}  # name -> (rendering applied, when)
         self._lock = threading.Lock()
 
     def _apply(self, ctx: Context, name: str, *, force: bool) -> tuple[RenderedRules, bool] | None:
-        """Render and apply ``name``'s object (unless unchanged since this process applied it and not ``force``):
-        the rendering and whether the server's copy changed; None when skipped. Raises what the cluster raised."""
+        """Render and apply ``name``'s object (unless this process applied the same rendering within
+        :data:`REASSERT_AFTER` and not ``force``): the rendering and whether the server's copy changed; None when
+        skipped. Raises what the cluster raised."""
         cluster: object = ctx.ports.cluster
         if not isinstance(cluster, ports.RuleApplier):
             return None
         rendered = render_rules(ctx, name)
+        now = ctx.clock.now()
         with self._lock:
-            if not force and self._applied.get(name) == rendered.sha256:
+            sha, at = self._applied.get(name, ("", now))
+            if not force and sha == rendered.sha256 and now - at < REASSERT_AFTER:
                 return None
         try:
             changed = cluster.apply_rules(rendered.applied_by, rendered.rule_object)
@@ -165,20 +176,25 @@ class RulePublisher:
                 self._applied.pop(name, None)
             raise
         with self._lock:
-            self._applied[name] = rendered.sha256
+            self._applied[name] = (rendered.sha256, now)
         return rendered, changed
 
     def publish(self, ctx: Context) -> list[str]:
         """One line per rule object that was applied or could not be (the metrics-watch round's summary)."""
         said: list[str] = []
         for name in watched_objects(ctx):
+            with self._lock:
+                known = self._applied.get(name, ("", None))[0]
             try:
                 done = self._apply(ctx, name, force=False)
             except Exception as exc:  # one endpoint's refused rule must not stop the others; said in the round's summary
                 said.append(f"{name}: Prometheus rules not applied ({_first_line(exc)})")
                 continue
             if done is not None and done[1]:
-                said.append(f"{name}: Prometheus rules applied ({done[0].release_words})")
+                words = f"Prometheus rules applied ({done[0].release_words})"
+                if known == done[0].sha256:  # the same rendering as last time, yet the server's copy changed
+                    words = f"Prometheus rules applied again ({done[0].release_words}): the cluster's copy was missing or edited"
+                said.append(f"{name}: {words}")
         return said
 
     def after_go_live(self, ctx: Context, endpoint: str, deployment_id: int | None,

@@ -14,7 +14,7 @@ from bot.adapters.endpoint.openai import HttpEndpointClient
 from bot.domain.alert_rules import rule_object_name
 from bot.sandbox.kube import KubeStandIn, seed_cluster, start_kube
 from bot.sandbox.openai_server import OpenAIServer
-from bot.services.alert_rules import apply_after_go_live
+from bot.services.alert_rules import REASSERT_AFTER, apply_after_go_live
 from bot.services.context import Ports
 from bot.services.readiness import endpoint_status
 from bot.services.scheduling import run_job
@@ -70,6 +70,18 @@ def test_the_rules_follow_the_live_release_and_the_watch_leaves_the_pages_to_pro
         assert "kimi-prom: Prometheus rules applied (rel-b)" in run.summary
         assert alert_releases(rest.get(path)) == {"rel-b"}
         assert rest.get(path)["metadata"]["managedFields"][0]["manager"] == "kimi-ops"
+
+        rest.delete(path)  # by hand: the rendering is unchanged, so only the next assertion brings it back
+        clock.advance(REASSERT_AFTER)
+        run = run_job(ctx, "metrics-watch", trigger="test")
+        assert ("kimi-prom: Prometheus rules applied again (rel-b): the cluster's copy was missing or edited"
+                in run.summary)
+        assert alert_releases(rest.get(path)) == {"rel-b"}
+        version = rest.get(path)["metadata"]["resourceVersion"]
+        clock.advance(REASSERT_AFTER)
+        run = run_job(ctx, "metrics-watch", trigger="test")
+        assert "kimi-prom: Prometheus rules" not in run.summary  # intact: asserted again, nothing changed or said
+        assert rest.get(path)["metadata"]["resourceVersion"] == version
 
         [prom] = endpoint_status(ctx, "kimi-prom", observe=False)
         [own] = endpoint_status(ctx, "kimi-own", observe=False)
