@@ -49,6 +49,9 @@ class Behaviour:
     # whole context so far (a token 25 µs slower per 1,000 tokens held).
     prefill_per_token: float = 0.000001
     prefill_per_image: float = 0.005
+    # Prompts prefill one after another, as on vLLM, whose scheduler gives a long prompt's chunks the step's token
+    # budget before a newcomer's prefill: a short request that arrives during a long prefill waits for its end.
+    serial_prefill: bool = False
     decode_per_kilotoken: float = 0.000025
     health_status: int = 200
     fail_status: int | None = None  # answer every chat completion with this status and an error body

@@ -9,7 +9,8 @@ it served, prefix-cache hits and queries, and KV-cache usage that grows with the
 tokens of the running requests.
 
 Requests cost what they would on vLLM: the first token waits for the prefill of
-every prompt token the prefix cache did not hold (and each image's encoder), each
+every prompt token the prefix cache did not hold (and each image's encoder; with ``serial_prefill``, after the
+prefills of the prompts admitted before it), each
 later token for a decode step that slows as the context grows, and the KV cache
 holds prompt and output tokens. Each finished request is observed in vLLM's
 request histograms (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``,
@@ -130,6 +131,7 @@ class Engine:
         self._mm_hits = self._mm_queries = 0
         self._kv_floor = 0.0  # simulated KV-cache usage beyond what the running requests hold
         self._running_floor = 0  # simulated requests running beyond the real ones
+        self._prefill_done = 0.0  # with serial prefill: when the last prefill admitted ends (monotonic)
         self.registry.register(_StateCollector(self))
 
     # -- behaviour -------------------------------------------------------------------------------------------
@@ -200,6 +202,11 @@ class Engine:
             others = len(self._running)
             self._queue.labels(b.served_model, ENGINE_LABEL).observe(time.monotonic() - arrived)
             prefill = (len(prompt.tokens) - hits) * b.prefill_per_token + len(prompt.images) * b.prefill_per_image
+            if b.serial_prefill:  # after the prefills admitted before it
+                now = time.monotonic()
+                start = max(now, self._prefill_done)
+                self._prefill_done = start + prefill
+                prefill = self._prefill_done - now
             ticket = Ticket(
                 id=next(self._ids), arrived=arrived, prompt_tokens=len(prompt.tokens), model=b.served_model,
                 first_token_delay=b.first_token_delay + b.ttft_per_running * others + prefill, max_tokens=max_tokens,

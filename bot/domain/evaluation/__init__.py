@@ -11,7 +11,8 @@ Prompts and answers never leave this module in a result unless the set turns
 and token counts.
 
 One module per step: :mod:`.eval_set` (the format), :mod:`.long_context` (the generated case), :mod:`.scoring`
-(each answer), :mod:`.summary` (a run's rates and percentiles), :mod:`.verdicts` (the gate's judgement).
+(each answer), :mod:`.summary` (a run's rates and percentiles), :mod:`.latency` (the latency comparison and its
+second look at slow cases), :mod:`.verdicts` (the gate's judgement).
 """
 
 from bot.domain.evaluation.eval_set import (
@@ -31,6 +32,7 @@ from bot.domain.evaluation.eval_set import (
     ToolCallCheck,
     parse_eval_set,
 )
+from bot.domain.evaluation.latency import Remeasured, best_of_two, to_remeasure
 from bot.domain.evaluation.long_context import expand, filler_text
 from bot.domain.evaluation.scoring import Answer, CaseResult, ToolCall, is_refusal, rounded, score
 from bot.domain.evaluation.summary import KindSummary, Summary, percentile, summarise
@@ -51,12 +53,14 @@ __all__ = [
     "Kind",
     "KindSummary",
     "Message",
+    "Remeasured",
     "Summary",
     "TextPart",
     "Tolerances",
     "ToolCall",
     "ToolCallCheck",
     "Verdict",
+    "best_of_two",
     "compare",
     "expand",
     "filler_text",
@@ -67,4 +71,5 @@ __all__ = [
     "rounded",
     "score",
     "summarise",
+    "to_remeasure",
 ]

@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bot.domain.evaluation.eval_set import EvalSet, Tolerances
+from bot.domain.evaluation.latency import Remeasured, rises
 from bot.domain.evaluation.scoring import CaseResult
 from bot.domain.evaluation.summary import Summary
+
+NAMED_REMEASURED = 5
+"""How many re-measured cases the latency verdict names in its reason."""
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,13 @@ def kind_verdicts(eval_set: EvalSet, summary: Summary, results: Sequence[CaseRes
     return out
 
 
-def compare(current: Summary, baseline: Summary | None, tolerances: Tolerances) -> list[Verdict]:
-    """Side-by-side with production: a pass-rate fall or latency rise beyond tolerance fails."""
+def compare(current: Summary, baseline: Summary | None, tolerances: Tolerances,
+            remeasured: Sequence[Remeasured] = ()) -> list[Verdict]:
+    """Side-by-side with production: a pass-rate fall or latency rise beyond tolerance fails.
+
+    ``current``'s latencies are those after the second look at the slow cases (``remeasured``, see :mod:`.latency`);
+    the latency verdict says what they stand on.
+    """
     if baseline is None:
         return [Verdict("model.baseline", "warn", "no production report to compare with (first release on this endpoint)")]
     out: list[Verdict] = []
@@ -68,38 +77,41 @@ def compare(current: Summary, baseline: Summary | None, tolerances: Tolerances) 
                 "model.quality_vs_production", "pass", f"pass rate {current.pass_rate:.0%} vs production {baseline.pass_rate:.0%}"
             )
         )
-    rises: list[str] = []
-    pairs = [("p50", current.latency_p50_ms, baseline.latency_p50_ms), ("p95", current.latency_p95_ms, baseline.latency_p95_ms)]
-    for label, now_ms, before_ms in pairs:
-        if now_ms is None or before_ms is None:
-            continue
-        allowed = max(before_ms * (1 + tolerances.latency_increase), before_ms + tolerances.latency_floor_ms)
-        if now_ms > allowed:
-            rises.append(f"{label} {before_ms:.0f}→{now_ms:.0f} ms")
-    latency_details = {
+    rose = rises(current, baseline, tolerances)
+    latency_details: dict[str, Any] = {
         "current": {"p50": current.latency_p50_ms, "p95": current.latency_p95_ms},
         "production": {"p50": baseline.latency_p50_ms, "p95": baseline.latency_p95_ms},
+        # What the percentiles stand on: of nine answers, p95 is the slowest or nearly.
+        "answers": current.answered,
+        "remeasured": [r.as_dict() for r in remeasured],
     }
-    if rises:
-        out.append(
-            Verdict(
-                "model.latency_vs_production",
-                "fail",
-                f"latency rose beyond {tolerances.latency_increase:.0%}: " + ", ".join(rises),
-                latency_details,
-            )
-        )
+    measured = _measured(current, remeasured)
+    if rose:
+        text = ", ".join(f"{r.label} {r.before_ms:.0f}→{r.now_ms:.0f} ms" for r in rose)
+        out.append(Verdict("model.latency_vs_production", "fail",
+                           f"latency rose beyond {tolerances.latency_increase:.0%}: {text} ({measured})", latency_details))
     else:
         out.append(
             Verdict(
                 "model.latency_vs_production",
                 "pass",
                 f"p50 {_ms(current.latency_p50_ms)} / p95 {_ms(current.latency_p95_ms)} vs production "
-                f"{_ms(baseline.latency_p50_ms)} / {_ms(baseline.latency_p95_ms)}",
+                f"{_ms(baseline.latency_p50_ms)} / {_ms(baseline.latency_p95_ms)} ({measured})",
                 latency_details,
             )
         )
     return out
+
+
+def _measured(current: Summary, remeasured: Sequence[Remeasured]) -> str:
+    """How the candidate's percentiles were measured: over how many answers, and which cases were timed twice."""
+    text = f"{current.answered} answers"
+    if remeasured:
+        # A few by name keep a chat message short; the details list them all.
+        named = ", ".join(r.describe() for r in remeasured[:NAMED_REMEASURED])
+        more = len(remeasured) - NAMED_REMEASURED
+        text += f"; re-measured once, the faster try kept: {named}" + (f" and {more} more" if more > 0 else "")
+    return text
 
 
 def _ms(value: float | None) -> str:
