@@ -184,6 +184,7 @@ def run_in_process(argv: list[str], env: dict[str, str], cwd: Path) -> subproces
 
     from typer.testing import CliRunner
 
+    from bot.cli.common import close_contexts
     from bot.cli.main import main
 
     root = logging.getLogger()
@@ -200,6 +201,7 @@ def run_in_process(argv: list[str], env: dict[str, str], cwd: Path) -> subproces
             sys.stderr.write(traceback.format_exc())
             code = 1
         finally:
+            close_contexts()  # the endpoint client's kept-alive sockets, the database pool: a process's exit would end them
             os.chdir(before)
             for handler in root.handlers:
                 if handler not in handlers:

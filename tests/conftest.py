@@ -102,6 +102,15 @@ def _no_machine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+@pytest.fixture(autouse=True)
+def _cli_contexts_closed() -> Iterator[None]:
+    """Close what CLI commands run in this process (``CliRunner``) opened, as a ``kimi-ops`` process's exit would."""
+    yield
+    from bot.cli.common import close_contexts
+
+    close_contexts()
+
+
 def _pg_admin_url() -> str:
     url = TEST_POSTGRES_URL
     return url.replace("postgresql://", "postgresql+psycopg://", 1) if url.startswith("postgresql://") else url

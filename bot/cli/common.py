@@ -15,11 +15,27 @@ if TYPE_CHECKING:
     from bot.services.context import Context
 
 
+_built: list[Context] = []
+
+
 def context() -> Context:
     """The CLI's context: settings from the environment, production adapters."""
     from bot.bootstrap import build_context
 
-    return build_context(connect=True)
+    ctx = build_context(connect=True)
+    _built.append(ctx)
+    return ctx
+
+
+def close_contexts() -> None:
+    """Close every context :func:`context` built in this process: its database pool and kept-alive connections.
+
+    A ``kimi-ops`` process never needs this: its exit ends them, and a command that stopped waiting (``--timeout``)
+    leaves the engine's thread using its context until then. What runs commands one after another in its own
+    process (the tests' in-process runner) calls it after each, or every command leaves its sockets to the collector.
+    """
+    while _built:
+        _built.pop().close()
 
 
 def root() -> Root:
