@@ -81,7 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def send_response(self, code: int, message: str | None = None) -> None:
         super().send_response(code, message)
-        path = self.path.split("?", 1)[0]
+        # http.server answers a request line it could not parse (a client that hung up mid-line) before it sets
+        # ``path``: that answer counts for no route.
+        path = getattr(self, "path", "").split("?", 1)[0]
         if path == "/v1/chat/completions":
             self.engine.count_http(path, self.command, code)
 
