@@ -10,6 +10,7 @@ a slow burn, a healthy busy endpoint and a reject storm, the cases of tests/serv
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,23 @@ def firing(selector: str, minute: int, kinds: set[str]) -> dict:
             "exp_samples": [{"labels": f'{{{alert_rules.KIND_LABEL}="{kind}"}}', "value": 1} for kind in sorted(kinds)]}
 
 
+def at_each_round_alone(groups: list[dict], checks: list[dict]) -> str:
+    """promtool's evaluation interval: the watch's five minutes, where Prometheus evaluates every minute.
+
+    The same verdicts at the watch's rounds, with a fifth of promtool's work, while every rule is a function of
+    the series at the moment it is evaluated: no ``for`` (a pending alert counts evaluations) and no recorded
+    series read over a range or at an offset (that would read the minutes between). Checked here: a rule that
+    starts to keep state fails the test until the interval is one minute again, never passes on other verdicts.
+    """
+    recorded = {r["record"] for g in groups for r in g["rules"] if "record" in r}
+    over_time = re.compile("(" + "|".join(map(re.escape, recorded)) + r")(\{[^}]*\})?\s*(\[|offset)")
+    for rule in (r for g in groups for r in g["rules"]):
+        assert not {"for", "keep_firing_for"} & rule.keys(), rule
+        assert not (recorded and over_time.search(rule["expr"])), rule
+    assert all(check["eval_time"].endswith("m") and int(check["eval_time"][:-1]) % 5 == 0 for check in checks)
+    return "5m"
+
+
 def promtool_test(run: Run, groups: list[dict], checks: list[dict], tmp_path: Path) -> None:
     write_yaml(tmp_path / "rules.yaml", {"groups": groups})
     series = [{"series": key, "values": " ".join("_" if v is None else f"{v:g}" for v in values)}
@@ -115,7 +133,8 @@ def promtool_test(run: Run, groups: list[dict], checks: list[dict], tmp_path: Pa
     # Recording groups first at each moment, as the watch computes its ratios before deciding: without an order
     # promtool evaluates the groups in Go's random map order, so an alert might read the minute-old ratios.
     ordered = sorted(groups, key=lambda g: any("alert" in r for r in g["rules"]))
-    write_yaml(tmp_path / "test.yaml", {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+    write_yaml(tmp_path / "test.yaml", {"rule_files": ["rules.yaml"],
+                                        "evaluation_interval": at_each_round_alone(groups, checks),
                                         "group_eval_order": [g["name"] for g in ordered],
                                         "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}]})
     done = promtool("test", "rules", "test.yaml", cwd=tmp_path)
