@@ -151,10 +151,20 @@ class HttpServer:
 
     def stop(self) -> None:
         self._stopping.set()
+
+        def close() -> None:
+            # The loop runs while any connection is open: a client's idle keep-alive connection (Alertmanager's,
+            # a load balancer's) kept it running until the join below gave up, 10 s later. Idle ones close as
+            # waitress's own idle maintenance closes them; one serving a request finishes it first.
+            for channel in list(self._server.active_channels.values()):
+                if not channel.requests:
+                    channel.will_close = True
+            self._server.close()
+
         # Closed from its own loop thread, the server's poll wakes at once; closed from here, the loop would sleep
         # out its poll timeout (waitress's asyncore_loop_timeout, 1 s) before it noticed.
         try:
-            self._server.trigger.pull_trigger(self._server.close)
+            self._server.trigger.pull_trigger(close)
         except OSError:  # the loop has already ended (its trigger is closed)
             self._server.close()
         self._thread.join(timeout=10)
