@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -74,21 +75,20 @@ class Alertmanager:
             [tool("alertmanager"), f"--config.file={workdir / 'alertmanager.yml'}", f"--storage.path={workdir / 'am-data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address="],
             stdout=self.log, stderr=subprocess.STDOUT)
+        # One client for every look: the tests poll these, and each new client builds its TLS context (20 ms).
+        self.client = httpx.Client(timeout=10)
 
     def ready(self) -> bool:
-        import httpx
-
         try:
-            return httpx.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+            return self.client.get(f"{self.url}/-/ready", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
     def notifications(self) -> float:
         """Webhook notifications Alertmanager has sent (its own counter)."""
-        import httpx
         from prometheus_client.parser import text_string_to_metric_families
 
-        for family in text_string_to_metric_families(httpx.get(f"{self.url}/metrics", timeout=5).text):
+        for family in text_string_to_metric_families(self.client.get(f"{self.url}/metrics", timeout=5).text):
             for sample in family.samples:
                 if sample.name == "alertmanager_notifications_total" and sample.labels.get("integration") == "webhook":
                     return float(sample.value)
@@ -101,4 +101,5 @@ class Alertmanager:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=10)
+        self.client.close()
         self.log.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import httpx
 import pytest
 
 from bot.adapters.clock import FrozenClock
@@ -44,7 +43,7 @@ def fire(manager: Alertmanager, *, resolved: bool = False) -> None:
     alert: dict = {"labels": LABELS, "annotations": ANNOTATIONS, "generatorURL": "http://prometheus/graph"}
     if resolved:
         alert["endsAt"] = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)).isoformat()
-    assert httpx.post(f"{manager.url}/api/v2/alerts", json=[alert], timeout=10).status_code == 200
+    assert manager.client.post(f"{manager.url}/api/v2/alerts", json=[alert]).status_code == 200
 
 
 def pages(stub) -> list:
@@ -65,7 +64,8 @@ def test_a_firing_alert_is_paged_once_resolved_in_place_and_silenced_in_alertman
     for action in (INCIDENT_ACK, INCIDENT_SILENCE, INCIDENT_ROLLBACK):
         assert button(page, action)
     sent = manager.notifications()
-    wait_until("Alertmanager repeating the group", lambda: manager.notifications() >= sent + 3, timeout=30)
+    # Alertmanager sends a group at most once a second here: looking at its counter more often is wasted CPU.
+    wait_until("Alertmanager repeating the group", lambda: manager.notifications() >= sent + 3, timeout=30, poll=0.2)
     assert len(pages(bench.stub)) == 1  # every repeat found the incident open
 
     fire(manager, resolved=True)
@@ -83,7 +83,7 @@ def test_a_firing_alert_is_paged_once_resolved_in_place_and_silenced_in_alertman
     bench.post(bench.sender.submit("U0DEPLOYER", view, {"reason": {"reason": "vLLM upgrade soak, OPS-77"},
                                                         "hours": {"hours": "4"}}))
     bench.stub.wait_for(lambda s: "silenced by <@U0DEPLOYER>" in blocks_text(again.blocks))
-    silences = httpx.get(f"{manager.url}/api/v2/silences", timeout=10).json()
+    silences = manager.client.get(f"{manager.url}/api/v2/silences").json()
     [silence] = [s for s in silences if s["status"]["state"] == "active"]
     assert silence["createdBy"] == "U0DEPLOYER" and silence["comment"] == "vLLM upgrade soak, OPS-77"
     assert {(m["name"], m["value"]) for m in silence["matchers"]} == {("endpoint", "kimi-prod"),
@@ -95,7 +95,7 @@ def test_a_firing_alert_is_paged_once_resolved_in_place_and_silenced_in_alertman
     reconciler = Reconciler()
     assert reconciler.reconcile(bench.app.ctx) == [] and reconciler.reconcile(bench.app.ctx) == []  # silenced, held
     fire(manager, resolved=True)
-    wait_until("Alertmanager letting the alert go", lambda: not httpx.get(f"{manager.url}/api/v2/alerts").json())
+    wait_until("Alertmanager letting the alert go", lambda: not manager.client.get(f"{manager.url}/api/v2/alerts").json())
     assert reconciler.reconcile(bench.app.ctx) == []  # one round without it could be a restarted Alertmanager
     assert reconciler.reconcile(bench.app.ctx) == ["kimi-prod: burn-page:ttft closed (Alertmanager no longer holds its alert)"]
     with bench.app.ctx.uow() as uow:  # closed quietly, as a silenced kind recovers; the next burn can page again
@@ -108,20 +108,20 @@ def test_the_webhook_refuses_without_the_token_and_bad_bodies_with_one_line(rout
     bench, _ = routed
     url = f"{bench.http.url}/alertmanager/webhook"
     body = {"version": "4", "status": "firing", "alerts": [{"status": "firing", "labels": LABELS, "fingerprint": "f1"}]}
-    assert httpx.post(url, json=body).status_code == 401
-    refused = httpx.post(url, json=body, headers={"Authorization": "Bearer not-the-token-at-all"})
+    assert bench.client.post(url, json=body).status_code == 401
+    refused = bench.client.post(url, json=body, headers={"Authorization": "Bearer not-the-token-at-all"})
     assert refused.status_code == 401 and "bearer token" in refused.text
     good = {"Authorization": f"Bearer {TOKEN}"}
-    assert httpx.get(url, headers=good).status_code == 405
+    assert bench.client.get(url, headers=good).status_code == 405
     for bad in (b"not json", b'{"version": "3", "status": "firing", "alerts": []}', b'{"version": "4"}'):
-        answer = httpx.post(url, content=bad, headers={**good, "Content-Type": "application/json"})
+        answer = bench.client.post(url, content=bad, headers={**good, "Content-Type": "application/json"})
         assert answer.status_code == 400 and answer.text.count("\n") == 1 and "Traceback" not in answer.text
     foreign = {**body, "alerts": [{"status": "firing", "labels": {"alertname": "DiskFull"}, "fingerprint": "f2"}]}
-    assert "ignored 1 alert" in httpx.post(url, json=foreign, headers=good).text
+    assert "ignored 1 alert" in bench.client.post(url, json=foreign, headers=good).text
     with bench.app.ctx.uow() as uow:
         assert uow.incidents.open_by_endpoint(["burn-page:ttft"]) == {}
-    assert httpx.post(url, json=body, headers=good).text.startswith("opened kimi-prod burn-page:ttft")
-    assert "1 already open" in httpx.post(url, json=body, headers=good).text  # another Alertmanager's copy
+    assert bench.client.post(url, json=body, headers=good).text.startswith("opened kimi-prod burn-page:ttft")
+    assert "1 already open" in bench.client.post(url, json=body, headers=good).text  # another Alertmanager's copy
 
 
 def test_kimi_ops_serve_receives_the_alert_and_pages_once(tmp_path) -> None:
@@ -156,7 +156,8 @@ def test_kimi_ops_serve_receives_the_alert_and_pages_once(tmp_path) -> None:
             fire(manager)
             wait_until("the page from kimi-ops serve", lambda: pages(stub), timeout=30)
             sent = manager.notifications()
-            wait_until("Alertmanager repeating the group", lambda: manager.notifications() >= sent + 3, timeout=30)
+            wait_until("Alertmanager repeating the group", lambda: manager.notifications() >= sent + 3,
+                       timeout=30, poll=0.2)
             [page] = pages(stub)
             assert page.channel == CHANNEL and button(page, INCIDENT_SILENCE)
         finally:
@@ -177,7 +178,7 @@ def test_after_a_go_live_the_page_follows_the_relabelled_alert_and_neither_recov
 
     def notify(*alerts: dict) -> str:
         status = "firing" if any(a["status"] == "firing" for a in alerts) else "resolved"
-        return httpx.post(url, json={"version": "4", "status": status, "alerts": list(alerts)}, headers=good).text
+        return bench.client.post(url, json={"version": "4", "status": status, "alerts": list(alerts)}, headers=good).text
 
     assert notify(alert("firing", "fp-rel-b", "rel-b")).startswith("opened")
     [page] = wait_until("the page", lambda: pages(bench.stub))
