@@ -249,10 +249,12 @@ def test_a_fault_ends_in_error_or_a_clear_wait_never_pass(world: World, case: Ca
 
 def during_the_fault(world: World, dep: int, case: Case, running: Background, heal: Heal) -> tuple[Any, bool]:
     """Past the apply: watch the deployment meet the fault; heal it once it waits (the wait is what is tested)."""
+    # Each look below reads the database, and the fault lasts seconds (a readiness timeout, the rollout's retries):
+    # five looks a second, not fifty, cost a tenth of the CPU and answer as soon as it matters.
     if case.ends == State.ROLLING_OUT:
         wait_until("a progress line saying what is wrong", lambda: any(
             kind == "rollout.progress" and case.says in payload.get("message", "") and "retrying" in payload["message"]
-            for kind, payload in world.events(dep)))
+            for kind, payload in world.events(dep)), poll=0.2)
         view = get_deployment(world.ctx, dep)
         assert view.state == State.ROLLING_OUT, (view.state, view.state_reason)  # no verdict without the API
         paged = world.incident() is not None
@@ -268,10 +270,10 @@ def during_the_fault(world: World, dep: int, case: Case, running: Background, he
             view = taken_over(world, dep)
         assert view.state == State.MODEL_GATE, (view.state, view.state_reason)
         return view, world.incident() is not None
-    wait_until("the deployment to fail", lambda: get_deployment(world.ctx, dep).state == State.FAILED)
+    wait_until("the deployment to fail", lambda: get_deployment(world.ctx, dep).state == State.FAILED, poll=0.2)
     if case.pages:
         # The restore meets the same fault: users stay closed out, and the on-call group must hear of it.
-        wait_until("a page", lambda: world.incident() is not None)
+        wait_until("a page", lambda: world.incident() is not None, poll=0.2)
     paged = world.incident() is not None
     heal()
     running.join()
