@@ -87,7 +87,7 @@ def _sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
     dropped: list[pytest.Item] = []
     for item in items:
         spec = getattr(item, "callspec", None)
-        on_postgres = spec is not None and spec.params.get("db_url") == "postgres"
+        on_postgres = spec is not None and "postgres" in (spec.params.get("db_url"), spec.params.get("module_db_url"))
         (dropped if on_postgres and item.get_closest_marker("sqlite_only") else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -265,6 +265,38 @@ def make_ctx(db_url: str, clock: FrozenClock, tmp_path: Path, monkeypatch: pytes
 @pytest.fixture()
 def ctx(make_ctx) -> Context:
     return make_ctx()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A database of each kind, migrated to head, for one module's shared world (tests that each leave it as found)."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("module-db") / "kimi.db"
+        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue("module_pg_url")
+    schema.upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def make_module_ctx(module_db_url: str, tmp_path_factory: pytest.TempPathFactory):
+    """``make_ctx`` for a module's shared world: contexts on :func:`module_db_url`, closed after the module's last test."""
+    contexts: list[Context] = []
+    with pytest.MonkeyPatch.context() as env:  # the machine's settings stay out, as for every test
+        for name in [n for n in os.environ if n.startswith(MACHINE_PREFIXES)]:
+            env.delenv(name)
+
+        def factory(*, ports: Ports | None = None, **overrides: object) -> Context:
+            overrides.setdefault("database_url", module_db_url)
+            overrides.setdefault("data_dir", tmp_path_factory.mktemp("data"))
+            ctx = build_context(load_settings(**overrides), clock=FrozenClock(START), ports=ports)
+            contexts.append(ctx)
+            return ctx
+
+        yield factory
+        for ctx in contexts:
+            ctx.close()
 
 
 def with_ports(ctx: Context, **ports: object) -> Context:
