@@ -46,9 +46,11 @@ def next_button(message: Message | dict[str, Any]) -> dict[str, Any] | None:
     return next((e for b in blocks for e in b.get("elements", []) if e.get("action_id") == NEXT_PAGE), None)
 
 
-@pytest.fixture()
-def history_bench(make_ctx: Any) -> Iterator[SlackBench]:
-    ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["U0VIEWER"]}, ports=fake_ports())
+@pytest.fixture(scope="module")
+def history_bench(make_module_ctx: Any) -> Iterator[SlackBench]:
+    """55 deployments, each cancelled: one bench a database for the history tests, which only read it."""
+    ctx = make_module_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["U0VIEWER"]},
+                          ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     for _ in range(55):
         cancel(ctx, request_deploy(ctx, "rel-a", "kimi-prod", DEPLOYER).id, DEPLOYER)
@@ -59,7 +61,7 @@ def history_bench(make_ctx: Any) -> Iterator[SlackBench]:
 
 def test_history_of_50_pages_in_one_message_each_with_a_next_button(history_bench: SlackBench) -> None:
     bench = history_bench
-    since = len(bench.stub.calls)
+    since, shown = len(bench.stub.calls), len(bench.stub.messages)
     assert bench.slash("U0VIEWER", "history kimi-prod 50").status_code == 200
     (first,) = answers(bench, since)  # one post, no overflow posts
     within_slack_limits(first)
@@ -69,7 +71,7 @@ def test_history_of_50_pages_in_one_message_each_with_a_next_button(history_benc
     assert button is not None and button["value"] == "history kimi-prod 50 --page 2"
 
     seen = set()
-    page = bench.replies_to("requester")[0]
+    page = bench.stub.wait_for(lambda s: [m for m in s.messages[shown:] if m.ephemeral_to == "requester"])[0]
     for number in range(2, 6):
         before = len(bench.stub.messages)
         bench.click("U0VIEWER", page, NEXT_PAGE)
