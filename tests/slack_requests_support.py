@@ -1,6 +1,6 @@
 """Slack request bodies as Slack signs and sends them, built for the hostile-request tests
 (``tests/slack/test_hostile_inputs.py``, ``tests/slack/test_foreign_requests.py``): a form or JSON body, a slash
-command, a click, an event, a view submission; and a Slack bench per test (``bench``).
+command, a click, an event, a view submission; and a Slack bench per test (``bench``) or per module (``started_bench``).
 """
 
 from __future__ import annotations
@@ -52,10 +52,15 @@ def click(bench: SlackBench, actions: Any, **fields: Any) -> str:
     return form({**payload, **fields})
 
 
-@pytest.fixture()
-def bench(make_ctx: Any) -> Iterator[SlackBench]:
+def started_bench(make_ctx: Any) -> SlackBench:
+    """The app serving HTTP on ``make_ctx``'s database, ``kimi-prod`` declared and ``rel-a`` registered."""
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    b = start_bench(ctx)
+    return start_bench(ctx)
+
+
+@pytest.fixture()
+def bench(make_ctx: Any) -> Iterator[SlackBench]:
+    b = started_bench(make_ctx)
     yield b
     stop_bench(b)
