@@ -36,6 +36,10 @@ QUICK_SWEEP = {
     "refine_steps": 0, "max_requests": 200, "max_seconds": 10, "request_timeout_seconds": 5, "max_tokens": 4,
     "prompt_words": 8, "prefix_modes": ["unique"],
 }
+# How often a test world's traffic gate reads /metrics while it sweeps: every knee those worlds find is the model
+# stand-in's 429s (two waiting at most, far below the queue objective; the KV cache never near full), and no test there
+# reads a sweep's peaks. At the adapter's 20 reads a second, the reads cost a fifth of a quick sweep's CPU.
+QUICK_SWEEP_METRICS_SECONDS = 0.25
 # The sandbox's ramp with one look per step: no CLI test reads what a soak sees (a test that does passes its own).
 QUICK_RAMP = {**SANDBOX_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}
 

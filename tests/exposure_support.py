@@ -16,7 +16,7 @@ from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
 from bot.services.deployments import history, request_deploy
 from bot.services.engine import Engine
-from tests.cli_support import QUICK_PREFILL, QUICK_SWEEP
+from tests.cli_support import QUICK_PREFILL, QUICK_SWEEP, QUICK_SWEEP_METRICS_SECONDS
 from tests.world_support import SandboxWorld
 
 
@@ -62,11 +62,11 @@ class World(SandboxWorld):
 
 def start_world(path: Path, *, database_url: str | None = None, users_per_second: float = 8.0,
                 **endpoint: Any) -> World:
-    # The quick sweep (and a quick prefill) still finds the stand-in's knee; no test here reads more of the sweep than
-    # its proposal.
+    # The quick sweep (and a quick prefill, and fewer reads of /metrics) still finds the stand-in's knee; no test here
+    # reads more of the sweep than its proposal.
     overrides: dict[str, Any] = {"traffic_sweep": QUICK_SWEEP, **({"database_url": database_url} if database_url else {})}
     sandbox = Sandbox(path, users_per_second=users_per_second, settings_overrides=overrides,
-                      endpoint_overrides=endpoint).start()
+                      endpoint_overrides=endpoint, sweep_metrics_seconds=QUICK_SWEEP_METRICS_SECONDS).start()
     sandbox.stand_ins["openai"].configure(**QUICK_PREFILL)
     return World(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
 

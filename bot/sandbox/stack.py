@@ -23,9 +23,12 @@ seconds per step, and :attr:`Sandbox.gateway_url` is where users' requests go;
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +130,30 @@ def pair_configs(urls: Mapping[str, str]) -> tuple[list[dict[str, Any]], dict[st
     return sides, service
 
 
+_MIGRATED: dict[str, Path] = {}  # head revision -> a fresh SQLite file this process migrated to it
+
+
+def _migrated_sqlite(path: Path) -> None:
+    """A fresh SQLite database at ``path`` at the schema's head: a copy of one this process migrated before.
+
+    The migrations always build the same empty file, and running them costs a quarter of a CPU-second; a test run
+    starts dozens of sandboxes per process (the conftest's databases are made the same way).
+    """
+    from bot.adapters.store import schema
+
+    path.unlink(missing_ok=True)
+    head = schema.quick_head()
+    template = _MIGRATED.get(head)
+    if template is None or not template.exists():
+        schema.upgrade(f"sqlite:///{path}")
+        folder = Path(tempfile.mkdtemp(prefix="kimi-sandbox-schema-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        template = _MIGRATED[head] = folder / "migrated.db"
+        shutil.copyfile(path, template)
+        return
+    shutil.copyfile(template, path)
+
+
 def example_releases() -> list[ReleaseManifest]:
     """The releases under ``deploy/releases``, oldest first."""
     return [ReleaseManifest.model_validate(yaml.safe_load(p.read_text(encoding="utf-8")))
@@ -150,6 +177,9 @@ class Sandbox:
     # pod_restart_seconds on ``clock``) and the model server follows the pods (503 while none is ready).
     drills: bool = False
     pod_restart_seconds: float = 120.0
+    # How often the traffic gate's sweep reads /metrics for its peaks (the adapter's own 20 a second by default; the
+    # demo's long-context knee is a KV-cache peak). A test world whose sweeps' knees are the 429s may read less often.
+    sweep_metrics_seconds: float = 0.05
     stand_ins: dict[str, Any] = field(default_factory=dict)
     _served_model: str = "Kimi-K3"  # what the model server serves by default (the pods' args may rename it)
     releases: list[ReleaseManifest] = field(default_factory=list)
@@ -163,8 +193,9 @@ class Sandbox:
             self._start_stand_ins()
             settings = self.settings()
             if settings.database_url and settings.database_url.startswith("sqlite"):
-                Path(settings.database_url.removeprefix("sqlite:///")).unlink(missing_ok=True)
-            schema.upgrade(settings.effective_database_url)
+                _migrated_sqlite(Path(settings.database_url.removeprefix("sqlite:///")))
+            else:
+                schema.upgrade(settings.effective_database_url)
             self.ctx = build_context(settings, clock=self.clock, ports=self.ports())
             self.releases = self._seed(settings)
         except BaseException:
@@ -286,7 +317,7 @@ class Sandbox:
             reservations=AwsReservationSource(self.stand_ins["capacity"].client_factory()),
             endpoint=endpoint,
             evaluator=HttpEvaluator(),
-            loadgen=HttpLoadGenerator(metrics=endpoint.metrics),
+            loadgen=HttpLoadGenerator(metrics=endpoint.metrics, metrics_interval=self.sweep_metrics_seconds),
             silences=self._silences(),
         )
 

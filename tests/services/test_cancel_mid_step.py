@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +22,7 @@ from bot.sandbox.stack import DEPLOYER, ENDPOINT, NAMESPACE, SANDBOX_SWEEP, Sand
 from bot.services.access import Identity
 from bot.services.deployments import cancel, get_deployment, history, request_deploy
 from bot.services.engine import Engine
-from tests.cli_support import QUICK_PREFILL, QUICK_SWEEP
+from tests.cli_support import QUICK_PREFILL, QUICK_SWEEP, QUICK_SWEEP_METRICS_SECONDS
 from tests.exposure_support import World, assert_runs_exactly, restore_of
 from tests.world_support import WAIT_SECONDS, in_background, joined, wait_until
 
@@ -34,14 +33,16 @@ ENDLESS_SWEEP = {**SANDBOX_SWEEP, "steady_seconds": 86_400, "steady_requests_per
 """The traffic gate's sweep with a day's budget: its first level alone would run all day."""
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    """No background users (a held request would hold theirs too); an hour's drain deadline; the older release
-    live, deployed with the quick sweep and prefill (the endless sweep is set for the candidate only)."""
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def shared_world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """One world per database for the module. No background users (a held request would hold theirs too); an hour's
+    drain deadline; the older release live, deployed with the quick sweep and prefill (the endless sweep is set for
+    the candidate only). Every test here ends with the older release live again and users let in."""
     settings: dict[str, Any] = {"lease_seconds": 4, "lease_heartbeat_seconds": 1, "traffic_sweep": QUICK_SWEEP}
     if request.param == "postgres":
-        settings["database_url"] = request.getfixturevalue("fresh_pg_url")
-    sandbox = Sandbox(tmp_path / "sandbox", users_per_second=0, settings_overrides=settings,
+        settings["database_url"] = request.getfixturevalue("module_pg_url")
+    sandbox = Sandbox(tmp_path_factory.mktemp(f"cancel-{request.param}") / "sandbox", users_per_second=0,
+                      settings_overrides=settings, sweep_metrics_seconds=QUICK_SWEEP_METRICS_SECONDS,
                       endpoint_overrides={"drain_seconds": 3600, "ramp": {"steps": [], "soak_seconds": 0}}).start()
     sandbox.stand_ins["openai"].configure(**QUICK_PREFILL)
     w = World(sandbox=sandbox, engine=Engine(sandbox.ctx, readiness_pause=0.2))
@@ -51,6 +52,34 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     finally:
         w.model.release()
         sandbox.stop()
+
+
+@pytest.fixture()
+def world(shared_world: World) -> Iterator[World]:
+    """The module's world as each test finds it: the older release live, users let in, no deployment in flight."""
+    w = shared_world
+    assert not [v.id for v in history(w.ctx, ENDPOINT) if v.in_flight], "a deployment is still in flight"
+    assert w.route_admission() == "open"
+    assert_runs_exactly(w, w.live.id)  # type: ignore[attr-defined]
+    # An earlier test's requests released at the model finish first: each test counts what runs there.
+    assert w.model.wait_for(lambda s: s.running == 0 and s.waiting == 0, timeout=WAIT_SECONDS)
+    yield w
+    w.model.release()
+    settle(w)
+
+
+def settle(world: World) -> None:
+    """What a failed test left in flight, ended: a deploy cancelled, it and the restore it starts driven to their end
+    (driving waits while an engine that test left running still holds the endpoint's lease)."""
+    def none_in_flight() -> bool:
+        flying = [v for v in history(world.ctx, ENDPOINT) if v.in_flight]
+        for view in flying:
+            if view.kind == "deploy":
+                cancel(world.ctx, view.id, Identity(DEPLOYER))
+            world.engine.advance(view.id)
+        return not flying
+
+    wait_until("no deployment in flight", none_in_flight, poll=1.0)
 
 
 def _applies(world: World) -> int:

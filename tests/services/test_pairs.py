@@ -37,7 +37,7 @@ from bot.services.ramp_approvals import approve_ramp_step, ramp_step_waiting
 from bot.services.reservations import watch_reservations
 from bot.services.scheduling import run_job
 from commands import incidents
-from tests.cli_support import QUICK_SWEEP, run_in_process
+from tests.cli_support import QUICK_SWEEP, QUICK_SWEEP_METRICS_SECONDS, run_in_process
 from tests.pairs_support import HTTP, PairWorld, models_seen
 from tests.world_support import APPROVER, in_background, joined, wait_until
 
@@ -55,6 +55,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PairWorld]:
     # sides (no test here runs the metrics watch): the service's own rules follow each go-live and rollback.
     sandbox = Sandbox(tmp_path_factory.mktemp("pair") / "sandbox", pair=True, users_per_second=8.0,
                       settings_overrides={"traffic_sweep": QUICK_SWEEP},  # no test here reads the sweep
+                      sweep_metrics_seconds=QUICK_SWEEP_METRICS_SECONDS,
                       endpoint_overrides={"ttft_objective_ms": 1000, "slo": {"alerting": "prometheus"}},
                       service_overrides={"ramp": {**SANDBOX_PAIR_RAMP, "soak_seconds": 0.3, "sample_seconds": 0.3}}).start()
     slack = SlackStub().start()

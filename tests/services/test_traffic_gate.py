@@ -9,6 +9,7 @@ proposal survives the start-up re-sync.
 
 from __future__ import annotations
 
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,6 @@ from bot.adapters.clock import FrozenClock
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.adapters.gate_plots import gate_figure
-from bot.adapters.store import schema
 from bot.bootstrap import build_context
 from bot.config import EndpointSettings, load_settings
 from bot.domain.checks import GateReport
@@ -45,6 +45,7 @@ SMALL_SWEEP = {
     "refine_steps": 3, "max_requests": 1000, "max_seconds": 120, "request_timeout_seconds": 10,
     "max_tokens": 8, "prompt_words": 48,
 }
+ADAPTER_METRICS_SECONDS = HttpLoadGenerator().metrics_interval  # how often production's sweep reads /metrics
 # Requests last ~130 ms, long enough that N clients really overlap at the server despite thread jitter.
 FAST = {"reply": "OK, noted.", "first_token_delay": 0.1, "token_delay": 0.005}
 
@@ -56,11 +57,13 @@ def server() -> Iterator[OpenAIServer]:
 
 
 @pytest.fixture()
-def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Context]]:
-    """The sweep itself touches no database, so those tests run on SQLite only; accepting limits runs on both."""
+def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch,
+               _migrated_sqlite: Path) -> Iterator[Callable[..., Context]]:
+    """The sweep itself touches no database, so those tests run on SQLite only; accepting limits runs on both.
+    (A copy of the session's migrated file, as ``db_url`` gives: migrating for each test cost a quarter second.)"""
     monkeypatch.delenv("KIMI_CONFIG", raising=False)
+    shutil.copyfile(_migrated_sqlite, tmp_path / "kimi.db")
     url = f"sqlite:///{tmp_path / 'kimi.db'}"
-    schema.upgrade(url)
     made: list[Context] = []
 
     def factory(*, ports: Ports | None = None, **overrides: object) -> Context:
@@ -74,15 +77,21 @@ def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPat
 
 
 def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None = None, objectives: dict | None = None,
-                limits: tuple[int, int] = (32, 64), environment: str = "staging", **endpoint: object) -> Context:
-    """The sweep's mechanics are measured on a staging endpoint (no long-context tail, one prefix mode allowed)."""
+                limits: tuple[int, int] = (32, 64), environment: str = "staging", metrics_seconds: float = 0.25,
+                **endpoint: object) -> Context:
+    """The sweep's mechanics are measured on a staging endpoint (no long-context tail, one prefix mode allowed).
+
+    ``/metrics`` is read every ``metrics_seconds``: four times a second unless a test's knee is a peak read there
+    (then as often as the adapter's own default); a level's prefix-cache hit rate needs only its first and last read.
+    """
     ctx = make_ctx(
         endpoints=[endpoint_config(url=url, environment=environment, **endpoint,
                                    request_limits={"max_concurrent_requests": limits[0], "max_queue_size": limits[1]})],
         roles=ROLES,
         traffic_sweep=sweep or SMALL_SWEEP,
         traffic_objectives=objectives or {"ttft_p99_ms": 2000},
-        ports=Ports(loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)),
+        ports=Ports(loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics,
+                                              metrics_interval=metrics_seconds)),
     )
     return ctx
 
@@ -181,7 +190,8 @@ def test_a_queue_read_from_metrics_sets_the_knee_when_nothing_is_rejected(sqlite
     # at 8, 6 wait steadily (a moment more while a finished client's next request overtakes a waiter's wake-up).
     server.configure(max_running=2, max_waiting=64, first_token_delay=0.2)
     sweep = {**SMALL_SWEEP, "ceiling": 8, "refine_steps": 0, "prefix_modes": ["unique"]}
-    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 60_000, "queue_depth": 4})
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 60_000, "queue_depth": 4},
+                      metrics_seconds=ADAPTER_METRICS_SECONDS)
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
@@ -200,7 +210,8 @@ def test_kv_cache_usage_read_from_metrics_sets_the_knee(sqlite_ctx, server: Open
     # three running fill at most 90 %, four need more than all of it (the stand-in reports 100 %).
     server.configure(kv_capacity_tokens=220, first_token_delay=0.2)
     sweep = {**SMALL_SWEEP, "ceiling": 8, "prefix_modes": ["unique"], "prompt_words": 58}
-    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 60_000, "kv_cache_usage": 0.95})
+    ctx = traffic_ctx(sqlite_ctx, server.url, sweep=sweep, objectives={"ttft_p99_ms": 60_000, "kv_cache_usage": 0.95},
+                      metrics_seconds=ADAPTER_METRICS_SECONDS)
 
     report = run_traffic_gate(ctx, endpoint(ctx))
 
