@@ -14,10 +14,10 @@ from bot.adapters.cluster.rest import object_path
 from bot.sandbox.stack import DEPLOYER, ENDPOINT, NAMESPACE, Sandbox
 from bot.sandbox.users import COHORT_USER, USER
 from bot.services.access import Identity
-from bot.services.deployments import history, request_deploy
+from bot.services.deployments import cancel, history, request_deploy
 from bot.services.engine import Engine
 from tests.cli_support import QUICK_PREFILL, QUICK_SWEEP, QUICK_SWEEP_METRICS_SECONDS
-from tests.world_support import SandboxWorld
+from tests.world_support import WAIT_SECONDS, SandboxWorld, wait_until
 
 
 @dataclass
@@ -85,3 +85,27 @@ def assert_runs_exactly(world: World, deployment_id: int) -> None:
     assert running["metadata"]["annotations"] == stored["metadata"]["annotations"]
     assert running["metadata"].get("labels") == stored["metadata"].get("labels")
     assert running["spec"]["worker"]["requestLimits"] == stored["spec"]["worker"]["requestLimits"]
+
+
+def assert_settled(world: World, live_id: int) -> None:
+    """``world`` as each test of a shared world starts: deployment ``live_id``'s manifest running, users let in,
+    nothing in flight, no request left running at the model (an earlier test's released requests finish first)."""
+    assert not [v.id for v in history(world.ctx, ENDPOINT) if v.in_flight], "a deployment is still in flight"
+    assert world.route_admission() == "open"
+    assert_runs_exactly(world, live_id)
+    assert world.model.wait_for(lambda s: s.running == 0 and s.waiting == 0, timeout=WAIT_SECONDS)
+
+
+def settle(world: World) -> None:
+    """What a test of a shared world left in flight, ended: a deploy cancelled, it and the restore it starts driven
+    to their end (the driving waits while an engine that test left running still holds the endpoint's lease)."""
+    def none_in_flight() -> bool:
+        flying = [v for v in history(world.ctx, ENDPOINT) if v.in_flight]
+        for view in flying:
+            if view.kind == "deploy":
+                cancel(world.ctx, view.id, Identity(DEPLOYER))
+            world.engine.advance(view.id)
+        return not flying
+
+    wait_until("no deployment in flight", none_in_flight, poll=1.0)
+

@@ -23,7 +23,7 @@ from bot.services.access import Identity
 from bot.services.deployments import cancel, get_deployment, history, request_deploy
 from bot.services.engine import Engine
 from tests.cli_support import QUICK_PREFILL, QUICK_SWEEP, QUICK_SWEEP_METRICS_SECONDS
-from tests.exposure_support import World, assert_runs_exactly, restore_of
+from tests.exposure_support import World, assert_runs_exactly, assert_settled, restore_of, settle
 from tests.world_support import WAIT_SECONDS, in_background, joined, wait_until
 
 pytestmark = pytest.mark.timeout(400)
@@ -57,29 +57,10 @@ def shared_world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 @pytest.fixture()
 def world(shared_world: World) -> Iterator[World]:
     """The module's world as each test finds it: the older release live, users let in, no deployment in flight."""
-    w = shared_world
-    assert not [v.id for v in history(w.ctx, ENDPOINT) if v.in_flight], "a deployment is still in flight"
-    assert w.route_admission() == "open"
-    assert_runs_exactly(w, w.live.id)  # type: ignore[attr-defined]
-    # An earlier test's requests released at the model finish first: each test counts what runs there.
-    assert w.model.wait_for(lambda s: s.running == 0 and s.waiting == 0, timeout=WAIT_SECONDS)
-    yield w
-    w.model.release()
-    settle(w)
-
-
-def settle(world: World) -> None:
-    """What a failed test left in flight, ended: a deploy cancelled, it and the restore it starts driven to their end
-    (driving waits while an engine that test left running still holds the endpoint's lease)."""
-    def none_in_flight() -> bool:
-        flying = [v for v in history(world.ctx, ENDPOINT) if v.in_flight]
-        for view in flying:
-            if view.kind == "deploy":
-                cancel(world.ctx, view.id, Identity(DEPLOYER))
-            world.engine.advance(view.id)
-        return not flying
-
-    wait_until("no deployment in flight", none_in_flight, poll=1.0)
+    assert_settled(shared_world, shared_world.live.id)  # type: ignore[attr-defined]
+    yield shared_world
+    shared_world.model.release()
+    settle(shared_world)
 
 
 def _applies(world: World) -> int:

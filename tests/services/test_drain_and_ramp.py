@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +22,7 @@ from bot.sandbox.slack_stub import SlackStub
 from bot.sandbox.stack import APPROVER_1, CHANNEL, DEPLOYER, ENDPOINT, GROUPS, NAMESPACE
 from bot.services.access import Identity
 from bot.services.deployments import decide_gate, get_deployment, request_deploy
-from tests.exposure_support import World, assert_runs_exactly, restore_of, start_world
+from tests.exposure_support import World, assert_runs_exactly, assert_settled, restore_of, settle, start_world
 from tests.world_support import APPROVER, WAIT_SECONDS, in_background, joined, wait_until
 
 # Whole-stack: every stand-in, background users, several deployments per test.
@@ -49,12 +48,14 @@ def _applies(world: World) -> int:
                if r.method == "PATCH" and r.url.path == path and "dryRun" not in r.params)
 
 
-def _quiet_world(path: Path, **endpoint: Any) -> Iterator[World]:
+@pytest.fixture(scope="module")
+def shared_quiet_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """No background users (a held request would hold theirs too): the long stream is the user. The older release
-    is live; no test here ramps a candidate, so its own ramp needs no soak."""
-    w = start_world(path, users_per_second=0, ramp={"steps": [], "soak_seconds": 0}, **endpoint)
+    is live; no test here ramps a candidate, so its own ramp needs no soak. The sandbox's drain deadline (30 s)."""
+    w = start_world(tmp_path_factory.mktemp("drain") / "sandbox", users_per_second=0,
+                    ramp={"steps": [], "soak_seconds": 0})
     try:
-        w.deploy(w.releases[0])
+        w.live = w.deploy(w.releases[0])  # type: ignore[attr-defined]
         yield w
     finally:
         w.model.release()
@@ -62,18 +63,17 @@ def _quiet_world(path: Path, **endpoint: Any) -> Iterator[World]:
 
 
 @pytest.fixture()
-def quiet_world(tmp_path: Path) -> Iterator[World]:
-    """The sandbox's drain deadline (30 s): only a bound here, the drain ends when the request does."""
-    yield from _quiet_world(tmp_path / "sandbox")
-
-
-@pytest.fixture()
-def deadline_world(tmp_path: Path) -> Iterator[World]:
-    """A drain deadline of a second: the request outlives it as it would any deadline (it runs until released)."""
-    yield from _quiet_world(tmp_path / "sandbox", drain_seconds=1)
+def quiet_world(shared_quiet_world: World) -> Iterator[World]:
+    """The module's quiet world as each test finds it: the older release live, users let in, nothing in flight; after
+    the test, the candidate it left waiting at a gate is cancelled and the older release restored."""
+    assert_settled(shared_quiet_world, shared_quiet_world.live.id)  # type: ignore[attr-defined]
+    yield shared_quiet_world
+    shared_quiet_world.model.release()
+    settle(shared_quiet_world)
 
 
 def test_the_drain_applies_nothing_until_a_running_request_finished(quiet_world: World) -> None:
+    # The sandbox's drain deadline (30 s) is only a bound here: the drain ends when the request does.
     world = quiet_world
     newer = world.releases[1]
     world.model.hold()  # the request runs but produces nothing until released
@@ -104,8 +104,13 @@ def test_the_drain_applies_nothing_until_a_running_request_finished(quiet_world:
 
 
 @pytest.mark.parametrize("choice", ["wait", "abort"])
-def test_at_the_drain_deadline_the_deployment_waits_for_a_person(deadline_world: World, choice: str) -> None:
-    world = deadline_world
+def test_at_the_drain_deadline_the_deployment_waits_for_a_person(quiet_world: World, choice: str) -> None:
+    # A drain deadline of a second: the request outlives it as it would any deadline (it runs until released).
+    with quiet_world.endpoint_changed(ENDPOINT, drain_seconds=1):
+        _at_the_drain_deadline(quiet_world, choice)
+
+
+def _at_the_drain_deadline(world: World, choice: str) -> None:
     newer = world.releases[1]
     world.model.hold()
     done: list[float] = []
