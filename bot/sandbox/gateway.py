@@ -325,7 +325,7 @@ class GatewayStandIn:
         namespace = str(meta.get("namespace") or "")
         unresolved: list[str] = []
         rules: list[_Rule] = []
-        pools = self._pools(namespace)
+        pools: set[tuple[str, str]] | None = None  # listed once a backendRef names an InferencePool (few routes do)
         for rule in (route.get("spec") or {}).get("rules") or []:
             backends: list[_Backend] = []
             for ref in rule.get("backendRefs") or []:
@@ -343,6 +343,7 @@ class GatewayStandIn:
                     # The extension's conformance: a pool that does not exist is BackendNotFound; one that does takes
                     # its share of the weights, sent to an endpoint of that pool.
                     key = ServiceKey(ref_namespace, str(ref.get("name")), 0)
+                    pools = self._pools(namespace) if pools is None else pools
                     if (ref_namespace, key.name) not in pools or key not in self.backends:
                         unresolved.append(f"BackendNotFound: InferencePool {ref_namespace}/{key.name}")
                         backends.append(_Backend(None, weight, filters))

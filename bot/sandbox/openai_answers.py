@@ -20,6 +20,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -106,6 +107,16 @@ class Prompt:
     last_user_text: str
     last_role: str
     images: tuple[str, ...] = ()  # one key per image part (a digest of its URL): the multimodal cache's items
+
+    # Lower-cased once per request for :func:`_found` (None for a text that is not ASCII): every reply and refusal
+    # pattern is looked for in it, and the sweep's longest prompts are a megabyte.
+    @cached_property
+    def folded_text(self) -> str | None:
+        return self.text.lower() if self.text.isascii() else None
+
+    @cached_property
+    def folded_last_user_text(self) -> str | None:
+        return self.last_user_text.lower() if self.last_user_text.isascii() else None
 
 
 class RequestError(Exception):
@@ -251,12 +262,12 @@ def _refuses(behaviour: Behaviour, prompt: Prompt) -> bool:
         return False
     if behaviour.refusal_marker and behaviour.refusal_marker in prompt.last_user_text:
         return True
-    return any(_found(p, prompt.last_user_text) for p in behaviour.refusal_patterns)
+    return any(_found(p, prompt.last_user_text, prompt.folded_last_user_text) for p in behaviour.refusal_patterns)
 
 
 def _reply_text(behaviour: Behaviour, prompt: Prompt) -> str:
     for pattern, reply in behaviour.replies:
-        if _found(pattern, prompt.text):
+        if _found(pattern, prompt.text, prompt.folded_text):
             return reply
     return behaviour.reply
 
@@ -264,11 +275,12 @@ def _reply_text(behaviour: Behaviour, prompt: Prompt) -> str:
 LITERAL_RE = re.compile(r"[A-Za-z0-9 ]+")
 
 
-def _found(pattern: str, text: str) -> bool:
+def _found(pattern: str, text: str, folded: str | None) -> bool:
     """``re.search(pattern, text, re.IGNORECASE)``; a pattern of ASCII letters, digits and spaces in an ASCII text is
-    looked for as lower-cased text (the same answer there, and ten times faster on the sweep's longest prompts)."""
-    if text.isascii() and LITERAL_RE.fullmatch(pattern):
-        return pattern.lower() in text.lower()
+    looked for in the lower-cased text, ``folded`` (the same answer there, and ten times faster on the sweep's longest
+    prompts)."""
+    if folded is not None and LITERAL_RE.fullmatch(pattern):
+        return pattern.lower() in folded
     return re.search(pattern, text, re.IGNORECASE) is not None
 
 

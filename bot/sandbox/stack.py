@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,6 +185,11 @@ class Sandbox:
     _served_model: str = "Kimi-K3"  # what the model server serves by default (the pods' args may rename it)
     releases: list[ReleaseManifest] = field(default_factory=list)
     ctx: Any = None
+    # The cohort's token as last read, and the emulator's word that a write came since (see :meth:`cohort`).
+    _cohort_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _cohort_seen: threading.Event | None = field(default=None, repr=False)
+    _cohort_rest: Any = field(default=None, repr=False)
+    _cohort: tuple[str, str] | None = field(default=None, repr=False)
 
     def start(self) -> Sandbox:
         from bot.adapters.store import schema
@@ -371,10 +377,24 @@ class Sandbox:
         return route_config()
 
     def cohort(self) -> tuple[str, str] | None:
-        """The internal cohort's header and current token, read from its Secret (``None`` before the first closing)."""
+        """The internal cohort's header and current token, read from its Secret (``None`` before the first closing).
+
+        Read again only once the emulator answered a write since the last read (it says so before the writer hears
+        back): the Secret changes by nothing else, and an application layer watches it rather than reading it for each
+        request (the background users' cohort asks several times a second).
+        """
         from bot.sandbox.traffic import cohort_secret_name, read_cohort
 
-        return read_cohort(self.stand_ins["kube"].rest(), NAMESPACE, cohort_secret_name(SERVICE if self.pair else ENDPOINT))
+        with self._cohort_lock:
+            if self._cohort_seen is None:
+                kube = self.stand_ins["kube"]
+                self._cohort_seen, self._cohort_rest = kube.changes(), kube.rest()
+                self._cohort_seen.set()
+            if self._cohort_seen.is_set():
+                self._cohort_seen.clear()
+                self._cohort = read_cohort(self._cohort_rest, NAMESPACE,
+                                           cohort_secret_name(SERVICE if self.pair else ENDPOINT))
+            return self._cohort
 
     @property
     def gateway_url(self) -> str | None:
@@ -445,6 +465,7 @@ class Sandbox:
             stand_in = self.stand_ins.pop(name, None)
             if stand_in is not None:
                 stand_in.stop()
+        self._cohort_seen = self._cohort_rest = self._cohort = None
 
     def __enter__(self) -> Sandbox:
         return self.start()
