@@ -10,7 +10,6 @@ incident records how long users were on the fallback. An admin's close holds it 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -27,14 +26,32 @@ from tests.world_support import wait_until
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture()
-def world(tmp_path: Path) -> Iterator[World]:
-    w = start_world(tmp_path / "sandbox", users_per_second=8.0, ramp={"steps": [], "soak_seconds": 0})
+@pytest.fixture(scope="module")
+def shared_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    w = start_world(tmp_path_factory.mktemp("failover") / "sandbox", users_per_second=8.0,
+                    ramp={"steps": [], "soak_seconds": 0})
     try:
         w.deploy(w.releases[0])
         yield w
     finally:
         w.sandbox.stop()
+
+
+@pytest.fixture()
+def world(shared_world: World) -> Iterator[World]:
+    """The module's world as each test finds it: Kimi K3 answering, users on it, no incident open; after the test,
+    the model answers again and a passing probe closes the readiness incident it left open."""
+    assert shared_world.route_admission() == "open" and not _open_incidents(shared_world)
+    yield shared_world
+    _fail(shared_world, False)
+    probe_endpoints(shared_world.ctx)
+    assert failover_round(shared_world.ctx) == [] and shared_world.route_admission() == "open"
+
+
+def _open_incidents(world: World) -> list[str]:
+    with world.ctx.uow() as uow:
+        row = uow.endpoints.get(ENDPOINT)
+        return [kind for kind in ("readiness", FAILOVER) if uow.incidents.open_for(row.id, kind) is not None]
 
 
 def _fail(world: World, failing: bool) -> None:
@@ -52,6 +69,9 @@ def _labels_since(world: World, before: dict[str, int]) -> dict[str, int]:
 
 def test_kimi_failing_moves_users_to_the_fallback_and_back_with_the_time_recorded(world: World) -> None:
     assert world.route_admission() == "open"
+    started = world.ctx.clock.now()  # what this test's failover said and recorded (the world is the module's)
+    with world.ctx.uow() as uow:
+        seen = {e.id for e in uow.events.undelivered(500)}
     _fail(world, True)
     for _ in range(world.ctx.settings.readiness_failures_to_alert):
         probe_endpoints(world.ctx)
@@ -61,7 +81,8 @@ def test_kimi_failing_moves_users_to_the_fallback_and_back_with_the_time_recorde
     with world.ctx.uow() as uow:
         row = uow.endpoints.get(ENDPOINT)
         assert uow.incidents.open_for(row.id, FAILOVER) is not None
-        said = [str(e.payload.get("text")) for e in uow.events.undelivered(500) if e.kind == "failover.notice"]
+        said = [str(e.payload.get("text")) for e in uow.events.undelivered(500)
+                if e.kind == "failover.notice" and e.id not in seen]
     assert said and "Kimi K3 stopped answering (readiness:" in said[0] and "closed to the fallback" in said[0]
     # Users get the fallback, each answer labelled; a request that needs Kimi K3 gets the gateway's 500.
     # The gateway counts an answer when its headers arrive: a request routed to Kimi K3 just before the route closed
@@ -87,9 +108,10 @@ def test_kimi_failing_moves_users_to_the_fallback_and_back_with_the_time_recorde
     with world.ctx.uow() as uow:
         row = uow.endpoints.get(ENDPOINT)
         assert uow.incidents.open_for(row.id, FAILOVER) is None
-        [closed] = [d for (_a, _who, _at, d) in uow.audit.actions(f"endpoint:{ENDPOINT}", "incident.closed")
-                    if d.get("kind") == FAILOVER]
-        said = [str(e.payload.get("text")) for e in uow.events.undelivered(500) if e.kind == "failover.notice"]
+        [closed] = [d for (_a, _who, at, d) in uow.audit.actions(f"endpoint:{ENDPOINT}", "incident.closed")
+                    if d.get("kind") == FAILOVER and at >= started]
+        said = [str(e.payload.get("text")) for e in uow.events.undelivered(500)
+                if e.kind == "failover.notice" and e.id not in seen]
     assert closed["on_fallback_seconds"] > 0
     assert "users are back on Kimi K3 after" in said[-1] and "on the fallback" in said[-1]
     # The readiness incident still open from before does not move users again; the next probe closes it.

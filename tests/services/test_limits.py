@@ -92,10 +92,12 @@ def approve(ctx: Any, engine: Engine, view: Any, **kwargs: Any) -> Any:
 def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_them(
         make_ctx: Any, kube: KubeStandIn, server: OpenAIServer) -> None:
     cluster = KubernetesCluster(kube.api_client(), poll_seconds=0.02, clock=FrozenClock(START))
+    # /metrics read four times a second while the sweep runs, not twenty: its knee is the server's 429s.
+    loadgen = HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics, metrics_interval=0.25)
     ctx = make_ctx(
         endpoints=[endpoint_config(url=server.url, request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})],
         roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000},
-        ports=fake_ports(cluster=cluster, loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics)),
+        ports=fake_ports(cluster=cluster, loadgen=loadgen),
     )
     engine = Engine(ctx, readiness_pause=0)
     for name in ("rel-a", "rel-b"):
