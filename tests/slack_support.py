@@ -89,12 +89,13 @@ def blocks_text(blocks: list[dict[str, Any]]) -> str:
 
 
 def start_bench(ctx: Any, groups: dict[str, list[str]] | None = None, missing_channels: set[str] | None = None,
-                readiness_pause: float | None = None) -> SlackBench:
-    """The app on ``ctx``'s own root (its engine waits ``readiness_pause`` between readiness attempts, if given)."""
+                readiness_pause: float | None = None, outbox_seconds: float = 0.05) -> SlackBench:
+    """The app on ``ctx``'s own root (its engine waits ``readiness_pause`` between readiness attempts, if given),
+    delivering the outbox every ``outbox_seconds`` besides right after each request's work."""
     stub = SlackStub(groups=groups, missing_channels=missing_channels).start()
     ctx.settings.slack_api_url = stub.api_url
     root = build_root(ctx, slack_token="xoxb-test-token", readiness_pause=readiness_pause)
-    app = create_app(root, signing_secret=SECRET, workers=8, outbox_seconds=0.05)
+    app = create_app(root, signing_secret=SECRET, workers=8, outbox_seconds=outbox_seconds)
     http = HttpServer(app.wsgi(), "127.0.0.1", 0, threads=8).start()
     return SlackBench(app, stub, SlackSender(SECRET, stub), http, httpx.Client(timeout=10))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from bot.cli.shell import Shell
 from bot.sandbox.gateway import Routed
 from bot.sandbox.slack_stub import SlackStub
 from bot.sandbox.stack import APPROVER_1, CHANNEL, DEPLOYER, ENDPOINT, GROUPS, NAMESPACE
+from bot.sandbox.users import UserTraffic
 from bot.services.access import Identity
 from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from tests.exposure_support import World, assert_runs_exactly, assert_settled, restore_of, settle, start_world
@@ -154,51 +154,56 @@ def _at_the_drain_deadline(world: World, choice: str) -> None:
 # ---------------------------------------------------------------------------- a ramp step that breaks
 
 
-def test_a_ramp_step_whose_objectives_break_returns_everyone_to_the_previous_release(tmp_path: Path) -> None:
-    # Twice the sandbox's users for half the soak: as many of the cohort's requests meet the failing candidate.
-    world = start_world(tmp_path / "sandbox", users_per_second=16.0,
-                        ramp={"steps": [50], "soak_seconds": 1.5, "sample_seconds": 0.5})
+def test_a_ramp_step_whose_objectives_break_returns_everyone_to_the_previous_release(quiet_world: World) -> None:
+    world = quiet_world
+    # Users for this test alone (the drain tests' held request would hold theirs): twice the sandbox's users for half
+    # the soak, so as many of the cohort's requests meet the failing candidate.
+    users = UserTraffic(str(world.sandbox.gateway_url), cohort=world.sandbox.cohort, per_second=16.0).start()
     try:
-        older, newer = world.releases
-        with world.endpoint_changed(ENDPOINT, ramp={"soak_seconds": 0}):  # only the candidate's ramp is looked at
-            live = world.deploy(older)
-        dep = request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id
-        world.approve(dep, until="traffic_gate")
-        view = get_deployment(world.ctx, dep)
-        assert view.pending is not None
-        world.accept_limits(dep, view.pending.report_hash)
-        decide_gate(world.ctx, dep, "traffic", "approved", APPROVER, seen_report_hash=view.pending.report_hash,
-                    seen_release_hash=view.pending.release_hash)
-
-        before = world.gateway.counts_by_admission()
-        engine, result = in_background(lambda: world.engine.advance(dep))
-        try:
-            # The internal cohort meets the candidate, and the candidate starts failing them.
-            wait_until("the internal cohort step", lambda: world.admission_row() == "internal")
-            world.model.configure(fail_status=500)
-            wait_until("the ramp to fail", lambda: get_deployment(world.ctx, dep).state == "failed")
-        finally:
-            world.model.reset()  # the restored release answers again
-        joined(engine, result)
-
-        failed = get_deployment(world.ctx, dep)
-        assert "ramp step internal broke its objectives: error rate" in (failed.state_reason or ""), failed.state_reason
-        restore = restore_of(world, dep)
-        assert restore.state == "live" and restore.release == older, restore.state_reason
-        assert_runs_exactly(world, live.id)
-        assert world.route_admission() == "open"
-        during = world.gateway.counts_by_admission() - before
-        assert during[("internal", Routed(ENDPOINT, True))] > 0  # the cohort met it (and got its errors)…
-        assert during[("50%", Routed(ENDPOINT, False))] == 0  # …ordinary users never did
-        reached = world.kimi_at_gateway("open")
-        wait_until("users on the restored release", lambda: world.kimi_at_gateway("open") > reached)
-        # Users were given back before any picture of the ramp was drawn: the notifier draws it afterwards.
-        reports = world.ctx.settings.data_dir / "reports"
-        assert not list(reports.glob("ramp-*"))
-        with SlackStub() as stub:
-            SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), world.ctx.uow, world.ctx.clock,
-                          plot_dir=reports).deliver_pending()
-            (upload,) = [u for _, u in stub.files_in(CHANNEL) if u.filename == f"ramp-{ENDPOINT}-{dep}.png"]
-        assert upload.data == (reports / f"ramp-{ENDPOINT}-{dep}.png").read_bytes()
+        with world.endpoint_changed(ENDPOINT, ramp={"steps": [50], "soak_seconds": 1.5, "sample_seconds": 0.5}):
+            _ramp_step_breaks(world)
     finally:
-        world.sandbox.stop()
+        users.stop()
+
+
+def _ramp_step_breaks(world: World) -> None:
+    older, newer = world.releases
+    live = world.live  # type: ignore[attr-defined]
+    dep = request_deploy(world.ctx, newer, None, Identity(DEPLOYER)).id
+    world.approve(dep, until="traffic_gate")
+    view = get_deployment(world.ctx, dep)
+    assert view.pending is not None
+    world.accept_limits(dep, view.pending.report_hash)
+    decide_gate(world.ctx, dep, "traffic", "approved", APPROVER, seen_report_hash=view.pending.report_hash,
+                seen_release_hash=view.pending.release_hash)
+
+    before = world.gateway.counts_by_admission()
+    engine, result = in_background(lambda: world.engine.advance(dep))
+    try:
+        # The internal cohort meets the candidate, and the candidate starts failing them.
+        wait_until("the internal cohort step", lambda: world.admission_row() == "internal")
+        world.model.configure(fail_status=500)
+        wait_until("the ramp to fail", lambda: get_deployment(world.ctx, dep).state == "failed")
+    finally:
+        world.model.configure(fail_status=None)  # the restored release answers again
+    joined(engine, result)
+
+    failed = get_deployment(world.ctx, dep)
+    assert "ramp step internal broke its objectives: error rate" in (failed.state_reason or ""), failed.state_reason
+    restore = restore_of(world, dep)
+    assert restore.state == "live" and restore.release == older, restore.state_reason
+    assert_runs_exactly(world, live.id)
+    assert world.route_admission() == "open"
+    during = world.gateway.counts_by_admission() - before
+    assert during[("internal", Routed(ENDPOINT, True))] > 0  # the cohort met it (and got its errors)…
+    assert during[("50%", Routed(ENDPOINT, False))] == 0  # …ordinary users never did
+    reached = world.kimi_at_gateway("open")
+    wait_until("users on the restored release", lambda: world.kimi_at_gateway("open") > reached)
+    # Users were given back before any picture of the ramp was drawn: the notifier draws it afterwards.
+    reports = world.ctx.settings.data_dir / "reports"
+    assert not (reports / f"ramp-{ENDPOINT}-{dep}.png").exists()  # (a drain test's console drew the first deploy's)
+    with SlackStub() as stub:
+        SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), world.ctx.uow, world.ctx.clock,
+                      plot_dir=reports).deliver_pending()
+        (upload,) = [u for _, u in stub.files_in(CHANNEL) if u.filename == f"ramp-{ENDPOINT}-{dep}.png"]
+    assert upload.data == (reports / f"ramp-{ENDPOINT}-{dep}.png").read_bytes()
