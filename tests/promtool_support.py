@@ -64,7 +64,7 @@ class Alertmanager:
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
             "route": {"receiver": "kimi-ops", "group_by": ["endpoint", "kimi_ops_kind"], "group_wait": "0s",
-                      "group_interval": "1s", "repeat_interval": "2s"},
+                      "group_interval": "500ms", "repeat_interval": "1s"},  # a repeat every 1-1.5 s
             "receivers": [{"name": "kimi-ops", "webhook_configs": [{
                 "url": webhook_url, "send_resolved": True,
                 "http_config": {"authorization": {"type": "Bearer", "credentials": token}}}]}],

@@ -2,7 +2,7 @@
 channel with the live release and the buttons; resolved, the page is edited; Silence… creates a real silence.
 
 The alerts are posted to Alertmanager's API v2 as Prometheus posts a firing rule's alert (labels as
-:mod:`bot.domain.alert_rules` renders them). Alertmanager repeats the group every two seconds here, so the
+:mod:`bot.domain.alert_rules` renders them). Alertmanager repeats the group every second or so here, so the
 "once" is checked against its own count of notifications sent.
 """
 
@@ -64,7 +64,7 @@ def test_a_firing_alert_is_paged_once_resolved_in_place_and_silenced_in_alertman
     for action in (INCIDENT_ACK, INCIDENT_SILENCE, INCIDENT_ROLLBACK):
         assert button(page, action)
     sent = manager.notifications()
-    # Alertmanager sends a group at most once a second here: looking at its counter more often is wasted CPU.
+    # Alertmanager repeats a group a second or more apart here: looking at its counter more often is wasted CPU.
     wait_until("Alertmanager repeating the group", lambda: manager.notifications() >= sent + 3, timeout=30, poll=0.2)
     assert len(pages(bench.stub)) == 1  # every repeat found the incident open
 
