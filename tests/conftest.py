@@ -5,7 +5,9 @@ database). A test that asks for an empty database (``empty_db_url``) gets a fres
 created on that server; a test that asks for a migrated one (``db_url``) gets its
 worker's database, migrated once and emptied before each test (a SQLite test gets a
 copy of a file migrated once), because creating and migrating a database per test
-cost seconds each. Under CI a missing or unreachable server is an error, never a skip.
+cost seconds each. Tests that each leave their world as they found it (a table of refused
+requests, reads of one history) can share one per module and database: ``make_module_ctx``.
+Under CI a missing or unreachable server is an error, never a skip.
 
 Every test starts with no ``SLACK_*``, ``AWS_*`` or ``KIMI_*`` variable from the
 machine (a developer's real token or profile must never reach a test), and the
