@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -128,6 +129,26 @@ def _endpoint_object(cli: CliSandbox) -> dict[str, Any]:
     return obj
 
 
+def _early_start_up(cli: CliSandbox, operator: Any) -> subprocess.CompletedProcess[str]:
+    """``kimi-ops resume`` in this process while the dead one's lease is alive, within a bound.
+
+    A hang guard, not a performance expectation: had the lease lapsed before it looked (a machine so busy that its
+    start-up outlasted the lease), it would take over the rollout the operator holds and follow it without end.
+    """
+    done: list[subprocess.CompletedProcess[str]] = []
+    runner = threading.Thread(target=lambda: done.append(run_in_process(["resume"], cli.env, cli.cwd)),
+                              name="early-resume", daemon=True)
+    runner.start()
+    runner.join(WAIT_SECONDS)
+    if not done:
+        operator.behaviour = "succeed"  # the take-over's watch then ends, and nothing of it outlives the test
+        runner.join(WAIT_SECONDS)
+        pytest.fail(f"the early `kimi-ops resume` had not returned after {WAIT_SECONDS} s: the dead process's "
+                    f"{cli.env['KIMI_LEASE_SECONDS']} s lease lapsed first and it took the held rollout over "
+                    "(KIMI_LEASE_SECONDS is too short for this machine's start-up)")
+    return done[0]
+
+
 def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli: CliSandbox) -> None:
     release, other = (r.name for r in cli.sandbox.releases)
     operator = cli.sandbox.stand_ins["operator"]
@@ -161,7 +182,7 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
         request_deploy(cli.ctx, other, None, Identity(DEPLOYER))
 
     # While the dead process's lease is alive, a start-up leaves the deployment alone (it might still be driving) …
-    early = run_in_process(["resume"], cli.env, cli.cwd)
+    early = _early_start_up(cli, operator)
     assert _lease_alive(cli, dep), "the lease lapsed during the early start-up: KIMI_LEASE_SECONDS is too short here"
     assert _record(cli, dep)[1] == events_at_kill
     # It says so, and that it could act on nothing: exit 1, with whose lease it is and when it lapses.
