@@ -7,7 +7,7 @@ measurements, users counted at the gateway stand-in (on the fallback while the
 candidate is checked, then the ramp), readiness probe history, production
 comparison, the rollback's steps, a rejected candidate restored by itself and
 the history. ``kimi-ops demo --pair`` (the blue/green scenario: a ramp to the idle
-side and a one-click rollback) runs beside it, in its own process.
+side and a one-click rollback) and a ``kimi-ops sandbox`` console session run beside it, each in its own process.
 """
 
 from __future__ import annotations
@@ -26,20 +26,32 @@ from bot.bootstrap import FirstUse, build_context, production_adapters
 from bot.config import load_settings
 
 # The whole demo runs in one subprocess (about 80 s alone, longer with every core busy); the pair scenario
-# (`demo --pair`, about 25 s of CPU) runs beside it in a second one, so the module waits for the longer of the two.
+# (`demo --pair`) and the console session run beside it, each in its own, so the module waits for the longest.
 pytestmark = pytest.mark.timeout(900)  # a bound on a hang: on a busy machine the demo alone has taken over 300 s
 
 
 Demo = tuple[subprocess.Popen[str], Path]
 
+# What the console test types into `kimi-ops sandbox`: a command, a deploy, a button as an approver, a refused deploy.
+TYPED = "/kimi release list\n/kimi deploy kimi-k3-2026-08-01\n/as U0APPROVER1\n1\n/kimi deploy nope\n/quit\n"
 
-def _start_demo(home: Path, *args: str) -> Demo:
-    """``kimi-ops demo ARGS`` in a fresh process; its output goes to files (a full pipe nobody reads would stall it)."""
+
+def _newcomer_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
     env["KIMI_DATA_DIR"] = str(home / ".kimi-ops")
+    return env
+
+
+def _start(home: Path, *args: str, typed: str | None = None) -> Demo:
+    """``kimi-ops ARGS`` in a fresh process; its output goes to files (a full pipe nobody reads would stall it)."""
     with (home / "stdout").open("w") as out, (home / "stderr").open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", "from bot.cli.main import main; main()", "demo", *args],
-                                stdout=out, stderr=err, text=True, env=env, cwd=home)
+        proc = subprocess.Popen([sys.executable, "-c", "from bot.cli.main import main; main()", *args],
+                                stdin=subprocess.PIPE if typed is not None else subprocess.DEVNULL,
+                                stdout=out, stderr=err, text=True, env=_newcomer_env(home), cwd=home)
+    if typed is not None:
+        assert proc.stdin is not None
+        proc.stdin.write(typed)  # a few lines: the pipe holds them until the console reads
+        proc.stdin.close()
     return proc, home
 
 
@@ -50,11 +62,13 @@ def _finished(demo: Demo) -> subprocess.CompletedProcess[str]:
                                        (home / "stderr").read_text())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def demos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Demo]]:
-    """Both scenarios started at once, as a newcomer would run them; each test waits for the one it reads."""
-    started = {"single": _start_demo(tmp_path_factory.mktemp("newcomer")),
-               "pair": _start_demo(tmp_path_factory.mktemp("pair"), "--pair")}
+    """Both scenarios and the console session started at once, before the module's first test (those that need
+    none of them run meanwhile); each test waits for the one it reads."""
+    started = {"single": _start(tmp_path_factory.mktemp("newcomer"), "demo"),
+               "pair": _start(tmp_path_factory.mktemp("pair"), "demo", "--pair"),
+               "console": _start(tmp_path_factory.mktemp("console"), "sandbox", typed=TYPED)}
     yield started
     for proc, _ in started.values():
         if proc.poll() is None:
@@ -70,6 +84,45 @@ def demo_run(demos: dict[str, Demo]) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def pair_demo_run(demos: dict[str, Demo]) -> subprocess.CompletedProcess[str]:
     return _finished(demos["pair"])
+
+
+def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No AWS credentials, kubeconfig or network: building them must not touch any of those.
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "KUBECONFIG", "KIMI_CONFIG", "SLACK_BOT_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    settings = load_settings(data_dir=tmp_path, auto_migrate=True, rollout_poll_seconds=0.5)
+    ctx = build_context(settings, connect=True)
+    try:
+        ports = {name: adapter for name, adapter in vars(ctx.ports).items() if adapter is not None}
+        # Each adapter is built (and boto3 or kubernetes imported) on first use, not when the CLI starts.
+        assert all(isinstance(adapter, FirstUse) and not adapter.built for adapter in ports.values())
+        wired = {name: type(adapter.adapter()).__name__ for name, adapter in ports.items()}
+        assert wired == {
+            "artifacts": "RegionalArtifactVerifier", "cluster": "ContextClusters",
+            "reservations": "AwsReservationSource", "endpoint": "HttpEndpointClient",
+            "evaluator": "HttpEvaluator", "loadgen": "HttpLoadGenerator", "gpus": "HttpGpuTelemetry",
+        }
+        made = production_adapters(settings, SystemClock())
+        assert {name for name, adapter in vars(made).items() if adapter is not None} == set(wired)
+        assert ctx.ports.cluster.poll_seconds == 0.5  # KIMI_ROLLOUT_POLL_SECONDS reaches the watch
+        # A cluster that cannot be reached is an error check the gate shows, never a pass or a crash.
+        preflight = ctx.ports.cluster.preflight(load_settings(endpoints=[{"name": "x", "environment": "dev"}]).endpoints[0])
+        assert [c.status for c in preflight] == ["error"] and "no access to cluster context" in preflight[0].reason
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("command", ["demo", "sandbox"])
+def test_without_the_sandbox_extra_the_command_says_how_to_install_it(command: str, tmp_path: Path) -> None:
+    # A production install: the extra's modules cannot be imported (None in sys.modules makes `import` fail).
+    blocked = "import sys; sys.modules.update(dict.fromkeys(['moto', 'kmock', 'aiohttp'], None)); "
+    result = subprocess.run([sys.executable, "-c", blocked + "from bot.cli.main import main; main()", command],
+                            capture_output=True, text=True, env=_newcomer_env(tmp_path), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip() == "error: the sandbox is not installed: pip install 'kimi-ops[sandbox]'"
+    assert not (tmp_path / ".kimi-ops" / "sandbox").exists()  # nothing was started
 
 
 def test_the_pair_demo_ramps_the_idle_side_and_rolls_back_in_one_click(
@@ -199,62 +252,6 @@ def _traffic_gate(out: str, deployment: int) -> str:
     return out[start:out.index("Show every check", start)]
 
 
-def test_the_cli_context_has_a_production_adapter_for_every_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # No AWS credentials, kubeconfig or network: building them must not touch any of those.
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "KUBECONFIG", "KIMI_CONFIG", "SLACK_BOT_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
-    settings = load_settings(data_dir=tmp_path, auto_migrate=True, rollout_poll_seconds=0.5)
-    ctx = build_context(settings, connect=True)
-    try:
-        ports = {name: adapter for name, adapter in vars(ctx.ports).items() if adapter is not None}
-        # Each adapter is built (and boto3 or kubernetes imported) on first use, not when the CLI starts.
-        assert all(isinstance(adapter, FirstUse) and not adapter.built for adapter in ports.values())
-        wired = {name: type(adapter.adapter()).__name__ for name, adapter in ports.items()}
-        assert wired == {
-            "artifacts": "RegionalArtifactVerifier", "cluster": "ContextClusters",
-            "reservations": "AwsReservationSource", "endpoint": "HttpEndpointClient",
-            "evaluator": "HttpEvaluator", "loadgen": "HttpLoadGenerator", "gpus": "HttpGpuTelemetry",
-        }
-        made = production_adapters(settings, SystemClock())
-        assert {name for name, adapter in vars(made).items() if adapter is not None} == set(wired)
-        assert ctx.ports.cluster.poll_seconds == 0.5  # KIMI_ROLLOUT_POLL_SECONDS reaches the watch
-        # A cluster that cannot be reached is an error check the gate shows, never a pass or a crash.
-        preflight = ctx.ports.cluster.preflight(load_settings(endpoints=[{"name": "x", "environment": "dev"}]).endpoints[0])
-        assert [c.status for c in preflight] == ["error"] and "no access to cluster context" in preflight[0].reason
-    finally:
-        ctx.close()
-
-
-def test_sandbox_console_takes_typed_commands_and_buttons(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
-    env["KIMI_DATA_DIR"] = str(tmp_path / ".kimi-ops")
-    typed = "/kimi release list\n/kimi deploy kimi-k3-2026-08-01\n/as U0APPROVER1\n1\n/kimi deploy nope\n/quit\n"
-    run = subprocess.run([sys.executable, "-c", "from bot.cli.main import main; main()", "sandbox"], input=typed,
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "*kimi-k3-2026-09-01*" in run.stdout and "*kimi-k3-2026-08-01*" in run.stdout
-    assert "Approved by @U0APPROVER1" in run.stdout  # button [1] was the artifact gate's Approve
-    assert "== Infrastructure gate · deployment #1 ==" in run.stdout
-    assert "you need the deployer role to deploy" in run.stdout  # the approver may not deploy
-    assert "Users reach kimi-prod through the gateway stand-in at http://127.0.0.1:" in run.stdout
-    assert (tmp_path / ".kimi-ops" / "sandbox" / "sandbox.db").exists()
-
-
-@pytest.mark.parametrize("command", ["demo", "sandbox"])
-def test_without_the_sandbox_extra_the_command_says_how_to_install_it(command: str, tmp_path: Path) -> None:
-    # A production install: the extra's modules cannot be imported (None in sys.modules makes `import` fail).
-    blocked = "import sys; sys.modules.update(dict.fromkeys(['moto', 'kmock', 'aiohttp'], None)); "
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KIMI_", "AWS_", "SLACK_"))}
-    env["KIMI_DATA_DIR"] = str(tmp_path / ".kimi-ops")
-    result = subprocess.run([sys.executable, "-c", blocked + "from bot.cli.main import main; main()", command],
-                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
-    assert result.returncode == 2
-    assert result.stdout == ""
-    assert result.stderr.strip() == "error: the sandbox is not installed: pip install 'kimi-ops[sandbox]'"
-    assert not (tmp_path / ".kimi-ops" / "sandbox").exists()  # nothing was started
-
-
 def test_demo_shows_a_burn_rate_page_with_its_buttons_and_its_recovery(demo_run: subprocess.CompletedProcess[str]) -> None:
     out = demo_run.stdout
     assert "metrics-watch: kimi-prod: sampled; burn-page:errors opened" in out
@@ -270,3 +267,15 @@ def test_demo_shows_a_drill_with_its_approver_and_recovery_time(demo_run: subpro
     assert re.search(r"drill #1 \(pod-deletion on `kimi-prod`\) passed: detected after \d+ s, recovered after \d+ s; "
                      r"alerts: readiness", drill)
     assert "readiness: not answering (drill #1, pod-deletion)" in drill
+
+
+def test_sandbox_console_takes_typed_commands_and_buttons(demos: dict[str, Demo]) -> None:
+    run = _finished(demos["console"])
+    home = demos["console"][1]
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "*kimi-k3-2026-09-01*" in run.stdout and "*kimi-k3-2026-08-01*" in run.stdout
+    assert "Approved by @U0APPROVER1" in run.stdout  # button [1] was the artifact gate's Approve
+    assert "== Infrastructure gate · deployment #1 ==" in run.stdout
+    assert "you need the deployer role to deploy" in run.stdout  # the approver may not deploy
+    assert "Users reach kimi-prod through the gateway stand-in at http://127.0.0.1:" in run.stdout
+    assert (home / ".kimi-ops" / "sandbox" / "sandbox.db").exists()
