@@ -320,3 +320,4 @@ def test_escaped_or_unusual_text_is_left_to_prometheus_client() -> None:
     assert _plain_samples("<html>not metrics</html>\n") is None
     with pytest.raises(MetricsUnavailable, match="not Prometheus text"):
         parse_metrics("<html>not metrics</html>\n")
+    assert _plain_samples("# TYPE vllm:num_requests_running sometimes\nvllm:num_requests_running 3\n") is None

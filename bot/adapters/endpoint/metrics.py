@@ -58,6 +58,7 @@ class MetricsUnavailable(Exception):
 
 # One sample line of the plain text format: name, optional labels, value, optional timestamp.
 _SAMPLE_LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*")
+_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
 _LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*)"[ \t]*(?:,|$)')
 
 
@@ -85,6 +86,10 @@ def _plain_samples(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]
     """
     found: dict[str, list[tuple[Mapping[str, str], float]]] = defaultdict(list)
     for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            if len(words := line.split()) != 4 or words[3] not in _TYPES:  # prometheus-client refuses these
+                return None
+            continue
         if not line or line.startswith("#"):
             continue
         sample = _SAMPLE_LINE.fullmatch(line)
