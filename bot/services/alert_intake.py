@@ -67,11 +67,15 @@ def receive_notification(ctx: Context, notification: WebhookNotification) -> Int
     found, others = signals(notification, frozenset(KINDS))
     if others:
         intake.ignored.append(f"{others} alert(s) without kimi-ops's endpoint and kind labels")
+    known: set[str] = set()
+    if found:  # one read: a notification naming thousands of unknown endpoints costs a query, not a transaction each
+        with ctx.uow() as uow:
+            known = {row.name for row in uow.endpoints.list()}
     # Firing first: after a go-live the alert is raised anew (its release label changed) in the same group that
     # resolves the old one, and the incident must follow the new alert before the old one's resolution is read.
     for signal in sorted(found, key=lambda f: not f.firing):
         try:
-            _apply(ctx, signal, intake)
+            _apply(ctx, signal, intake, known)
         except Conflict:  # another replica opened it between our read and our write: it posts, we do not
             intake.repeated += 1
     if intake.opened or intake.closed:
@@ -79,10 +83,13 @@ def receive_notification(ctx: Context, notification: WebhookNotification) -> Int
     return intake
 
 
-def _apply(ctx: Context, signal: AlertSignal, intake: Intake) -> None:
+def _apply(ctx: Context, signal: AlertSignal, intake: Intake, known: set[str]) -> None:
     now = ctx.clock.now()
     if not re.fullmatch(DNS_LABEL, signal.endpoint):  # no endpoint's name (and NUL, which PostgreSQL refuses to compare)
         intake.ignored.append(f"{signal.kind} for unknown endpoint {printable(signal.endpoint)[:63]}")
+        return
+    if signal.endpoint not in known:
+        intake.ignored.append(f"{signal.kind} for unknown endpoint {signal.endpoint}")
         return
     with ctx.uow() as uow:
         row = uow.endpoints.get(signal.endpoint)
