@@ -8,7 +8,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -81,11 +80,6 @@ class Seeded:
         return self.release.weights.key_prefix
 
 
-def reset_moto(stand_in: MotoStandIn) -> None:
-    """Forget every bucket, object and image (moto keeps its state per process, shared by all its servers)."""
-    httpx.post(f"{stand_in.url}/moto-api/reset", timeout=10).raise_for_status()
-
-
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoStandIn]:
     """One moto server for the whole run of this process (each xdist worker has its own)."""
@@ -101,11 +95,11 @@ def moto(request: pytest.FixtureRequest) -> Iterator[MotoStandIn]:
     """moto's S3 and ECR, empty. A test marked ``own_moto`` (it stops the server) gets a private one."""
     if request.node.get_closest_marker("own_moto") is None:
         shared: MotoStandIn = request.getfixturevalue("moto_server")
-        reset_moto(shared)
+        shared.reset()
         yield shared
         return
     stand_in = start_moto()
-    reset_moto(stand_in)
+    stand_in.reset()
     try:
         yield stand_in
     finally:

@@ -35,6 +35,7 @@ class MotoStandIn:
     server: Any
     url: str
     _clients: dict[tuple[str, str, bool], Any] = field(default_factory=dict, repr=False)
+    _http: httpx.Client | None = field(default=None, repr=False)
 
     def client(self, service: str, region: str = "us-east-1", *, single_attempt: bool = True) -> Any:
         """One client per service, region and retry policy, kept: boto3 clients are thread-safe and hold no state of
@@ -47,7 +48,20 @@ class MotoStandIn:
                                              single_attempt=single_attempt, session=session)
         return self._clients[key]
 
+    def api(self, path: str, **kwargs: Any) -> None:
+        """POST to moto's own API (``/moto-api/...``) on one kept HTTP client: a new one per call (``httpx.post``)
+        builds an SSL context first, 20 ms of CPU, before each artifact test's reset."""
+        if self._http is None:
+            self._http = httpx.Client(timeout=10)
+        self._http.post(f"{self.url}{path}", **kwargs).raise_for_status()
+
+    def reset(self) -> None:
+        """Forget every bucket, object and image (moto keeps its state per process, shared by all its servers)."""
+        self.api("/moto-api/reset")
+
     def stop(self) -> None:
+        if self._http is not None:
+            self._http.close()
         self.server.stop()
 
 
@@ -174,12 +188,7 @@ def set_scan_findings(stand_in: MotoStandIn, image: str, severity_counts: Mappin
         "imageScanStatus": {"status": "COMPLETE", "description": "The scan was completed successfully."},
         "imageScanFindings": {"findingSeverityCounts": dict(severity_counts), "findings": []},
     }
-    response = httpx.post(
-        f"{stand_in.url}/moto-api/static/ecr/scan-finding-results",
-        json={"results": [result], "region": ref.ecr_region},
-        timeout=10,
-    )
-    response.raise_for_status()
+    stand_in.api("/moto-api/static/ecr/scan-finding-results", json={"results": [result], "region": ref.ecr_region})
     ecr = stand_in.client("ecr", ref.ecr_region or "us-east-1")
     # A seeded image was scanned already, and ECR (moto too) allows one scan per image a day: the next read of the
     # findings returns the result posted above either way.

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import yaml
 
 from bot.adapters.clock import Clock, SystemClock
@@ -223,7 +222,7 @@ class Sandbox:
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         moto = self.stand_ins["moto"] = start_moto()
-        httpx.post(f"{moto.url}/moto-api/reset", timeout=10).raise_for_status()
+        moto.reset()
         kube = self.stand_ins["kube"] = start_kube()
         seed_cluster(kube.rest(), namespace=NAMESPACE, zone=ZONE)
         self.stand_ins["openai"] = OpenAIServer(
