@@ -62,7 +62,8 @@ def test_two_schedulers_on_one_postgres_run_each_job_once(fresh_pg_url: str, clo
             a.start()
             b.start()
             assert a.leading and not b.leading and b.scheduler.state == STATE_PAUSED
-            wait_until("both jobs to run", lambda: runs_of(ctx_a, "reservation-watch") and runs_of(ctx_a, "readiness-probe"), 60, poll=POLL)
+            wait_until("both jobs to run", lambda: runs_of(ctx_a, "reservation-watch") and runs_of(ctx_a, "readiness-probe"),
+                       60, poll=POLL)
             wait_until("the next runs to be stored", lambda: all(next_runs(ctx_a).values()), 60, poll=POLL)
             planned = next_runs(ctx_a)
             # The leader stops; the standby takes over and keeps the stored schedule: nothing runs again early.
@@ -206,7 +207,8 @@ def test_a_backlog_after_downtime_runs_each_job_once(make_ctx) -> None:
     runner = JobRunner(build_root(ctx), SingleProcess(identity="after"), election_seconds=3600)
     try:
         runner.start()
-        wait_until("the backlog to run", lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), 60, poll=POLL)
+        wait_until("the backlog to run", lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), 60,
+                   poll=POLL)
     finally:
         runner.stop()  # waits for the running jobs: a run still queued behind them would be counted below
     assert len(runs_of(ctx, "reservation-watch")) == 1 and len(runs_of(ctx, "readiness-probe")) == 1
@@ -310,7 +312,8 @@ def test_serve_starts_the_scheduler_and_stops_it_on_sigterm(tmp_path: Path, monk
             monkeypatch.delenv("KIMI_CONFIG", raising=False)
             ctx = build_context(load_settings(data_dir=tmp_path / "data"), check=False)
             try:
-                wait_until("the first runs", lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), 60, poll=POLL)
+                wait_until("the first runs", lambda: runs_of(ctx, "reservation-watch") and runs_of(ctx, "readiness-probe"), 60,
+                           poll=POLL)
                 [watch] = runs_of(ctx, "reservation-watch")
                 assert "could not read us-east-1" in watch.summary  # the blind watch says so instead of failing
             finally:
