@@ -12,6 +12,7 @@ import datetime as dt
 
 import httpx
 
+from bot.adapters.endpoint.tls import tls_context
 from bot.domain.alertmanager import silence_matchers
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -33,7 +34,9 @@ class HttpAlertmanager:
     def _request(self, method: str, path: str, **kwargs: object) -> httpx.Response:
         url = f"{self.base_url}{path}"
         try:
-            response = httpx.request(method, url, timeout=self.timeout, **kwargs)  # type: ignore[arg-type]
+            # The process's one TLS context: httpx would load the CA bundle again for every call.
+            response = httpx.request(method, url, timeout=self.timeout, verify=tls_context(),
+                                     **kwargs)  # type: ignore[arg-type]
         except httpx.TimeoutException:
             raise AlertmanagerUnavailable(f"timed out asking {url}") from None
         except httpx.RequestError as exc:
