@@ -53,8 +53,10 @@ pytestmark = pytest.mark.timeout(300)
 def kube() -> Iterator[KubeStandIn]:
     with start_kube() as stand_in:
         seed_cluster(stand_in.rest(), namespace=NS, zone="us-east-1a")
-        # The endpoint's door is an application layer (no route): it acknowledges each admission change.
-        with OperatorSimulator(stand_in.rest(), NS, kind="hyperpod", step_seconds=0.02), \
+        # The endpoint's door is an application layer (no route): it acknowledges each admission change. The operator
+        # plays a rollout every 20 ms and, with none to play, waits for the emulator's next write (as the sandbox's
+        # does) rather than listing the objects 50 times a second for the whole test.
+        with OperatorSimulator(stand_in.rest(), NS, kind="hyperpod", step_seconds=0.02, changed=stand_in.changes()), \
                 ApplicationLayerStandIn(stand_in.rest(), NS, "kimi-prod", changed=stand_in.changes()):
             yield stand_in
 
