@@ -110,8 +110,11 @@ def test_no_user_request_reaches_the_candidate_before_its_model_gate_is_approved
 @pytest.fixture(scope="module")
 def live_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """One sandbox whose older release went live (with the traffic gate's limits accepted); each test ends a candidate."""
-    # No test here ramps (each candidate ends before its ramp), so the older release's own ramp needs no soak.
-    w = start_world(tmp_path_factory.mktemp("endings") / "sandbox", ramp={"steps": [], "soak_seconds": 0})
+    # No test here ramps (each candidate ends before its ramp), so the older release's own ramp needs no soak. Half the
+    # exposure worlds' users: these tests only wait for a few users' requests to arrive (each user request costs the
+    # users, the gateway and the model stand-in a few milliseconds of CPU, for as long as the module runs).
+    w = start_world(tmp_path_factory.mktemp("endings") / "sandbox", users_per_second=4.0,
+                    ramp={"steps": [], "soak_seconds": 0})
     try:
         w.deploy(w.releases[0])
         yield w
