@@ -179,5 +179,5 @@ def test_the_quick_schema_check_finds_alembics_head(db_url: str) -> None:
     """The start-up check reads the head from the version files without Alembic; it must be Alembic's head."""
     assert schema.quick_head() == schema.head_revision()
     engine = make_engine(db_url)
-    assert schema._quick_current(engine) == schema.current_revision(engine) == schema.head_revision()
+    assert schema.stored_revision(engine) == schema.current_revision(engine) == schema.head_revision()
     engine.dispose()

@@ -1,9 +1,9 @@
 """Schema version management over Alembic: upgrade, downgrade, current, and the start-up check.
 
-Every process checks the schema at start; Alembic (about 0.4 s to import, and it imports every migration to
-find the head) is loaded only to change the schema or when the check fails. The check itself reads the head
-from the migration files' ``revision``/``down_revision`` lines and the current revision with one query;
-a test keeps the quick head equal to Alembic's.
+Every process checks the schema at start, and ``/readyz`` at every probe; Alembic (about 0.4 s to import, and it
+imports every migration to find the head) is loaded only to change the schema or when the check fails. The check
+itself reads the head from the migration files' ``revision``/``down_revision`` lines and the current revision with
+one query; a test keeps the quick head equal to Alembic's.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def current_revision(engine: Engine) -> str | None:
         raise DatabaseUnreachable.of(engine.url.render_as_string(hide_password=False), exc) from None
 
 
-def _quick_current(engine: Engine) -> str | None:
+def stored_revision(engine: Engine) -> str | None:
     """The stored revision with one query, as Alembic stores it (table ``alembic_version``, one row at one head)."""
     try:
         with engine.connect() as conn:
@@ -135,7 +135,7 @@ def downgrade(url: str, revision: str) -> None:
 
 def check_schema(engine: Engine, auto_migrate: bool = False) -> None:
     """Refuse to run against a schema that is behind or ahead of the code."""
-    if _quick_current(engine) == quick_head():
+    if stored_revision(engine) == quick_head():
         return  # the usual case: no Alembic
     from alembic.script import ScriptDirectory
 
