@@ -1,4 +1,9 @@
-"""``kimi-ops serve`` as an operator starts it: credentials checked first, then HTTP with health and metrics."""
+"""``kimi-ops serve`` as an operator starts it: credentials checked first, then HTTP with health and metrics.
+
+A start that stops before it serves (a missing credential, Slack or the database away) runs the console script's
+``main`` in this process (:func:`tests.cli_support.run_in_process`): the same words, exit code and no traceback,
+without an interpreter's start and imports for each; a start that gets as far as its worker process runs as one.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import httpx
 import pytest
 
 from bot.sandbox.slack_stub import SlackStub
+from tests.cli_support import run_in_process
 
 
 def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -27,13 +33,18 @@ def kimi_ops(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedPr
                           text=True, env=env_for(tmp_path, **extra), cwd=tmp_path, timeout=120)
 
 
+def stopped_start(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    """``kimi-ops ARGS`` for a start that stops before it serves: in this process (see the module's docstring)."""
+    return run_in_process(list(args), env_for(tmp_path, **extra), tmp_path)
+
+
 @pytest.mark.parametrize("args, env, missing", [
     ((), {}, "SLACK_BOT_TOKEN"),
     ((), {"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_SIGNING_SECRET"),
     (("--socket",), {"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_APP_TOKEN"),
 ])
 def test_a_missing_credential_stops_start_up_with_one_line(tmp_path, args, env, missing) -> None:
-    done = kimi_ops(tmp_path, "serve", *args, **env)
+    done = stopped_start(tmp_path, "serve", *args, **env)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {missing} is not set") and "Traceback" not in done.stderr
@@ -76,7 +87,7 @@ def _one_named_line(done: subprocess.CompletedProcess[str]) -> str:
 
 def test_slack_unreachable_at_start_is_one_line_naming_the_url_and_the_cause(tmp_path) -> None:
     api_url = f"http://127.0.0.1:{_closed_port()}/api/"
-    done = kimi_ops(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
+    done = stopped_start(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
                     SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=api_url)
     line = _one_named_line(done)
     assert f"{api_url}auth.test did not answer" in line and "Connection refused" in line
@@ -85,7 +96,7 @@ def test_slack_unreachable_at_start_is_one_line_naming_the_url_and_the_cause(tmp
 def test_slack_refusing_the_bot_token_at_start_is_one_line_naming_the_token(tmp_path) -> None:
     with SlackStub() as stub:
         stub.fail_next("auth.test", "invalid_auth", times=10)
-        done = kimi_ops(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
+        done = stopped_start(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
                         SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=stub.api_url)
         line = _one_named_line(done)
         assert line.startswith("error: SLACK_BOT_TOKEN:") and "refused the bot token (invalid_auth)" in line
@@ -94,7 +105,7 @@ def test_slack_refusing_the_bot_token_at_start_is_one_line_naming_the_token(tmp_
 
 def test_the_database_unreachable_at_start_is_one_line_naming_it(tmp_path) -> None:
     with SlackStub() as stub:
-        done = kimi_ops(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
+        done = stopped_start(tmp_path, "serve", "--host", "127.0.0.1", "--port", "0", "--no-jobs", SLACK_BOT_TOKEN="xoxb-1",
                         SLACK_SIGNING_SECRET="s3cret", KIMI_SLACK_API_URL=stub.api_url,
                         KIMI_DATABASE_URL=f"postgresql+psycopg://kimi:hunter2pw@127.0.0.1:{_closed_port()}/kimi")
     line = _one_named_line(done)

@@ -57,8 +57,15 @@ def serving(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, SlackS
             proc.wait(timeout=180)
 
 
+# How often a wait asks /readyz: each probe is work for serve (and this process), and none of the states waited on
+# here lasts less than the worker's restart pause (a second). The probes share one client: ``httpx.get`` makes a
+# client, and so loads the CA bundle, each time (25 ms of CPU).
+PROBE_EVERY = 0.1
+PROBE = httpx.Client(timeout=10)
+
+
 def _ready(url: str) -> httpx.Response | None:
-    answer = httpx.get(f"{url}/readyz", timeout=10)
+    answer = PROBE.get(f"{url}/readyz")
     return answer if answer.status_code == 200 else None
 
 
@@ -73,7 +80,7 @@ def _help_is_answered(url: str, stub: SlackStub) -> None:
 
 def test_serve_is_ready_only_once_its_worker_takes_work(serving) -> None:
     _, url, stub, log_file = serving
-    wait_until("serve ready", lambda: _ready(url), timeout=120)
+    wait_until("serve ready", lambda: _ready(url), timeout=120, poll=PROBE_EVERY)
     # The worker logs that it takes work before it tells serve so: ready means that line is already written.
     assert READY_LINE in log_file.read_text()
     _help_is_answered(url, stub)
@@ -81,12 +88,13 @@ def test_serve_is_ready_only_once_its_worker_takes_work(serving) -> None:
 
 def test_a_restarted_worker_makes_serve_not_ready_until_it_takes_work(serving) -> None:
     proc, url, stub, log_file = serving
-    wait_until("serve ready", lambda: _ready(url), timeout=120)
+    wait_until("serve ready", lambda: _ready(url), timeout=120, poll=PROBE_EVERY)
     (worker,) = _children(proc.pid)
     os.kill(worker, signal.SIGKILL)
     starting = wait_until("readiness saying the worker is starting",
-                          lambda: (a := httpx.get(f"{url}/readyz", timeout=10)).status_code == 503 and a.text)
+                          lambda: (a := PROBE.get(f"{url}/readyz")).status_code == 503 and a.text,
+                          poll=PROBE_EVERY)
     assert "the worker process is starting" in starting
-    wait_until("serve ready again", lambda: _ready(url), timeout=120)
+    wait_until("serve ready again", lambda: _ready(url), timeout=120, poll=PROBE_EVERY)
     assert log_file.read_text().count(READY_LINE) == 2  # the new worker said it takes work before readiness returned
     _help_is_answered(url, stub)
