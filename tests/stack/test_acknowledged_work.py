@@ -57,7 +57,7 @@ class Serve:
                     continue
             return None
 
-        return wait_until("serve's worker process", child, timeout=60)
+        return wait_until("serve's worker process", child, timeout=60, poll=0.05)  # each look reads all of /proc
 
     def logged(self) -> str:
         """Everything serve and its worker logged so far (the log file in the data directory has every level)."""
@@ -123,7 +123,7 @@ def each_carried_out_once(stub: SlackStub, database_url: str, bodies: list[str])
     exactly one help text for every acknowledged command."""
     ctx = build_context(load_settings(database_url=database_url), check=False)
     try:
-        wait_until("every acknowledged job done", lambda: followups.waiting(ctx) == 0, timeout=180)
+        wait_until("every acknowledged job done", lambda: followups.waiting(ctx) == 0, timeout=180, poll=0.1)
     finally:
         ctx.close()
     counts = [len([text for text in answers(stub, body) if "runs now" not in text]) for body in bodies]
@@ -174,7 +174,7 @@ def test_a_command_the_database_cannot_take_is_queued_out_loud_and_drained_at_si
     try:
         first = start_serve(tmp_path / "pod-a", through_proxy, stub)
         served.append(first)
-        wait_until("serve's worker taking work", lambda: "takes follow-up work" in first.logged(), timeout=120)
+        wait_until("serve's worker taking work", lambda: "takes follow-up work" in first.logged(), timeout=120, poll=0.1)
         proxy.fail(unreachable())
         body = sender.slash("U0TYPIST", "help")
         answer = httpx.post(f"{first.url}/slack/events", content=body.encode(), headers=sender.headers(body),
@@ -186,7 +186,7 @@ def test_a_command_the_database_cannot_take_is_queued_out_loud_and_drained_at_si
         first.proc.send_signal(signal.SIGTERM)
         # The worker is draining its spool and the database still does not answer: it keeps trying.
         wait_until("the worker trying to drain its spool",
-                   lambda: "could not take spooled Slack work" in first.logged(), timeout=120)
+                   lambda: "could not take spooled Slack work" in first.logged(), timeout=120, poll=0.1)
         proxy.heal()
         assert first.proc.wait(timeout=120) == 0, first.log.read_text(errors="replace")[-4000:]
         shutil.rmtree(first.home / "data")

@@ -48,6 +48,8 @@ CLI = [sys.executable, "-c", "from bot.cli.main import main; main()"]
 LEASE_SECONDS, HEARTBEAT_SECONDS, TAKEOVER_SECONDS = 4.0, 1.0, 1.0
 BOUND = LEASE_SECONDS + TAKEOVER_SECONDS  # how long a dead driver's deployment may stay undriven
 SLACK = 5.0  # scheduling on a shared CI machine: the thread wakes, the watch connects
+# The waits below poll a few times a second, not wait_until's 50: each look reads the deployment's events (a
+# settled look also its view and lease), and none of the states waited on here is transient.
 GATES = ("artifact", "infrastructure", "model")
 
 
@@ -155,8 +157,8 @@ def rollout(pool: Pool) -> Iterator[Rollout]:
     decide_gate(cli.ctx, dep.id, "infrastructure", "approved", Identity(APPROVER_2),
                 seen_report_hash=dep.pending.report_hash, seen_release_hash=dep.pending.release_hash)
     try:
-        wait_until("a replica watching the rollout", lambda: _watching(cli, dep.id))
-        driver = wait_until("the driver's lease", lambda: holder_pid(cli, dep.id))
+        wait_until("a replica watching the rollout", lambda: _watching(cli, dep.id), poll=0.1)
+        driver = wait_until("the driver's lease", lambda: holder_pid(cli, dep.id), poll=0.1)
         yield Rollout(dep.id, driver, applied_before)
     finally:
         operator.behaviour = "succeed"
@@ -267,7 +269,8 @@ def test_a_replica_restarted_mid_rollout_leaves_it_to_its_driver(pool: Pool, rol
               lambda seen: seen == (rollout.driver, []), LEASE_SECONDS + TAKEOVER_SECONDS)
 
     cli.sandbox.stand_ins["operator"].behaviour = "succeed"
-    wait_until("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep))
+    wait_until("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep),
+               poll=0.2)
     assert repeated_progress(cli, dep) == []  # one watch followed the rollout to its end
     assert_each_gate_ran_once(cli, dep)
     assert_one_message_per_event(pool, dep)
@@ -290,7 +293,8 @@ def test_the_driving_replica_killed_mid_rollout_is_taken_over_by_a_live_replica(
     assert holder_pid(cli, dep) in alive
 
     cli.sandbox.stand_ins["operator"].behaviour = "succeed"
-    wait_until("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep))
+    wait_until("the model gate's report posted and nothing left to deliver", lambda: settled_at_model_gate(cli, dep),
+               poll=0.2)
     assert len(_applies(cli)) == rollout.applied_before + 1  # re-attached, never re-applied
     audit, _ = _record(cli, dep)
     actions = [action for _, action in audit]
