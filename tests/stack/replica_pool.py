@@ -3,12 +3,15 @@
 One sandbox, one Slack stub and three replicas serve a module (a replica takes seconds to start): the ``replicas``
 fixture of ``tests/stack/conftest.py``. Each test hands a deploy to the replicas (``handed``: its infrastructure
 gate approved here, so their takeover round picks it up: one claims the endpoint's lease and drives) and ends it
-with the previous release restored, so the next test finds the endpoint free. Each replica dies with this test
-process (its parent-death signal), so none outlives a run.
+with the previous release restored, so the next test finds the endpoint free. A test that kills the driver may
+start its replacement at once (``Pool.start``, as Kubernetes would), so that start overlaps the takeover; the next
+hand-over waits for every replica started. Each replica dies with this test process (its parent-death signal), so
+none outlives a run.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -22,7 +25,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from sqlalchemy import update
 
+from bot.adapters.store.models import Event
 from bot.domain.checks import GateReport
 from bot.domain.read_models import DeploymentView
 from bot.sandbox.slack_stub import SlackSender, SlackStub
@@ -67,11 +72,17 @@ class Pool:
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.proc.poll() is None]
 
+    def start(self, count: int, sweep: dict[str, object] | None = None) -> None:
+        """Launch ``count`` replicas side by side (with ``sweep`` as their plan if given), without waiting for them."""
+        for _ in range(count):
+            self.replicas.append(self._launch(f"r{len(self.replicas)}", sweep))
+
     def ensure(self, count: int, sweep: dict[str, object] | None = None) -> None:
-        """Start replicas (side by side, with ``sweep`` as their plan if given) until ``count`` run."""
-        launched = [self._launch(f"r{len(self.replicas) + n}", sweep) for n in range(count - len(self.live()))]
-        self.replicas.extend(launched)
-        for replica in launched:
+        """Start replicas until ``count`` run, and wait until every one started serves."""
+        self.start(count - len(self.live()), sweep)
+        for replica in self.replicas:
+            if replica.url:
+                continue
             line = replica.proc.stdout.readline()  # type: ignore[union-attr]
             found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
             assert found, line + replica.log.read_text(errors="replace")[-4000:]
@@ -111,8 +122,8 @@ def end(*replicas: Replica) -> None:
             replica.proc.communicate()
 
 
-def serve_pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    """The module's sandbox (SQLite or PostgreSQL: ``request.param``), a live release and three replicas."""
+def serve_pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, count: int = 3) -> Iterator[Pool]:
+    """The module's sandbox (SQLite or PostgreSQL: ``request.param``), a live release and ``count`` replicas."""
     url = request.getfixturevalue("module_pg_url") if request.param == "postgres" else None
     with pytest.MonkeyPatch.context() as env:
         for name in list(os.environ):  # as every test starts: nothing of the machine's Slack, AWS or kimi-ops settings
@@ -122,13 +133,14 @@ def serve_pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                                 endpoint={"drain_seconds": 3600, "ramp": NO_RAMP})
         try:
             deploy_in_process(cli, cli.sandbox.releases[0].name)  # live: what each test's restore gives users back
+            told_already(cli)
             config = cli.cwd / "replicas-settings.yaml"
             config.write_text(yaml.safe_dump({**yaml.safe_load(Path(cli.env["KIMI_CONFIG"]).read_text()),
                                               "traffic_sweep": ENDLESS_SWEEP}))
             with SlackStub() as stub:
                 replicas = Pool(cli, stub, config)
                 try:
-                    replicas.ensure(3)
+                    replicas.ensure(count)
                     yield replicas
                 finally:
                     end(*replicas.replicas)
@@ -136,11 +148,19 @@ def serve_pool(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             stop_cli_sandbox(cli)
 
 
-def hand_over(pool: Pool) -> Iterator[int]:
-    """A deploy of the release not live, approved here up to its apply and left to the replicas; at the end,
+def told_already(cli: CliSandbox) -> None:
+    """Mark the outbox so far delivered: the live release's Slack thread is no test's business here, and replicas
+    that start with it undelivered each drew its plots (a worker's import of matplotlib and three figures)."""
+    with cli.ctx.uow() as uow:
+        uow.session.execute(update(Event).where(Event.delivered_at.is_(None)).values(delivered_at=dt.datetime.now(dt.UTC)))
+        uow.commit()
+
+
+def hand_over(pool: Pool, count: int = 3) -> Iterator[int]:
+    """A deploy of the release not live, approved here up to its apply and left to ``count`` replicas; at the end,
     cancelled if still in flight and its restore driven to live, so the endpoint is free for the next test."""
     cli = pool.cli
-    pool.ensure(3)
+    pool.ensure(count)
     live = {v.release for v in history(cli.ctx) if v.state == "live"}
     release = next(r.name for r in cli.sandbox.releases if r.name not in live)
     started = deploy_in_process(cli, release, until="infrastructure_gate")
@@ -168,7 +188,9 @@ def hand_over(pool: Pool) -> Iterator[int]:
 
 
 def state_of(cli: CliSandbox, deployment_id: int) -> str:
-    return get_deployment(cli.ctx, deployment_id).state
+    """The stored state (one row read: a third of the CPU of the deployment's whole view, for the tight polls)."""
+    with cli.ctx.uow() as uow:
+        return str(uow.deployments.get(deployment_id).state)
 
 
 def restore_of(cli: CliSandbox, deployment_id: int) -> tuple[int, str] | None:

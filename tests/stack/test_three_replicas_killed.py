@@ -34,6 +34,7 @@ def test_the_driver_killed_mid_model_gate_is_taken_over_and_judged_on_every_requ
     driver = wait_until("the driver's lease", lambda: holder_pid(cli, dep), WAIT_SECONDS)
     replicas.kill(driver)
     openai.release()  # the dead run's requests end as aborts at the server (counted finished, as vLLM does)
+    replicas.start(1)  # the killed pod's replacement, as Kubernetes starts one: it joins while the others take over
     assert openai.wait_for(lambda s: s.running == 0, timeout=WAIT_SECONDS)
     if user_reached:
         # More requests from elsewhere than the evaluation has in flight at once: no request of the dead run

@@ -3,19 +3,36 @@
 The driver's sweep has a request in flight when it dies; a replica with a sweep that ends takes over and sweeps
 again; its closed-door check counts the dead run's requests and does not fail, and the dead run's gate is never
 checked.
+
+The deploy is handed to one replica, whose sweep runs all day, so it is the driver and still sweeping when killed;
+two replicas whose sweep ends by itself join once its sweep runs (the lease keeps it theirs to take over only), so
+the one that takes over stores a report. (Three replicas started with the long sweep, two of them then stopped
+for two with the short one, cost two replica starts and stops more for the same scene.)
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 
 from tests.cli_support import QUICK_SWEEP
 from tests.services.test_crash_recovery import _record
-from tests.stack.replica_pool import WAIT_SECONDS, Pool, end, pending_report, sweeping
+from tests.stack.replica_pool import WAIT_SECONDS, Pool, end, hand_over, pending_report, serve_pool, sweeping
 from tests.stack.test_replica_takeover import holder_pid
 from tests.world_support import wait_until
 
 pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module", params=["postgres", "sqlite"])
+def replicas(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    yield from serve_pool(request, tmp_path_factory, count=1)
+
+
+@pytest.fixture()
+def handed(replicas: Pool) -> Iterator[int]:
+    yield from hand_over(replicas, count=1)
 
 
 def test_the_driver_killed_mid_sweep_is_taken_over_and_its_traffic_gate_judged_on_every_request_it_sent(
@@ -24,11 +41,9 @@ def test_the_driver_killed_mid_sweep_is_taken_over_and_its_traffic_gate_judged_o
     openai = cli.sandbox.stand_ins["openai"]
     sweeping(replicas, dep)
     driver = wait_until("the driver's lease", lambda: holder_pid(cli, dep), WAIT_SECONDS)
-    # The others give way to replicas whose sweep ends by itself, so the one that takes over stores a report; the
-    # driver's own sweep goes on all day, so it is still sweeping when killed.
-    end(*(replica for replica in replicas.live() if replica.proc.pid != driver))
+    assert [r.proc.pid for r in replicas.live()] == [driver]
     try:
-        replicas.ensure(3, sweep=QUICK_SWEEP)
+        replicas.ensure(3, sweep=QUICK_SWEEP)  # the two that may take over: their sweep ends by itself
         openai.hold()  # the sweep's next request waits at the server, in flight
         wait_until("sweep requests in flight", lambda: openai.stats().running > 0, WAIT_SECONDS, poll=0.02)
         replicas.kill(driver)
@@ -45,5 +60,4 @@ def test_the_driver_killed_mid_sweep_is_taken_over_and_its_traffic_gate_judged_o
         audit, _ = _record(cli, dep)
         assert [action for _, action in audit].count("gate.checked") == 4  # the dead run's gate was never checked
     finally:
-        # The next test's replicas sweep all day again.
-        end(*(replica for replica in replicas.live() if replica.sweep is not None))
+        end(*(replica for replica in replicas.live() if replica.sweep is not None))  # the pool's sweep all day
