@@ -1,10 +1,12 @@
-"""The local shell: the same dispatch path as Slack, read as text, buttons pressed by number, users switched."""
+"""The local shell: the same dispatch path as Slack, read as text, buttons pressed by number, users switched, files
+shown as one line."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from slack_sdk import WebClient
 
 from bot.cli.shell import Shell
 from bot.services.releases import register_release
@@ -131,3 +133,17 @@ def test_the_console_runs_the_scheduled_jobs_as_serve_does(console) -> None:
     assert "None seen yet" not in after, after
     slo = "\n".join(console.handle("/kimi slo"))
     assert "no reading of this endpoint yet" not in slo, slo
+
+
+def test_the_shell_shows_an_uploaded_file_as_one_line(make_ctx) -> None:
+    ctx = make_ctx(endpoints=[endpoint_config(channel="C0SHELL")], roles=ROLES)
+    console = Shell(ctx, user="U0APPROVER1")
+    try:
+        client = WebClient(token="xoxb-t", base_url=console.stub.api_url)
+        posted = client.chat_postMessage(channel="C0SHELL", text="Deployment #1")
+        console.new_output()
+        client.files_upload_v2(channel="C0SHELL", thread_ts=posted["ts"], file=b"\x89PNG" + b"\0" * 35_000,
+                               filename="traffic-sweep.png", title="sweep")
+        assert console.new_output() == [f"[thread {posted['ts']} · everyone sees]", "  [file traffic-sweep.png, 34 KB]"]
+    finally:
+        console.close()

@@ -326,17 +326,22 @@ def test_an_approver_accepts_the_proposal_and_it_survives_a_restart(make_ctx, se
 
     accepted = accept_proposed_limits(ctx, "kimi-prod", deployment_id, APPROVER_1)
 
-    assert accepted.accepted["max_concurrent_requests"] == 6
+    # The knee is the stand-in's seventh running request (its exact level is the sweep tests' concern; a machine
+    # busy enough to slow first tokens past the objective measures a lower one): what is accepted is what was proposed.
+    proposal = report.attachments["proposal"]
+    assert 1 <= proposal["max_concurrent_requests"] <= 6
+    assert accepted.accepted["max_concurrent_requests"] == proposal["max_concurrent_requests"]
     assert accepted.previous["max_concurrent_requests"] == 32
     limits = endpoint(ctx).effective_request_limits
-    assert (limits.max_concurrent_requests, limits.max_queue_size) == (6, report.attachments["proposal"]["max_queue_size"])
+    assert (limits.max_concurrent_requests, limits.max_queue_size) == (proposal["max_concurrent_requests"],
+                                                                     proposal["max_queue_size"])
     with ctx.uow() as uow:
         audit = [a for a in uow.audit.list(subject="endpoint:kimi-prod") if a.action == "endpoint.limits_accepted"]
         assert len(audit) == 1 and audit[0].actor == APPROVER_1.user_id
 
     # build_context re-syncs endpoints from settings.
     restarted = traffic_ctx(make_ctx, server.url, sweep={**SMALL_SWEEP, "ceiling": 8})
-    assert endpoint(restarted).effective_request_limits.max_concurrent_requests == 6
+    assert endpoint(restarted).effective_request_limits.max_concurrent_requests == proposal["max_concurrent_requests"]
     assert endpoint(restarted).request_limits.max_concurrent_requests == 32
 
 
