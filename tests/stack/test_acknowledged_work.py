@@ -150,7 +150,10 @@ def test_a_pod_killed_right_after_a_burst_with_its_data_directory_deleted_loses_
     sender = SlackSender(SECRET, stub)
     first = start_serve(tmp_path / "pod-a", fresh_pg_url, stub)
     served.append(first)
-    # The worst moment: the worker has not run any of them yet (stopped, as a worker busy elsewhere would be).
+    # The worst moment: the worker has not run any of them yet (stopped, as a worker busy elsewhere would be). It is
+    # stopped once it takes work: stopped before its first instruction, it would never arm the parent-death signal
+    # and would outlive the test.
+    wait_until("serve's worker taking work", lambda: "takes follow-up work" in first.logged(), timeout=120, poll=0.1)
     os.kill(first.worker(), signal.SIGSTOP)
     bodies = burst(first, sender)
     assert first.end(signal.SIGKILL) == -signal.SIGKILL  # its worker goes with it (parent-death signal)
