@@ -2,8 +2,8 @@
 
 The first test kills (SIGKILL, no chance to clean up) a real ``kimi-ops gate
 approve`` process while it follows a rollout the HyperPod operator simulator
-holds, then runs ``kimi-ops resume`` (first in this process while the dead one's lease
-is alive: it is left alone; then as a process once the lease lapsed): the deployment is re-attached to its
+holds, then runs ``kimi-ops resume`` in this process (first while the dead one's lease
+is alive: it is left alone; then, on a thread, once the lease lapsed): the deployment is re-attached to its
 rollout watch from the stored state, reaches its next gate and, after
 approvals, goes live; the cluster saw one apply, and every audit row and outbox
 event written before the kill is still there. It runs on SQLite and PostgreSQL.
@@ -149,6 +149,28 @@ def _early_start_up(cli: CliSandbox, operator: Any) -> subprocess.CompletedProce
     return done[0]
 
 
+def _resume_in_this_process(cli: CliSandbox) -> tuple[threading.Thread, list[subprocess.CompletedProcess[str]]]:
+    """``kimi-ops resume`` in this process, on a thread (a second actor: only the killed one needs a process of its
+    own); the thread and where its result lands."""
+    done: list[subprocess.CompletedProcess[str]] = []
+    runner = threading.Thread(target=lambda: done.append(run_in_process(["resume"], cli.env, cli.cwd)),
+                              name="resume", daemon=True)
+    runner.start()
+    return runner, done
+
+
+def _wait_while(runner: threading.Thread, done: list[subprocess.CompletedProcess[str]], what: str,
+                condition: Callable[[], bool]) -> None:
+    """Poll until ``condition`` holds; fail (with what the command printed) if it returns or the bound passes first."""
+    def holds() -> bool:
+        if not runner.is_alive():
+            said = f"exit {done[0].returncode}\n{done[0].stdout}\n{done[0].stderr}" if done else "(no result)"
+            pytest.fail(f"`kimi-ops resume` returned before {what}:\n{said}")
+        return condition()
+
+    wait_until(what, holds, WAIT_SECONDS, poll=0.1)
+
+
 def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli: CliSandbox) -> None:
     release, other = (r.name for r in cli.sandbox.releases)
     operator = cli.sandbox.stand_ins["operator"]
@@ -191,17 +213,20 @@ def test_cli_killed_mid_rollout_resumes_the_watch_and_applies_nothing_twice(cli:
                      early.stdout), cli.explain(early)
     # … and once the lease lapsed, the next start-up takes it over.
     _wait_for_lapse(cli, dep)
-    resuming = cli.popen("resume")
+    resuming, done = _resume_in_this_process(cli)
     try:
         # Re-attached: a new watch reports the rollout the operator still holds …
-        _wait_for("resumed rollout watch", lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]), resuming)
+        _wait_while(resuming, done, "resumed rollout watch",
+                    lambda: _watching(cli, dep, after_event=events_at_kill[-1][0]))
         operator.behaviour = "succeed"  # … and follows it to the end.
-        out, err = resuming.communicate(timeout=WAIT_SECONDS)
+        resuming.join(WAIT_SECONDS)
     finally:
-        if resuming.poll() is None:
-            os.kill(resuming.pid, signal.SIGKILL)
-            resuming.communicate()
-    assert resuming.returncode == 0, f"{out}\n{err}"
+        if resuming.is_alive():  # the watch then ends, and nothing of it outlives the test
+            operator.behaviour = "succeed"
+            resuming.join(WAIT_SECONDS)
+    assert done, f"`kimi-ops resume` had not returned {WAIT_SECONDS} s after the rollout was let through"
+    assert done[0].returncode == 0, cli.explain(done[0])
+    out = done[0].stdout
     headline = next(line for line in out.splitlines() if line.startswith(f"deployment #{dep}:"))
     assert headline.startswith(
         f"deployment #{dep}: deploy of {release} to {ENDPOINT} — model gate (readiness completion answered")
