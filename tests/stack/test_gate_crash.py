@@ -54,7 +54,10 @@ def _own(cli: CliSandbox, deployment_id: int) -> tuple[int, int]:
 
 
 def _state(cli: CliSandbox, deployment_id: int) -> str:
-    return get_deployment(cli.ctx, deployment_id).state
+    """The deployment's state, read from its row alone: the waits below look twenty times a second (the whole view,
+    its gates, their reports and the audit's actors, is several queries each look)."""
+    with cli.ctx.uow() as uow:
+        return str(uow.deployments.get(deployment_id).state)
 
 
 def _kill_mid_gate(cli: CliSandbox, deployment_id: int, gate: str, approving: subprocess.Popen[str]) -> None:
@@ -160,9 +163,10 @@ def test_a_model_gate_killed_with_every_answer_in_and_its_report_unstored_passes
                               "WHERE d.id = :dep FOR UPDATE OF l"), {"dep": dep})
 
             def storing() -> bool:  # the run waits on the lease row to store its report: every answer is in
-                with holder.connect() as look:
+                with holder.connect() as look:  # (this database's sessions only: other tests share the server)
                     return bool(look.execute(text(
                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database() "
                         "AND query ILIKE '%deployment_leases%' AND query ILIKE '%FOR UPDATE%'")).scalar())
 
             try:
