@@ -17,13 +17,11 @@ firing one (firing alerts are read first), so the page neither recovers nor repe
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from bot.adapters.store.repositories import Conflict
 from bot.config import EndpointSettings
 from bot.domain.alertmanager import AlertSignal, WebhookNotification, printable, signals
-from bot.domain.doors import DNS_LABEL
 from bot.domain.watchers import PROMETHEUS
 from bot.logs import logger_for
 from bot.services.context import Context
@@ -85,16 +83,14 @@ def receive_notification(ctx: Context, notification: WebhookNotification) -> Int
 
 def _apply(ctx: Context, signal: AlertSignal, intake: Intake, known: set[str]) -> None:
     now = ctx.clock.now()
-    if not re.fullmatch(DNS_LABEL, signal.endpoint):  # no endpoint's name (and NUL, which PostgreSQL refuses to compare)
-        intake.ignored.append(f"{signal.kind} for unknown endpoint {printable(signal.endpoint)[:63]}")
-        return
-    if signal.endpoint not in known:
-        intake.ignored.append(f"{signal.kind} for unknown endpoint {signal.endpoint}")
+    unknown = f"{signal.kind} for unknown endpoint {printable(signal.endpoint)[:63]}"
+    if signal.endpoint not in known:  # a set's lookup: a label no endpoint's name (NUL included) never reaches SQL
+        intake.ignored.append(unknown)
         return
     with ctx.uow() as uow:
         row = uow.endpoints.get(signal.endpoint)
-        if row is None:
-            intake.ignored.append(f"{signal.kind} for unknown endpoint {signal.endpoint}")
+        if row is None:  # removed since the names were read
+            intake.ignored.append(unknown)
             return
         spec = ctx.settings.endpoint(row.name) or EndpointSettings.model_validate(row.settings)
         open_now = {i.kind: i for i in uow.incidents.open_of(row.id, [signal.kind])}
