@@ -4,7 +4,7 @@ PostgreSQL comes from ``KIMI_TEST_POSTGRES_URL`` (``.ci/run`` sets it to a throw
 database). A test that asks for an empty database (``empty_db_url``) gets a fresh one
 created on that server; a test that asks for a migrated one (``db_url``) gets its
 worker's database, migrated once and emptied before each test (a SQLite test gets a
-copy of a file migrated once), because creating and migrating a database per test
+copy of a file migrated once: ``schema.new_sqlite_at_head``), because creating and migrating a database per test
 cost seconds each. Tests that each leave their world as they found it (a table of refused
 requests, reads of one history) can share one per module and database: ``make_module_ctx``.
 Under CI a missing or unreachable server is an error, never a skip.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -175,13 +174,6 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("migrated") / "kimi.db"
-    schema.upgrade(f"sqlite:///{path}")
-    return path
-
-
-@pytest.fixture(scope="session")
 def _migrated_pg(pg_admin_url: str) -> Iterator[str]:
     """This worker's PostgreSQL database, migrated to head once."""
     name = f"kimi_test_{uuid.uuid4().hex[:10]}"
@@ -235,7 +227,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A database of each kind, migrated to head and empty."""
     if request.param == "sqlite":
         path = tmp_path / "kimi.db"
-        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+        schema.new_sqlite_at_head(path)
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("_migrated_pg")
     if _emptied(url):
@@ -278,7 +270,7 @@ def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     """A database of each kind, migrated to head, for one module's shared world (tests that each leave it as found)."""
     if request.param == "sqlite":
         path = tmp_path_factory.mktemp("module-db") / "kimi.db"
-        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+        schema.new_sqlite_at_head(path)
         return f"sqlite:///{path}"
     url: str = request.getfixturevalue("module_pg_url")
     schema.upgrade(url)

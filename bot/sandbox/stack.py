@@ -23,12 +23,9 @@ seconds per step, and :attr:`Sandbox.gateway_url` is where users' requests go;
 
 from __future__ import annotations
 
-import atexit
 import datetime as dt
 import json
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -130,30 +127,6 @@ def pair_configs(urls: Mapping[str, str]) -> tuple[list[dict[str, Any]], dict[st
     return sides, service
 
 
-_MIGRATED: dict[str, Path] = {}  # head revision -> a fresh SQLite file this process migrated to it
-
-
-def _migrated_sqlite(path: Path) -> None:
-    """A fresh SQLite database at ``path`` at the schema's head: a copy of one this process migrated before.
-
-    The migrations always build the same empty file, and running them costs a quarter of a CPU-second; a test run
-    starts dozens of sandboxes per process (the conftest's databases are made the same way).
-    """
-    from bot.adapters.store import schema
-
-    path.unlink(missing_ok=True)
-    head = schema.quick_head()
-    template = _MIGRATED.get(head)
-    if template is None or not template.exists():
-        schema.upgrade(f"sqlite:///{path}")
-        folder = Path(tempfile.mkdtemp(prefix="kimi-sandbox-schema-"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        template = _MIGRATED[head] = folder / "migrated.db"
-        shutil.copyfile(path, template)
-        return
-    shutil.copyfile(template, path)
-
-
 def example_releases() -> list[ReleaseManifest]:
     """The releases under ``deploy/releases``, oldest first."""
     return [ReleaseManifest.model_validate(yaml.safe_load(p.read_text(encoding="utf-8")))
@@ -198,7 +171,7 @@ class Sandbox:
             self._start_stand_ins()
             settings = self.settings()
             if settings.database_url and settings.database_url.startswith("sqlite"):
-                _migrated_sqlite(Path(settings.database_url.removeprefix("sqlite:///")))
+                schema.new_sqlite_at_head(Path(settings.database_url.removeprefix("sqlite:///")))
             else:
                 schema.upgrade(settings.effective_database_url)
             self.ctx = build_context(settings, clock=self.clock, ports=self.ports())

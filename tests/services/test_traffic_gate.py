@@ -9,7 +9,6 @@ proposal survives the start-up re-sync.
 
 from __future__ import annotations
 
-import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from bot.adapters.clock import FrozenClock
 from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.adapters.gate_plots import gate_figure
+from bot.adapters.store import schema
 from bot.bootstrap import build_context
 from bot.config import EndpointSettings, load_settings
 from bot.domain.checks import GateReport
@@ -57,12 +57,10 @@ def server() -> Iterator[OpenAIServer]:
 
 
 @pytest.fixture()
-def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch,
-               _migrated_sqlite: Path) -> Iterator[Callable[..., Context]]:
-    """The sweep itself touches no database, so those tests run on SQLite only; accepting limits runs on both.
-    (A copy of the session's migrated file, as ``db_url`` gives: migrating for each test cost a quarter second.)"""
+def sqlite_ctx(tmp_path: Path, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Context]]:
+    """The sweep itself touches no database, so those tests run on SQLite only; accepting limits runs on both."""
     monkeypatch.delenv("KIMI_CONFIG", raising=False)
-    shutil.copyfile(_migrated_sqlite, tmp_path / "kimi.db")
+    schema.new_sqlite_at_head(tmp_path / "kimi.db")
     url = f"sqlite:///{tmp_path / 'kimi.db'}"
     made: list[Context] = []
 
