@@ -62,6 +62,14 @@ def kube() -> Iterator[KubeStandIn]:
 
 
 @pytest.fixture()
+def metrics_reader() -> Iterator[HttpEndpointClient]:
+    """The sweep's /metrics reader (the endpoint port is a double here), closed after the test with its socket."""
+    client = HttpEndpointClient(timeout=5)
+    yield client
+    client.close()
+
+
+@pytest.fixture()
 def server() -> Iterator[OpenAIServer]:
     with OpenAIServer(reply="OK, noted.", first_token_delay=0.1, token_delay=0.005) as srv:
         srv.configure(max_running=6, max_waiting=0, overflow_status=429)
@@ -92,10 +100,10 @@ def approve(ctx: Any, engine: Engine, view: Any, **kwargs: Any) -> Any:
 
 
 def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_them(
-        make_ctx: Any, kube: KubeStandIn, server: OpenAIServer) -> None:
+        make_ctx: Any, kube: KubeStandIn, server: OpenAIServer, metrics_reader: HttpEndpointClient) -> None:
     cluster = KubernetesCluster(kube.api_client(), poll_seconds=0.02, clock=FrozenClock(START))
     # /metrics read four times a second while the sweep runs, not twenty: its knee is the server's 429s.
-    loadgen = HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics, metrics_interval=0.25)
+    loadgen = HttpLoadGenerator(metrics=metrics_reader.metrics, metrics_interval=0.25)
     ctx = make_ctx(
         endpoints=[endpoint_config(url=server.url, request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})],
         roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000},

@@ -88,10 +88,15 @@ def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None =
         roles=ROLES,
         traffic_sweep=sweep or SMALL_SWEEP,
         traffic_objectives=objectives or {"ttft_p99_ms": 2000},
-        ports=Ports(loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics,
-                                              metrics_interval=metrics_seconds)),
+        ports=_reading_ports(metrics_seconds),
     )
     return ctx
+
+
+def _reading_ports(metrics_seconds: float) -> Ports:
+    """The sweep reads /metrics through the endpoint client, as in production: one client, closed with the context."""
+    client = HttpEndpointClient(timeout=5)
+    return Ports(loadgen=HttpLoadGenerator(metrics=client.metrics, metrics_interval=metrics_seconds), endpoint=client)
 
 
 def endpoint(ctx) -> EndpointSettings:
@@ -107,7 +112,7 @@ def test_the_knee_is_where_the_server_starts_rejecting_and_the_proposal_follows(
                                                                                overflow: int) -> None:
     server.configure(max_running=limit, max_waiting=0, overflow_status=overflow)  # HyperPod answers either on overflow
     ctx = traffic_ctx(sqlite_ctx, server.url)
-    read_counter = HttpEndpointClient(timeout=5).metrics
+    read_counter = ctx.ports.endpoint.metrics
     before = read_counter(endpoint(ctx)).requests_finished
 
     report = run_traffic_gate(ctx, endpoint(ctx))

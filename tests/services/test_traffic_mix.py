@@ -48,8 +48,12 @@ def server():
 def gate_ctx(make_ctx, url: str, sweep: dict | None = None, **endpoint: object):
     return make_ctx(endpoints=[endpoint_config(url=url, max_model_len=65_536, **endpoint)], roles=ROLES,
                     traffic_sweep=sweep or SWEEP, traffic_objectives={"ttft_p99_ms": 10_000, "kv_cache_usage": 0.95},
-                    ports=Ports(loadgen=HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics),
-                                endpoint=HttpEndpointClient(timeout=5)))
+                    ports=_reading_ports(HttpEndpointClient(timeout=5)))
+
+
+def _reading_ports(client: HttpEndpointClient) -> Ports:
+    """The sweep reads /metrics through the endpoint client, as in production (one client, closed with the context)."""
+    return Ports(loadgen=HttpLoadGenerator(metrics=client.metrics), endpoint=client)
 
 
 def read_live_mix(ctx) -> None:

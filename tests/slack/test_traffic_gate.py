@@ -66,7 +66,8 @@ def _bench(make_ctx: Any, server: OpenAIServer, sweep: dict[str, Any]) -> Iterat
     endpoint = endpoint_config(channel=CHANNEL, url=server.url,
                                request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})
     # /metrics read four times a second, not twenty: the knee here is the server's 429s, and no test reads a peak.
-    loadgen = HttpLoadGenerator(metrics=HttpEndpointClient(timeout=5).metrics, metrics_interval=0.25)
+    reader = HttpEndpointClient(timeout=5)  # the endpoint port is a double here: this client reads /metrics alone
+    loadgen = HttpLoadGenerator(metrics=reader.metrics, metrics_interval=0.25)
     ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=sweep, traffic_objectives={"ttft_p99_ms": 2000},
                    ports=fake_ports(loadgen=loadgen))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
@@ -75,6 +76,7 @@ def _bench(make_ctx: Any, server: OpenAIServer, sweep: dict[str, Any]) -> Iterat
     b = start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]}, readiness_pause=0, outbox_seconds=0.25)
     yield b
     stop_bench(b)
+    reader.close()
 
 
 @pytest.fixture()
