@@ -7,6 +7,7 @@ included) and of the child processes it waited for (``kimi-ops`` commands, serve
     SUITE_CPU_DIR=/tmp/cpu PYTHONPATH=. PYTEST_ADDOPTS="-p bench.suite_cpu" .ci/run   # record (any pytest run)
     .venv/bin/python bench/suite_cpu.py /tmp/cpu                                      # the table, costliest first
     .venv/bin/python bench/suite_cpu.py /tmp/cpu /tmp/cpu-before                      # beside an earlier run
+    .venv/bin/python bench/suite_cpu.py /tmp/cpu --write-durations tests/durations.json  # the run's order (conftest)
 
 Each worker appends ``node id, wall, own CPU, children's CPU, outcome`` per test to a file of its own in the directory.
 A stand-in's thread that keeps running between tests is counted in whichever test is running at the time.
@@ -14,6 +15,7 @@ A stand-in's thread that keeps running between tests is counted in whichever tes
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sys
@@ -71,7 +73,16 @@ def per_module(folder: Path) -> dict[str, list[float]]:
     return dict(modules)
 
 
+def write_durations(modules: dict[str, list[float]], target: Path) -> None:
+    """Each module's wall seconds (its tests' setup, call and teardown), longest first: the order ``./dev test`` runs in."""
+    walls = {module: round(row[1], 1) for module, row in sorted(modules.items(), key=lambda item: -item[1][1])}
+    target.write_text(json.dumps(walls, indent=0) + "\n")
+
+
 def main(argv: list[str]) -> None:
+    if len(argv) == 3 and argv[1] == "--write-durations":
+        write_durations(per_module(Path(argv[0])), Path(argv[2]))
+        return
     now = per_module(Path(argv[0]))
     before = per_module(Path(argv[1])) if len(argv) > 1 else {}
 

@@ -19,6 +19,7 @@ uniquely named database or an ephemeral port, so the suite runs in parallel.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -51,28 +52,31 @@ TEST_POSTGRES_URL = os.environ.get("KIMI_TEST_POSTGRES_URL", DEFAULT_PG)
 MACHINE_PREFIXES = ("SLACK_", "AWS_", "KIMI_")
 START = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.UTC)
 REPO = Path(__file__).resolve().parents[1]
+DURATIONS = REPO / "tests" / "durations.json"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest modules first, so the whole-stack modules start at once on every worker instead of ending the run alone.
+    """Longest modules first, so the run ends with short modules on every worker instead of one long one alone.
 
-    A whole-stack module marks itself with a longer ``timeout``; the longest budget in a module orders the run, and
-    each module keeps its own order. ``./dev test`` sends each module to one worker as a unit (``--dist loadfile``,
-    in this order: ``--no-loadscope-reorder``), so a module-scoped stand-in (a sandbox, the demo's run) starts once
-    in the whole run. (``--dist loadgroup`` would group finer, but it cannot group on pytest 9's node ids:
-    pytest-xdist#1386.)
+    ``./dev test`` sends each module to one worker as a unit (``--dist loadfile``), in this order
+    (``--no-loadscope-reorder``), so a module-scoped stand-in (a sandbox, the demo's run) starts once in the whole
+    run. A module's length is its wall time in a recorded whole run (``tests/durations.json``, written by
+    ``bench/suite_cpu.py --write-durations``); a module not recorded yet counts its longest ``timeout`` budget, so a
+    new whole-stack module starts early and a new quick one runs late. Each module keeps its own order.
+    (``--dist loadgroup`` would group finer, but it cannot group on pytest 9's node ids: pytest-xdist#1386.)
     """
     _sqlite_only(config, items)
+    recorded: dict[str, float] = json.loads(DURATIONS.read_text())
 
     def budget(item: pytest.Item) -> float:
         marker = item.get_closest_marker("timeout")
         return float(marker.args[0]) if marker is not None and marker.args else 0.0
 
-    longest: dict[str, float] = {}
+    length: dict[str, float] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
-        longest[module] = max(longest.get(module, 0.0), budget(item))
-    items.sort(key=lambda item: -longest[item.nodeid.split("::")[0]])
+        length[module] = recorded.get(module, max(length.get(module, 0.0), budget(item)))
+    items.sort(key=lambda item: -length[item.nodeid.split("::")[0]])
 
 
 def _sqlite_only(config: pytest.Config, items: list[pytest.Item]) -> None:
