@@ -7,28 +7,14 @@ measured once more rather than failed; the same quality and speed as production 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 
 from bot.sandbox.openai_answers import Behaviour
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services.model_gate import run_model_gate
 from bot.views.gate_text import render_model_report
-from tests.model_gate_support import TEST_SET, endpoint, evaluating_ctx, healthy_server, statuses
-
-
-@pytest.fixture()
-def server() -> Iterator[OpenAIServer]:
-    yield from healthy_server()
-
-
-@pytest.fixture()
-def gate_ctx(make_ctx: Any, tmp_path: Path) -> Any:
-    return evaluating_ctx(make_ctx, tmp_path)
+from tests.model_gate_support import TEST_SET, endpoint, statuses
 
 
 def test_a_planted_refusal_regression_fails_against_production(gate_ctx, server: OpenAIServer) -> None:

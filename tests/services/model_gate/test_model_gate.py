@@ -9,9 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,18 +23,8 @@ from bot.services.gates import GateSubject, run_gate
 from bot.services.model_gate import DEFAULT_EVAL_SET, run_model_gate
 from bot.services.releases import parse_manifest
 from bot.views.gate_text import render_model_report
-from tests.model_gate_support import REPLIES, TEST_SET, endpoint, evaluating_ctx, healthy_server, statuses
+from tests.model_gate_support import REPLIES, TEST_SET, endpoint, statuses
 from tests.workflow_support import release_data
-
-
-@pytest.fixture()
-def server() -> Iterator[OpenAIServer]:
-    yield from healthy_server()
-
-
-@pytest.fixture()
-def gate_ctx(make_ctx: Any, tmp_path: Path) -> Any:
-    return evaluating_ctx(make_ctx, tmp_path)
 
 
 def test_every_kind_passes_on_a_healthy_endpoint_and_no_text_is_stored(gate_ctx, server: OpenAIServer) -> None:
