@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 
 from bot.services.releases import register_release
-from tests.slack_support import CHANNEL, SlackBench, start_bench, stop_bench
+from tests.slack_support import CHANNEL, SlackBench, start_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
 FORM = "application/x-www-form-urlencoded"
@@ -61,6 +61,5 @@ def started_bench(make_ctx: Any) -> SlackBench:
 
 @pytest.fixture()
 def bench(make_ctx: Any) -> Iterator[SlackBench]:
-    b = started_bench(make_ctx)
-    yield b
-    stop_bench(b)
+    with started_bench(make_ctx) as b:
+        yield b

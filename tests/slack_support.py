@@ -32,6 +32,12 @@ class SlackBench:
     http: HttpServer
     client: httpx.Client
 
+    def __enter__(self) -> SlackBench:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        stop_bench(self)
+
     def post(
         self, body: str, headers: dict[str, str] | None = None, content_type: str = "application/x-www-form-urlencoded",
     ) -> httpx.Response:

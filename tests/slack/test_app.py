@@ -19,7 +19,6 @@ from tests.slack_support import (
     blocks_text,
     has_buttons,
     start_bench,
-    stop_bench,
 )
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
@@ -34,9 +33,8 @@ def bench(make_ctx):
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles={**ROLES, "viewer": ["S0VIEWERS"]}, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     register_release(ctx, release_data("rel-b", EXTRA="1"), "U0DEPLOYER")
-    b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"], "S0VIEWERS": ["U0VIEWER"]})
-    yield b
-    stop_bench(b)
+    with start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"], "S0VIEWERS": ["U0VIEWER"]}) as b:
+        yield b
 
 
 def test_signing_helper_reproduces_slacks_published_vector() -> None:

@@ -18,7 +18,6 @@ from tests.slack_support import (
     blocks_text,
     has_buttons,
     start_bench,
-    stop_bench,
 )
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
@@ -41,9 +40,8 @@ def bench(make_ctx):
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL), endpoint_config("kimi-staging", channel=CHANNEL)],
                    roles=ROLES, ports=fake_ports())
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
-    yield b
-    stop_bench(b)
+    with start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]}) as b:
+        yield b
 
 
 def test_every_sub_command_answers_malformed_input_with_its_own_usage_line(bench) -> None:

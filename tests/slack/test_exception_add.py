@@ -14,7 +14,7 @@ import pytest
 
 from bot.services.releases import register_release
 from tests.conftest import START
-from tests.slack_support import CHANNEL, SlackBench, blocks_text, start_bench, stop_bench
+from tests.slack_support import CHANNEL, SlackBench, blocks_text, start_bench
 from tests.workflow_support import ROLES, endpoint_config, release_data
 
 # The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
@@ -27,9 +27,8 @@ LATER = f"{START + dt.timedelta(days=90):%Y-%m-%d}"
 def bench(make_ctx: Any) -> Iterator[SlackBench]:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    b = start_bench(ctx)
-    yield b
-    stop_bench(b)
+    with start_bench(ctx) as b:
+        yield b
 
 
 def recorded(bench: SlackBench) -> list[tuple[str, str, str, str, str]]:

@@ -26,7 +26,7 @@ from bot.views.actions import (
 )
 from tests.slack_requests_support import FORM, JSON, click, form, ours, slash, started_bench, user
 from tests.slack_requests_support import bench as bench
-from tests.slack_support import CHANNEL, SlackBench, start_bench, stop_bench
+from tests.slack_support import CHANNEL, SlackBench, start_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_ports
 
 # The Slack edge (or the CLI's wording) is what is tested here, not the store: SQLite only (tests/conftest.py).
@@ -151,9 +151,8 @@ def caused(bench: SlackBench, since: int = 0) -> list[str]:
 @pytest.fixture(scope="module")
 def shared_bench(make_module_ctx: Any) -> Iterator[SlackBench]:
     """One bench for the table: each row runs nothing or tells one person one line, and leaves the app idle."""
-    b = started_bench(make_module_ctx)
-    yield b
-    stop_bench(b)
+    with started_bench(make_module_ctx) as b:
+        yield b
 
 
 @pytest.mark.parametrize("case", MALFORMED, ids=lambda c: c.id)
@@ -197,9 +196,8 @@ def logged_bench(make_ctx: Any, caplog: pytest.LogCaptureFixture) -> Iterator[Sl
     caplog.set_level("INFO")
     caplog.set_level("INFO", logger=BOLT_LOGGER)  # an app made earlier in this process may have left it higher
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports())
-    b = start_bench(ctx)
-    yield b
-    stop_bench(b)
+    with start_bench(ctx) as b:
+        yield b
 
 
 @pytest.mark.parametrize("refusal", ["forged signature", "stale timestamp", "no signature"])

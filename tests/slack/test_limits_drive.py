@@ -18,7 +18,7 @@ from bot.services.releases import register_release
 from bot.views.actions import ACCEPT_LIMITS, GateTicket
 from tests.services.test_limits_procedure import propose_limits
 from tests.services.test_workflow import deploy_to_live
-from tests.slack_support import CHANNEL, SlackBench, start_bench, stop_bench
+from tests.slack_support import CHANNEL, SlackBench, start_bench
 from tests.workflow_support import ADMIN, ROLES, FakeCluster, endpoint_config, fake_ports, release_data
 from tests.world_support import wait_until
 
@@ -28,9 +28,8 @@ def bench(make_ctx: Any) -> Iterator[SlackBench]:
     ctx = make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES, ports=fake_ports(),
                    lease_takeover_seconds=300)
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    b = start_bench(ctx, readiness_pause=0)
-    yield b
-    stop_bench(b)
+    with start_bench(ctx, readiness_pause=0) as b:
+        yield b
 
 
 def test_accepting_limits_on_a_live_single_node_drives_their_restore_without_a_takeover_round(bench: SlackBench) -> None:

@@ -54,9 +54,8 @@ def history_bench(make_module_ctx: Any) -> Iterator[SlackBench]:
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     for _ in range(55):
         cancel(ctx, request_deploy(ctx, "rel-a", "kimi-prod", DEPLOYER).id, DEPLOYER)
-    b = start_bench(ctx)
-    yield b
-    stop_bench(b)
+    with start_bench(ctx) as b:
+        yield b
 
 
 def test_history_of_50_pages_in_one_message_each_with_a_next_button(history_bench: SlackBench) -> None:

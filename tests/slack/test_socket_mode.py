@@ -12,7 +12,7 @@ import pytest
 from aiohttp import WSMsgType, web
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 
-from tests.slack_support import CHANNEL, blocks_text, start_bench, stop_bench
+from tests.slack_support import CHANNEL, blocks_text, start_bench
 from tests.workflow_support import ROLES, endpoint_config
 
 
@@ -73,9 +73,8 @@ class SocketServer:
 
 @pytest.fixture()
 def bench(make_ctx):
-    b = start_bench(make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES))
-    yield b
-    stop_bench(b)
+    with start_bench(make_ctx(endpoints=[endpoint_config(channel=CHANNEL)], roles=ROLES)) as b:
+        yield b
 
 
 def test_a_slash_command_over_socket_mode_is_acknowledged_and_answered(bench) -> None:

@@ -32,7 +32,6 @@ from tests.slack_support import (
     blocks_text,
     button,
     start_bench,
-    stop_bench,
 )
 from tests.workflow_support import (
     ROLES,
@@ -73,9 +72,8 @@ def _bench(make_ctx: Any, server: OpenAIServer, sweep: dict[str, Any]) -> Iterat
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     # The outbox delivered four times a second between requests, not twenty: each pass is a few queries, and here
     # only the engine's gate runs (on its own thread) write events no request's work delivers at once.
-    b = start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]}, readiness_pause=0, outbox_seconds=0.25)
-    yield b
-    stop_bench(b)
+    with start_bench(ctx, groups={"S0APPROVERS": [GROUP_APPROVER]}, readiness_pause=0, outbox_seconds=0.25) as b:
+        yield b
     reader.close()
 
 

@@ -52,18 +52,16 @@ def watched_bench(make_ctx: Any) -> SlackBench:
 
 @pytest.fixture()
 def bench(make_ctx: Any) -> Iterator[SlackBench]:
-    b = watched_bench(make_ctx)
-    yield b
-    stop_bench(b)
+    with watched_bench(make_ctx) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
 def shared_bench(make_module_ctx: Any) -> Iterator[SlackBench]:
     """One bench a database for the two tables below: each row must change nothing (each test says so), so each finds
     the bench as it was started."""
-    b = watched_bench(make_module_ctx)
-    yield b
-    stop_bench(b)
+    with watched_bench(make_module_ctx) as b:
+        yield b
 
 
 def post(bench: SlackBench, body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:

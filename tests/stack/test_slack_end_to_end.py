@@ -40,7 +40,6 @@ from tests.slack_support import (
     moves,
     progress_texts,
     start_bench,
-    stop_bench,
 )
 from tests.workflow_support import ROLES, endpoint_config
 
@@ -90,9 +89,8 @@ def bench(make_ctx, stand_ins):
     register_release(ctx, second, "U0DEPLOYER")
     seed_governance(ctx, [first, ReleaseManifest.model_validate(second)], ctx.settings.endpoints)
     # U0APPROVER2 is an approver only through the S0APPROVERS user group.
-    b = start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]})
-    yield b
-    stop_bench(b)
+    with start_bench(ctx, groups={"S0APPROVERS": ["U0APPROVER2"]}) as b:
+        yield b
 
 
 def root_of(bench, deployment_id: int):
