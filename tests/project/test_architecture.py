@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -32,8 +33,6 @@ def test_configuration_reference_documents_every_setting() -> None:
 
 def test_the_recorded_test_order_names_only_test_modules_that_exist() -> None:
     """``tests/durations.json`` orders the run (longest first); a moved or deleted module would leave its time behind."""
-    import json
-
     recorded = json.loads((REPO / "tests" / "durations.json").read_text())
     missing = [module for module in recorded if not (REPO / module).is_file()]
     assert not missing, f"tests/durations.json names modules that no longer exist: {missing} (bench/suite_cpu.py)"
