@@ -153,7 +153,14 @@ class FaultProxy:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            if listener.fileno() == -1 or listener is not self._listener:  # it stopped listening meanwhile: refused
+            # Tracked here, not in the thread that serves it: a cut between the two would miss it, and it would pass
+            # bytes through the outage.
+            with self._lock:
+                refused = listener.fileno() == -1 or listener is not self._listener or (
+                    self._fault is not None and self._fault.kind == "unreachable")
+                if not refused:
+                    self._open.add(conn)
+            if refused:  # it stopped listening meanwhile
                 conn.close()
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
@@ -163,14 +170,37 @@ class FaultProxy:
             self._open.update(sockets)
 
     def _sever(self) -> None:
+        """Reset every open connection, as a dead host's.
+
+        Each socket is shut for reading before it is closed. A bare close leaves the socket open under the thread
+        blocked in its ``recv`` (the kernel keeps it until that call returns): no reset went out, and a client
+        waiting for its answer (a pool's pre-ping) waited for ever, since the pipe dropped the answer. Woken, that
+        thread lets go of the socket and the close resets it. Under the lock: the woken threads close their
+        sockets in :meth:`_let_go`, which would otherwise send an end of file before the reset.
+        """
         with self._lock:
             dropped, self._open = self._open, set()
             self.met += len(dropped)
-        for s in dropped:
-            with suppress(OSError):
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, as a dead host's
-            with suppress(OSError):
-                s.close()
+            for s in dropped:
+                with suppress(OSError):
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, not a FIN
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RD)
+                with suppress(OSError):
+                    s.close()
+
+    def _let_go(self, *sockets: socket.socket | None, close: bool) -> None:
+        """Shut down (an end of file to the other side, and a wake-up to a thread in ``recv``), then maybe close.
+        A socket :meth:`_sever` reset is closed already: the calls fail and do nothing."""
+        with self._lock:
+            for s in sockets:
+                if s is None:
+                    continue
+                with suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                if close:
+                    with suppress(OSError):
+                        s.close()
 
     def _fire_due(self) -> Misbehaviour | None:
         with self._lock:
@@ -190,7 +220,6 @@ class FaultProxy:
                         self._due.append(then)
 
     def _serve(self, conn: socket.socket) -> None:
-        self._track(conn)
         upstream: socket.socket | None = None
         try:
             while True:
@@ -213,24 +242,16 @@ class FaultProxy:
         finally:
             # Shut down before closing: a bare close leaves the upstream socket open under the pipe thread blocked in
             # its recv, so the stand-in never saw the client go (kmock answered its watch until its own shutdown).
-            for s in (conn, upstream):
-                if s is not None:
-                    with suppress(OSError):
-                        s.shutdown(socket.SHUT_RDWR)
-                    with suppress(OSError):
-                        s.close()
+            self._let_go(conn, upstream, close=True)
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
                 sink.sendall(data)
         except OSError:
             pass
         finally:
-            for s in (source, sink):
-                with suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+            self._let_go(source, sink, close=False)
 
     def _misbehave(self, conn: socket.socket, fault: Misbehaviour, data: bytes) -> None:
         with self._lock:
