@@ -31,8 +31,10 @@ RESTART_PAUSE_SECONDS = 1.0
 RESTART_PAUSE_LIMIT = 30.0
 WORKER_NICENESS = 5
 # How long serve waits for its worker at SIGTERM: its running jobs, then its spool's drain (bot/slack/work.py,
-# DRAIN_SECONDS 40 s), with room to spare; the pod's terminationGracePeriodSeconds (65 s, deploy/) covers it.
-STOP_SECONDS = 50.0
+# DRAIN_SECONDS 40 s, checked between attempts), plus one attempt in flight at that deadline (a silent database
+# fails it in about 10 s: bot/adapters/store/engine.py); the pod's terminationGracePeriodSeconds (65 s, deploy/)
+# covers it.
+STOP_SECONDS = 55.0
 
 
 def worker(

@@ -325,3 +325,15 @@ def test_service_account_carries_the_irsa_role_that_trusts_exactly_it() -> None:
     subjects = [v for k, v in conditions.items() if k.endswith(":sub")]
     assert subjects == [f"system:serviceaccount:{BOT_NAMESPACE}:{BOT_SA}"]
     assert [v for k, v in conditions.items() if k.endswith(":aud")] == ["sts.amazonaws.com"]
+
+
+def test_the_pods_grace_period_covers_the_pause_and_the_workers_whole_drain() -> None:
+    """At SIGTERM serve waits up to STOP_SECONDS for its worker's drain of acknowledged work; the pod must outlive it."""
+    from bot.cli.worker import STOP_SECONDS
+    from bot.slack.work import DRAIN_SECONDS
+
+    pod = one_object("Deployment", "kimi-ops")["spec"]["template"]["spec"]
+    [serve] = [c for c in pod["containers"] if c["name"] == "kimi-ops"]
+    pause = float(serve["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert DRAIN_SECONDS < STOP_SECONDS
+    assert pod["terminationGracePeriodSeconds"] >= pause + STOP_SECONDS

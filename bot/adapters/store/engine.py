@@ -9,6 +9,15 @@ from sqlalchemy.engine import make_url
 
 DEFAULT_POOL_SIZE = 10
 DEFAULT_MAX_OVERFLOW = 10
+# libpq's connection parameters on PostgreSQL, unless the URL sets them. An unroutable host fails start-up in 10 s,
+# not after the OS's TCP timeout. A server that goes silently (a node lost, a partition: no reset arrives) fails an
+# open connection's wait in about 10 s: keepalives when nothing is in flight (4 s idle, then 3 probes 2 s apart),
+# tcp_user_timeout when what was sent is not acknowledged. Without them a query, or the pool's pre-ping, waits for
+# the kernel's retries (about 15 minutes), and a stopping worker's drain of acknowledged work is cut off by its pod.
+POSTGRES_CONNECT_ARGS: dict[str, int] = {
+    "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 4, "keepalives_interval": 2, "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
 
 
 def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: int = DEFAULT_MAX_OVERFLOW,
@@ -16,8 +25,8 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: i
     """Create an engine; SQLite gets foreign keys, WAL and a busy timeout.
 
     On PostgreSQL the process opens at most ``pool_size + max_overflow`` connections through this engine
-    (the leader lock and the scheduler's job store draw from the same pool), and a connection attempt gives
-    up after 10 s instead of the operating system's minutes.
+    (the leader lock and the scheduler's job store draw from the same pool), and a connection attempt, or a
+    wait on a server gone silent, gives up after about 10 s (:data:`POSTGRES_CONNECT_ARGS`).
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **kwargs)
@@ -32,11 +41,9 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE, max_overflow: i
             cursor.close()
 
         return engine
-    if "connect_timeout" not in make_url(url).query:
-        # An unroutable database host should fail start-up in seconds, not after the OS's TCP timeout.
-        kwargs.setdefault("connect_args", {"connect_timeout": 10})
+    given = make_url(url).query
+    kwargs.setdefault("connect_args", {k: v for k, v in POSTGRES_CONNECT_ARGS.items() if k not in given})
     kwargs.setdefault("pool_pre_ping", True)
-    kwargs.setdefault("connect_args", {"connect_timeout": 10})
     return create_engine(url, pool_size=pool_size, max_overflow=max_overflow, **kwargs)
 
 
