@@ -124,13 +124,13 @@ def approve_in_process(cli: CliSandbox, deployment_id: int, approvers: tuple[str
     engine = Engine(cli.ctx, readiness_pause=0.2)
     view = engine.advance(deployment_id)
     turn = 0
-    while view.state != until:
+    while not _reached(view, until):
         if view.pending is None:
             # A CLI process that drove it before may still hold the endpoint's lease (its release can fail on a
             # loaded machine, and then the lease lapses instead): the engine then returns the view undriven.
             view = wait_until("lapse of the lease another CLI process held", lambda: _driven(engine, deployment_id, until),
                               timeout=30, poll=0.2)
-            if view.state == until:
+            if _reached(view, until):
                 break
         assert view.pending is not None and view.pending.approvable, view
         if view.pending.gate == "traffic":
@@ -142,10 +142,15 @@ def approve_in_process(cli: CliSandbox, deployment_id: int, approvers: tuple[str
     return get_deployment(cli.ctx, deployment_id)
 
 
+def _reached(view: Any, until: str) -> bool:
+    """At ``until``; at a gate, once its report waits for a decision (a replica may still be running its checks)."""
+    return bool(view.state == until and (view.pending is not None or not until.endswith("_gate")))
+
+
 def _driven(engine: Any, deployment_id: int, until: str) -> Any:
     """The deployment's view once this process could drive it (a gate waits, or it reached ``until``), else None."""
     view = engine.advance(deployment_id)
-    return view if view.pending is not None or view.state == until else None
+    return view if view.pending is not None or _reached(view, until) else None
 
 
 def accept_if_above(cli: CliSandbox, view: Any) -> None:

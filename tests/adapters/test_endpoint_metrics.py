@@ -7,7 +7,9 @@ HTTP. Draining an endpoint: ``test_endpoint_drain.py``.
 
 from __future__ import annotations
 
+import gc
 import math
+import warnings
 from pathlib import Path
 
 import httpx
@@ -321,3 +323,12 @@ def test_escaped_or_unusual_text_is_left_to_prometheus_client() -> None:
     with pytest.raises(MetricsUnavailable, match="not Prometheus text"):
         parse_metrics("<html>not metrics</html>\n")
     assert _plain_samples("# TYPE vllm:num_requests_running sometimes\nvllm:num_requests_running 3\n") is None
+
+
+def test_a_client_dropped_without_close_leaves_no_connection_open(endpoint) -> None:
+    """Its kept-alive connection closes with it, not whenever the garbage collector finds the socket (a warning)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert HttpEndpointClient().metrics(endpoint).requests_finished == 0
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []

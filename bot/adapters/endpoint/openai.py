@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -142,6 +143,8 @@ class HttpEndpointClient:
             verify=tls_context(),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_KEEPALIVE),
         ))
+        # Dropped without close(), its kept-alive connections close with it, not whenever the sockets are collected.
+        weakref.finalize(self, self._kept.close)
 
     def _client(self) -> httpx.Client:
         """The one httpx client of this adapter (so of the process), made on first use and kept open.
