@@ -32,7 +32,7 @@ from bot.domain.evaluation.eval_set import (
     ToolCallCheck,
     parse_eval_set,
 )
-from bot.domain.evaluation.latency import Remeasured, best_of_two, to_remeasure
+from bot.domain.evaluation.latency import Remeasured, best_of_two, over_their_cap, to_remeasure
 from bot.domain.evaluation.long_context import expand, filler_text
 from bot.domain.evaluation.scoring import Answer, CaseResult, ToolCall, is_refusal, rounded, score
 from bot.domain.evaluation.summary import KindSummary, Summary, percentile, summarise
@@ -66,6 +66,7 @@ __all__ = [
     "filler_text",
     "is_refusal",
     "kind_verdicts",
+    "over_their_cap",
     "parse_eval_set",
     "percentile",
     "rounded",

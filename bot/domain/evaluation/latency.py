@@ -12,6 +12,9 @@ time, so the faster try is the better measure of the release). A release that re
 and still fails. The verdict names every case re-measured with both timings and how many answers the percentiles
 stand on, so the approver sees what was measured. Production's stored report is the other side: on one node the
 live release no longer runs while its successor is judged, so it cannot be measured again beside it.
+
+A case over its own ``max_latency_ms`` gets the same second look, for the same reason: one stall fails a cap as
+easily as it moves p95. The case is then judged on its faster try; its other checks stand as first answered.
 """
 
 from __future__ import annotations
@@ -90,6 +93,13 @@ def to_remeasure(results: Sequence[CaseResult], current: Summary, baseline: Summ
         return []
     bound = min(r.allowed_ms for r in broken)
     return [r.case_id for r in results if _answered(r) and r.latency_ms is not None and r.latency_ms > bound]
+
+
+def over_their_cap(results: Sequence[CaseResult], caps: Mapping[str, float | None]) -> list[str]:
+    """The answered cases slower than their own latency cap (``caps``: a case's ``max_latency_ms``, None: no cap)."""
+    return [r.case_id for r in results
+            if _answered(r) and r.latency_ms is not None and (cap := caps.get(r.case_id)) is not None
+            and r.latency_ms > cap]
 
 
 def best_of_two(results: Sequence[CaseResult], again: Mapping[str, float | None]

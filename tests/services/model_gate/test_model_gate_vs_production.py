@@ -96,6 +96,32 @@ def test_cases_queued_behind_another_requests_long_prefill_are_measured_again_no
     assert report.attachments["evaluation"]["own_requests"]["answered"] == 9 + len(again)
 
 
+def test_a_case_over_its_own_latency_cap_only_while_another_request_prefilled_is_measured_again_and_passes(
+    gate_ctx, server: OpenAIServer,
+) -> None:
+    # The same stall, against a case's own cap (benign-tls: 250 ms), with nothing in production to compare with. The
+    # capped case goes first, so it arrives while the long prompt prefills.
+    capped = TEST_SET[TEST_SET.index("  - id: benign-tls"):TEST_SET.index("  - id: injection")]
+    gate_ctx.settings.evaluation_set.write_text(TEST_SET.replace(capped, "").replace("cases:\n", "cases:\n" + capped))
+    server.configure(serial_prefill=True, prefill_per_token=LONG_PREFILL_SECONDS / LONG_PROMPT_WORDS)
+    long = threading.Thread(target=_long_request, args=(server.url,), name="long-prefill")
+    long.start()
+    try:
+        assert server.wait_for(lambda s: s.running == 1)
+        server.configure(prefill_per_token=HEALTHY_PREFILL)
+        report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", None)
+    finally:
+        long.join()
+
+    [again] = report.attachments["evaluation"]["remeasured"]  # the only case with a cap of its own
+    assert again["case"] == "benign-tls" and again["first_ms"] > 250 and again["again_ms"] < 250, again
+    case = next(c for c in report.attachments["evaluation"]["cases"] if c["case"] == "benign-tls")
+    assert case["passed"] and case["latency_ms"] == again["kept_ms"]
+    assert statuses(report)["model.refusal"] == "pass"
+    assert report.approvable, report.checks
+    assert report.attachments["evaluation"]["own_requests"]["answered"] == 9 + 1
+
+
 FLOOR_MS = 500
 LONG_PREFILL_SECONDS = 2.5
 LONG_PROMPT_WORDS = 5000
