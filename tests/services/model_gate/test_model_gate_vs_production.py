@@ -7,6 +7,8 @@ measured once more rather than failed; the same quality and speed as production 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 
@@ -69,15 +71,8 @@ def test_cases_queued_behind_another_requests_long_prefill_are_measured_again_no
 
     # Another client's long-context request is prefilling (2.5 s of it) when the candidate's first cases arrive;
     # the cases themselves cost what they did for production.
-    server.configure(prefill_per_token=LONG_PREFILL_SECONDS / LONG_PROMPT_WORDS)
-    long = threading.Thread(target=_long_request, args=(server.url,), name="long-prefill")
-    long.start()
-    try:
-        assert server.wait_for(lambda s: s.running == 1)
-        server.configure(prefill_per_token=HEALTHY_PREFILL)
+    with another_long_prompt_prefilling(server):
         report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", production)
-    finally:
-        long.join()
 
     again = report.attachments["evaluation"]["remeasured"]
     # The first pass alone would have failed: its slowest answers waited out the long prefill, far past the bound …
@@ -103,15 +98,9 @@ def test_a_case_over_its_own_latency_cap_only_while_another_request_prefilled_is
     # capped case goes first, so it arrives while the long prompt prefills.
     capped = TEST_SET[TEST_SET.index("  - id: benign-tls"):TEST_SET.index("  - id: injection")]
     gate_ctx.settings.evaluation_set.write_text(TEST_SET.replace(capped, "").replace("cases:\n", "cases:\n" + capped))
-    server.configure(serial_prefill=True, prefill_per_token=LONG_PREFILL_SECONDS / LONG_PROMPT_WORDS)
-    long = threading.Thread(target=_long_request, args=(server.url,), name="long-prefill")
-    long.start()
-    try:
-        assert server.wait_for(lambda s: s.running == 1)
-        server.configure(prefill_per_token=HEALTHY_PREFILL)
+    server.configure(serial_prefill=True)
+    with another_long_prompt_prefilling(server):
         report = run_model_gate(gate_ctx, endpoint(server.url), "rel-new", None)
-    finally:
-        long.join()
 
     [again] = report.attachments["evaluation"]["remeasured"]  # the only case with a cap of its own
     assert again["case"] == "benign-tls" and again["first_ms"] > 250 and again["again_ms"] < 250, again
@@ -126,6 +115,20 @@ FLOOR_MS = 500
 LONG_PREFILL_SECONDS = 2.5
 LONG_PROMPT_WORDS = 5000
 HEALTHY_PREFILL = Behaviour().prefill_per_token
+
+
+@contextmanager
+def another_long_prompt_prefilling(server: OpenAIServer) -> Iterator[None]:
+    """While another client's long prompt prefills (``LONG_PREFILL_SECONDS``); requests sent now wait behind it."""
+    server.configure(prefill_per_token=LONG_PREFILL_SECONDS / LONG_PROMPT_WORDS)
+    long = threading.Thread(target=_long_request, args=(server.url,), name="long-prefill")
+    long.start()
+    try:
+        assert server.wait_for(lambda s: s.running == 1)
+        server.configure(prefill_per_token=HEALTHY_PREFILL)  # the requests after it cost what they always do
+        yield
+    finally:
+        long.join()
 
 
 def _long_request(url: str) -> None:
