@@ -115,12 +115,16 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
 
     # The admin requests rel-a (an admin is an approver too); the candidate reaches its traffic gate, 32 admitted.
     first = to_gate(ctx, engine, request_deploy(ctx, "rel-a", "kimi-prod", ADMIN).id, "traffic")
-    assert first.pending.report["attachments"]["proposal"]["max_concurrent_requests"] == 6
+    # The server's limit (6) on a quiet machine; a loaded one can meet a 429 a level early. What follows is about
+    # applying what was proposed, so it follows the proposal (the exact knee: tests/services/test_traffic_gate.py).
+    safe = first.pending.report["attachments"]["proposal"]["max_concurrent_requests"]
+    assert 0 < safe <= 6
     assert running_limits(kube)["maxConcurrentRequests"] == 32
     rendered = get_deployment(ctx, first.id).manifest_hash
 
     # Approving as it stands would go live above what was measured safe: refused, naming the proposal.
-    with pytest.raises(Refused, match=r"would go live with 32 concurrent .* measured safe 6 \(proposed maxConcurrentRequests 6"):
+    with pytest.raises(Refused, match=rf"would go live with 32 concurrent .* measured safe {safe} "
+                                      rf"\(proposed maxConcurrentRequests {safe}"):
         approve(ctx, engine, first)
     # The requester may not accept the proposal on their own deployment.
     with pytest.raises(Refused, match="another approver must accept"):
@@ -133,7 +137,7 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
     accepted = accept_proposed_limits(ctx, None, first.id, APPROVER_1, seen_report_hash=first.pending.report_hash)
 
     # At once: the cluster runs the candidate with the accepted limits, and its stored manifest is revision 2.
-    assert running_limits(kube)["maxConcurrentRequests"] == 6
+    assert running_limits(kube)["maxConcurrentRequests"] == safe
     assert accepted.revision == 2 and accepted.applied_sha256 == get_deployment(ctx, first.id).manifest_hash != rendered
     with ctx.uow() as uow:
         revisions = [(r.revision, r.sha256, r.previous_sha256) for r in uow.manifests.for_deployment(first.id)]
@@ -142,14 +146,14 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
         first_manifest = uow.deployments.get(first.id).applied_manifest
     assert revisions == [(1, rendered, None), (2, accepted.applied_sha256, rendered)]
     assert revised == [(APPROVER_1.user_id, rendered, accepted.applied_sha256)]
-    assert _endpoint_doc(first_manifest)["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] == 6
+    assert _endpoint_doc(first_manifest)["spec"]["worker"]["requestLimits"]["maxConcurrentRequests"] == safe
     assert approve(ctx, engine, get_deployment(ctx, first.id)).state == "live"
 
     # rel-b measures more headroom; its own acceptance is applied to it.
     server.configure(max_running=10)
     second = to_gate(ctx, engine, request_deploy(ctx, "rel-b", "kimi-prod", REQUESTER).id, "traffic")
     proposed = second.pending.report["attachments"]["proposal"]["max_concurrent_requests"]
-    assert proposed > 6
+    assert proposed > safe
     accept_proposed_limits(ctx, None, second.id, APPROVER_1, seen_report_hash=second.pending.report_hash)
     assert approve(ctx, engine, get_deployment(ctx, second.id)).state == "live"
     assert running_limits(kube)["maxConcurrentRequests"] == proposed
@@ -160,14 +164,14 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
         assert uow.deployments.get(rollback.id).applied_manifest == first_manifest
     view = to_gate(ctx, engine, rollback.id, "artifact")
     assert approve(ctx, engine, view).state == "live"
-    assert running_limits(kube)["maxConcurrentRequests"] == 6
+    assert running_limits(kube)["maxConcurrentRequests"] == safe
     obj = kube.rest().get(object_path("InferenceEndpointConfig", "kimi-prod", NS))
     assert obj is not None and obj["spec"] == _endpoint_doc(first_manifest)["spec"]
 
-    # Status says what runs (6) and that the endpoint's newest accepted limits do not.
+    # Status says what runs (rel-a's) and that the endpoint's newest accepted limits do not.
     [status] = endpoint_status(ctx, "kimi-prod")
     assert status.cluster is not None and status.cluster.known
-    assert status.cluster.applied_limits is not None and status.cluster.applied_limits["max_concurrent_requests"] == 6
+    assert status.cluster.applied_limits is not None and status.cluster.applied_limits["max_concurrent_requests"] == safe
     assert status.cluster.accepted_limits is not None and status.cluster.accepted_limits["max_concurrent_requests"] == proposed
     assert not status.cluster.drift
     # The capacity view compares production's concurrency with the limit accepted, not the settings file's 32.
