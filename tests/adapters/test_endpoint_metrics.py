@@ -291,38 +291,11 @@ def test_live_request_histograms_describe_what_the_stand_in_served(server, endpo
     assert 2000 <= mix.prompt_p50 <= 5000 and 20 <= mix.output_p50 <= 50  # 3,005 prompt and 30 output tokens each
 
 
-def _by_prometheus_client(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    found: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            found.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
-    return found
-
-
-@pytest.mark.parametrize("name", ["docs", "multi-engine", "request-histograms", "stand-in"])
-def test_plain_text_is_read_as_prometheus_client_reads_it(name: str, server) -> None:
-    from bot.adapters.endpoint.metrics import _plain_samples
-
-    server.simulate(requests=600, errors=90, ttft=0.2, e2e=2.0, prompt_tokens=1_500, output_tokens=200)
-    text = {"docs": doc_sample("vllm_metrics_docs_design_example.txt"), "multi-engine": MULTI_ENGINE,
-            "request-histograms": REQUEST_HISTOGRAMS, "stand-in": httpx.get(f"{server.url}/metrics").text}[name]
-    plain = _plain_samples(text)
-    assert plain is not None  # read line by line, not handed on
-    assert dict(plain) == _by_prometheus_client(text)
-
-
-def test_escaped_or_unusual_text_is_left_to_prometheus_client() -> None:
-    from bot.adapters.endpoint.metrics import _plain_samples
-
+def test_escaped_label_values_are_read_and_other_text_is_refused_in_one_line() -> None:
     escaped = 'vllm:num_requests_running{model_name="a \\"quoted\\" model"} 3\n'
-    assert _plain_samples(escaped) is None
     assert parse_metrics(escaped).running == 3.0  # prometheus-client unescapes it
-    assert _plain_samples("<html>not metrics</html>\n") is None
     with pytest.raises(MetricsUnavailable, match="not Prometheus text"):
         parse_metrics("<html>not metrics</html>\n")
-    assert _plain_samples("# TYPE vllm:num_requests_running sometimes\nvllm:num_requests_running 3\n") is None
 
 
 def test_a_client_dropped_without_close_leaves_no_connection_open(endpoint) -> None:

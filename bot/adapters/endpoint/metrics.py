@@ -1,7 +1,6 @@
 """Reads vLLM's Prometheus ``/metrics`` into a :class:`~bot.domain.readiness.MetricsSnapshot`.
 
-Plain text (no escaped label values, nothing unusual) is read line by line, ten times faster than
-prometheus-client's own parser, which reads everything else. Samples are matched on
+The text is parsed with prometheus-client's own parser. Samples are matched on
 their metric name only and summed across label sets: current vLLM adds an
 ``engine`` label (one series per data-parallel engine) and may serve several
 model names, so a scraper keyed on the full label set would break. Names renamed
@@ -18,7 +17,6 @@ request since the server started (there is no rate window in one scrape).
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
@@ -56,17 +54,8 @@ class MetricsUnavailable(Exception):
     """``/metrics`` could not be read or parsed; the message says why in one line."""
 
 
-# One sample line of the plain text format: name, optional labels, value, optional timestamp.
-_SAMPLE_LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*")
-_TYPES = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
-_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*)"[ \t]*(?:,|$)')
-
-
 def _samples(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]]:
     """Every sample by its exposed name (``…_total``, ``…_bucket`` included)."""
-    plain = _plain_samples(text)
-    if plain is not None:
-        return plain
     found: dict[str, list[tuple[Mapping[str, str], float]]] = defaultdict(list)
     try:
         for family in text_string_to_metric_families(text):
@@ -74,42 +63,6 @@ def _samples(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]]:
                 found[sample.name].append((sample.labels, float(sample.value)))
     except ValueError as exc:
         raise MetricsUnavailable(f"/metrics is not Prometheus text: {str(exc).splitlines()[0][:200]}") from None
-    return found
-
-
-def _plain_samples(text: str) -> dict[str, list[tuple[Mapping[str, str], float]]] | None:
-    """The samples of a text without escapes or anything unusual, read ten times faster than prometheus-client's
-    parser does (the traffic gate's sweep reads /metrics 20 times a second); ``None``: let that parser read it.
-
-    Any line it is not sure of (an escaped label value, exemplars, a value that is not a number) hands the whole
-    text to prometheus-client, so both readings agree wherever this one answers.
-    """
-    found: dict[str, list[tuple[Mapping[str, str], float]]] = defaultdict(list)
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            if len(words := line.split()) != 4 or words[3] not in _TYPES:  # prometheus-client refuses these
-                return None
-            continue
-        if not line or line.startswith("#"):
-            continue
-        sample = _SAMPLE_LINE.fullmatch(line)
-        if sample is None or "\\" in line:
-            return None
-        name, label_text, value = sample.groups()
-        labels: dict[str, str] = {}
-        if label_text:
-            end = 0
-            for label in _LABEL.finditer(label_text):
-                if label.start() != end:
-                    return None
-                labels[label[1]] = label[2]
-                end = label.end()
-            if end != len(label_text):
-                return None
-        try:
-            found[name].append((labels, float(value)))
-        except ValueError:
-            return None
     return found
 
 
