@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 
 from bot.adapters.store.models import Deployment
+from bot.domain.checks import GateReport
 from bot.sandbox.gateway import GatewayStandIn
 from bot.sandbox.openai_server import OpenAIServer
 from bot.sandbox.stack import ADMIN, APPROVER_1, DEPLOYER
@@ -148,7 +149,7 @@ class SandboxWorld:
     def decide(self, view: Any, approver: Identity = APPROVER) -> None:
         """``approver`` approves the gate ``view`` waits at (a traffic gate's proposed limits accepted first), without
         advancing."""
-        assert view.pending is not None and view.pending.approvable, (view.state, view.state_reason)
+        assert view.pending is not None and view.pending.approvable, (view.state, view.state_reason, blocking(view))
         if view.pending.gate == "traffic":
             self.accept_limits(view.id, view.pending.report_hash, approver)
         decide_gate(self.ctx, view.id, view.pending.gate, "approved", approver,
@@ -160,3 +161,10 @@ class SandboxWorld:
             accept_proposed_limits(self.ctx, None, deployment_id, approver, seen_report_hash=report_hash)
         except Refused as refused:
             assert "nothing to accept" in str(refused)
+
+
+def blocking(view: Any) -> list[tuple[str, str, str]]:
+    """The checks that keep ``view``'s pending gate from being approved (for a failed test's message)."""
+    if view.pending is None:
+        return []
+    return [(c.name, c.status, c.reason) for c in GateReport.model_validate(view.pending.report).blocking]
