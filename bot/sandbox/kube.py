@@ -27,8 +27,9 @@ all live in :func:`_emulator_class`:
 * while :meth:`KubeStandIn.denying` holds, every write of a kind is refused as a
   validating admission webhook refuses it (``403 Forbidden``, the webhook's words).
 
-kmock and pytest-asyncio (which kmock's plugin imports) are test/sandbox
-dependencies: they are imported only when a stand-in starts.
+kmock is a sandbox dependency: it is imported only when a stand-in starts. (Its
+pytest plugin imports pytest-asyncio, which nothing here installs; the suite loads
+only the plugins it names, so that plugin never loads.)
 """
 
 from __future__ import annotations
