@@ -24,6 +24,10 @@ from bot.views.parts import Text
 from tests.slack_support import CHANNEL, SlackBench, blocks_text, start_bench, stop_bench
 from tests.workflow_support import ROLES, endpoint_config, fake_ports, release_data
 
+# The Slack edge is what is tested here, not the store: SQLite only (tests/conftest.py). Every store line its
+# PostgreSQL runs reached, the other PostgreSQL tests reach too (coverage of bot/adapters/store, 5 December).
+pytestmark = pytest.mark.sqlite_only
+
 # Slack answers msg_blocks_too_long from about 13k characters of blocks JSON (the issue measured 13.6k refused).
 SLACK_BLOCKS_JSON = 13_000
 DEPLOYER = Identity("U0DEPLOYER")

@@ -41,6 +41,10 @@ from tests.workflow_support import (
 )
 from tests.world_support import wait_until
 
+# The Slack edge is what is tested here, not the store: SQLite only (tests/conftest.py). Every store line its
+# PostgreSQL runs reached, the other PostgreSQL tests reach too (coverage of bot/adapters/store, 5 December).
+pytestmark = pytest.mark.sqlite_only
+
 LIMIT = 6  # the server answers 429 past this many running requests: the proposal must follow it
 SWEEP = {
     "ceiling": 8, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 20, "burst_rounds": 2,
