@@ -193,6 +193,17 @@ def fake_ports(**overrides: object) -> Ports:
     return Ports(**{**fakes, **overrides})  # type: ignore[arg-type]
 
 
+def sweep_ports(metrics_seconds: float | None = None) -> Ports:
+    """A real endpoint client and a sweep reading /metrics through it, as production wires them (bot/bootstrap.py):
+    one client, closed with the context. ``metrics_seconds``: how often the sweep reads (the adapter's own default)."""
+    from bot.adapters.endpoint import HttpEndpointClient
+    from bot.adapters.endpoint.loadgen import HttpLoadGenerator
+
+    client = HttpEndpointClient(timeout=5)
+    every = {} if metrics_seconds is None else {"metrics_interval": metrics_seconds}
+    return Ports(loadgen=HttpLoadGenerator(metrics=client.metrics, **every), endpoint=client)
+
+
 def workflow(make_ctx, releases: int = 2) -> tuple[object, object]:
     """A context on the fakes with ``kimi-prod`` declared, releases rel-a, rel-b… registered, and an engine."""
     from bot.services.engine import Engine

@@ -38,12 +38,14 @@ WAIT_SECONDS = 90  # a bound on waiting for the engine in another thread, not a 
 T = TypeVar("T")
 
 
-def wait_until(what: str, condition: Callable[[], T], timeout: float = WAIT_SECONDS, *, poll: float = 0.02) -> T:
-    """Poll until ``condition`` gives something true and return it; fail naming ``what`` if ``timeout`` passes first."""
+def wait_until(what: str, condition: Callable[[], T], timeout: float = WAIT_SECONDS, *, poll: float = 0.02,
+               found: Callable[[], object] | None = None) -> T:
+    """Poll until ``condition`` gives something true and return it; fail naming ``what`` if ``timeout`` passes first
+    (and what ``found`` says is there instead)."""
     deadline = time.monotonic() + timeout
     while not (seen := condition()):
         if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:g} s")
+            pytest.fail(f"no {what} within {timeout:g} s" + ("" if found is None else f"; found: {found()}"))
         time.sleep(poll)
     return seen
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from bot.adapters.clock import FrozenClock
-from bot.adapters.endpoint import HttpEndpointClient
 from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.adapters.gate_plots import gate_figure
 from bot.adapters.store import schema
@@ -38,6 +37,7 @@ from tests.workflow_support import (
     ROLES,
     endpoint_config,
     release_data,
+    sweep_ports,
 )
 
 SMALL_SWEEP = {
@@ -88,15 +88,9 @@ def traffic_ctx(make_ctx: Callable[..., Context], url: str, sweep: dict | None =
         roles=ROLES,
         traffic_sweep=sweep or SMALL_SWEEP,
         traffic_objectives=objectives or {"ttft_p99_ms": 2000},
-        ports=_reading_ports(metrics_seconds),
+        ports=sweep_ports(metrics_seconds),
     )
     return ctx
-
-
-def _reading_ports(metrics_seconds: float) -> Ports:
-    """The sweep reads /metrics through the endpoint client, as in production: one client, closed with the context."""
-    client = HttpEndpointClient(timeout=5)
-    return Ports(loadgen=HttpLoadGenerator(metrics=client.metrics, metrics_interval=metrics_seconds), endpoint=client)
 
 
 def endpoint(ctx) -> EndpointSettings:

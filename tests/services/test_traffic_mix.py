@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from bot.adapters.endpoint import HttpEndpointClient
-from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 from bot.adapters.endpoint.sweep_requests import prompt_text
 from bot.adapters.store.models import Base, CapacityReview, TrafficMixRow
 from bot.config import load_settings
@@ -22,13 +20,12 @@ from bot.config_error import ConfigError
 from bot.sandbox.openai_server import OpenAIServer
 from bot.services.access import Identity
 from bot.services.capacity import capacity_view, context_review_check
-from bot.services.context import Ports
 from bot.services.deployments import endpoint_settings
 from bot.services.errors import Refused
 from bot.services.traffic_gate import run_traffic_gate
 from bot.services.traffic_mix import register_trace, update_live_mix
 from bot.views.gate_text import render_traffic_report
-from tests.workflow_support import ROLES, endpoint_config
+from tests.workflow_support import ROLES, endpoint_config, sweep_ports
 
 SWEEP = {"ceiling": 8, "warmup_requests": 1, "steady_requests_per_slot": 2, "steady_seconds": 30, "burst_rounds": 1,
          "refine_steps": 1, "max_requests": 2000, "max_seconds": 240, "request_timeout_seconds": 20, "max_tokens": 8,
@@ -48,12 +45,7 @@ def server():
 def gate_ctx(make_ctx, url: str, sweep: dict | None = None, **endpoint: object):
     return make_ctx(endpoints=[endpoint_config(url=url, max_model_len=65_536, **endpoint)], roles=ROLES,
                     traffic_sweep=sweep or SWEEP, traffic_objectives={"ttft_p99_ms": 10_000, "kv_cache_usage": 0.95},
-                    ports=_reading_ports(HttpEndpointClient(timeout=5)))
-
-
-def _reading_ports(client: HttpEndpointClient) -> Ports:
-    """The sweep reads /metrics through the endpoint client, as in production (one client, closed with the context)."""
-    return Ports(loadgen=HttpLoadGenerator(metrics=client.metrics), endpoint=client)
+                    ports=sweep_ports())
 
 
 def read_live_mix(ctx) -> None:

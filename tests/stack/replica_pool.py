@@ -187,12 +187,10 @@ def hand_over(pool: Pool, count: int = 3) -> Iterator[int]:
         # The restore is a whole rollout, readiness and reopen, driven by whichever replica holds it: on a slow host
         # (a CI run with the host's CPU at half speed) it outlasted the two minutes. A bound on a hang, saying what
         # is still in flight if it is one.
-        try:
-            wait_until("the endpoint free again", lambda: not any(v.in_flight for v in history(cli.ctx)),
-                       FREE_AGAIN_SECONDS, poll=0.2)
-        except pytest.fail.Exception:
-            busy = [(v.id, v.release, v.state) for v in history(cli.ctx) if v.in_flight]
-            pytest.fail(f"the endpoint is not free {FREE_AGAIN_SECONDS} s after the test; in flight: {busy}")
+        def in_flight() -> list[tuple[int, str, str]]:
+            return [(v.id, v.release, v.state) for v in history(cli.ctx) if v.in_flight]
+
+        wait_until("the endpoint free again", lambda: not in_flight(), FREE_AGAIN_SECONDS, poll=0.2, found=in_flight)
 
 
 def state_of(cli: CliSandbox, deployment_id: int) -> str:

@@ -19,7 +19,7 @@ easily as it moves p95. The case is then judged on its faster try; its other che
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bot.domain.evaluation.eval_set import Tolerances
@@ -92,14 +92,18 @@ def to_remeasure(results: Sequence[CaseResult], current: Summary, baseline: Summ
     if not broken:
         return []
     bound = min(r.allowed_ms for r in broken)
-    return [r.case_id for r in results if _answered(r) and r.latency_ms is not None and r.latency_ms > bound]
+    return _slower(results, lambda _case: bound)
 
 
 def over_their_cap(results: Sequence[CaseResult], caps: Mapping[str, float | None]) -> list[str]:
     """The answered cases slower than their own latency cap (``caps``: a case's ``max_latency_ms``, None: no cap)."""
-    return [r.case_id for r in results
-            if _answered(r) and r.latency_ms is not None and (cap := caps.get(r.case_id)) is not None
-            and r.latency_ms > cap]
+    return _slower(results, caps.get)
+
+
+def _slower(results: Sequence[CaseResult], bound: Callable[[str], float | None]) -> list[str]:
+    """The answered cases slower than the bound ``bound`` gives their id (None: no bound)."""
+    return [r.case_id for r in results if _answered(r) and r.latency_ms is not None
+            and (limit := bound(r.case_id)) is not None and r.latency_ms > limit]
 
 
 def best_of_two(results: Sequence[CaseResult], again: Mapping[str, float | None]
@@ -107,7 +111,8 @@ def best_of_two(results: Sequence[CaseResult], again: Mapping[str, float | None]
     """``results`` with each re-measured case's latency its faster try, and the record of what was re-measured.
 
     ``again`` maps a case sent again to the latency of its second whole answer (None when it got none). The pass or
-    fail of each case stays its first answer's: the second look is at latency only.
+    fail of each case stays its first answer's here; the model gate scores a case that broke its own cap again on
+    the kept time, its other checks as first answered (:func:`bot.services.model_gate.run_model_gate`).
     """
     kept: list[CaseResult] = []
     record: list[Remeasured] = []
