@@ -15,6 +15,7 @@ A stand-in's thread that keeps running between tests is counted in whichever tes
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import resource
@@ -80,11 +81,17 @@ def write_durations(modules: dict[str, list[float]], target: Path) -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) == 3 and argv[1] == "--write-durations":
-        write_durations(per_module(Path(argv[0])), Path(argv[2]))
+    parser = argparse.ArgumentParser(description="The test suite's CPU time per module, from a recorded run.")
+    parser.add_argument("run", type=Path, help="the directory a run recorded into (SUITE_CPU_DIR)")
+    parser.add_argument("before", type=Path, nargs="?", help="an earlier run's directory, shown beside it")
+    parser.add_argument("--write-durations", type=Path, metavar="FILE",
+                        help="write each module's wall time to FILE (tests/durations.json) instead of the table")
+    args = parser.parse_args(argv)
+    now = per_module(args.run)
+    if args.write_durations is not None:
+        write_durations(now, args.write_durations)
         return
-    now = per_module(Path(argv[0]))
-    before = per_module(Path(argv[1])) if len(argv) > 1 else {}
+    before = per_module(args.before) if args.before is not None else {}
 
     def cpu(row: list[float] | None) -> float:
         return row[2] + row[3] if row else 0.0
