@@ -17,7 +17,8 @@ and :meth:`SlackStub.drop_next` closes the connection without an answer.
 :meth:`SlackStub.lose_answer_next` takes a call (a post is in the channel) and
 then closes the connection without its answer, and :meth:`SlackStub.hold_next`
 takes one and answers only when the test releases it: what a sender sees when
-Slack's answer is lost or slow. A message keeps the ``metadata`` it was posted
+Slack's answer is lost or slow. :meth:`SlackStub.slow_next` takes a call only
+once released: a post still on its way, not in the channel yet. A message keeps the ``metadata`` it was posted
 with; ``conversations.history`` and ``conversations.replies`` read a channel or
 a thread back (``include_all_metadata`` adds it), paged with ``limit`` and
 ``cursor``. Each recorded call keeps the size of the body as sent.
@@ -99,6 +100,7 @@ class Hold:
     reached: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
     lose: bool = False  # close the connection instead of answering
+    slow: bool = False  # Slack takes the call only once released (it is on its way, not in the channel yet)
 
     def release(self) -> None:
         self.released.set()
@@ -196,8 +198,11 @@ class SlackStub:
                     self._answer(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)})
                     return
                 hold = stub.held(parts.path, params)
+                if hold is not None and hold.slow:
+                    hold.reached.set()
+                    hold.released.wait(timeout=120)
                 answer = stub.handle(parts.path, params, size=length)
-                if hold is not None:
+                if hold is not None and not hold.slow:
                     hold.reached.set()
                     if hold.lose:
                         self.close_connection = True  # taken, but the caller never hears so
@@ -257,6 +262,13 @@ class SlackStub:
     def hold_next(self, method: str, matching: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
         """Take the next call of ``method`` (whose params ``matching`` accepts) but answer only after ``release()``."""
         hold = Hold(method, matching or (lambda _params: True))
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
+    def slow_next(self, method: str, matching: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
+        """Take the next call of ``method`` (whose params ``matching`` accepts) only after ``release()``: a slow Slack."""
+        hold = Hold(method, matching or (lambda _params: True), slow=True)
         with self._lock:
             self._holds.append(hold)
         return hold

@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 from bot.adapters.clock import Clock
 from bot.adapters.slack.blocks import render, slack_text
 from bot.adapters.slack.messages import incident_parts
-from bot.adapters.slack.once import PostOnce, slack_error
+from bot.adapters.slack.once import PostInFlight, PostOnce, slack_error
 from bot.adapters.slack.thread import DeploymentThread
 from bot.adapters.store.models import Event, Incident
 from bot.adapters.store.outbox import UnknownEvent, event_of
@@ -156,6 +156,14 @@ class SlackNotifier:
                     event.delivered_at = self.clock.now()
                     event.attempts += 1
                     uow.commit()
+                except PostInFlight as exc:
+                    # Another replica is posting this event's message, or one it needs first (the thread's root, the
+                    # progress message): not a failed attempt. A later pass finds it posted, or looks for it.
+                    uow.rollback()
+                    log.info("event %s waits: %s", event_id, exc)
+                    if deployment_id is not None:
+                        blocked.add(deployment_id)  # keep the thread in order
+                    continue
                 except Exception as exc:
                     # Slack said no or could not be reached, the database failed, a bug: what Slack took is in
                     # slack_posts already, so the retry posts nothing twice; every failure counts as an attempt.

@@ -7,7 +7,10 @@ before the Web API call, with the message's ``ts`` committed right after it,
 each in a transaction of its own. A retry finds the ``ts`` and posts nothing; a
 claim without one (the replica died mid-call, or Slack's answer was lost) is
 looked up in Slack by the key the message carries in its metadata (an upload:
-by its title) before it is sent again. So nothing that fails around a post (the
+by its title) before it is sent again. Another process's claim that young
+may be a post still on its way to Slack, not in the channel yet: it is left
+alone (:class:`PostInFlight`) until it is older than any Web API call lasts,
+so two replicas showing one deployment's progress post it once. So nothing that fails around a post (the
 database, a guard, a stop) makes it post twice, and posts go out without
 slack_sdk's connection-error retries, which would resend a message Slack may
 already have taken. Edits (``chat.update``) are idempotent and need none of this.
@@ -16,6 +19,8 @@ already have taken. Edits (``chat.update``) are idempotent and need none of this
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +40,17 @@ log = logger_for(__name__)
 POST_EVENT_TYPE = "kimi_ops_post"
 # How many pages (200 messages each) of a thread or channel a lookup reads before it posts again.
 LOOKUP_PAGES = 5
+# How long another process's claim without a ts may still be its post on the way: the Web API client waits 30 s
+# for an answer, and a rate-limited post is tried twice more (identity.RATE_LIMIT_RETRIES). Older, its try died.
+IN_FLIGHT = dt.timedelta(seconds=90)
+
+
+class PostInFlight(Exception):
+    """Another try of this post may be on its way to Slack now: try again on a later pass, not now."""
+
+    def __init__(self, key: str, until: dt.datetime) -> None:
+        super().__init__(f"{key} is being posted by another try (until {until:%H:%M:%S} UTC at most)")
+        self.key = key
 
 
 def without_connection_retries(client: WebClient) -> WebClient:
@@ -66,6 +82,9 @@ class PostOnce:
         self.poster = without_connection_retries(client)
         self.uow = uow
         self.clock = clock
+        self._lock = threading.Lock()
+        self._sending: set[str] = set()  # keys this process is posting now
+        self._tried: set[str] = set()  # keys this process tried whose outcome is not recorded: its own, so no wait
 
     def post(self, key: str, channel: str, text: str, *, blocks: list[dict[str, Any]] | None = None,
              thread_ts: str | None = None, broadcast: bool = False) -> tuple[str, str]:
@@ -102,21 +121,33 @@ class PostOnce:
         The claim is committed before the call and where it went right after it, each on its own, so a delivery
         that fails later (or a replica that stops) leaves a record the retry reuses instead of sending again. A
         claim with no record (an earlier try died mid-call or lost Slack's answer) is looked for first: the
-        message ``earlier`` recognises in the thread of ``thread_ts`` (else among the channel's newest).
+        message ``earlier`` recognises in the thread of ``thread_ts`` (else among the channel's newest). Another
+        process's claim younger than :data:`IN_FLIGHT`, or this process's own still sending, raises
+        :class:`PostInFlight`: that try may not have reached Slack yet, so a lookup would not find it.
         """
         claim = self._claim(key, channel)
         if claim.ts is not None:
             return claim.channel, claim.ts
-        if not claim.first and (found := self._find(claim.channel, thread_ts, earlier)) is not None:
-            self._record(key, claim.channel, found)
-            return claim.channel, found
+        with self._lock:
+            if key in self._sending or (not claim.first and key not in self._tried
+                                        and self.clock.now() - claim.claimed_at < IN_FLIGHT):
+                raise PostInFlight(key, claim.claimed_at + IN_FLIGHT)
+            self._sending.add(key)
+            self._tried.add(key)
         try:
-            sent = send()
-        except SlackApiError:
-            self._release(key)  # Slack answered no: nothing was sent, so the next try need not look for it
-            raise
-        self._record(key, *sent)
-        return sent
+            if not claim.first and (found := self._find(claim.channel, thread_ts, earlier)) is not None:
+                self._record(key, claim.channel, found)
+                return claim.channel, found
+            try:
+                sent = send()
+            except SlackApiError:
+                self._release(key)  # Slack answered no: nothing was sent, so the next try need not look for it
+                raise
+            self._record(key, *sent)
+            return sent
+        finally:
+            with self._lock:
+                self._sending.discard(key)
 
     def posted(self, key: str) -> tuple[str, str] | None:
         """Where the message ``key`` names went, if it was posted."""
@@ -133,11 +164,15 @@ class PostOnce:
         with self.uow() as uow:
             uow.posts.record(key, channel, ts, self.clock.now())
             uow.commit()
+        with self._lock:
+            self._tried.discard(key)
 
     def _release(self, key: str) -> None:
         with self.uow() as uow:
             uow.posts.release(key)
             uow.commit()
+        with self._lock:
+            self._tried.discard(key)
 
     def _find(self, channel: str, thread_ts: str | None, match: Callable[[dict[str, Any]], bool]) -> str | None:
         """The ``ts`` of the message ``match`` picks in the thread of ``thread_ts`` (else among the channel's newest)."""

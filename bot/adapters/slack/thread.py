@@ -56,7 +56,7 @@ from bot.adapters.slack.messages import (
     root_text,
     thread_step,
 )
-from bot.adapters.slack.once import PostOnce
+from bot.adapters.slack.once import PostInFlight, PostOnce
 from bot.adapters.store.models import Deployment, GateResult
 from bot.adapters.store.outbox import event_of
 from bot.adapters.store.uow import SqlUnitOfWork
@@ -229,7 +229,11 @@ class DeploymentThread:
                 self.client.chat_update(channel=where[0], ts=where[1], text=rendered.text, blocks=rendered.blocks)
             else:
                 channel, thread_ts = thread_of(dep.slack_channel, dep.slack_thread_ts)
-                self.posts.post(key, channel, rendered.text, blocks=rendered.blocks, thread_ts=thread_ts)
+                try:
+                    self.posts.post(key, channel, rendered.text, blocks=rendered.blocks, thread_ts=thread_ts)
+                except PostInFlight as exc:  # another replica posts it now: a later flush edits it instead
+                    log.info("progress message waits: %s", exc)
+                    continue
             self._edited[dep.id], self._shown_step[dep.id] = time.monotonic(), step.state
             self._forget(deployment_id, noted[deployment_id])
             if self._root_shown.get(dep.id) != (step.state, step.reason):

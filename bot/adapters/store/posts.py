@@ -23,11 +23,12 @@ from bot.adapters.store.models import SlackPost
 
 @dataclass(frozen=True)
 class PostClaim:
-    """Where a claimed message is (``ts`` once posted) and whether this claim is the first for its key."""
+    """Where a claimed message is (``ts`` once posted), when it was claimed and whether this claim is the first."""
 
     channel: str
     ts: str | None
     first: bool
+    claimed_at: dt.datetime
 
 
 class SlackPostRepository:
@@ -47,7 +48,7 @@ class SlackPostRepository:
         row = self.session.get(SlackPost, key, populate_existing=True)
         if row is None:  # pragma: no cover - the row was inserted or found just above, in this transaction
             raise RuntimeError(f"the claim of Slack post {key} vanished")
-        return PostClaim(channel=row.channel, ts=row.ts, first=first)
+        return PostClaim(channel=row.channel, ts=row.ts, first=first, claimed_at=row.claimed_at)
 
     def record(self, key: str, channel: str, ts: str, at: dt.datetime) -> None:
         """Slack took the message: where it is."""

@@ -1,0 +1,126 @@
+"""Each message posted once across replicas: a post still on its way to Slack is not posted again elsewhere.
+
+Two notifiers on one database stand for two replicas (what a process knows of its own tries lives in its
+``PostOnce``). The Slack stub takes a "slow" post only when the test releases it, so the message is not in the
+channel yet while the other replica looks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from slack_sdk import WebClient
+
+from bot.adapters.clock import FrozenClock
+from bot.adapters.slack.notifier import SlackNotifier
+from bot.adapters.slack.once import IN_FLIGHT, PostInFlight, PostOnce
+from bot.sandbox.slack_stub import SlackStub
+from bot.services.deployments import decide_gate, get_deployment, request_deploy
+from bot.services.engine import Engine
+from bot.services.releases import register_release
+from tests.workflow_support import APPROVER_1, REQUESTER, ROLES, endpoint_config, fake_ports, release_data
+
+
+@pytest.fixture()
+def stub():
+    with SlackStub() as s:
+        yield s
+
+
+def keyed(key: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a post's parameters carry ``key`` in their metadata (a JSON body, or a form's JSON string)."""
+    def match(params: dict[str, Any]) -> bool:
+        metadata = params.get("metadata") or {}
+        if isinstance(metadata, str):
+            metadata = json.loads(metadata)
+        return (metadata.get("event_payload") or {}).get("key") == key
+    return match
+
+
+def posts_of(stub: SlackStub, key: str) -> list[Any]:
+    return [c for c in stub.calls_to("chat.postMessage") if keyed(key)(c.params)]
+
+
+def replica(ctx: Any, stub: SlackStub) -> PostOnce:
+    return PostOnce(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
+
+
+def test_a_post_another_replica_is_still_sending_is_not_posted_again(make_ctx, stub) -> None:
+    ctx = make_ctx()
+    first, second = replica(ctx, stub), replica(ctx, stub)
+    slow = stub.slow_next("chat.postMessage")
+    sent: dict[str, tuple[str, str]] = {}
+    sending = threading.Thread(target=lambda: sent.update(first=first.post("event:7", "C0PROD", "Rollout started")))
+    sending.start()
+    assert slow.reached.wait(30)  # on its way: Slack has not taken it, so a look in the channel finds nothing
+    with pytest.raises(PostInFlight, match="event:7 is being posted by another try"):
+        second.post("event:7", "C0PROD", "Rollout started")
+    slow.release()
+    sending.join(30)
+    assert second.post("event:7", "C0PROD", "Rollout started") == sent["first"]  # the first try's message
+    assert len(posts_of(stub, "event:7")) == 1
+    assert [m.text for m in stub.messages] == ["Rollout started"]
+
+
+def test_a_claim_left_by_a_replica_that_died_mid_post_is_posted_once_after_the_bound(make_ctx, stub,
+                                                                                      clock: FrozenClock) -> None:
+    ctx = make_ctx()
+    died, other = replica(ctx, stub), replica(ctx, stub)
+    stub.drop_next("chat.postMessage")  # the connection breaks before Slack takes the post
+    with pytest.raises(Exception):  # noqa: B017 - how the client reports a broken connection is not the point
+        died.post("event:8", "C0PROD", "Gate passed")
+    assert stub.messages == []
+    # Another replica cannot tell that try from one still on its way until no Web API call could last that long.
+    with pytest.raises(PostInFlight):
+        other.post("event:8", "C0PROD", "Gate passed")
+    assert stub.messages == [] and stub.calls_to("conversations.history") == []
+    clock.advance(IN_FLIGHT)
+    other.post("event:8", "C0PROD", "Gate passed")
+    assert len(stub.calls_to("conversations.history")) == 1  # looked for first: the dead try might have posted it
+    assert [m.text for m in stub.messages] == ["Gate passed"]
+    other.post("event:8", "C0PROD", "Gate passed")  # and once recorded, never again
+    assert len(posts_of(stub, "event:8")) == 1
+
+
+def test_a_replicas_own_try_whose_answer_was_lost_is_looked_for_at_once(make_ctx, stub) -> None:
+    ctx = make_ctx()
+    poster = replica(ctx, stub)
+    stub.lose_answer_next("chat.postMessage")  # Slack takes it; the answer never comes back
+    with pytest.raises(Exception):  # noqa: B017
+        poster.post("event:9", "C0PROD", "Draining")
+    poster.post("event:9", "C0PROD", "Draining")  # its own try has ended: no wait, it looks and finds it
+    assert len(posts_of(stub, "event:9")) == 1 and [m.text for m in stub.messages] == ["Draining"]
+
+
+def test_two_replicas_showing_one_deployment_post_its_progress_message_once(make_ctx, stub) -> None:
+    """One replica's post of the progress message is slow; meanwhile the other delivers the deployment's next
+    events and shows its progress too. The thread keeps one progress message, edited to the newest step."""
+    ctx = make_ctx(endpoints=[endpoint_config(channel="C0PROD")], roles=ROLES, ports=fake_ports())
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    engine = Engine(ctx, readiness_pause=0)
+    view = engine.advance(request_deploy(ctx, "rel-a", None, REQUESTER).id)
+    first, second = (SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
+                     for _ in range(2))
+    slow = stub.slow_next("chat.postMessage", keyed(f"progress:{view.id}"))
+    delivering = threading.Thread(target=first.deliver_pending)
+    delivering.start()
+    assert slow.reached.wait(30)
+    assert view.pending is not None
+    decide_gate(ctx, view.id, view.pending.gate, "approved", APPROVER_1,
+                seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
+    view = engine.advance(view.id)  # the infrastructure gate waits now: new events in the outbox
+    assert second.deliver_pending() > 0
+    assert posts_of(stub, f"progress:{view.id}") == []  # the second posted none: the first's is still on its way
+    assert len(posts_of(stub, "gate:2")) == 1  # and the rest of the thread did not wait for it
+    slow.release()
+    delivering.join(30)
+    second.deliver_pending()  # a later pass: the message is posted now, so it is edited in place
+    assert len(posts_of(stub, f"progress:{view.id}")) == 1
+    progress = [m for m in stub.messages if keyed(f"progress:{view.id}")({"metadata": m.metadata})]
+    assert len(progress) == 1 and progress[0].updated >= 1
+    assert get_deployment(ctx, view.id).state == "infrastructure_gate"
+    assert "infrastructure gate" in progress[0].text
