@@ -49,7 +49,7 @@ def main() -> None:
             traffic_objectives={"ttft_p99_ms": args.ttft_objective_ms},
         )
         client = HttpEndpointClient(timeout=5)
-        ctx = build_context(settings, loadgen=HttpLoadGenerator(metrics=client.metrics))
+        ctx = build_context(settings, loadgen=HttpLoadGenerator(metrics=client.peak_metrics))
         started = time.perf_counter()
         report = run_traffic_gate(ctx, EndpointSettings(name="bench", url=server.url))
         print(render_traffic_report(report))

@@ -198,7 +198,7 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
     def loadgen() -> LoadGenerator:
         from bot.adapters.endpoint.loadgen import HttpLoadGenerator
 
-        return HttpLoadGenerator(metrics=endpoint.adapter().metrics)
+        return HttpLoadGenerator(metrics=endpoint.adapter().peak_metrics)
 
     return Ports(
         artifacts=cast(ArtifactVerifier, FirstUse(artifacts)),

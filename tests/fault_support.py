@@ -348,7 +348,7 @@ class FaultSandbox(Sandbox):
             reservations=AwsReservationSource(self.stand_ins["capacity"].client_factory()),
             endpoint=endpoint,
             evaluator=HttpEvaluator(),
-            loadgen=HttpLoadGenerator(metrics=endpoint.metrics),
+            loadgen=HttpLoadGenerator(metrics=endpoint.peak_metrics),
         )
 
     def stop(self) -> None:

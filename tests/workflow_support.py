@@ -201,7 +201,7 @@ def sweep_ports(metrics_seconds: float | None = None) -> Ports:
 
     client = HttpEndpointClient(timeout=5)
     every = {} if metrics_seconds is None else {"metrics_interval": metrics_seconds}
-    return Ports(loadgen=HttpLoadGenerator(metrics=client.metrics, **every), endpoint=client)
+    return Ports(loadgen=HttpLoadGenerator(metrics=client.peak_metrics, **every), endpoint=client)
 
 
 def workflow(make_ctx, releases: int = 2) -> tuple[object, object]:

@@ -295,7 +295,7 @@ class Sandbox:
             reservations=AwsReservationSource(self.stand_ins["capacity"].client_factory()),
             endpoint=endpoint,
             evaluator=HttpEvaluator(),
-            loadgen=HttpLoadGenerator(metrics=endpoint.metrics, metrics_interval=self.sweep_metrics_seconds),
+            loadgen=HttpLoadGenerator(metrics=endpoint.peak_metrics, metrics_interval=self.sweep_metrics_seconds),
             silences=self._silences(),
         )
 

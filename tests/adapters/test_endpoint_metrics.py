@@ -23,6 +23,7 @@ from bot.adapters.endpoint import (
     histogram_quantile,
     parse_metrics,
 )
+from bot.adapters.endpoint.metrics import PEAK_FAMILIES, families_only
 from tests.endpoint_support import SERVED, chat, chats_in_background
 from tests.endpoint_support import endpoint as endpoint
 from tests.endpoint_support import server as server
@@ -305,3 +306,28 @@ def test_a_client_dropped_without_close_leaves_no_connection_open(endpoint) -> N
         assert HttpEndpointClient().metrics(endpoint).requests_finished == 0
         gc.collect()
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+@pytest.mark.parametrize("variant", [{}, {"legacy_metric_names": True}, {"prefix_hit_rate_gauge": True}])
+def test_a_sweeps_peak_read_parses_only_what_it_keeps_and_agrees_with_a_full_read(server, endpoint, variant) -> None:
+    server.configure(**variant)
+    shared = "a shared system prompt long enough to fill blocks " * 6
+    for text in ("first", "second"):
+        assert chat(server.url, shared + text).status_code == 200
+    server.hold()
+    threads = chats_in_background(server.url, ["held one", "held two"])
+    assert server.wait_for(lambda s: s.running == 2)
+    text = httpx.get(f"{server.url}/metrics").text
+
+    kept = families_only(text, PEAK_FAMILIES)
+    full, peaks = HttpEndpointClient().metrics(endpoint), HttpEndpointClient().peak_metrics(endpoint)
+    server.release()
+    for thread in threads:
+        thread.join(timeout=10)
+
+    assert len(kept) * 5 < len(text)  # the histograms, most of the text, never reach the parser
+    assert (peaks.waiting, peaks.kv_cache_usage, peaks.prefix_cache_hit_rate) == \
+        (full.waiting, full.kv_cache_usage, full.prefix_cache_hit_rate)
+    assert (peaks.prefix_cache_hits, peaks.prefix_cache_queries) == (full.prefix_cache_hits, full.prefix_cache_queries)
+    assert 0 < peaks.kv_cache_usage <= 1 and peaks.prefix_cache_hit_rate > 0
+    assert peaks.ttft_buckets == () and peaks.running is None  # not a full snapshot: nobody mistakes it for one

@@ -103,7 +103,7 @@ def test_accepted_limits_are_applied_as_a_new_revision_and_a_rollback_restores_t
         make_ctx: Any, kube: KubeStandIn, server: OpenAIServer, metrics_reader: HttpEndpointClient) -> None:
     cluster = KubernetesCluster(kube.api_client(), poll_seconds=0.02, clock=FrozenClock(START))
     # /metrics read four times a second while the sweep runs, not twenty: its knee is the server's 429s.
-    loadgen = HttpLoadGenerator(metrics=metrics_reader.metrics, metrics_interval=0.25)
+    loadgen = HttpLoadGenerator(metrics=metrics_reader.peak_metrics, metrics_interval=0.25)
     ctx = make_ctx(
         endpoints=[endpoint_config(url=server.url, request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})],
         roles=ROLES, traffic_sweep=SWEEP, traffic_objectives={"ttft_p99_ms": 2000},

@@ -70,7 +70,7 @@ def _bench(make_ctx: Any, server: OpenAIServer, sweep: dict[str, Any]) -> Iterat
                                request_limits={"max_concurrent_requests": 32, "max_queue_size": 64})
     # /metrics read four times a second, not twenty: the knee here is the server's 429s, and no test reads a peak.
     reader = HttpEndpointClient(timeout=5)  # the endpoint port is a double here: this client reads /metrics alone
-    loadgen = HttpLoadGenerator(metrics=reader.metrics, metrics_interval=0.25)
+    loadgen = HttpLoadGenerator(metrics=reader.peak_metrics, metrics_interval=0.25)
     ctx = make_ctx(endpoints=[endpoint], roles=ROLES, traffic_sweep=sweep, traffic_objectives={"ttft_p99_ms": 2000},
                    ports=fake_ports(loadgen=loadgen))
     register_release(ctx, release_data("rel-a"), "U0DEPLOYER")

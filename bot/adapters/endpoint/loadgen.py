@@ -136,7 +136,11 @@ class _Sampler(threading.Thread):
 
 
 class HttpLoadGenerator:
-    """Runs the sweep with one thread per simulated client over a shared httpx connection pool."""
+    """Runs the sweep with one thread per simulated client over a shared httpx connection pool.
+
+    ``metrics`` reads ``/metrics`` every ``metrics_interval`` seconds while a level runs; only its queue, KV-cache
+    and prefix-cache readings are kept, so production passes the endpoint client's ``peak_metrics``.
+    """
 
     def __init__(
         self,

@@ -9,6 +9,10 @@ current ones are absent; vLLM ≤ 0.6's ``gpu_prefix_cache_hit_rate`` gauge give
 the hit rate when neither counter is there. The finished-request counter (``request_success``) is
 summed over every finish reason, so two snapshots give the requests served in between.
 
+A traffic sweep reads ``/metrics`` 20 times a second for its peaks alone (queue, KV cache, prefix cache):
+:func:`scrape` with ``families=PEAK_FAMILIES`` hands the parser only those families' lines, a twentieth of the
+stand-in's text (a real server's histograms are most of its ``/metrics``).
+
 Time-to-first-token quantiles come from the cumulative histogram buckets with the
 same linear interpolation as PromQL's ``histogram_quantile``; they describe every
 request since the server started (there is no rate window in one scrape).
@@ -26,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bot.domain.histograms import histogram_quantile
 from bot.domain.readiness import MetricsSnapshot
 
-__all__ = ["MetricsUnavailable", "histogram_quantile", "parse_metrics", "scrape"]
+__all__ = ["PEAK_FAMILIES", "MetricsUnavailable", "families_only", "histogram_quantile", "parse_metrics", "scrape"]
 
 RUNNING = ("vllm:num_requests_running",)
 WAITING = ("vllm:num_requests_waiting",)
@@ -48,6 +52,8 @@ GENERATION_TOKENS = ("vllm:request_generation_tokens",)
 IMAGE_ITEMS = ("vllm:mm_cache_queries_total", "vllm:mm_cache_queries")
 # vLLM's API server counts every HTTP answer by status class (prometheus-fastapi-instrumentator).
 HTTP_REQUESTS = "http_requests_total"
+# What a sweep's sampler keeps of each read: the deepest queue, the fullest KV cache, the prefix cache's hit rate.
+PEAK_FAMILIES = WAITING + KV_USAGE + PREFIX_HITS + PREFIX_QUERIES + PREFIX_HIT_RATE
 
 
 class MetricsUnavailable(Exception):
@@ -184,6 +190,19 @@ def fetch_text(client: httpx.Client, url: str, unavailable: type[Exception]) -> 
     return response.text
 
 
-def scrape(client: httpx.Client, url: str) -> MetricsSnapshot:
-    """GET ``url`` and parse it; any failure becomes :class:`MetricsUnavailable` with its reason."""
-    return parse_metrics(fetch_text(client, url, MetricsUnavailable))
+def families_only(text: str, names: Sequence[str]) -> str:
+    """The lines of ``text`` that start with a family of ``names``: its samples, ``# HELP`` and ``# TYPE``.
+
+    A counter's ``_total`` is left off the name matched, so its family line is kept whether the server declares
+    the family with it or without it. A longer name with the same start is kept too; the parser sorts it out.
+    """
+    stems = tuple({name.removesuffix("_total") for name in names})
+    comments = tuple(f"# {kind} {stem}" for kind in ("HELP", "TYPE") for stem in stems)
+    return "".join(line for line in text.splitlines(keepends=True) if line.startswith(stems + comments))
+
+
+def scrape(client: httpx.Client, url: str, families: Sequence[str] | None = None) -> MetricsSnapshot:
+    """GET ``url`` and parse it (only ``families``' lines, when named; the rest of the snapshot is then None);
+    any failure becomes :class:`MetricsUnavailable` with its reason."""
+    text = fetch_text(client, url, MetricsUnavailable)
+    return parse_metrics(text if families is None else families_only(text, families))

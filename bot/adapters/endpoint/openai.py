@@ -26,7 +26,7 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 
 from bot.adapters.endpoint.kept import KeptClient
-from bot.adapters.endpoint.metrics import MetricsUnavailable, scrape
+from bot.adapters.endpoint.metrics import PEAK_FAMILIES, MetricsUnavailable, scrape
 from bot.adapters.endpoint.tls import tls_context
 from bot.config import EndpointSettings
 from bot.domain.readiness import FailureKind, MetricsSnapshot, ReadinessResult
@@ -295,6 +295,10 @@ class HttpEndpointClient:
     def metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
         """One scrape of ``/metrics``; raises :class:`MetricsUnavailable` with the reason."""
         return scrape(self._client(), _url(endpoint, "metrics"))
+
+    def peak_metrics(self, endpoint: EndpointSettings) -> MetricsSnapshot:
+        """One scrape of ``/metrics`` for a sweep's peaks only: queue, KV cache and prefix cache (the rest None)."""
+        return scrape(self._client(), _url(endpoint, "metrics"), PEAK_FAMILIES)
 
     def drain(self, endpoint: EndpointSettings, timeout_seconds: float,
               stop: threading.Event | None = None) -> tuple[bool, MetricsSnapshot | None]:
