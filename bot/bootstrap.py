@@ -41,7 +41,8 @@ from bot.services.ports import (
 
 T = TypeVar("T")
 
-if TYPE_CHECKING:  # both load only when a process needs them (most CLI commands need neither)
+if TYPE_CHECKING:  # these load only when a process needs them (most CLI commands need none)
+    from bot.adapters.endpoint import HttpEndpointClient
     from bot.adapters.slack.notifier import SlackNotifier
     from bot.services.engine import Engine
 
@@ -173,7 +174,7 @@ def production_adapters(settings: Settings, clock: Clock) -> Ports:
 
         return AwsReservationSource()
 
-    def endpoint_client() -> EndpointClient:
+    def endpoint_client() -> HttpEndpointClient:
         from bot.adapters.endpoint import HttpEndpointClient
 
         return HttpEndpointClient()  # the process's one: probes and scrapes share its HTTP client
