@@ -7,13 +7,14 @@ before the Web API call, with the message's ``ts`` committed right after it,
 each in a transaction of its own. A retry finds the ``ts`` and posts nothing; a
 claim without one (the replica died mid-call, or Slack's answer was lost) is
 looked up in Slack by the key the message carries in its metadata (an upload:
-by its title) before it is sent again. Another process's claim that young
-may be a post still on its way to Slack, not in the channel yet: it is left
-alone (:class:`PostInFlight`) until it is older than any Web API call lasts,
-so two replicas showing one deployment's progress post it once. So nothing that fails around a post (the
-database, a guard, a stop) makes it post twice, and posts go out without
-slack_sdk's connection-error retries, which would resend a message Slack may
-already have taken. Edits (``chat.update``) are idempotent and need none of this.
+by its title) before it is sent again. Another process's young claim may be a
+post still on its way, not in the channel yet, so it is left alone
+(:class:`PostInFlight`) until no Web API call could last that long: two
+replicas showing one deployment's progress post its message once. So nothing
+that fails around a post (the database, a guard, a stop) makes it post twice,
+and posts go out without slack_sdk's connection-error retries, which would
+resend a message Slack may already have taken. Edits (``chat.update``) are
+idempotent and need none of this.
 """
 
 from __future__ import annotations
