@@ -18,9 +18,9 @@ and :meth:`SlackStub.drop_next` closes the connection without an answer.
 then closes the connection without its answer, and :meth:`SlackStub.hold_next`
 takes one and answers only when the test releases it: what a sender sees when
 Slack's answer is lost or slow. :meth:`SlackStub.slow_next` takes a call only
-once released: a post still on its way, not in the channel yet. A message keeps the ``metadata`` it was posted
-with; ``conversations.history`` and ``conversations.replies`` read a channel or
-a thread back (``include_all_metadata`` adds it), paged with ``limit`` and
+once released: a post still on its way, not in the channel yet. A message keeps
+the ``metadata`` it was posted with; ``conversations.history`` and
+``conversations.replies`` read a channel or a thread back (``include_all_metadata`` adds it), paged with ``limit`` and
 ``cursor``. Each recorded call keeps the size of the body as sent.
 ``auth.test`` names the workspace (``team_id``), the app (``app_id``) and, on an
 Enterprise Grid, the organisation (``enterprise_id``), as Slack does for a bot token.
