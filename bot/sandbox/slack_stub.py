@@ -261,21 +261,17 @@ class SlackStub:
 
     def hold_next(self, method: str, matching: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
         """Take the next call of ``method`` (whose params ``matching`` accepts) but answer only after ``release()``."""
-        hold = Hold(method, matching or (lambda _params: True))
-        with self._lock:
-            self._holds.append(hold)
-        return hold
+        return self._hold(Hold(method, matching or (lambda _params: True)))
 
     def slow_next(self, method: str, matching: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
         """Take the next call of ``method`` (whose params ``matching`` accepts) only after ``release()``: a slow Slack."""
-        hold = Hold(method, matching or (lambda _params: True), slow=True)
-        with self._lock:
-            self._holds.append(hold)
-        return hold
+        return self._hold(Hold(method, matching or (lambda _params: True), slow=True))
 
     def lose_answer_next(self, method: str, matching: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
         """Take the next call of ``method`` (whose params ``matching`` accepts), then close without answering."""
-        hold = Hold(method, matching or (lambda _params: True), lose=True)
+        return self._hold(Hold(method, matching or (lambda _params: True), lose=True))
+
+    def _hold(self, hold: Hold) -> Hold:
         with self._lock:
             self._holds.append(hold)
         return hold
