@@ -111,16 +111,15 @@ def test_group_membership_is_read_once_per_ttl_and_unknown_groups_count_as_empty
     assert directory.groups_of("U3") == frozenset({"S0OPS"})
 
 
-def test_two_replicas_delivering_at_once_post_each_message_once(fresh_pg_url, clock, tmp_path, stub) -> None:
-    """Several replicas need PostgreSQL (SQLite means one replica): its row locks keep them from posting twice."""
+def test_two_replicas_delivering_at_once_post_each_message_once(db_url, clock, tmp_path, stub) -> None:
+    """On PostgreSQL the event's row lock keeps two replicas from delivering it at once; on one SQLite file, where
+    ``FOR UPDATE`` locks nothing, the posts' claims do (``test_post_once.py`` races two replicas on purpose)."""
     import threading
 
-    from bot.adapters.store import schema
     from bot.bootstrap import build_context
     from bot.config import load_settings
 
-    schema.upgrade(fresh_pg_url)
-    contexts = [build_context(load_settings(database_url=fresh_pg_url, data_dir=tmp_path,
+    contexts = [build_context(load_settings(database_url=db_url, data_dir=tmp_path,
                                             endpoints=[endpoint_config(channel="C0PROD")], roles=ROLES),
                               clock=clock, ports=fake_ports()) for _ in range(2)]
     ctx = contexts[0]
