@@ -331,3 +331,21 @@ def test_a_sweeps_peak_read_parses_only_what_it_keeps_and_agrees_with_a_full_rea
     assert (peaks.prefix_cache_hits, peaks.prefix_cache_queries) == (full.prefix_cache_hits, full.prefix_cache_queries)
     assert 0 < peaks.kv_cache_usage <= 1 and peaks.prefix_cache_hit_rate > 0
     assert peaks.ttft_buckets == () and peaks.running is None  # not a full snapshot: nobody mistakes it for one
+
+
+def test_the_peak_read_keeps_counters_declared_without_total_and_odd_label_values_whole() -> None:
+    """A family declared by its bare name (older loggers), and a model name holding a character that str.splitlines
+    would cut at: the kept lines parse as the full text does."""
+    text = (
+        '# HELP vllm:prefix_cache_hits Prefix cache hits.\n# TYPE vllm:prefix_cache_hits counter\n'
+        'vllm:prefix_cache_hits_total{model_name="kimi\x85k3"} 30.0\n'
+        '# HELP vllm:prefix_cache_queries Prefix cache queries.\n# TYPE vllm:prefix_cache_queries counter\n'
+        'vllm:prefix_cache_queries_total{model_name="kimi\x85k3"} 40.0\n'
+        '# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name="kimi\x85k3"} 2.0\r\n'
+        '# TYPE vllm:e2e_request_latency_seconds histogram\n'
+        'vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="kimi\x85k3"} 5.0'
+    )
+    full, peaks = parse_metrics(text), parse_metrics(families_only(text, PEAK_FAMILIES))
+    assert (peaks.prefix_cache_hits, peaks.prefix_cache_queries, peaks.waiting) == (30.0, 40.0, 2.0)
+    assert (peaks.prefix_cache_hit_rate, peaks.waiting) == (full.prefix_cache_hit_rate, full.waiting)
+    assert "e2e" not in families_only(text, PEAK_FAMILIES)

@@ -14,10 +14,15 @@ from typing import Any
 
 import pytest
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 
 from bot.adapters.clock import FrozenClock
-from bot.adapters.slack.notifier import SlackNotifier
+from bot.adapters.slack.identity import web_client
+from bot.adapters.slack.notifier import MAX_ATTEMPTS, SlackNotifier
 from bot.adapters.slack.once import IN_FLIGHT, PostInFlight, PostOnce
+from bot.adapters.store import schema
+from bot.bootstrap import build_context
+from bot.config import load_settings
 from bot.sandbox.slack_stub import SlackStub
 from bot.services.deployments import decide_gate, get_deployment, request_deploy
 from bot.services.engine import Engine
@@ -46,7 +51,8 @@ def posts_of(stub: SlackStub, key: str) -> list[Any]:
 
 
 def replica(ctx: Any, stub: SlackStub) -> PostOnce:
-    return PostOnce(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
+    """One process's poster, on the Web API client production builds (its rate-limit and connection retries)."""
+    return PostOnce(web_client("xoxb-t", stub.api_url), ctx.uow, ctx.clock)
 
 
 def test_a_post_another_replica_is_still_sending_is_not_posted_again(make_ctx, stub) -> None:
@@ -84,6 +90,47 @@ def test_a_claim_left_by_a_replica_that_died_mid_post_is_posted_once_after_the_b
     assert [m.text for m in stub.messages] == ["Gate passed"]
     other.post("event:8", "C0PROD", "Gate passed")  # and once recorded, never again
     assert len(posts_of(stub, "event:8")) == 1
+
+
+def test_an_expired_claim_is_taken_over_by_one_replica_only(make_ctx, stub, clock: FrozenClock) -> None:
+    """Two replicas reach a dead try's claim after the bound: the first takes it over and posts; the other finds
+    the claim taken (and young again) and posts nothing, even while the first's post is still on its way."""
+    ctx = make_ctx()
+    died, taker, late = replica(ctx, stub), replica(ctx, stub), replica(ctx, stub)
+    stub.drop_next("chat.postMessage")
+    with pytest.raises(Exception):  # noqa: B017
+        died.post("event:8", "C0PROD", "Gate passed")
+    clock.advance(IN_FLIGHT)
+    slow = stub.slow_next("chat.postMessage")
+    sending = threading.Thread(target=lambda: taker.post("event:8", "C0PROD", "Gate passed"))
+    sending.start()
+    assert slow.reached.wait(30)
+    with pytest.raises(PostInFlight):
+        late.post("event:8", "C0PROD", "Gate passed")
+    # The dead try's own process (restarted, or its next pass) no longer holds the claim: it waits too.
+    with pytest.raises(PostInFlight):
+        died.post("event:8", "C0PROD", "Gate passed")
+    slow.release()
+    sending.join(30)
+    assert not sending.is_alive()
+    assert late.post("event:8", "C0PROD", "Gate passed") == died.post("event:8", "C0PROD", "Gate passed")
+    assert len(posts_of(stub, "event:8")) == 1
+
+
+def test_a_long_rate_limit_is_not_waited_out_inside_a_post(make_ctx, stub) -> None:
+    """A post's call must end within the in-flight bound: a Retry-After over the cap is Slack's answer, not a wait."""
+    ctx = make_ctx()
+    poster = replica(ctx, stub)
+    stub.rate_limit_next("chat.postMessage", retry_after=600)
+    with pytest.raises(SlackApiError) as refused:
+        poster.post("event:10", "C0PROD", "Ramp at 50 %")
+    assert refused.value.response["error"] == "ratelimited"
+    # Answered 429 once and not tried again: no 600 s wait inside the call.
+    assert len(stub.calls_to("ratelimited:chat.postMessage")) == 1 and stub.calls_to("chat.postMessage") == []
+    stub.rate_limit_next("chat.postMessage", retry_after=1)  # a short wait is waited out, within the call
+    poster.post("event:10", "C0PROD", "Ramp at 50 %")  # refused before, so released: posted without a look
+    assert len(stub.calls_to("ratelimited:chat.postMessage")) == 2
+    assert [m.text for m in stub.messages] == ["Ramp at 50 %"] and stub.calls_to("conversations.history") == []
 
 
 def test_a_replicas_own_try_whose_answer_was_lost_is_looked_for_at_once(make_ctx, stub) -> None:
@@ -124,3 +171,42 @@ def test_two_replicas_showing_one_deployment_post_its_progress_message_once(make
     assert len(progress) == 1 and progress[0].updated >= 1
     assert get_deployment(ctx, view.id).state == "infrastructure_gate"
     assert "infrastructure gate" in progress[0].text
+
+
+def test_an_event_waiting_on_another_replicas_post_is_not_counted_as_a_failed_attempt(tmp_path, clock, stub) -> None:
+    """The first replica's post of the thread's root is slow; the second replica's passes meanwhile leave the
+    deployment's events for later without spending their attempts (five would give them up), then send them once.
+    Replicas on one SQLite file: there both reach the same event (on PostgreSQL its row lock makes the second wait)."""
+    path = tmp_path / "kimi.db"
+    schema.new_sqlite_at_head(path)
+    ctx = build_context(load_settings(database_url=f"sqlite:///{path}", data_dir=tmp_path,
+                                      endpoints=[endpoint_config(channel="C0PROD")], roles=ROLES),
+                        clock=clock, ports=fake_ports())
+    try:
+        _wait_without_attempts(ctx, stub)
+    finally:
+        ctx.close()
+
+
+def _wait_without_attempts(ctx: Any, stub: SlackStub) -> None:
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    view = Engine(ctx, readiness_pause=0).advance(request_deploy(ctx, "rel-a", None, REQUESTER).id)
+    first, second = (SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
+                     for _ in range(2))
+    slow = stub.slow_next("chat.postMessage", keyed(f"deployment:{view.id}"))
+    delivering = threading.Thread(target=first.deliver_pending)
+    delivering.start()
+    assert slow.reached.wait(30)
+    for _ in range(MAX_ATTEMPTS + 1):
+        assert second.deliver_pending() == 0
+    with ctx.uow() as uow:
+        waiting = uow.events.for_deployment(view.id)
+        assert waiting and all(e.delivered_at is None for e in waiting)
+        assert all(e.attempts == 0 for e in waiting)
+    slow.release()
+    delivering.join(30)
+    assert not delivering.is_alive()
+    second.deliver_pending()
+    with ctx.uow() as uow:
+        assert all(e.delivered_at is not None for e in uow.events.for_deployment(view.id))
+    assert len(posts_of(stub, f"deployment:{view.id}")) == 1 and len(posts_of(stub, "gate:1")) == 1

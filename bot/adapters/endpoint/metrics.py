@@ -198,7 +198,8 @@ def families_only(text: str, names: Sequence[str]) -> str:
     """
     stems = tuple({name.removesuffix("_total") for name in names})
     comments = tuple(f"# {kind} {stem}" for kind in ("HELP", "TYPE") for stem in stems)
-    return "".join(line for line in text.splitlines(keepends=True) if line.startswith(stems + comments))
+    # Lines end at "\n" only, as the parser reads them (str.splitlines would also cut at \x85 in a label value).
+    return "".join(f"{line}\n" for line in text.split("\n") if line.startswith(stems + comments))
 
 
 def scrape(client: httpx.Client, url: str, families: Sequence[str] | None = None) -> MetricsSnapshot:

@@ -25,7 +25,8 @@ PostgreSQL), so replicas delivering at the same time wait for each other and
 skip what the other sent, in the same order. Any failure (Slack, the database,
 a bug) counts as an attempt and leaves the event (and the later events of the
 same deployment) for the next pass; after ``MAX_ATTEMPTS`` it is given up and
-logged.
+logged. A post another try may still be sending (``PostInFlight``) is no
+failure: the event waits for a later pass without counting an attempt.
 """
 
 from __future__ import annotations
@@ -157,8 +158,8 @@ class SlackNotifier:
                     event.attempts += 1
                     uow.commit()
                 except PostInFlight as exc:
-                    # Another replica is posting this event's message, or one it needs first (the thread's root, the
-                    # progress message): not a failed attempt. A later pass finds it posted, or looks for it.
+                    # Another replica is posting this event's message, or one it needs first (the thread's root):
+                    # not a failed attempt. A later pass finds it posted, or takes the claim over and looks for it.
                     uow.rollback()
                     log.info("event %s waits: %s", event_id, exc)
                     if deployment_id is not None:

@@ -22,14 +22,19 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
-from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 
 from bot.adapters.clock import Clock
+from bot.adapters.slack.identity import RATE_LIMIT_RETRIES
 from bot.adapters.store.posts import PostClaim
 from bot.adapters.store.uow import UnitOfWorkFactory
 from bot.domain.chat_text import unmarked
@@ -41,9 +46,12 @@ log = logger_for(__name__)
 POST_EVENT_TYPE = "kimi_ops_post"
 # How many pages (200 messages each) of a thread or channel a lookup reads before it posts again.
 LOOKUP_PAGES = 5
-# How long another process's claim without a ts may still be its post on the way: the Web API client waits 30 s
-# for an answer, and a rate-limited post is tried twice more (identity.RATE_LIMIT_RETRIES). Older, its try died.
-IN_FLIGHT = dt.timedelta(seconds=90)
+# A post's Web API call ends within IN_FLIGHT: each request waits POST_TIMEOUT at most, and a rate-limited post
+# waits out Slack's Retry-After only up to RETRY_AFTER_CAP, at most twice (identity.RATE_LIMIT_RETRIES). So another
+# process's claim without a ts older than that is a try that died; a younger one may be a post still on its way.
+POST_TIMEOUT = 30
+RETRY_AFTER_CAP = 10
+IN_FLIGHT = dt.timedelta(seconds=POST_TIMEOUT * (1 + RATE_LIMIT_RETRIES) + RETRY_AFTER_CAP * RATE_LIMIT_RETRIES + 10)
 
 
 class PostInFlight(Exception):
@@ -54,10 +62,30 @@ class PostInFlight(Exception):
         self.key = key
 
 
+class BoundedRateLimitRetries(RateLimitErrorRetryHandler):
+    """Waits out a 429 only when Slack asks for :data:`RETRY_AFTER_CAP` seconds or less, so a post's call ends
+    within :data:`IN_FLIGHT`; a longer wait is Slack's ``ratelimited`` answer, and a later pass tries again."""
+
+    def _can_retry(self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
+                   error: Exception | None = None) -> bool:
+        if response is None or not super()._can_retry(state=state, request=request, response=response, error=error):
+            return False
+        asked = next((values for name, values in response.headers.items() if name.lower() == "retry-after"), None)
+        try:
+            return asked is None or int(asked[0]) <= RETRY_AFTER_CAP
+        except (ValueError, IndexError):
+            return False
+
+
 def without_connection_retries(client: WebClient) -> WebClient:
-    """``client`` for posts: a connection error may come after Slack took the message, so it is not resent blindly."""
+    """``client`` for posts: a connection error may come after Slack took the message, so it is not resent blindly,
+    and every call ends within :data:`IN_FLIGHT` (its own timeout, rate-limit waits bounded)."""
     poster = copy.copy(client)
-    poster.retry_handlers = [h for h in client.retry_handlers if not isinstance(h, ConnectionErrorRetryHandler)]
+    poster.timeout = POST_TIMEOUT
+    poster.retry_handlers = [
+        BoundedRateLimitRetries(max_retry_count=RATE_LIMIT_RETRIES) if isinstance(h, RateLimitErrorRetryHandler) else h
+        for h in client.retry_handlers if not isinstance(h, ConnectionErrorRetryHandler)
+    ]
     return poster
 
 
@@ -85,7 +113,8 @@ class PostOnce:
         self.clock = clock
         self._lock = threading.Lock()
         self._sending: set[str] = set()  # keys this process is posting now
-        self._tried: set[str] = set()  # keys this process tried whose outcome is not recorded: its own, so no wait
+        # Key -> the try of this process that holds its claim, ended with no outcome recorded: no wait to look again.
+        self._tried: dict[str, str] = {}
 
     def post(self, key: str, channel: str, text: str, *, blocks: list[dict[str, Any]] | None = None,
              thread_ts: str | None = None, broadcast: bool = False) -> tuple[str, str]:
@@ -122,27 +151,34 @@ class PostOnce:
         The claim is committed before the call and where it went right after it, each on its own, so a delivery
         that fails later (or a replica that stops) leaves a record the retry reuses instead of sending again. A
         claim with no record (an earlier try died mid-call or lost Slack's answer) is looked for first: the
-        message ``earlier`` recognises in the thread of ``thread_ts`` (else among the channel's newest). Another
-        process's claim younger than :data:`IN_FLIGHT`, or this process's own still sending, raises
-        :class:`PostInFlight`: that try may not have reached Slack yet, so a lookup would not find it.
+        message ``earlier`` recognises in the thread of ``thread_ts`` (else among the channel's newest), once the
+        claim is taken over from the try that held it. Another process's claim younger than :data:`IN_FLIGHT`,
+        this process's own still sending, or a claim another try took over first raises :class:`PostInFlight`:
+        that try may not have reached Slack yet, so a lookup would not find it.
         """
-        claim = self._claim(key, channel)
+        try_id = uuid.uuid4().hex
+        claim = self._claim(key, channel, try_id)
         if claim.ts is not None:
             return claim.channel, claim.ts
         with self._lock:
-            if key in self._sending or (not claim.first and key not in self._tried
-                                        and self.clock.now() - claim.claimed_at < IN_FLIGHT):
+            own = claim.first or (claim.try_id is not None and self._tried.get(key) == claim.try_id)
+            if key in self._sending or (not own and self.clock.now() - claim.claimed_at < IN_FLIGHT):
                 raise PostInFlight(key, claim.claimed_at + IN_FLIGHT)
             self._sending.add(key)
-            self._tried.add(key)
         try:
+            # One try at a time: the claim moves to this try only from the one that held it, so two processes
+            # finding an expired claim at once cannot both post.
+            if not claim.first and not self._take_over(key, claim.try_id, try_id):
+                raise PostInFlight(key, self.clock.now() + IN_FLIGHT)
+            with self._lock:
+                self._tried[key] = try_id
             if not claim.first and (found := self._find(claim.channel, thread_ts, earlier)) is not None:
                 self._record(key, claim.channel, found)
                 return claim.channel, found
             try:
                 sent = send()
             except SlackApiError:
-                self._release(key)  # Slack answered no: nothing was sent, so the next try need not look for it
+                self._release(key, try_id)  # Slack answered no: nothing was sent, so the next try need not look
                 raise
             self._record(key, *sent)
             return sent
@@ -155,25 +191,31 @@ class PostOnce:
         with self.uow() as uow:
             return uow.posts.posted(key)
 
-    def _claim(self, key: str, channel: str) -> PostClaim:
+    def _claim(self, key: str, channel: str, try_id: str) -> PostClaim:
         with self.uow() as uow:
-            claim = uow.posts.claim(key, channel, self.clock.now())
+            claim = uow.posts.claim(key, channel, self.clock.now(), try_id)
             uow.commit()
             return claim
+
+    def _take_over(self, key: str, held_by: str | None, try_id: str) -> bool:
+        with self.uow() as uow:
+            taken = uow.posts.take_over(key, held_by, try_id, self.clock.now())
+            uow.commit()
+            return taken
 
     def _record(self, key: str, channel: str, ts: str) -> None:
         with self.uow() as uow:
             uow.posts.record(key, channel, ts, self.clock.now())
             uow.commit()
         with self._lock:
-            self._tried.discard(key)
+            self._tried.pop(key, None)
 
-    def _release(self, key: str) -> None:
+    def _release(self, key: str, try_id: str) -> None:
         with self.uow() as uow:
-            uow.posts.release(key)
+            uow.posts.release(key, try_id)
             uow.commit()
         with self._lock:
-            self._tried.discard(key)
+            self._tried.pop(key, None)
 
     def _find(self, channel: str, thread_ts: str | None, match: Callable[[dict[str, Any]], bool]) -> str | None:
         """The ``ts`` of the message ``match`` picks in the thread of ``thread_ts`` (else among the channel's newest)."""

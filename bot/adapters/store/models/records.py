@@ -96,7 +96,8 @@ class SlackPost(Base):
     ``plot:<id>`` for a gate's uploaded plot. The row is committed before posting and ``ts`` right after, each
     in its own transaction, so a post is never repeated because the delivery around it failed; a row without
     ``ts`` is a post whose outcome is unknown (the replica died, or the answer was lost), looked up in Slack
-    by its key before it is posted again.
+    by its key before it is posted again. ``try_id`` names the try that holds the claim: another takes it over
+    only from that try (migration 0019).
     """
 
     __tablename__ = "slack_posts"
@@ -105,4 +106,5 @@ class SlackPost(Base):
     channel: Mapped[str] = mapped_column(String(64))
     ts: Mapped[str | None] = mapped_column(String(64))
     claimed_at: Mapped[dt.datetime]
+    try_id: Mapped[str | None] = mapped_column(String(32))
     posted_at: Mapped[dt.datetime | None]
