@@ -143,19 +143,28 @@ def test_a_replicas_own_try_whose_answer_was_lost_is_looked_for_at_once(make_ctx
     assert len(posts_of(stub, "event:9")) == 1 and [m.text for m in stub.messages] == ["Draining"]
 
 
+def first_replica_slow_on(ctx: Any, stub: SlackStub, engine: Engine,
+                          message: str) -> tuple[Any, SlackNotifier, Any, threading.Thread]:
+    """A deploy waiting at its first gate, and two replicas' notifiers: the first delivers its events on a thread of
+    its own, its post of ``message`` (``progress``, ``deployment``: the key's kind) on its way to Slack, held there.
+    The deployment's view, the second notifier, the hold and the first's thread."""
+    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
+    view = engine.advance(request_deploy(ctx, "rel-a", None, REQUESTER).id)
+    first, second = (SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
+                     for _ in range(2))
+    slow = stub.slow_next("chat.postMessage", keyed(f"{message}:{view.id}"))
+    delivering = threading.Thread(target=first.deliver_pending)
+    delivering.start()
+    assert slow.reached.wait(30)
+    return view, second, slow, delivering
+
+
 def test_two_replicas_showing_one_deployment_post_its_progress_message_once(make_ctx, stub) -> None:
     """One replica's post of the progress message is slow; meanwhile the other delivers the deployment's next
     events and shows its progress too. The thread keeps one progress message, edited to the newest step."""
     ctx = make_ctx(endpoints=[endpoint_config(channel="C0PROD")], roles=ROLES, ports=fake_ports())
-    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
     engine = Engine(ctx, readiness_pause=0)
-    view = engine.advance(request_deploy(ctx, "rel-a", None, REQUESTER).id)
-    first, second = (SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
-                     for _ in range(2))
-    slow = stub.slow_next("chat.postMessage", keyed(f"progress:{view.id}"))
-    delivering = threading.Thread(target=first.deliver_pending)
-    delivering.start()
-    assert slow.reached.wait(30)
+    view, second, slow, delivering = first_replica_slow_on(ctx, stub, engine, "progress")
     assert view.pending is not None
     decide_gate(ctx, view.id, view.pending.gate, "approved", APPROVER_1,
                 seen_report_hash=view.pending.report_hash, seen_release_hash=view.pending.release_hash)
@@ -189,14 +198,7 @@ def test_an_event_waiting_on_another_replicas_post_is_not_counted_as_a_failed_at
 
 
 def _wait_without_attempts(ctx: Any, stub: SlackStub) -> None:
-    register_release(ctx, release_data("rel-a"), "U0DEPLOYER")
-    view = Engine(ctx, readiness_pause=0).advance(request_deploy(ctx, "rel-a", None, REQUESTER).id)
-    first, second = (SlackNotifier(WebClient(token="xoxb-t", base_url=stub.api_url), ctx.uow, ctx.clock)
-                     for _ in range(2))
-    slow = stub.slow_next("chat.postMessage", keyed(f"deployment:{view.id}"))
-    delivering = threading.Thread(target=first.deliver_pending)
-    delivering.start()
-    assert slow.reached.wait(30)
+    view, second, slow, delivering = first_replica_slow_on(ctx, stub, Engine(ctx, readiness_pause=0), "deployment")
     for _ in range(MAX_ATTEMPTS + 1):
         assert second.deliver_pending() == 0
     with ctx.uow() as uow:
