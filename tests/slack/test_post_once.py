@@ -133,6 +133,20 @@ def test_a_long_rate_limit_is_not_waited_out_inside_a_post(make_ctx, stub) -> No
     assert [m.text for m in stub.messages] == ["Ramp at 50 %"] and stub.calls_to("conversations.history") == []
 
 
+@pytest.mark.parametrize(("error", "looked"), [("channel_not_found", 0), ("internal_error", 1)])
+def test_after_slacks_refusal_the_retry_posts_at_once_and_after_a_server_error_it_looks_first(
+        make_ctx, stub, error: str, looked: int) -> None:
+    """A refusal means nothing was posted. After internal_error Slack may have posted it anyway, as its docs warn."""
+    ctx = make_ctx()
+    poster = replica(ctx, stub)
+    stub.fail_next("chat.postMessage", error)
+    with pytest.raises(SlackApiError):
+        poster.post("event:11", "C0PROD", "Drain stalled")
+    poster.post("event:11", "C0PROD", "Drain stalled")
+    assert len(stub.calls_to("conversations.history")) == looked
+    assert [m.text for m in stub.messages] == ["Drain stalled"]
+
+
 def test_a_replicas_own_try_whose_answer_was_lost_is_looked_for_at_once(make_ctx, stub) -> None:
     ctx = make_ctx()
     poster = replica(ctx, stub)

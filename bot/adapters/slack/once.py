@@ -54,6 +54,16 @@ RETRY_AFTER_CAP = 10
 IN_FLIGHT = dt.timedelta(seconds=POST_TIMEOUT * (1 + RATE_LIMIT_RETRIES) + RETRY_AFTER_CAP * RATE_LIMIT_RETRIES + 10)
 
 
+# Slack's answers after which a post may still have been made ("it's possible some aspect of the operation
+# succeeded", Slack's docs on internal_error): the outcome is unknown, so the claim stays and the next try looks first.
+MAYBE_POSTED = frozenset({"internal_error", "fatal_error", "request_timeout", "service_unavailable"})
+
+
+def refused(exc: SlackApiError) -> bool:
+    """Slack answered that it did not post: not a server error after which it may have."""
+    return exc.response.status_code in (200, 429) and exc.response.get("error") not in MAYBE_POSTED
+
+
 class PostInFlight(Exception):
     """Another try of this post may be on its way to Slack now: try again on a later pass, not now."""
 
@@ -177,8 +187,9 @@ class PostOnce:
                 return claim.channel, found
             try:
                 sent = send()
-            except SlackApiError:
-                self._release(key, try_id)  # Slack answered no: nothing was sent, so the next try need not look
+            except SlackApiError as exc:
+                if refused(exc):
+                    self._release(key, try_id)  # Slack answered no: nothing was sent, so the next try need not look
                 raise
             self._record(key, *sent)
             return sent
