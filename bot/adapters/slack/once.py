@@ -69,7 +69,6 @@ class PostInFlight(Exception):
 
     def __init__(self, key: str, until: dt.datetime) -> None:
         super().__init__(f"{key} is being posted by another try (until {until:%H:%M:%S} UTC at most)")
-        self.key = key
 
 
 class BoundedRateLimitRetries(RateLimitErrorRetryHandler):
@@ -87,7 +86,7 @@ class BoundedRateLimitRetries(RateLimitErrorRetryHandler):
             return False
 
 
-def without_connection_retries(client: WebClient) -> WebClient:
+def bounded_poster(client: WebClient) -> WebClient:
     """``client`` for posts: a connection error may come after Slack took the message, so it is not resent blindly,
     and every call ends within :data:`IN_FLIGHT` (its own timeout, rate-limit waits bounded)."""
     poster = copy.copy(client)
@@ -118,7 +117,7 @@ class PostOnce:
 
     def __init__(self, client: WebClient, uow: UnitOfWorkFactory, clock: Clock) -> None:
         self.client = client
-        self.poster = without_connection_retries(client)
+        self.poster = bounded_poster(client)
         self.uow = uow
         self.clock = clock
         self._lock = threading.Lock()

@@ -16,7 +16,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, func, update
+from sqlalchemy import CursorResult, delete, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -56,12 +56,12 @@ class SlackPostRepository:
 
     def take_over(self, key: str, held_by: str | None, try_id: str, at: dt.datetime) -> bool:
         """Move an unrecorded claim from the try ``held_by`` to ``try_id``; False when another try took it first."""
-        moved = self.session.execute(
+        moved: CursorResult[Any] = self.session.execute(  # type: ignore[assignment]
             update(SlackPost)
             .where(SlackPost.key == key, SlackPost.ts.is_(None), func.coalesce(SlackPost.try_id, "") == (held_by or ""))
             .values(try_id=try_id, claimed_at=at)
         )
-        return bool(getattr(moved, "rowcount", 0) == 1)
+        return moved.rowcount == 1
 
     def record(self, key: str, channel: str, ts: str, at: dt.datetime) -> None:
         """Slack took the message: where it is."""
